@@ -1,0 +1,549 @@
+//! RabbitMQ through lapin.
+//!
+//! One connection per process with lapin's automatic recovery (connection, channels, topology,
+//! consumers, publisher confirms). A small supervisor makes the first connection with backoff
+//! and replaces a connection that lapin gave up on, so a process started while the broker is
+//! down simply waits for it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use proto::queues::Topology;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Acker, Broker, Delivery, Error, Options, Outgoing, Queue, Settle};
+
+/// Handle to the broker; cheap to clone.
+#[derive(Clone)]
+pub struct AmqpBroker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AmqpBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpBroker")
+            .field("url", &redact(&self.inner.options.url))
+            .field("topology", &self.inner.topology)
+            .finish()
+    }
+}
+
+struct Inner {
+    options: Options,
+    topology: Topology,
+    live: watch::Sender<Option<Arc<Live>>>,
+    last_error: Mutex<Option<String>>,
+}
+
+struct Live {
+    connection: Connection,
+    publisher: Channel,
+}
+
+/// Keeps the connection up; run it for as long as the handle is used.
+#[derive(Debug)]
+pub struct Supervisor {
+    broker: AmqpBroker,
+}
+
+impl AmqpBroker {
+    /// Creates the handle and its supervisor. Nothing connects until the supervisor runs.
+    pub fn build(options: Options) -> (Self, Supervisor) {
+        let topology = Topology::new(&options.prefix);
+        let (live, _) = watch::channel(None);
+        let broker = Self {
+            inner: Arc::new(Inner {
+                options,
+                topology,
+                live,
+                last_error: Mutex::new(Some("not connected yet".into())),
+            }),
+        };
+        (
+            broker.clone(),
+            Supervisor {
+                broker: broker.clone(),
+            },
+        )
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    fn set_error(&self, error: impl Into<String>) {
+        *self.inner.last_error.lock().expect("poisoned") = Some(error.into());
+    }
+
+    /// Waits until a connection is up (or `cancel` fires).
+    async fn wait_live(&self, cancel: &CancellationToken) -> Option<Arc<Live>> {
+        let mut rx = self.inner.live.subscribe();
+        tokio::select! {
+            _ = cancel.cancelled() => None,
+            live = rx.wait_for(|l| l.is_some()) => live.ok().and_then(|l| l.clone()),
+        }
+    }
+
+    async fn publish_once(&self, live: &Live, message: &Outgoing) -> Result<(), lapin::Error> {
+        let properties = BasicProperties::default()
+            .with_message_id(ShortString::from(message.message_id.clone()))
+            .with_content_type("application/msgpack".into())
+            .with_delivery_mode(2);
+        let confirm = live
+            .publisher
+            .basic_publish(
+                ShortString::from(""),
+                ShortString::from(self.inner.topology.tasks.clone()),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                &message.body,
+                properties,
+            )
+            .await?
+            .await?;
+        if !confirm.is_ack() {
+            // A nack means the broker could not take it (e.g. a quorum queue without quorum).
+            return Err(lapin::Error::from(lapin::ErrorKind::InvalidChannelState(
+                lapin::ChannelState::Error,
+                "basic.publish nacked",
+            )));
+        }
+        if confirm.take_message().is_some() {
+            return Err(lapin::Error::from(lapin::ErrorKind::InvalidChannelState(
+                lapin::ChannelState::Error,
+                "basic.publish returned: no queue bound",
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Supervisor {
+    /// Connects, declares the topology and keeps a connection up until `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let broker = self.broker;
+        let options = &broker.inner.options;
+        let mut delays = backoff(options.reconnect_max_delay).build();
+        loop {
+            if cancel.is_cancelled() {
+                break;
+            }
+            match connect(options, &broker.inner.topology).await {
+                Ok(live) => {
+                    tracing::info!(url = %redact(&options.url), "connected to broker");
+                    delays = backoff(options.reconnect_max_delay).build();
+                    *broker.inner.last_error.lock().expect("poisoned") = None;
+                    let live = Arc::new(live);
+                    broker.inner.live.send_replace(Some(live.clone()));
+                    // lapin recovers from network failures itself; step in only once it gives up.
+                    loop {
+                        tokio::select! {
+                            _ = cancel.cancelled() => break,
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        }
+                        let status = live.connection.status();
+                        if status.errored() || status.closed() {
+                            break;
+                        }
+                    }
+                    broker.inner.live.send_replace(None);
+                    if cancel.is_cancelled() {
+                        let _ = live.connection.close(200, "shutdown".into()).await;
+                        break;
+                    }
+                    broker.set_error("connection lost and not recovered");
+                    tracing::warn!("broker connection lost for good; reconnecting");
+                }
+                Err(e) => {
+                    let delay = delays.next().unwrap_or(options.reconnect_max_delay);
+                    tracing::warn!(error = %e, retry_in = ?delay, "cannot connect to broker");
+                    broker.set_error(e.to_string());
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn backoff(max_delay: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(max_delay)
+        .with_jitter()
+        .without_max_times()
+}
+
+async fn connect(options: &Options, topology: &Topology) -> Result<Live, lapin::Error> {
+    let max_delay = options.reconnect_max_delay;
+    let properties = ConnectionProperties::default()
+        .with_connection_name("codegen-cluster".into())
+        .enable_auto_recover()
+        .configure_backoff(move |_| backoff(max_delay));
+    let connection = Connection::connect(&options.url, properties).await?;
+    let channel = connection.create_channel().await?;
+    declare(&channel, options, topology).await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(Live {
+        connection,
+        publisher: channel,
+    })
+}
+
+/// Declares the queues and the dead-letter route. Declaring is idempotent as long as the
+/// arguments match; a queue declared earlier with other arguments fails loudly here.
+async fn declare(
+    channel: &Channel,
+    options: &Options,
+    topology: &Topology,
+) -> Result<(), lapin::Error> {
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel
+        .exchange_declare(
+            ShortString::from(topology.dead_letter_exchange.clone()),
+            ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let mut dead_args = FieldTable::default();
+    dead_args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    channel
+        .queue_declare(
+            ShortString::from(topology.dead_letters.clone()),
+            durable,
+            dead_args,
+        )
+        .await?;
+    channel
+        .queue_bind(
+            ShortString::from(topology.dead_letters.clone()),
+            ShortString::from(topology.dead_letter_exchange.clone()),
+            ShortString::from(topology.dead_letters.clone()),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+
+    let mut task_args = FieldTable::default();
+    task_args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    // Quorum queues in RabbitMQ 3.10 have no default delivery limit: a poison message would
+    // otherwise be redelivered forever.
+    task_args.insert(
+        "x-delivery-limit".into(),
+        AMQPValue::LongInt(i32::try_from(options.delivery_limit).unwrap_or(i32::MAX)),
+    );
+    task_args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(topology.dead_letter_exchange.clone().into()),
+    );
+    task_args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(topology.dead_letters.clone().into()),
+    );
+    // At-least-once dead-lettering: the message leaves the task queue only once the
+    // dead-letter queue has it. It requires reject-publish overflow.
+    task_args.insert(
+        "x-dead-letter-strategy".into(),
+        AMQPValue::LongString("at-least-once".into()),
+    );
+    task_args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    channel
+        .queue_declare(
+            ShortString::from(topology.tasks.clone()),
+            durable,
+            task_args,
+        )
+        .await?;
+    Ok(())
+}
+
+/// The URL without its password, for logs and `/readyz`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[async_trait]
+impl Broker for AmqpBroker {
+    async fn publish(&self, message: Outgoing) -> Result<(), Error> {
+        let attempt = async {
+            let never = CancellationToken::new();
+            loop {
+                let Some(live) = self.wait_live(&never).await else {
+                    continue;
+                };
+                match self.publish_once(&live, &message).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => {
+                        self.set_error(e.to_string());
+                        tracing::warn!(error = %e, message_id = %message.message_id, "publish failed; retrying");
+                        if live.publisher.wait_for_recovery(e).await.is_err() {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(self.inner.options.publish_timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Unavailable(format!(
+                "no confirmed publish within {:?}: {}",
+                self.inner.options.publish_timeout,
+                self.health()
+                    .err()
+                    .unwrap_or_else(|| "broker did not confirm".into())
+            ))),
+        }
+    }
+
+    fn consume(
+        &self,
+        queue: Queue,
+        prefetch: u16,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Delivery> {
+        let (tx, rx) = mpsc::channel(usize::from(prefetch.max(1)));
+        let broker = self.clone();
+        let name = match queue {
+            Queue::Tasks => broker.inner.topology.tasks.clone(),
+            Queue::DeadLetters => broker.inner.topology.dead_letters.clone(),
+        };
+        tokio::spawn(async move {
+            'connection: loop {
+                let Some(live) = broker.wait_live(&cancel).await else {
+                    break;
+                };
+                let channel = match open_consumer_channel(&live, prefetch).await {
+                    Ok(channel) => channel,
+                    Err(e) => {
+                        tracing::warn!(error = %e, queue = %name, "cannot open consumer channel");
+                        tokio::select! {
+                            _ = cancel.cancelled() => break,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                };
+                let mut consumer = match channel
+                    .basic_consume(
+                        ShortString::from(name.clone()),
+                        ShortString::from(""),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                {
+                    Ok(consumer) => consumer,
+                    Err(e) => {
+                        tracing::warn!(error = %e, queue = %name, "cannot start consuming");
+                        tokio::select! {
+                            _ = cancel.cancelled() => break,
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                };
+                tracing::info!(queue = %name, prefetch, "consuming");
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {
+                            let _ = channel
+                                .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                                .await;
+                            tracing::info!(queue = %name, "stopped consuming");
+                            break 'connection;
+                        }
+                        item = consumer.next() => match item {
+                            Some(Ok(delivery)) => {
+                                if tx.send(convert(delivery, channel.clone())).await.is_err() {
+                                    break 'connection;
+                                }
+                            }
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, queue = %name, "consumer interrupted");
+                                if channel.wait_for_recovery(e).await.is_err() {
+                                    continue 'connection;
+                                }
+                            }
+                            None => {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                continue 'connection;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|d| (d, rx)) })
+            .boxed()
+    }
+
+    fn health(&self) -> Result<(), String> {
+        let live = self.inner.live.borrow().clone();
+        match live {
+            Some(live) if live.connection.status().connected() => Ok(()),
+            Some(_) => Err(format!(
+                "rabbitmq at {}: reconnecting",
+                redact(&self.inner.options.url)
+            )),
+            None => Err(format!(
+                "rabbitmq at {}: {}",
+                redact(&self.inner.options.url),
+                self.inner
+                    .last_error
+                    .lock()
+                    .expect("poisoned")
+                    .clone()
+                    .unwrap_or_else(|| "not connected".into())
+            )),
+        }
+    }
+}
+
+async fn open_consumer_channel(live: &Live, prefetch: u16) -> Result<Channel, lapin::Error> {
+    let channel = live.connection.create_channel().await?;
+    channel
+        .basic_qos(prefetch.max(1), BasicQosOptions::default())
+        .await?;
+    Ok(channel)
+}
+
+fn convert(delivery: lapin::message::Delivery, channel: Channel) -> Delivery {
+    let headers = delivery.properties.headers().clone().unwrap_or_default();
+    let delivery_count = headers
+        .inner()
+        .get("x-delivery-count")
+        .and_then(as_u32)
+        .unwrap_or(0);
+    let death_reason = headers
+        .inner()
+        .get("x-first-death-reason")
+        .and_then(|v| match v {
+            AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+            _ => None,
+        });
+    Delivery {
+        message_id: delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.as_str().to_owned()),
+        redelivered: delivery.redelivered,
+        delivery_count,
+        death_reason,
+        body: delivery.data.clone(),
+        acker: Box::new(LapinAcker {
+            acker: delivery.acker.clone(),
+            _channel: channel,
+        }),
+    }
+}
+
+fn as_u32(value: &AMQPValue) -> Option<u32> {
+    let n: i64 = match *value {
+        AMQPValue::ShortShortInt(n) => n.into(),
+        AMQPValue::ShortShortUInt(n) => n.into(),
+        AMQPValue::ShortInt(n) => n.into(),
+        AMQPValue::ShortUInt(n) => n.into(),
+        AMQPValue::LongInt(n) => n.into(),
+        AMQPValue::LongUInt(n) => n.into(),
+        AMQPValue::LongLongInt(n) => n,
+        _ => return None,
+    };
+    u32::try_from(n).ok()
+}
+
+struct LapinAcker {
+    acker: lapin::Acker,
+    /// Settling needs the channel open; it closes when its last handle is dropped.
+    _channel: Channel,
+}
+
+#[async_trait]
+impl Acker for LapinAcker {
+    async fn settle(&self, how: Settle) -> Result<(), Error> {
+        let result = match how {
+            Settle::Ack => self.acker.ack(BasicAckOptions::default()).await,
+            Settle::DeadLetter => {
+                self.acker
+                    .nack(BasicNackOptions {
+                        requeue: false,
+                        ..Default::default()
+                    })
+                    .await
+            }
+            Settle::Requeue => {
+                self.acker
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    })
+                    .await
+            }
+        };
+        result
+            .map(|_| ())
+            .map_err(|e| Error::Protocol(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_the_password_only() {
+        assert_eq!(
+            redact("amqp://user:secret@host:5672/%2f"),
+            "amqp://user:***@host:5672/%2f"
+        );
+        assert_eq!(redact("amqp://127.0.0.1:5672"), "amqp://127.0.0.1:5672");
+    }
+
+    #[test]
+    fn delivery_count_reads_any_integer_width() {
+        assert_eq!(as_u32(&AMQPValue::LongLongInt(3)), Some(3));
+        assert_eq!(as_u32(&AMQPValue::LongInt(2)), Some(2));
+        assert_eq!(as_u32(&AMQPValue::LongLongInt(-1)), None);
+        assert_eq!(as_u32(&AMQPValue::Boolean(true)), None);
+    }
+}

@@ -1,0 +1,166 @@
+//! The task transport.
+//!
+//! [`Broker`] is what coordinators and workers need from RabbitMQ: publish a task with a
+//! publisher confirm, consume the task queue with manual acks, and consume the dead-letter
+//! queue. [`amqp::AmqpBroker`] is the real implementation (lapin, with automatic connection and
+//! topology recovery); [`memory::MemoryBroker`] is an in-process fake for unit tests.
+//!
+//! Invariants:
+//! - `publish` returns `Ok` only after the broker confirmed the message (it is on disk in a
+//!   durable quorum queue).
+//! - the task queue is a durable quorum queue with an explicit `x-delivery-limit` and a
+//!   dead-letter exchange; a rejected message or one delivered more often than the limit goes
+//!   to the dead-letter queue, never silently away.
+//! - a [`Delivery`] is settled exactly once, by the consumer, with `ack`, `dead_letter` or
+//!   `requeue`; dropping it unsettled leaves it to the broker to redeliver.
+
+pub mod amqp;
+pub mod memory;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use amqp::AmqpBroker;
+pub use memory::MemoryBroker;
+
+/// Broker settings (`[broker]` in `codegen.toml`, `CODEGEN__BROKER__*` in the environment).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// AMQP URL of the RabbitMQ node.
+    pub url: String,
+    /// Prefix of every exchange and queue name, so clusters can share a broker.
+    pub prefix: String,
+    /// Deliveries of one task before it is dead-lettered (`x-delivery-limit`).
+    pub delivery_limit: u32,
+    /// How long `publish` waits for a connection and a confirm before it gives up.
+    #[serde(with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Upper bound of the reconnect backoff.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            url: "amqp://127.0.0.1:5672/%2f".into(),
+            prefix: "codegen".into(),
+            delivery_limit: 5,
+            publish_timeout: Duration::from_secs(10),
+            reconnect_max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Which queue to consume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    Tasks,
+    DeadLetters,
+}
+
+/// A message to publish on the task queue.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// Carried as the AMQP `message-id`, so even an undecodable body can be traced to its task.
+    pub message_id: String,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No connection to the broker right now; worth retrying later.
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+    /// The broker refused the message (negative confirm or unroutable).
+    #[error("broker refused the message: {0}")]
+    Refused(String),
+    /// A protocol or channel failure; the connection recovers by itself.
+    #[error("broker error: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// Whether the same call may succeed later without any change on the caller's side.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable(_) | Error::Protocol(_))
+    }
+}
+
+/// One received message. Settle it with exactly one of the consuming methods.
+pub struct Delivery {
+    pub body: Vec<u8>,
+    pub message_id: Option<String>,
+    pub redelivered: bool,
+    /// Earlier deliveries of this message (quorum queues count them in `x-delivery-count`).
+    pub delivery_count: u32,
+    /// For dead letters: why the broker dead-lettered it (`rejected`, `delivery_limit`, ...).
+    pub death_reason: Option<String>,
+    acker: Box<dyn Acker>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("message_id", &self.message_id)
+            .field("bytes", &self.body.len())
+            .field("redelivered", &self.redelivered)
+            .field("delivery_count", &self.delivery_count)
+            .field("death_reason", &self.death_reason)
+            .finish()
+    }
+}
+
+impl Delivery {
+    /// Done: the broker forgets the message.
+    pub async fn ack(self) -> Result<(), Error> {
+        self.acker.settle(Settle::Ack).await
+    }
+
+    /// Never processable: route it to the dead-letter queue now.
+    pub async fn dead_letter(self) -> Result<(), Error> {
+        self.acker.settle(Settle::DeadLetter).await
+    }
+
+    /// Not processed: give it back for another delivery (counts towards the delivery limit).
+    pub async fn requeue(self) -> Result<(), Error> {
+        self.acker.settle(Settle::Requeue).await
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    Ack,
+    DeadLetter,
+    Requeue,
+}
+
+#[async_trait]
+pub(crate) trait Acker: Send + Sync {
+    async fn settle(&self, how: Settle) -> Result<(), Error>;
+}
+
+/// What the rest of the system needs from a message broker.
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// Publishes one task durably; returns once the broker has confirmed it.
+    async fn publish(&self, message: Outgoing) -> Result<(), Error>;
+
+    /// Consumes `queue` with at most `prefetch` unsettled deliveries. The stream waits through
+    /// broker outages and ends once `cancel` fires (the broker stops sending at that point;
+    /// deliveries already handed out can still be settled).
+    fn consume(
+        &self,
+        queue: Queue,
+        prefetch: u16,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Delivery>;
+
+    /// `Ok` when connected; otherwise why not, for `/readyz`.
+    fn health(&self) -> Result<(), String>;
+}

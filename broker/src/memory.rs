@@ -1,0 +1,252 @@
+//! An in-process broker for unit tests. It keeps RabbitMQ's delivery semantics that the rest of
+//! the system relies on: unsettled messages are redelivered, every return counts towards the
+//! delivery limit, and a message past the limit or rejected goes to the dead-letter queue.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Acker, Broker, Delivery, Error, Outgoing, Queue, Settle};
+
+#[derive(Debug, Clone)]
+struct Message {
+    message_id: String,
+    body: Vec<u8>,
+    delivery_count: u32,
+    death_reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tasks: VecDeque<Message>,
+    dead: VecDeque<Message>,
+    down: Option<String>,
+}
+
+/// In-memory broker; cheap to clone, clones share the queues.
+#[derive(Debug, Clone)]
+pub struct MemoryBroker {
+    state: Arc<Mutex<State>>,
+    notify: Arc<Notify>,
+    delivery_limit: u32,
+}
+
+impl MemoryBroker {
+    pub fn new(delivery_limit: u32) -> Self {
+        Self {
+            state: Arc::default(),
+            notify: Arc::new(Notify::new()),
+            delivery_limit,
+        }
+    }
+
+    /// Simulates an outage: publishes fail and `health` reports `reason` until `set_up`.
+    pub fn set_down(&self, reason: &str) {
+        self.state.lock().expect("poisoned").down = Some(reason.into());
+    }
+
+    pub fn set_up(&self) {
+        self.state.lock().expect("poisoned").down = None;
+        self.notify.notify_waiters();
+    }
+
+    /// Messages waiting in `queue` (not counting those handed out).
+    pub fn len(&self, queue: Queue) -> usize {
+        let state = self.state.lock().expect("poisoned");
+        match queue {
+            Queue::Tasks => state.tasks.len(),
+            Queue::DeadLetters => state.dead.len(),
+        }
+    }
+
+    /// Puts raw bytes on the task queue, as a misbehaving producer would.
+    pub fn inject(&self, message_id: &str, body: Vec<u8>) {
+        self.push(
+            Queue::Tasks,
+            Message {
+                message_id: message_id.into(),
+                body,
+                delivery_count: 0,
+                death_reason: None,
+            },
+        );
+    }
+
+    fn push(&self, queue: Queue, message: Message) {
+        {
+            let mut state = self.state.lock().expect("poisoned");
+            match queue {
+                Queue::Tasks => state.tasks.push_back(message),
+                Queue::DeadLetters => state.dead.push_back(message),
+            }
+        }
+        self.notify.notify_waiters();
+    }
+
+    fn pop(&self, queue: Queue) -> Option<Message> {
+        let mut state = self.state.lock().expect("poisoned");
+        if state.down.is_some() {
+            return None;
+        }
+        match queue {
+            Queue::Tasks => state.tasks.pop_front(),
+            Queue::DeadLetters => state.dead.pop_front(),
+        }
+    }
+}
+
+struct MemoryAcker {
+    broker: MemoryBroker,
+    queue: Queue,
+    message: Message,
+}
+
+#[async_trait]
+impl Acker for MemoryAcker {
+    async fn settle(&self, how: Settle) -> Result<(), Error> {
+        let mut message = self.message.clone();
+        match how {
+            Settle::Ack => {}
+            Settle::DeadLetter => {
+                message.death_reason = Some("rejected".into());
+                self.broker.push(Queue::DeadLetters, message);
+            }
+            Settle::Requeue => {
+                message.delivery_count += 1;
+                if self.queue == Queue::Tasks && message.delivery_count > self.broker.delivery_limit
+                {
+                    message.death_reason = Some("delivery_limit".into());
+                    self.broker.push(Queue::DeadLetters, message);
+                } else {
+                    self.broker.push(self.queue, message);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Broker for MemoryBroker {
+    async fn publish(&self, message: Outgoing) -> Result<(), Error> {
+        if let Some(reason) = &self.state.lock().expect("poisoned").down {
+            return Err(Error::Unavailable(reason.clone()));
+        }
+        self.push(
+            Queue::Tasks,
+            Message {
+                message_id: message.message_id,
+                body: message.body,
+                delivery_count: 0,
+                death_reason: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn consume(
+        &self,
+        queue: Queue,
+        _prefetch: u16,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Delivery> {
+        let broker = self.clone();
+        futures::stream::unfold((broker, cancel), move |(broker, cancel)| async move {
+            let notify = broker.notify.clone();
+            loop {
+                let notified = notify.notified();
+                if cancel.is_cancelled() {
+                    return None;
+                }
+                if let Some(message) = broker.pop(queue) {
+                    let delivery = Delivery {
+                        body: message.body.clone(),
+                        message_id: Some(message.message_id.clone()),
+                        redelivered: message.delivery_count > 0,
+                        delivery_count: message.delivery_count,
+                        death_reason: message.death_reason.clone(),
+                        acker: Box::new(MemoryAcker {
+                            broker: broker.clone(),
+                            queue,
+                            message,
+                        }),
+                    };
+                    return Some((delivery, (broker, cancel)));
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return None,
+                    _ = notified => {}
+                }
+            }
+        })
+        .boxed()
+    }
+
+    fn health(&self) -> Result<(), String> {
+        match &self.state.lock().expect("poisoned").down {
+            Some(reason) => Err(reason.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing(id: &str) -> Outgoing {
+        Outgoing {
+            message_id: id.into(),
+            body: id.as_bytes().to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn requeued_past_the_limit_goes_to_dead_letters() {
+        let broker = MemoryBroker::new(2);
+        broker.publish(outgoing("a")).await.unwrap();
+        let cancel = CancellationToken::new();
+        let mut stream = broker.consume(Queue::Tasks, 1, cancel.clone());
+        for expected_count in 0..=2 {
+            let d = stream.next().await.unwrap();
+            assert_eq!(d.delivery_count, expected_count);
+            d.requeue().await.unwrap();
+        }
+        assert_eq!(broker.len(Queue::Tasks), 0);
+        assert_eq!(broker.len(Queue::DeadLetters), 1);
+        let mut dead = broker.consume(Queue::DeadLetters, 1, cancel.clone());
+        let d = dead.next().await.unwrap();
+        assert_eq!(d.death_reason.as_deref(), Some("delivery_limit"));
+        assert_eq!(d.message_id.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn dead_letter_skips_the_limit_and_ack_removes() {
+        let broker = MemoryBroker::new(5);
+        broker.publish(outgoing("x")).await.unwrap();
+        broker.publish(outgoing("y")).await.unwrap();
+        let mut stream = broker.consume(Queue::Tasks, 1, CancellationToken::new());
+        stream.next().await.unwrap().dead_letter().await.unwrap();
+        stream.next().await.unwrap().ack().await.unwrap();
+        assert_eq!(broker.len(Queue::Tasks), 0);
+        assert_eq!(broker.len(Queue::DeadLetters), 1);
+    }
+
+    #[tokio::test]
+    async fn stream_ends_on_cancel_and_outage_fails_publish() {
+        let broker = MemoryBroker::new(5);
+        let cancel = CancellationToken::new();
+        let mut stream = broker.consume(Queue::Tasks, 1, cancel.clone());
+        cancel.cancel();
+        assert!(stream.next().await.is_none());
+        broker.set_down("maintenance");
+        assert!(broker.health().is_err());
+        let err = broker.publish(outgoing("z")).await.unwrap_err();
+        assert!(err.is_retryable());
+    }
+}

@@ -1,0 +1,1 @@
+//! The codegen binary: coordinator, worker and client commands.

@@ -1,0 +1,1 @@
+//! HTTP API: validates requests, publishes tasks, answers with results.

@@ -1,0 +1,96 @@
+//! Bodies of the HTTP API, shared by the coordinator (server) and the CLI (client).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ExecutionResult, TaskId};
+
+/// `POST /v1/executions` body. Optional limits take the coordinator's configured defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionSubmission {
+    pub language: String,
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+}
+
+/// An execution as the API shows it: its id plus either the verdict or `"status": "queued"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionView {
+    pub id: TaskId,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Outcome {
+    Done(ExecutionResult),
+    Pending { status: Pending },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pending {
+    /// Accepted and published; no worker has stored a result yet.
+    Queued,
+}
+
+/// Body of every 4xx/5xx answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Status;
+
+    #[test]
+    fn done_view_is_flat() {
+        let view = ExecutionView {
+            id: TaskId::new(),
+            outcome: Outcome::Done(ExecutionResult {
+                status: Status::Failed,
+                exit_code: Some(3),
+                stdout: String::new(),
+                stderr: "boom".into(),
+                truncated: false,
+                duration_ms: 5,
+                reason: None,
+            }),
+        };
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["status"], "failed");
+        assert_eq!(json["exit_code"], 3);
+        let back: ExecutionView = serde_json::from_value(json).unwrap();
+        assert_eq!(back, view);
+    }
+
+    #[test]
+    fn pending_view_round_trips() {
+        let view = ExecutionView {
+            id: TaskId::new(),
+            outcome: Outcome::Pending {
+                status: Pending::Queued,
+            },
+        };
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["status"], "queued");
+        assert_eq!(serde_json::from_value::<ExecutionView>(json).unwrap(), view);
+    }
+
+    #[test]
+    fn submission_rejects_unknown_fields() {
+        let err = serde_json::from_str::<ExecutionSubmission>(
+            r#"{"language":"python","code":"1","timeout":5}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("timeout"), "{err}");
+    }
+}

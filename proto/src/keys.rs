@@ -1,0 +1,51 @@
+//! The Redis key layout. All keys of a cluster share one configurable prefix.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `{prefix}:exec:{id}:meta` | MessagePack [`ExecutionMeta`](crate::execution) — written by the coordinator before publishing |
+//! | `{prefix}:exec:{id}:result` | MessagePack [`ExecutionResult`](crate::ExecutionResult) — written once (`SET NX`) by whoever finishes the task |
+//! | `{prefix}:exec:done` | pub/sub channel; the payload is the id of a finished execution |
+
+use crate::TaskId;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn execution_meta(&self, id: TaskId) -> String {
+        format!("{}:exec:{id}:meta", self.prefix)
+    }
+
+    pub fn execution_result(&self, id: TaskId) -> String {
+        format!("{}:exec:{id}:result", self.prefix)
+    }
+
+    pub fn execution_done_channel(&self) -> String {
+        format!("{}:exec:done", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_prefixed_and_distinct() {
+        let keys = Keys::new("cg");
+        let id: TaskId = "0190a5b2-0000-7000-8000-000000000000".parse().unwrap();
+        assert_eq!(
+            keys.execution_result(id),
+            "cg:exec:0190a5b2-0000-7000-8000-000000000000:result"
+        );
+        assert_ne!(keys.execution_meta(id), keys.execution_result(id));
+        assert_eq!(keys.execution_done_channel(), "cg:exec:done");
+    }
+}

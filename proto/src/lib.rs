@@ -1,0 +1,15 @@
+//! The contract between codegen-cluster processes.
+//!
+//! Everything that crosses a process boundary is defined here: the task envelope published to
+//! RabbitMQ (MessagePack with named fields and a schema version), the execution request and
+//! result types returned by the HTTP API, the queue and exchange names, and the Redis key layout.
+//! Coordinators and workers of the same schema version can be mixed freely in one cluster.
+
+pub mod api;
+pub mod execution;
+pub mod keys;
+pub mod queues;
+pub mod task;
+
+pub use execution::{ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status};
+pub use task::{Envelope, SCHEMA_VERSION, Task, TaskId};

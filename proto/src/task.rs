@@ -1,0 +1,166 @@
+//! Task messages: what the coordinator publishes and a worker consumes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::execution::ExecutionRequest;
+
+/// Version of the envelope layout. A worker rejects (dead-letters) an envelope whose version it
+/// does not know instead of guessing at its meaning.
+pub const SCHEMA_VERSION: u16 = 1;
+
+/// Identifies one task (and, for plain executions, the execution it carries). It doubles as the
+/// idempotency key: a task delivered twice produces one stored result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub uuid::Uuid);
+
+impl TaskId {
+    /// A new, time-ordered id (UUIDv7), so ids sort by submission time in logs and Redis.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::now_v7())
+    }
+}
+
+impl Default for TaskId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for TaskId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::parse_str(s).map(Self)
+    }
+}
+
+/// What a worker is asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Task {
+    /// Run code in the sandbox and store the verdict; no model involved.
+    Execute(ExecutionRequest),
+}
+
+impl Task {
+    /// Short name for logs and metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Task::Execute(_) => "execute",
+        }
+    }
+}
+
+/// The message body on the task queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub schema_version: u16,
+    pub task_id: TaskId,
+    /// Tenant the task is charged to; `None` when the cluster runs without API keys.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Milliseconds since the Unix epoch at which the coordinator accepted the work.
+    pub submitted_at_ms: u64,
+    pub task: Task,
+}
+
+/// Why an envelope could not be decoded. Never retried: the same bytes fail the same way.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("malformed envelope: {0}")]
+    Malformed(#[from] rmp_serde::decode::Error),
+    #[error("unsupported schema version {found} (this build speaks {SCHEMA_VERSION})")]
+    UnsupportedVersion { found: u16 },
+}
+
+impl Envelope {
+    pub fn new(task_id: TaskId, tenant: Option<String>, submitted_at_ms: u64, task: Task) -> Self {
+        Self {
+            schema_version: SCHEMA_VERSION,
+            task_id,
+            tenant,
+            submitted_at_ms,
+            task,
+        }
+    }
+
+    /// MessagePack with named fields, so fields can be added without breaking older readers.
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("an envelope always serializes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let envelope: Envelope = rmp_serde::from_slice(bytes)?;
+        if envelope.schema_version != SCHEMA_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                found: envelope.schema_version,
+            });
+        }
+        Ok(envelope)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::execution::Language;
+
+    fn sample() -> Envelope {
+        Envelope::new(
+            TaskId::new(),
+            Some("acme".into()),
+            1_700_000_000_000,
+            Task::Execute(ExecutionRequest {
+                language: Language::Python,
+                code: "print('hi')".into(),
+                stdin: Some("in".into()),
+                timeout_ms: 1000,
+                memory_mb: 128,
+            }),
+        )
+    }
+
+    #[test]
+    fn envelope_round_trips_through_messagepack() {
+        let envelope = sample();
+        let decoded = Envelope::decode(&envelope.encode()).unwrap();
+        assert_eq!(decoded, envelope);
+    }
+
+    #[test]
+    fn envelope_uses_named_fields() {
+        // Named fields (a map, not a positional array) are what lets a newer coordinator add a
+        // field without breaking older workers.
+        let bytes = sample().encode();
+        assert_eq!(bytes[0] & 0xf0, 0x80, "top level is a fixmap");
+        for field in ["schema_version", "task_id", "submitted_at_ms", "task"] {
+            assert!(
+                bytes.windows(field.len()).any(|w| w == field.as_bytes()),
+                "field {field} not named in the encoding"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_malformed_error() {
+        let err = Envelope::decode(b"\x93not msgpack at all").unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed(_)), "{err}");
+    }
+
+    #[test]
+    fn unknown_schema_version_is_rejected() {
+        let mut envelope = sample();
+        envelope.schema_version = SCHEMA_VERSION + 1;
+        let bytes = rmp_serde::to_vec_named(&envelope).unwrap();
+        let err = Envelope::decode(&bytes).unwrap_err();
+        assert!(
+            matches!(err, DecodeError::UnsupportedVersion { found } if found == SCHEMA_VERSION + 1)
+        );
+    }
+}

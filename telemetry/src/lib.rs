@@ -1,0 +1,1 @@
+//! Logging, Prometheus metrics and the health/readiness endpoints every process serves.

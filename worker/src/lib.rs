@@ -1,0 +1,1 @@
+//! Consumes tasks, runs them in the sandbox, stores results, acks.
