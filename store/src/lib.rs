@@ -1,1 +1,101 @@
-//! Redis state (results, metadata, completion notices) behind a trait, with an in-memory fake.
+//! Shared state in Redis.
+//!
+//! [`Store`] is what the rest of the system needs from Redis: execution metadata and results,
+//! and a way to wait for a result. [`redis::RedisStore`] is the real implementation (a lazy,
+//! self-reconnecting `ConnectionManager`; completion notices over RESP3 pub/sub with automatic
+//! resubscription); [`memory::MemoryStore`] is an in-process fake for unit tests.
+//!
+//! Invariants:
+//! - a result is written once (`SET NX`): a task delivered twice cannot overwrite the first
+//!   verdict, so at-least-once delivery still has one effect.
+//! - a completion notice is only a hint; waiters re-read the key on every wake-up and poll it
+//!   at a fixed interval, so a notice lost during a Redis reconnect delays an answer but never
+//!   loses it.
+
+pub mod memory;
+pub mod redis;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proto::{ExecutionMeta, ExecutionResult, TaskId};
+use serde::{Deserialize, Serialize};
+
+pub use crate::redis::RedisStore;
+pub use memory::MemoryStore;
+
+/// Store settings (`[store]` in `codegen.toml`, `CODEGEN__STORE__*` in the environment).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Redis URL.
+    pub url: String,
+    /// Prefix of every key, so clusters can share a Redis.
+    pub prefix: String,
+    /// How long execution metadata and results are kept.
+    #[serde(with = "humantime_serde")]
+    pub result_ttl: Duration,
+    /// Per-command timeout; a command past it counts as Redis being unavailable.
+    #[serde(with = "humantime_serde")]
+    pub response_timeout: Duration,
+    /// How often a waiter re-reads a result it has not been notified about.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379/".into(),
+            prefix: "codegen".into(),
+            result_ttl: Duration::from_secs(24 * 3600),
+            response_timeout: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Redis cannot be reached or did not answer in time; worth retrying.
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// A stored value could not be decoded; retrying will not help.
+    #[error("corrupt value at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// The configuration is unusable (e.g. a malformed URL).
+    #[error("invalid redis configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
+}
+
+/// What the rest of the system needs from the shared state store.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records an accepted execution before its task is published.
+    async fn create_execution(&self, id: TaskId, meta: &ExecutionMeta) -> Result<(), Error>;
+
+    async fn execution_meta(&self, id: TaskId) -> Result<Option<ExecutionMeta>, Error>;
+
+    async fn execution_result(&self, id: TaskId) -> Result<Option<ExecutionResult>, Error>;
+
+    /// Stores `result` unless a result already exists and notifies waiters. Returns whether
+    /// this call stored it (false: an earlier delivery of the same task got there first).
+    async fn complete_execution(&self, id: TaskId, result: &ExecutionResult)
+    -> Result<bool, Error>;
+
+    /// Waits up to `timeout` for the result of `id`.
+    async fn wait_execution(
+        &self,
+        id: TaskId,
+        timeout: Duration,
+    ) -> Result<Option<ExecutionResult>, Error>;
+
+    /// `Ok` when the store answers; otherwise why not, for `/readyz`.
+    async fn health(&self) -> Result<(), String>;
+}
