@@ -70,6 +70,10 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(set(env) - {"LC_CTYPE"},
                          {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE"})
 
+    def test_program_is_preferred_oom_victim(self):
+        r = run("print(open('/proc/self/oom_score_adj').read().strip())")
+        self.assertEqual(r["stdout"], "1000\n")
+
     def test_null_stdin_is_empty(self):
         r = run("import sys; print(repr(sys.stdin.read()))")
         self.assertEqual(r["stdout"], "''\n")

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2153 # STATE, ROOT, LOGS come from scripts/cluster
 # Shared helpers for scripts/cluster: output, pid files, process checks,
 # port and HTTP probes. Sourced, never executed; expects $STATE to be set.
 
@@ -137,6 +138,7 @@ stop_pids() {
 
 # port_open HOST PORT: something accepts TCP connections there.
 port_open() {
+  # shellcheck disable=SC2016
   timeout 1 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
 }
 
@@ -160,6 +162,7 @@ http_get() {
 # with a frame (Connection.Start starts with frame type 1).
 amqp_answers() {
   local first
+  # shellcheck disable=SC2016
   first=$(timeout 3 bash -c '
     exec 3<>"/dev/tcp/$1/$2" || exit 1
     printf "AMQP\x00\x00\x09\x01" >&3

@@ -65,7 +65,7 @@ ensure_epmd() {
   local bin
   bin=$(command -v epmd) || die "epmd not found (package erlang-base)"
   (
-    cd "$STATE"
+    cd "$STATE" || exit 1
     exec setsid nohup "$bin" -address 127.0.0.1 -port "$EPMD_PORT" >>"$LOGS/epmd.log" 2>&1 </dev/null 9>&-
   ) &
   pid=$!
@@ -146,7 +146,7 @@ start_rabbitmq() {
   rm -f "$(pidfile rabbitmq)"
   rmq_env
   (
-    cd "$RMQ_DIR"
+    cd "$RMQ_DIR" || exit 1
     exec env "${RMQ_ENV[@]}" setsid nohup "$RMQ_BIN/rabbitmq-server" >>"$LOGS/rabbitmq.log" 2>&1 </dev/null 9>&-
   ) &
   launcher=$!
@@ -232,7 +232,7 @@ EOF
   local t0
   t0=$(now)
   (
-    cd "$REDIS_DIR"
+    cd "$REDIS_DIR" || exit 1
     exec setsid nohup redis-server "$REDIS_DIR/redis.conf" >>"$LOGS/redis.log" 2>&1 </dev/null 9>&-
   ) &
   pid=$!

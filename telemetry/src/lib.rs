@@ -1,1 +1,241 @@
-//! Logging, Prometheus metrics and the health/readiness endpoints every process serves.
+//! What every process has in common: `tracing` logs, a Prometheus registry, and the
+//! `/healthz`, `/readyz` and `/metrics` endpoints.
+//!
+//! Invariants: `/healthz` answers 200 while the process runs; `/readyz` answers 200 only when
+//! every dependency check passes and the process is not shutting down, and otherwise 503 with
+//! each failing dependency named and why.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use serde::{Deserialize, Serialize};
+
+/// Log settings (`[log]` in `codegen.toml`, `CODEGEN__LOG__*` in the environment).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogOptions {
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+    /// `tracing` filter directives; `RUST_LOG` wins when set.
+    pub filter: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".into(),
+        }
+    }
+}
+
+/// Installs the global `tracing` subscriber (logs go to stderr).
+pub fn init_logging(options: &LogOptions) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&options.filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match options.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type CheckFn = dyn Fn() -> CheckFuture + Send + Sync;
+
+/// The readiness checks of one process, by dependency name.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    checks: Vec<(String, Arc<CheckFn>)>,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.checks.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Readiness").field("checks", &names).finish()
+    }
+}
+
+/// The `/readyz` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadinessReport {
+    pub ready: bool,
+    /// `"ok"` or the reason, per dependency.
+    pub checks: BTreeMap<String, String>,
+}
+
+impl Readiness {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a dependency check; it should answer within a second or two.
+    pub fn with_check<F, Fut>(mut self, name: &str, check: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.checks
+            .push((name.to_owned(), Arc::new(move || Box::pin(check()))));
+        self
+    }
+
+    /// From now on `/readyz` fails, so load balancers stop sending work while we drain.
+    pub fn set_shutting_down(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub async fn report(&self) -> ReadinessReport {
+        let results = futures_join(self.checks.iter().map(|(name, check)| {
+            let name = name.clone();
+            let fut = check();
+            async move {
+                let result = tokio::time::timeout(std::time::Duration::from_secs(3), fut)
+                    .await
+                    .unwrap_or_else(|_| Err("check timed out after 3s".into()));
+                (name, result)
+            }
+        }))
+        .await;
+        let mut checks = BTreeMap::new();
+        let mut ready = true;
+        for (name, result) in results {
+            match result {
+                Ok(()) => {
+                    checks.insert(name, "ok".to_owned());
+                }
+                Err(reason) => {
+                    ready = false;
+                    checks.insert(name, reason);
+                }
+            }
+        }
+        if self.shutting_down.load(Ordering::SeqCst) {
+            ready = false;
+            checks.insert("process".into(), "shutting down".into());
+        }
+        ReadinessReport { ready, checks }
+    }
+}
+
+async fn futures_join<I, F, T>(futures: I) -> Vec<T>
+where
+    I: IntoIterator<Item = F>,
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        if let Ok(value) = handle.await {
+            out.push(value);
+        }
+    }
+    out
+}
+
+#[derive(Clone)]
+struct OpsState {
+    registry: Registry,
+    readiness: Readiness,
+}
+
+/// `/healthz`, `/readyz` and `/metrics`, to merge into a process's HTTP router.
+pub fn ops_router(registry: Registry, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(OpsState {
+            registry,
+            readiness,
+        })
+}
+
+async fn readyz(State(state): State<OpsState>) -> Response {
+    let report = state.readiness.report().await;
+    let status = if report.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(report)).into_response()
+}
+
+async fn metrics(State(state): State<OpsState>) -> Response {
+    let mut body = Vec::new();
+    match TextEncoder::new().encode(&state.registry.gather(), &mut body) {
+        Ok(()) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Buckets for latencies from a millisecond to a few minutes, in seconds.
+pub fn latency_buckets() -> Vec<f64> {
+    vec![
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        180.0,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn readiness_names_the_failing_dependency() {
+        let readiness = Readiness::new()
+            .with_check("broker", || async { Ok(()) })
+            .with_check("redis", || async { Err("connection refused".to_string()) });
+        let report = readiness.report().await;
+        assert!(!report.ready);
+        assert_eq!(report.checks["broker"], "ok");
+        assert_eq!(report.checks["redis"], "connection refused");
+    }
+
+    #[tokio::test]
+    async fn shutting_down_is_not_ready() {
+        let readiness = Readiness::new().with_check("broker", || async { Ok(()) });
+        assert!(readiness.report().await.ready);
+        readiness.set_shutting_down();
+        let report = readiness.report().await;
+        assert!(!report.ready);
+        assert_eq!(report.checks["process"], "shutting down");
+    }
+}
+
+/// Serves `router` on `addr` until `cancel` fires, then finishes in-flight requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    cancel: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+}
