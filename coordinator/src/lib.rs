@@ -1,1 +1,213 @@
-//! HTTP API: validates requests, publishes tasks, answers with results.
+//! The coordinator: the HTTP API in front of the cluster.
+//!
+//! It validates a request, records it in Redis, publishes a task (with a publisher confirm)
+//! and answers with the result once a worker stored it. It also consumes the dead-letter queue
+//! and records why a task was dead-lettered as that task's result, so no caller waits forever.
+//! It keeps no state of its own: any number of coordinators can run side by side.
+//!
+//! Invariants:
+//! - an execution's metadata is in Redis before its task is published, so every id a worker
+//!   can see is known to `GET /v1/executions/{id}`;
+//! - a request is answered 2xx only after the broker confirmed its task;
+//! - a task that cannot be published gets an `error` result, never a silent "queued".
+
+mod api;
+mod metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::{Broker, Delivery, Queue};
+use futures::StreamExt;
+use proto::{ExecutionResult, Status, TaskId};
+use serde::{Deserialize, Serialize};
+use store::Store;
+use tokio_util::sync::CancellationToken;
+
+pub use api::router;
+pub use metrics::Metrics;
+
+/// Coordinator settings (`[coordinator]` in `codegen.toml`, `CODEGEN__COORDINATOR__*`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Address of the HTTP API (and `/healthz`, `/readyz`, `/metrics`).
+    pub listen: std::net::SocketAddr,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// Largest `code`, in bytes.
+    pub max_code_bytes: usize,
+    /// Largest `stdin`, in bytes.
+    pub max_stdin_bytes: usize,
+    /// Program timeout when the request gives none, in milliseconds.
+    pub default_timeout_ms: u64,
+    /// Largest program timeout a request may ask for, in milliseconds.
+    pub max_timeout_ms: u64,
+    /// Memory limit when the request gives none, in MiB.
+    pub default_memory_mb: u64,
+    /// Smallest and largest memory limit a request may ask for, in MiB.
+    pub min_memory_mb: u64,
+    pub max_memory_mb: u64,
+    /// How long `POST /v1/executions` waits for the verdict before answering 202 with the id.
+    #[serde(with = "humantime_serde")]
+    pub wait: Duration,
+    /// How long shutdown waits for open requests.
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 8080).into(),
+            max_body_bytes: 4 << 20,
+            max_code_bytes: 1 << 20,
+            max_stdin_bytes: 1 << 20,
+            default_timeout_ms: 10_000,
+            max_timeout_ms: 120_000,
+            default_memory_mb: 256,
+            min_memory_mb: 16,
+            max_memory_mb: 4096,
+            wait: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid coordinator configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Shared by request handlers; cheap to clone.
+#[derive(Clone)]
+pub struct Coordinator {
+    pub(crate) options: Arc<Options>,
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) metrics: Metrics,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Coordinator {
+    pub fn build(
+        options: Options,
+        broker: Arc<dyn Broker>,
+        store: Arc<dyn Store>,
+        registry: &prometheus::Registry,
+    ) -> Result<Self, Error> {
+        if options.default_timeout_ms > options.max_timeout_ms {
+            return Err(Error::Config(
+                "default_timeout_ms is larger than max_timeout_ms".into(),
+            ));
+        }
+        if !(options.min_memory_mb..=options.max_memory_mb).contains(&options.default_memory_mb) {
+            return Err(Error::Config(
+                "default_memory_mb is outside min_memory_mb..=max_memory_mb".into(),
+            ));
+        }
+        let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
+            options: Arc::new(options),
+            broker,
+            store,
+            metrics,
+        })
+    }
+
+    /// Serves the API on `listener` (merged with `ops`, the health and metrics routes) and
+    /// consumes dead letters until `cancel` fires.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        ops: axum::Router,
+        cancel: CancellationToken,
+    ) -> Result<(), Error> {
+        let addr = listener.local_addr().map_err(|source| Error::Listen {
+            addr: self.options.listen,
+            source,
+        })?;
+        tracing::info!(%addr, "coordinator listening");
+        let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
+        let app = router(self.clone()).merge(ops);
+        let drain = self.options.drain_timeout;
+        let served = telemetry::serve(listener, app, cancel.clone());
+        let result = tokio::select! {
+            result = served => result,
+            // Open requests may wait up to `wait`; do not let them hold the shutdown forever.
+            _ = async { cancel.cancelled().await; tokio::time::sleep(drain).await } => Ok(()),
+        };
+        let _ = dead_letters.await;
+        result.map_err(|source| Error::Listen { addr, source })
+    }
+
+    /// Turns every dead letter into an `error` result for its execution.
+    async fn consume_dead_letters(self, cancel: CancellationToken) {
+        let mut deliveries = self.broker.consume(Queue::DeadLetters, 8, cancel.clone());
+        while let Some(delivery) = deliveries.next().await {
+            self.dead_letter(delivery).await;
+        }
+    }
+
+    pub(crate) async fn dead_letter(&self, delivery: Delivery) {
+        let reason = delivery
+            .death_reason
+            .clone()
+            .unwrap_or_else(|| "unknown".into());
+        self.metrics
+            .dead_letters
+            .with_label_values(&[reason.as_str()])
+            .inc();
+        let id = delivery
+            .message_id
+            .as_deref()
+            .and_then(|m| m.parse::<TaskId>().ok());
+        let Some(id) = id else {
+            tracing::warn!(message_id = ?delivery.message_id, %reason, "dead letter without a task id; dropped");
+            let _ = delivery.ack().await;
+            return;
+        };
+        let explanation = match reason.as_str() {
+            "delivery_limit" => format!(
+                "task dead-lettered: delivered more than the delivery limit ({} times) without finishing",
+                delivery.delivery_count
+            ),
+            "rejected" => {
+                "task dead-lettered: a worker rejected it as malformed or unsupported".to_string()
+            }
+            other => format!("task dead-lettered ({other})"),
+        };
+        tracing::warn!(%id, %reason, "task dead-lettered");
+        let result = ExecutionResult::error(Status::Error, explanation);
+        match self.store.complete_execution(id, &result).await {
+            Ok(_) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(%id, error = %e, "cannot record dead letter; retrying later");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let _ = delivery.requeue().await;
+            }
+        }
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

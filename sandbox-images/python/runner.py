@@ -35,6 +35,9 @@ CHUNK = 65536
 # How long to keep waiting for stdout/stderr EOF once every process we know of is
 # dead. Only reached if something we could not kill still holds the pipes.
 DRAIN_GRACE_S = 0.5
+# Sanity bounds for the request (the worker enforces its own, tighter limits).
+MAX_TIMEOUT_MS = 24 * 3600 * 1000
+MAX_OUTPUT_BYTES = 1 << 30
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/work",  # replaced by the real workdir below
@@ -85,14 +88,14 @@ def parse_request(raw):
     if stdin is not None and not isinstance(stdin, str):
         raise RequestError("'stdin' must be a string or null")
 
-    def positive_int(name, minimum):
+    def int_field(name, minimum, maximum):
         v = req.get(name)
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise RequestError("'%s' must be an integer >= %d" % (name, minimum))
+        if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
+            raise RequestError("'%s' must be an integer in [%d, %d]" % (name, minimum, maximum))
         return v
 
-    timeout_ms = positive_int("timeout_ms", 1)
-    max_output = positive_int("max_output_bytes", 0)
+    timeout_ms = int_field("timeout_ms", 1, MAX_TIMEOUT_MS)
+    max_output = int_field("max_output_bytes", 0, MAX_OUTPUT_BYTES)
     try:  # JSON may carry lone surrogates ("\ud800"), which are not valid UTF-8
         code_bytes = code.encode("utf-8")
         stdin_bytes = (stdin or "").encode("utf-8")

@@ -137,6 +137,9 @@ class RunnerTest(unittest.TestCase):
                         b'{"code": "x", "stdin": 5, "timeout_ms": 1, "max_output_bytes": 1}',
                         b'{"code": "x", "stdin": null, "timeout_ms": 0, "max_output_bytes": 1}',
                         b'{"code": "x", "stdin": null, "timeout_ms": true, "max_output_bytes": 1}',
+                        b'{"code": "x", "stdin": null, "timeout_ms": 1e99, "max_output_bytes": 1}',
+                        b'{"code": "x", "stdin": null, "timeout_ms": 100000000000, "max_output_bytes": 1}',
+                        b'{"code": "x", "stdin": null, "timeout_ms": 1, "max_output_bytes": -1}',
                         b'{"code": "\\ud800", "stdin": null, "timeout_ms": 1, "max_output_bytes": 1}'):
             with self.subTest(payload=payload):
                 rc, res = run_raw(payload)

@@ -40,14 +40,19 @@ pid_alive() {
 
 pid_cmdline() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null; }
 
-# pid_matches PID WORD...: alive and its command line contains every WORD.
+# pid_matches PID WORD...: alive and its command line contains every WORD;
+# a WORD of the form cwd=DIR instead requires the working directory DIR.
 pid_matches() {
   local pid=$1 cmd word
   shift
   pid_alive "$pid" || return 1
   cmd=" $(pid_cmdline "$pid") "
   for word in "$@"; do
-    [[ $cmd == *"$word"* ]] || return 1
+    if [[ $word == cwd=* ]]; then
+      [[ $(readlink "/proc/$pid/cwd" 2>/dev/null) == "${word#cwd=}" ]] || return 1
+    else
+      [[ $cmd == *"$word"* ]] || return 1
+    fi
   done
 }
 

@@ -50,6 +50,14 @@ ensure_packages() {
   say "installed packages in $(elapsed "$t0")"
 }
 
+# check_port NAME PID PORT: a running service of ours must be on the port asked for.
+check_port() {
+  local port
+  port=$(info_get "$1" port)
+  [[ -z $port || $port == "$3" ]] ||
+    die "$1 (pid $2) already runs on port $port, not $3: stop it first (scripts/cluster stop-service $1)"
+}
+
 # ---------------------------------------------------------------- epmd
 
 # ensure_epmd: the Erlang port mapper, on loopback. Started (and recorded)
@@ -77,10 +85,14 @@ ensure_epmd() {
 }
 
 stop_epmd() {
-  local pid
-  if pid=$(running_pid epmd epmd); then
-    stop_pids "$STOP_TIMEOUT" "epmd=$pid"
+  local pid names
+  pid=$(running_pid epmd epmd) || return 0
+  names=$(ERL_EPMD_PORT=$EPMD_PORT timeout 5 epmd -names 2>/dev/null | grep '^name ' || true)
+  if [[ -n $names ]]; then
+    say "epmd (pid $pid) left running: other erlang nodes are registered ($(awk '{ printf "%s ", $2 }' <<<"$names"))"
+    return 0
   fi
+  stop_pids "$STOP_TIMEOUT" "epmd=$pid"
 }
 
 # ---------------------------------------------------------------- rabbitmq
@@ -120,6 +132,7 @@ rabbitmq_pid() { running_pid rabbitmq beam.smp "-home $RMQ_HOME "; }
 start_rabbitmq() {
   local pid
   if pid=$(rabbitmq_pid); then
+    check_port rabbitmq "$pid" "$RABBITMQ_PORT"
     amqp_answers "$HOST" "$RABBITMQ_PORT" || rmqctl_t "$((READY_TIMEOUT + 5))" wait "$(pidfile rabbitmq)" --timeout "$READY_TIMEOUT" >/dev/null 2>&1 ||
       die "rabbitmq (pid $pid) runs but does not answer on $HOST:$RABBITMQ_PORT"
     say "rabbitmq already running (pid $pid, $HOST:$RABBITMQ_PORT)"
@@ -173,6 +186,7 @@ start_rabbitmq() {
     die "rabbitmq did not become ready"
   fi
   pid=$(read_pidfile rabbitmq)
+  echo "port=$RABBITMQ_PORT" >"$(infofile rabbitmq)"
   say "rabbitmq started (pid $pid, $HOST:$RABBITMQ_PORT) in $(elapsed "$t0")"
 }
 
@@ -190,7 +204,7 @@ stop_rabbitmq() {
   # 'stop PIDFILE' returns once the OS process has exited.
   if rmqctl_t "$((STOP_TIMEOUT + 5))" stop "$(pidfile rabbitmq)" >"$LOGS/rabbitmq-stop.log" 2>&1 &&
     [[ -z $(wait_exit 5 "$pid") ]]; then
-    rm -f "$(pidfile rabbitmq)"
+    rm -f "$(pidfile rabbitmq)" "$(infofile rabbitmq)"
     say "stopped rabbitmq (pid $pid) in $(elapsed "$t0")"
   else
     log_tail "$LOGS/rabbitmq-stop.log" 5
@@ -200,11 +214,13 @@ stop_rabbitmq() {
 
 # ---------------------------------------------------------------- redis
 
-redis_pid() { running_pid redis redis-server "$HOST:$REDIS_PORT"; }
+# redis started by this script: redis-server with our data dir as working dir
+redis_pid() { running_pid redis redis-server "cwd=$REDIS_DIR"; }
 
 start_redis() {
   local pid
   if pid=$(redis_pid); then
+    check_port redis "$pid" "$REDIS_PORT"
     wait_redis "$pid" || die "redis (pid $pid) runs but does not answer ping on $HOST:$REDIS_PORT"
     say "redis already running (pid $pid, $HOST:$REDIS_PORT)"
     return 0
@@ -237,6 +253,7 @@ EOF
   ) &
   pid=$!
   echo "$pid" >"$(pidfile redis)"
+  echo "port=$REDIS_PORT" >"$(infofile redis)"
   if ! wait_redis "$pid"; then
     log_tail "$LOGS/redis.log"
     pid_alive "$pid" || die "redis exited during startup"

@@ -1,0 +1,42 @@
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+/// The coordinator's Prometheus metrics.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub http_requests: IntCounterVec,
+    pub http_seconds: HistogramVec,
+    pub executions: IntCounterVec,
+    pub dead_letters: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let metrics = Self {
+            http_requests: IntCounterVec::new(
+                Opts::new("codegen_http_requests_total", "HTTP requests, by route and status"),
+                &["route", "status"],
+            )?,
+            http_seconds: HistogramVec::new(
+                HistogramOpts::new("codegen_http_request_seconds", "HTTP request latency")
+                    .buckets(telemetry::latency_buckets()),
+                &["route"],
+            )?,
+            executions: IntCounterVec::new(
+                Opts::new(
+                    "codegen_executions_total",
+                    "Executions accepted and answered, by language and status",
+                ),
+                &["language", "status"],
+            )?,
+            dead_letters: IntCounterVec::new(
+                Opts::new("codegen_dead_letters_total", "Dead-lettered tasks, by reason"),
+                &["reason"],
+            )?,
+        };
+        registry.register(Box::new(metrics.http_requests.clone()))?;
+        registry.register(Box::new(metrics.http_seconds.clone()))?;
+        registry.register(Box::new(metrics.executions.clone()))?;
+        registry.register(Box::new(metrics.dead_letters.clone()))?;
+        Ok(metrics)
+    }
+}
