@@ -1,1 +1,189 @@
-fn main() {}
+//! `codegen`: the cluster's processes and its command-line client.
+
+mod client;
+mod settings;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::settings::Settings;
+
+#[derive(Debug, Parser)]
+#[command(name = "codegen", version, about = "codegen-cluster: natural-language requests in, tested code out")]
+struct Cli {
+    /// Configuration file (default: ./codegen.toml when it exists). Environment variables
+    /// `CODEGEN__SECTION__KEY` override it.
+    #[arg(long, global = true, env = "CODEGEN_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a coordinator: the HTTP API.
+    Coordinator,
+    /// Run a worker: consumes tasks and runs them in the sandbox.
+    Worker,
+    /// Print the effective configuration (defaults, file and environment merged) as TOML.
+    Config,
+    /// Run a program on the cluster and print its output.
+    Exec(client::ExecArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("codegen: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("codegen: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Coordinator => run_coordinator(settings).await.map(|()| 0),
+            Command::Worker => run_worker(settings).await.map(|()| 0),
+            Command::Config => {
+                print!("{}", settings.to_toml()?);
+                Ok(0)
+            }
+            Command::Exec(args) => client::exec(args).await,
+        }
+    });
+    match outcome {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("codegen: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// Cancels the token on SIGTERM or Ctrl-C.
+fn on_shutdown_signal(token: CancellationToken, readiness: telemetry::Readiness) {
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
+        }
+        readiness.set_shutting_down();
+        token.cancel();
+    });
+}
+
+async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
+    telemetry::init_logging(&settings.log);
+    let registry = prometheus::Registry::new();
+    // Infrastructure outlives the service so in-flight requests can finish during shutdown.
+    let infra = CancellationToken::new();
+    let shutdown = CancellationToken::new();
+
+    let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
+    tokio::spawn(supervisor.run(infra.clone()));
+    let (store, listener) = store::RedisStore::build(settings.store.clone())?;
+    tokio::spawn(listener.run(infra.clone()));
+
+    let readiness = readiness(&broker, &store);
+    on_shutdown_signal(shutdown.clone(), readiness.clone());
+    let ops = telemetry::ops_router(registry.clone(), readiness);
+    let coordinator = coordinator::Coordinator::build(
+        settings.coordinator.clone(),
+        Arc::new(broker),
+        Arc::new(store),
+        &registry,
+    )?;
+    let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.coordinator.listen))?;
+    if settings.coordinator.listen.ip().is_loopback() {
+        tracing::warn!("no API keys yet: the API is open to anyone who can reach {}", settings.coordinator.listen);
+    }
+    let result = coordinator.run(tcp, ops, shutdown).await;
+    infra.cancel();
+    tracing::info!("coordinator stopped");
+    Ok(result?)
+}
+
+async fn run_worker(settings: Settings) -> anyhow::Result<()> {
+    telemetry::init_logging(&settings.log);
+    let registry = prometheus::Registry::new();
+    let infra = CancellationToken::new();
+    let shutdown = CancellationToken::new();
+
+    let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
+    tokio::spawn(supervisor.run(infra.clone()));
+    let (store, listener) = store::RedisStore::build(settings.store.clone())?;
+    tokio::spawn(listener.run(infra.clone()));
+    let sandbox = Arc::new(sandbox::DockerSandbox::build(settings.sandbox.clone()));
+    {
+        let sandbox = sandbox.clone();
+        tokio::spawn(async move {
+            match sandbox.reap_orphans().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(containers = n, "removed orphaned sandbox containers"),
+                Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandbox containers"),
+            }
+        });
+    }
+
+    let readiness = {
+        let sandbox = sandbox.clone();
+        readiness(&broker, &store).with_check("docker", move || {
+            let sandbox = sandbox.clone();
+            async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
+        })
+    };
+    on_shutdown_signal(shutdown.clone(), readiness.clone());
+    let ops = telemetry::ops_router(registry.clone(), readiness);
+    let tcp = tokio::net::TcpListener::bind(settings.worker.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.worker.listen))?;
+    tracing::info!(addr = %settings.worker.listen, "worker ops endpoint listening");
+    let ops_cancel = infra.clone();
+    let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
+
+    let worker = worker::Worker::build(
+        settings.worker.clone(),
+        Arc::new(broker),
+        Arc::new(store),
+        sandbox,
+        &registry,
+    )?;
+    worker.run(shutdown).await;
+    infra.cancel();
+    let _ = ops_server.await;
+    Ok(())
+}
+
+fn readiness(broker: &broker::AmqpBroker, store: &store::RedisStore) -> telemetry::Readiness {
+    let broker = broker.clone();
+    let store = store.clone();
+    telemetry::Readiness::new()
+        .with_check("broker", move || {
+            let health = broker::Broker::health(&broker);
+            async move { health }
+        })
+        .with_check("redis", move || {
+            let store = store.clone();
+            async move { store::Store::health(&store).await }
+        })
+}

@@ -1,0 +1,114 @@
+//! Configuration: built-in defaults → `codegen.toml` → `CODEGEN__SECTION__KEY` environment.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// Everything a `codegen` process can be configured with.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub coordinator: coordinator::Options,
+    pub worker: worker::Options,
+    pub broker: broker::Options,
+    pub store: store::Options,
+    pub sandbox: sandbox::Options,
+    pub log: telemetry::LogOptions,
+}
+
+impl Settings {
+    /// Loads the settings. An explicitly named file must exist; `./codegen.toml` is optional.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_from(file, config::Environment::with_prefix("CODEGEN"))
+    }
+
+    fn load_from(file: Option<&Path>, env: config::Environment) -> anyhow::Result<Self> {
+        let file_source = match file {
+            Some(path) => config::File::from(path).required(true),
+            None => config::File::with_name("codegen.toml")
+                .format(config::FileFormat::Toml)
+                .required(false),
+        };
+        let built = config::Config::builder()
+            .add_source(file_source)
+            .add_source(
+                env.prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .context("reading configuration")?;
+        built
+            .try_deserialize()
+            .context("invalid configuration (file or CODEGEN__* environment)")
+    }
+
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        toml::to_string_pretty(self).context("rendering configuration")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::io::Write;
+
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> config::Environment {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        config::Environment::with_prefix("CODEGEN").source(Some(map))
+    }
+
+    #[test]
+    fn defaults_then_file_then_environment() {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        writeln!(
+            file,
+            "[broker]\ndelivery_limit = 7\nprefix = \"from-file\"\n[worker]\nconcurrency = 3"
+        )
+        .unwrap();
+        let settings = Settings::load_from(
+            Some(file.path()),
+            env(&[
+                ("CODEGEN__BROKER__PREFIX", "from-env"),
+                ("CODEGEN__COORDINATOR__LISTEN", "127.0.0.1:9999"),
+                ("CODEGEN__STORE__RESULT_TTL", "2h"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.broker.delivery_limit, 7, "file over default");
+        assert_eq!(settings.broker.prefix, "from-env", "environment over file");
+        assert_eq!(settings.worker.concurrency, 3);
+        assert_eq!(settings.coordinator.listen.port(), 9999);
+        assert_eq!(settings.store.result_ttl.as_secs(), 7200);
+        assert_eq!(settings.sandbox.pids_limit, sandbox::Options::default().pids_limit);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let err = Settings::load_from(None, env(&[("CODEGEN__BROKER__URLL", "x")])).unwrap_err();
+        assert!(format!("{err:#}").contains("urll"), "{err:#}");
+        let err = Settings::load_from(None, env(&[("CODEGEN__WORKER__CONCURRENCY", "many")]))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("concurrency"), "{err:#}");
+    }
+
+    #[test]
+    fn a_named_file_must_exist() {
+        assert!(Settings::load_from(Some(Path::new("/nonexistent/codegen.toml")), env(&[])).is_err());
+    }
+
+    #[test]
+    fn effective_configuration_renders_and_reloads() {
+        let rendered = Settings::default().to_toml().unwrap();
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(rendered.as_bytes()).unwrap();
+        let reloaded = Settings::load_from(Some(file.path()), env(&[])).unwrap();
+        assert_eq!(reloaded.coordinator.listen, Settings::default().coordinator.listen);
+    }
+}
