@@ -68,7 +68,9 @@ impl RedisStore {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.response_timeout))
-            .set_max_delay(Duration::from_secs(2))
+            // Fail fast while Redis is down: callers retry at their level, `/readyz` shows why.
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500))
             .set_push_sender(tx)
             .set_automatic_resubscription();
         let connection = client
@@ -252,10 +254,16 @@ impl Store for RedisStore {
 
     async fn health(&self) -> Result<(), String> {
         let mut connection = self.connection();
-        let answer: Result<String, _> = redis::cmd("PING").query_async(&mut connection).await;
-        match answer {
-            Ok(_) => Ok(()),
-            Err(e) => Err(format!("redis at {}: {e}", redact(&self.inner.options.url))),
+        let url = redact(&self.inner.options.url);
+        let command = redis::cmd("PING");
+        let ping = command.query_async::<String>(&mut connection);
+        match tokio::time::timeout(self.inner.options.response_timeout, ping).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("redis at {url}: {e}")),
+            Err(_) => Err(format!(
+                "redis at {url}: no answer within {:?}",
+                self.inner.options.response_timeout
+            )),
         }
     }
 }

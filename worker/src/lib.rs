@@ -223,7 +223,7 @@ impl Worker {
             Ok(None) => {}
             Err(e) => tracing::warn!(%id, error = %e, "cannot check for an earlier result; running"),
         }
-        tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
+        tracing::info!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
         let result = self.run_sandboxed(id, request).await;
         let store = self.store.clone();
         let stored = (|| {

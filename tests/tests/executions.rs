@@ -1,0 +1,251 @@
+//! The walking skeleton, end to end: HTTP → RabbitMQ → worker → hardened container → Redis,
+//! against the real services (see the crate docs for what must be running).
+
+use std::time::Duration;
+
+use serde_json::json;
+use tests::{Cluster, PrivateRedis, metric};
+
+#[tokio::test]
+async fn round_trip_passes_fails_and_reports_limits() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, worker_url) = cluster.worker("worker").await;
+
+    let (status, body) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "import sys\nprint(sys.stdin.read().upper())", "stdin": "shout"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "passed");
+    assert_eq!(body["exit_code"], 0);
+    assert_eq!(body["stdout"], "SHOUT\n");
+    assert!(body["duration_ms"].is_u64());
+
+    let (_, body) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)"}),
+        )
+        .await;
+    assert_eq!(body["status"], "failed", "{body}");
+    assert_eq!(body["exit_code"], 3);
+    assert_eq!(body["stderr"], "bad\n");
+
+    let (_, body) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "while True: pass", "timeout_ms": 500}),
+        )
+        .await;
+    assert_eq!(body["status"], "timeout", "{body}");
+
+    // One big allocation, far over the limit: the container's memory cgroup stops it.
+    let (_, body) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "x = bytearray(512 * 1024 * 1024)\nprint('allocated')", "memory_mb": 64}),
+        )
+        .await;
+    assert_eq!(body["status"], "memory_limit", "{body}");
+    assert_ne!(body["stdout"], "allocated\n");
+
+    // No network inside the sandbox.
+    let (_, body) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=2)"}),
+        )
+        .await;
+    assert_eq!(body["status"], "failed", "{body}");
+    assert!(
+        body["stderr"].as_str().unwrap().contains("Error"),
+        "{body}"
+    );
+
+    // The worker counted what it ran.
+    let passed = metric(
+        &cluster.http,
+        &worker_url,
+        "codegen_sandbox_runs_total{language=\"python\",status=\"passed\"}",
+    )
+    .await;
+    assert_eq!(passed, 1.0);
+    let timeouts = metric(
+        &cluster.http,
+        &worker_url,
+        "codegen_sandbox_runs_total{language=\"python\",status=\"timeout\"}",
+    )
+    .await;
+    assert_eq!(timeouts, 1.0);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_task_published_while_no_worker_runs_waits_for_one() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (status, body) = cluster
+        .execute(
+            "?wait=false",
+            json!({"language": "python", "code": "print('finally')"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "queued");
+    let id = body["id"].as_str().unwrap().to_owned();
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, body) = cluster.execution(&id).await;
+    assert_eq!(body["status"], "queued", "no worker yet: {body}");
+
+    let (_worker, _) = cluster.worker("late-worker").await;
+    let body = cluster.wait_verdict(&id, Duration::from_secs(60)).await;
+    assert_eq!(body["status"], "passed", "{body}");
+    assert_eq!(body["stdout"], "finally\n");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_malformed_message_is_dead_lettered_and_the_worker_keeps_serving() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (mut worker, worker_url) = cluster.worker("worker").await;
+
+    let id = proto::TaskId::new().to_string();
+    cluster
+        .publish_raw(&id, b"\xc1 this is not a messagepack envelope")
+        .await;
+    // The worker rejects it, RabbitMQ dead-letters it, the coordinator records why.
+    let body = cluster.wait_verdict(&id, Duration::from_secs(30)).await;
+    assert_eq!(body["status"], "error", "{body}");
+    assert!(
+        body["reason"].as_str().unwrap().contains("rejected"),
+        "{body}"
+    );
+    let malformed = metric(
+        &cluster.http,
+        &worker_url,
+        "codegen_worker_tasks_total{kind=\"unknown\",outcome=\"malformed\"}",
+    )
+    .await;
+    assert_eq!(malformed, 1.0);
+    let dead = metric(
+        &cluster.http,
+        &cluster.url(),
+        "codegen_dead_letters_total{reason=\"rejected\"}",
+    )
+    .await;
+    assert_eq!(dead, 1.0);
+
+    assert!(worker.is_running(), "worker died: {}", worker.log_text());
+    let (status, body) = cluster
+        .execute("", json!({"language": "python", "code": "print(2 + 2)"}))
+        .await;
+    assert_eq!((status, body["stdout"].as_str()), (200, Some("4\n")), "{body}");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn readyz_names_redis_while_it_is_down_and_recovers() {
+    let mut redis = PrivateRedis::start();
+    let cluster = Cluster::new().with_redis(redis.url());
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, worker_url) = cluster.worker("worker").await;
+
+    redis.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (status, body) = cluster.readyz(&cluster.url()).await;
+        if status == 503 {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "still ready: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["checks"]["broker"], "ok");
+    let reason = body["checks"]["redis"].as_str().unwrap();
+    assert!(reason.starts_with("redis at"), "{body}");
+    let (status, worker_body) = cluster.readyz(&worker_url).await;
+    assert_eq!(status, 503, "{worker_body}");
+    assert_ne!(worker_body["checks"]["redis"], "ok");
+
+    // Requests fail fast with the reason instead of hanging.
+    let (status, body) = cluster
+        .execute("", json!({"language": "python", "code": "print(1)"}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("redis"), "{body}");
+
+    redis.restart();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = cluster.readyz(&cluster.url()).await;
+        if status == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not back: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, body) = cluster
+        .execute("", json!({"language": "python", "code": "print('back')"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["stdout"], "back\n");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_running_task_finish() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (mut worker, _) = cluster.worker("worker").await;
+    let (_, body) = cluster
+        .execute(
+            "?wait=false",
+            json!({"language": "python", "code": "import time\ntime.sleep(2)\nprint('done')"}),
+        )
+        .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    // Wait until the worker has the task, then ask it to stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !worker.log_text().contains("executing") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.signal("TERM");
+    let code = worker.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "log:\n{}", worker.log_text());
+    let (_, body) = cluster.execution(&id).await;
+    assert_eq!(body["status"], "passed", "drained, not dropped: {body}");
+    assert_eq!(body["stdout"], "done\n");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_killed_worker_loses_no_task() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (mut first, _) = cluster.worker("first").await;
+    let (_, body) = cluster
+        .execute(
+            "?wait=false",
+            json!({"language": "python", "code": "import time\ntime.sleep(3)\nprint('survived')"}),
+        )
+        .await;
+    let id = body["id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !first.log_text().contains("executing") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.signal("KILL");
+    first.wait_exit(Duration::from_secs(5));
+    let (_second, _) = cluster.worker("second").await;
+    let body = cluster.wait_verdict(&id, Duration::from_secs(60)).await;
+    assert_eq!(body["status"], "passed", "{body}");
+    assert_eq!(body["stdout"], "survived\n");
+    cluster.cleanup().await;
+}
