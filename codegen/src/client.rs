@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome};
 use proto::Status;
+use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome};
 
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
@@ -104,7 +104,10 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
 
 async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView> {
     let status = response.status();
-    let bytes = response.bytes().await.context("reading the coordinator's answer")?;
+    let bytes = response
+        .bytes()
+        .await
+        .context("reading the coordinator's answer")?;
     if status.is_success() {
         return serde_json::from_slice(&bytes).context("unreadable answer from the coordinator");
     }

@@ -13,7 +13,11 @@ use tokio_util::sync::CancellationToken;
 use crate::settings::Settings;
 
 #[derive(Debug, Parser)]
-#[command(name = "codegen", version, about = "codegen-cluster: natural-language requests in, tested code out")]
+#[command(
+    name = "codegen",
+    version,
+    about = "codegen-cluster: natural-language requests in, tested code out"
+)]
 struct Cli {
     /// Configuration file (default: ./codegen.toml when it exists). Environment variables
     /// `CODEGEN__SECTION__KEY` override it.
@@ -74,13 +78,14 @@ fn main() -> std::process::ExitCode {
 /// Cancels the token on SIGTERM or Ctrl-C.
 fn on_shutdown_signal(token: CancellationToken, readiness: telemetry::Readiness) {
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
             _ = tokio::signal::ctrl_c() => tracing::info!("interrupt: shutting down"),
@@ -115,7 +120,10 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", settings.coordinator.listen))?;
     if settings.coordinator.listen.ip().is_loopback() {
-        tracing::warn!("no API keys yet: the API is open to anyone who can reach {}", settings.coordinator.listen);
+        tracing::warn!(
+            "no API keys yet: the API is open to anyone who can reach {}",
+            settings.coordinator.listen
+        );
     }
     let result = coordinator.run(tcp, ops, shutdown).await;
     infra.cancel();

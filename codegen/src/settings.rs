@@ -32,11 +32,7 @@ impl Settings {
         };
         let built = config::Config::builder()
             .add_source(file_source)
-            .add_source(
-                env.prefix_separator("__")
-                    .separator("__")
-                    .try_parsing(true),
-            )
+            .add_source(env.prefix_separator("__").separator("__").try_parsing(true))
             .build()
             .context("reading configuration")?;
         built
@@ -86,7 +82,10 @@ mod tests {
         assert_eq!(settings.worker.concurrency, 3);
         assert_eq!(settings.coordinator.listen.port(), 9999);
         assert_eq!(settings.store.result_ttl.as_secs(), 7200);
-        assert_eq!(settings.sandbox.pids_limit, sandbox::Options::default().pids_limit);
+        assert_eq!(
+            settings.sandbox.pids_limit,
+            sandbox::Options::default().pids_limit
+        );
     }
 
     #[test]
@@ -100,7 +99,9 @@ mod tests {
 
     #[test]
     fn a_named_file_must_exist() {
-        assert!(Settings::load_from(Some(Path::new("/nonexistent/codegen.toml")), env(&[])).is_err());
+        assert!(
+            Settings::load_from(Some(Path::new("/nonexistent/codegen.toml")), env(&[])).is_err()
+        );
     }
 
     #[test]
@@ -109,6 +110,9 @@ mod tests {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
         file.write_all(rendered.as_bytes()).unwrap();
         let reloaded = Settings::load_from(Some(file.path()), env(&[])).unwrap();
-        assert_eq!(reloaded.coordinator.listen, Settings::default().coordinator.listen);
+        assert_eq!(
+            reloaded.coordinator.listen,
+            Settings::default().coordinator.listen
+        );
     }
 }

@@ -36,7 +36,10 @@ impl ApiError {
     }
 
     fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, format!("{field}: {message}"))
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{field}: {message}"),
+        )
     }
 }
 
@@ -114,17 +117,15 @@ pub(crate) fn validate(
             ),
         ));
     }
-    if let Some(stdin) = &submission.stdin {
-        if stdin.len() > options.max_stdin_bytes {
-            return Err(ApiError::invalid(
-                "stdin",
-                format!(
-                    "{} bytes is over the limit of {} bytes",
-                    stdin.len(),
-                    options.max_stdin_bytes
-                ),
-            ));
-        }
+    let stdin_len = submission.stdin.as_ref().map_or(0, String::len);
+    if stdin_len > options.max_stdin_bytes {
+        return Err(ApiError::invalid(
+            "stdin",
+            format!(
+                "{stdin_len} bytes is over the limit of {} bytes",
+                options.max_stdin_bytes
+            ),
+        ));
     }
     let timeout_ms = submission.timeout_ms.unwrap_or(options.default_timeout_ms);
     if timeout_ms == 0 || timeout_ms > options.max_timeout_ms {
@@ -161,7 +162,10 @@ async fn submit(
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let submission: ExecutionSubmission = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, format!("invalid request body: {e}"))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
     })?;
     let request = validate(&c.options, submission)?;
     let language = request.language;
@@ -232,9 +236,13 @@ async fn submit(
 
 async fn fetch(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id: TaskId = id.parse().map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, format!("id: not an execution id: {e}"))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("id: not an execution id: {e}"),
+        )
     })?;
-    let unavailable = |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    let unavailable =
+        |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     if let Some(result) = c.store.execution_result(id).await.map_err(unavailable)? {
         return Ok(view(id, Outcome::Done(result)).into_response());
     }

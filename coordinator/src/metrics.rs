@@ -13,7 +13,10 @@ impl Metrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let metrics = Self {
             http_requests: IntCounterVec::new(
-                Opts::new("codegen_http_requests_total", "HTTP requests, by route and status"),
+                Opts::new(
+                    "codegen_http_requests_total",
+                    "HTTP requests, by route and status",
+                ),
                 &["route", "status"],
             )?,
             http_seconds: HistogramVec::new(
@@ -29,7 +32,10 @@ impl Metrics {
                 &["language", "status"],
             )?,
             dead_letters: IntCounterVec::new(
-                Opts::new("codegen_dead_letters_total", "Dead-lettered tasks, by reason"),
+                Opts::new(
+                    "codegen_dead_letters_total",
+                    "Dead-lettered tasks, by reason",
+                ),
                 &["reason"],
             )?,
         };

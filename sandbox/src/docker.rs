@@ -193,22 +193,26 @@ impl DockerSandbox {
             let alive = owner_host == host
                 && owner_pid != std::process::id().to_string()
                 && std::path::Path::new(&format!("/proc/{owner_pid}")).exists();
+            let Some(id) = container.id else { continue };
             if owner_host == host && !alive {
-                if let Some(id) = container.id {
-                    let _ = docker
-                        .remove_container(
-                            &id,
-                            Some(RemoveContainerOptionsBuilder::default().force(true).build()),
-                        )
-                        .await;
-                    reaped += 1;
-                }
+                let _ = docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+                    )
+                    .await;
+                reaped += 1;
             }
         }
         Ok(reaped)
     }
 
-    async fn run_in(&self, docker: &Docker, id: &str, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
+    async fn run_in(
+        &self,
+        docker: &Docker,
+        id: &str,
+        request: &ExecutionRequest,
+    ) -> Result<ExecutionResult, Error> {
         let attached = docker
             .attach_container(
                 id,
@@ -282,7 +286,14 @@ impl DockerSandbox {
             Ok(Err(e)) => return Err(e),
             Err(_) => {
                 let _ = docker
-                    .kill_container(id, Some(KillContainerOptionsBuilder::default().signal("KILL").build()))
+                    .kill_container(
+                        id,
+                        Some(
+                            KillContainerOptionsBuilder::default()
+                                .signal("KILL")
+                                .build(),
+                        ),
+                    )
                     .await;
                 true
             }
@@ -434,12 +445,30 @@ mod tests {
 
     #[test]
     fn verdicts_follow_exit_signal_and_deadline() {
-        assert_eq!(verdict(runner(Some(0), None, false), false).status, Status::Passed);
-        assert_eq!(verdict(runner(Some(1), None, false), false).status, Status::Failed);
-        assert_eq!(verdict(runner(None, Some(9), true), false).status, Status::Timeout);
-        assert_eq!(verdict(runner(None, Some(9), false), false).status, Status::MemoryLimit);
-        assert_eq!(verdict(runner(Some(0), None, false), true).status, Status::MemoryLimit);
-        assert_eq!(verdict(runner(None, Some(15), false), false).status, Status::Failed);
+        assert_eq!(
+            verdict(runner(Some(0), None, false), false).status,
+            Status::Passed
+        );
+        assert_eq!(
+            verdict(runner(Some(1), None, false), false).status,
+            Status::Failed
+        );
+        assert_eq!(
+            verdict(runner(None, Some(9), true), false).status,
+            Status::Timeout
+        );
+        assert_eq!(
+            verdict(runner(None, Some(9), false), false).status,
+            Status::MemoryLimit
+        );
+        assert_eq!(
+            verdict(runner(Some(0), None, false), true).status,
+            Status::MemoryLimit
+        );
+        assert_eq!(
+            verdict(runner(None, Some(15), false), false).status,
+            Status::Failed
+        );
         assert!(verdict(runner(Some(0), None, false), false).truncated);
     }
 

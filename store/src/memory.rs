@@ -69,11 +69,12 @@ impl Store for MemoryStore {
     ) -> Result<bool, Error> {
         let stored = {
             let mut state = self.check()?;
-            if state.results.contains_key(&id) {
-                false
-            } else {
-                state.results.insert(id, result.clone());
-                true
+            match state.results.entry(id) {
+                std::collections::hash_map::Entry::Occupied(_) => false,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(result.clone());
+                    true
+                }
             }
         };
         self.notify.notify_waiters();

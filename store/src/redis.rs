@@ -132,10 +132,13 @@ impl Listener {
             };
             match push.kind {
                 PushKind::Message => {
-                    if let Some(id) = push.data.get(1).and_then(value_str).and_then(|s| s.parse().ok()) {
-                        if let Some(notify) = self.store.inner.waiters.get(&id) {
-                            notify.notify_waiters();
-                        }
+                    let id: Option<TaskId> = push
+                        .data
+                        .get(1)
+                        .and_then(value_str)
+                        .and_then(|s| s.parse().ok());
+                    if let Some(notify) = id.and_then(|id| self.store.inner.waiters.get(&id)) {
+                        notify.notify_waiters();
                     }
                 }
                 PushKind::Disconnection => {
@@ -173,10 +176,12 @@ impl Store for RedisStore {
         let key = self.inner.keys.execution_meta(id);
         match self.get_bytes(&key).await? {
             None => Ok(None),
-            Some(bytes) => ExecutionMeta::decode(&bytes).map(Some).map_err(|e| Error::Corrupt {
-                key,
-                reason: e.to_string(),
-            }),
+            Some(bytes) => ExecutionMeta::decode(&bytes)
+                .map(Some)
+                .map_err(|e| Error::Corrupt {
+                    key,
+                    reason: e.to_string(),
+                }),
         }
     }
 

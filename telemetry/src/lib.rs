@@ -188,11 +188,7 @@ async fn readyz(State(state): State<OpsState>) -> Response {
 async fn metrics(State(state): State<OpsState>) -> Response {
     let mut body = Vec::new();
     match TextEncoder::new().encode(&state.registry.gather(), &mut body) {
-        Ok(()) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            body,
-        )
-            .into_response(),
+        Ok(()) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -203,6 +199,17 @@ pub fn latency_buckets() -> Vec<f64> {
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
         180.0,
     ]
+}
+
+/// Serves `router` on `addr` until `cancel` fires, then finishes in-flight requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    cancel: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
 }
 
 #[cfg(test)]
@@ -229,15 +236,4 @@ mod tests {
         assert!(!report.ready);
         assert_eq!(report.checks["process"], "shutting down");
     }
-}
-
-/// Serves `router` on `addr` until `cancel` fires, then finishes in-flight requests.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    cancel: tokio_util::sync::CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
 }

@@ -220,10 +220,9 @@ impl Cluster {
     pub async fn wait_ready(&self, base: &str, process: &Process) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(response) = self.http.get(format!("{base}/readyz")).send().await {
-                if response.status() == 200 {
-                    return;
-                }
+            let response = self.http.get(format!("{base}/readyz")).send().await;
+            if response.is_ok_and(|r| r.status() == 200) {
+                return;
             }
             assert!(
                 Instant::now() < deadline,
@@ -312,7 +311,8 @@ impl Cluster {
 
     /// Deletes this cluster's queues from the shared broker.
     pub async fn cleanup(self) {
-        let Ok(connection) = Connection::connect(&amqp_url(), ConnectionProperties::default()).await
+        let Ok(connection) =
+            Connection::connect(&amqp_url(), ConnectionProperties::default()).await
         else {
             return;
         };
@@ -346,7 +346,10 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> (u16, Value) {
     let response = http.get(url).send().await.expect("server answers");
     let status = response.status().as_u16();
     let text = response.text().await.expect("body");
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 /// The value of one Prometheus sample (`name{labels}`), or 0 when absent.

@@ -60,10 +60,7 @@ async fn round_trip_passes_fails_and_reports_limits() {
         )
         .await;
     assert_eq!(body["status"], "failed", "{body}");
-    assert!(
-        body["stderr"].as_str().unwrap().contains("Error"),
-        "{body}"
-    );
+    assert!(body["stderr"].as_str().unwrap().contains("Error"), "{body}");
 
     // The worker counted what it ran.
     let passed = metric(
@@ -144,7 +141,11 @@ async fn a_malformed_message_is_dead_lettered_and_the_worker_keeps_serving() {
     let (status, body) = cluster
         .execute("", json!({"language": "python", "code": "print(2 + 2)"}))
         .await;
-    assert_eq!((status, body["stdout"].as_str()), (200, Some("4\n")), "{body}");
+    assert_eq!(
+        (status, body["stdout"].as_str()),
+        (200, Some("4\n")),
+        "{body}"
+    );
     cluster.cleanup().await;
 }
 

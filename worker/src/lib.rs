@@ -108,7 +108,9 @@ impl Worker {
         registry: &prometheus::Registry,
     ) -> Result<Self, Error> {
         if options.concurrency == 0 {
-            return Err(Error::Config("worker.concurrency must be at least 1".into()));
+            return Err(Error::Config(
+                "worker.concurrency must be at least 1".into(),
+            ));
         }
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
@@ -124,9 +126,11 @@ impl Worker {
     pub async fn run(self, cancel: CancellationToken) {
         let this = Arc::new(self);
         let consume_cancel = cancel.child_token();
-        let mut deliveries =
-            this.broker
-                .consume(Queue::Tasks, this.options.concurrency, consume_cancel.clone());
+        let mut deliveries = this.broker.consume(
+            Queue::Tasks,
+            this.options.concurrency,
+            consume_cancel.clone(),
+        );
         let mut in_flight = JoinSet::new();
         let limit = usize::from(this.options.concurrency);
         loop {
@@ -183,8 +187,13 @@ impl Worker {
         let kind = envelope.task.kind();
         let outcome = match envelope.task {
             Task::Execute(request) => {
-                self.execute_task(envelope.task_id, envelope.submitted_at_ms, &request, delivery)
-                    .await
+                self.execute_task(
+                    envelope.task_id,
+                    envelope.submitted_at_ms,
+                    &request,
+                    delivery,
+                )
+                .await
             }
         };
         self.finish(kind, outcome, started)
@@ -221,7 +230,9 @@ impl Worker {
                 return self.settle(delivery, Outcome::Duplicate).await;
             }
             Ok(None) => {}
-            Err(e) => tracing::warn!(%id, error = %e, "cannot check for an earlier result; running"),
+            Err(e) => {
+                tracing::warn!(%id, error = %e, "cannot check for an earlier result; running")
+            }
         }
         tracing::info!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
         let result = self.run_sandboxed(id, request).await;
@@ -239,7 +250,9 @@ impl Worker {
                 .without_max_times(),
         )
         .when(|e: &store::Error| e.is_retryable())
-        .notify(|e, after| tracing::warn!(%id, error = %e, retry_in = ?after, "cannot store result"))
+        .notify(
+            |e, after| tracing::warn!(%id, error = %e, retry_in = ?after, "cannot store result"),
+        )
         .await;
         match stored {
             Ok(first) => {

@@ -1,6 +1,4 @@
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The worker's Prometheus metrics.
 #[derive(Debug, Clone)]
@@ -18,7 +16,10 @@ impl Metrics {
         let buckets = telemetry::latency_buckets();
         let metrics = Self {
             tasks: IntCounterVec::new(
-                Opts::new("codegen_worker_tasks_total", "Tasks settled, by kind and outcome"),
+                Opts::new(
+                    "codegen_worker_tasks_total",
+                    "Tasks settled, by kind and outcome",
+                ),
                 &["kind", "outcome"],
             )?,
             task_seconds: HistogramVec::new(
@@ -38,7 +39,10 @@ impl Metrics {
             )?,
             in_flight: IntGauge::new("codegen_worker_tasks_in_flight", "Tasks being worked on")?,
             sandbox_runs: IntCounterVec::new(
-                Opts::new("codegen_sandbox_runs_total", "Sandbox runs, by language and verdict"),
+                Opts::new(
+                    "codegen_sandbox_runs_total",
+                    "Sandbox runs, by language and verdict",
+                ),
                 &["language", "status"],
             )?,
             sandbox_seconds: HistogramVec::new(

@@ -4,9 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker::{Broker, MemoryBroker, Outgoing, Queue};
-use proto::{
-    Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
-};
+use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
 use sandbox::ScriptedSandbox;
 use store::{MemoryStore, Store};
 use tokio_util::sync::CancellationToken;
@@ -107,7 +105,12 @@ async fn a_redelivered_task_with_a_stored_result_is_not_run_again() {
 #[tokio::test]
 async fn garbage_is_dead_lettered() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
-    let w = worker(&broker, &store, ScriptedSandbox::new(passing), Options::default());
+    let w = worker(
+        &broker,
+        &store,
+        ScriptedSandbox::new(passing),
+        Options::default(),
+    );
     broker.inject("junk", b"\xc1\xc1 not messagepack".to_vec());
     assert_eq!(w.handle(next(&broker).await).await, Outcome::Malformed);
     assert_eq!(broker.len(Queue::DeadLetters), 1);
@@ -140,13 +143,22 @@ async fn a_result_that_cannot_be_stored_goes_back_to_the_queue() {
     broker.publish(message).await.unwrap();
     store.set_down("redis stopped");
     assert_eq!(w.handle(next(&broker).await).await, Outcome::Requeued);
-    assert_eq!(broker.len(Queue::Tasks), 1, "the task waits for another try");
+    assert_eq!(
+        broker.len(Queue::Tasks),
+        1,
+        "the task waits for another try"
+    );
 }
 
 #[tokio::test]
 async fn run_processes_until_cancelled() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
-    let w = worker(&broker, &store, ScriptedSandbox::new(passing), Options::default());
+    let w = worker(
+        &broker,
+        &store,
+        ScriptedSandbox::new(passing),
+        Options::default(),
+    );
     let mut ids = Vec::new();
     for i in 0..5 {
         let (id, message) = task(&format!("print({i})"));

@@ -103,7 +103,10 @@ async fn submit_without_wait_is_queued_with_defaults_filled_in() {
     assert_eq!(body["status"], "queued");
     let id = body["id"].as_str().unwrap();
     let (status, view) = call(&c, "GET", &format!("/v1/executions/{id}"), "").await;
-    assert_eq!((status, &view["status"]), (StatusCode::OK, &json!("queued")));
+    assert_eq!(
+        (status, &view["status"]),
+        (StatusCode::OK, &json!("queued"))
+    );
 
     let delivery = broker
         .consume(Queue::Tasks, 1, CancellationToken::new())
@@ -203,7 +206,10 @@ async fn outages_answer_503_and_leave_no_phantom_queued_execution() {
     )
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(body["error"].as_str().unwrap().contains("not queued"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("not queued"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
