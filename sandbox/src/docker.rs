@@ -255,7 +255,7 @@ impl DockerSandbox {
         // escaped; anything past this bound is a runner that lost its way.
         let limit = usize::try_from(self.options.max_output_bytes)
             .unwrap_or(usize::MAX / 8)
-            .saturating_mul(6)
+            .saturating_mul(12)
             .saturating_add(64 * 1024);
         let deadline = Duration::from_millis(request.timeout_ms) + self.options.grace;
         let mut stdout = Vec::new();
