@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod execution;
+pub mod generation;
 pub mod keys;
 pub mod queues;
 pub mod task;

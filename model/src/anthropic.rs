@@ -1,0 +1,148 @@
+//! Anthropic's Messages API; structured output through a forced tool call.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::http::{classify, transport, truncate};
+use crate::openai::prompted_schema;
+use crate::{
+    CallError, ChatRequest, ChatResponse, Error, Options, Provider, Role, StructuredOutput, Usage,
+};
+
+pub const API_VERSION: &str = "2023-06-01";
+
+#[derive(Debug, Clone)]
+pub struct Anthropic {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<String>,
+    model: String,
+    temperature: f32,
+    max_tokens: u32,
+    structured: StructuredOutput,
+}
+
+impl Anthropic {
+    /// `base_url` falls back to `ANTHROPIC_BASE_URL`, then the public endpoint; the key to
+    /// `ANTHROPIC_API_KEY`.
+    pub fn new(options: &Options) -> Result<Self, Error> {
+        let base = Some(options.base_url.clone())
+            .filter(|s| !s.is_empty())
+            .or_else(|| {
+                std::env::var("ANTHROPIC_BASE_URL")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "https://api.anthropic.com".into());
+        let api_key = options
+            .api_key
+            .clone()
+            .or_else(|| std::env::var("ANTHROPIC_API_KEY").ok())
+            .filter(|k| !k.is_empty());
+        let http = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .build()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
+            http,
+            endpoint: format!("{}/v1/messages", base.trim_end_matches('/')),
+            api_key,
+            model: options.model.clone(),
+            temperature: options.temperature,
+            max_tokens: options.max_tokens,
+            structured: options.structured_output,
+        })
+    }
+
+    /// The request body, exposed for tests of its shape.
+    pub fn body(&self, request: &ChatRequest) -> Value {
+        let mut system = request.system.clone();
+        if self.structured == StructuredOutput::Prompted {
+            system.push_str(&prompted_schema(request));
+        }
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|m| {
+                json!({"role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
+                       "content": m.content})
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "system": system,
+            "messages": messages,
+        });
+        if self.structured == StructuredOutput::Native {
+            body["tools"] = json!([{
+                "name": request.schema.name,
+                "description": format!("Submit the answer as a `{}` object.", request.schema.name),
+                "input_schema": request.schema.schema,
+            }]);
+            body["tool_choice"] = json!({"type": "tool", "name": request.schema.name});
+        }
+        body
+    }
+}
+
+#[async_trait]
+impl Provider for Anthropic {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
+        let mut call = self
+            .http
+            .post(&self.endpoint)
+            .header("anthropic-version", API_VERSION)
+            .json(&self.body(request));
+        if let Some(key) = &self.api_key {
+            call = call.header("x-api-key", key);
+        }
+        let response = call.send().await.map_err(transport)?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(transport)?;
+        if !status.is_success() {
+            return Err(classify(status, &headers, &text));
+        }
+        let value: Value = serde_json::from_str(&text).map_err(|e| CallError::Retryable {
+            message: format!("unreadable response ({e}): {}", truncate(&text, 200)),
+            retry_after: None,
+        })?;
+        let blocks = value["content"].as_array().cloned().unwrap_or_default();
+        let tool_input = blocks
+            .iter()
+            .find(|b| b["type"] == "tool_use")
+            .map(|b| b["input"].clone());
+        let text_answer: String = blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let usage = Usage {
+            prompt_tokens: value["usage"]["input_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: value["usage"]["output_tokens"].as_u64().unwrap_or(0),
+        };
+        Ok(match tool_input {
+            Some(input) => ChatResponse {
+                text: input.to_string(),
+                json: Some(input),
+                usage,
+            },
+            None => ChatResponse {
+                text: text_answer,
+                json: None,
+                usage,
+            },
+        })
+    }
+}

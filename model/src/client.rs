@@ -1,0 +1,317 @@
+//! [`Model`]: typed, validated, retried, rate-limited and accounted generations.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use proto::generation::{FunctionSpecs, Implementation, TestCases};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::schema::{extract_json, spec_for, validate};
+use crate::{
+    CallError, ChatRequest, ChatResponse, Error, Message, Metrics, Options, Phase, Prompt,
+    Provider, ProviderKind, Role, SchemaSpec, Usage,
+};
+
+/// A type the model can be asked to answer in.
+pub trait Answer: JsonSchema + DeserializeOwned + Send {
+    /// The schema's name, as the API sees it.
+    const NAME: &'static str;
+    /// Whether the server may enforce the schema strictly (all fields required, closed
+    /// objects); false when the type holds free-form JSON values.
+    const STRICT: bool;
+}
+
+impl Answer for FunctionSpecs {
+    const NAME: &'static str = "function_specs";
+    const STRICT: bool = true;
+}
+
+impl Answer for TestCases {
+    const NAME: &'static str = "test_cases";
+    const STRICT: bool = false;
+}
+
+impl Answer for Implementation {
+    const NAME: &'static str = "implementation";
+    const STRICT: bool = true;
+}
+
+/// A validated answer and what it cost.
+#[derive(Debug, Clone)]
+pub struct Generated<T> {
+    pub value: T,
+    pub usage: Usage,
+    /// HTTP calls made, retries included.
+    pub calls: u32,
+    /// Answers received, invalid ones included.
+    pub answers: u32,
+    pub elapsed: Duration,
+}
+
+/// The model client; cheap to clone.
+#[derive(Clone)]
+pub struct Model {
+    provider: Arc<dyn Provider>,
+    options: Arc<Options>,
+    concurrency: Arc<Semaphore>,
+    rate: Option<Arc<DefaultDirectRateLimiter>>,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("provider", &self.provider.name())
+            .field("model", &self.provider.model())
+            .finish()
+    }
+}
+
+impl Model {
+    /// The provider stack the options describe: the provider, wrapped in a recorder or
+    /// replaced by a replayer when configured.
+    pub fn from_options(options: &Options, metrics: Metrics) -> Result<Self, Error> {
+        let provider: Arc<dyn Provider> = if let Some(dir) = &options.replay_dir {
+            Arc::new(crate::record::Replayer::new(dir.clone(), &options.model))
+        } else {
+            let inner: Arc<dyn Provider> = match options.provider {
+                ProviderKind::Openai => Arc::new(crate::openai::OpenAi::new(options)?),
+                ProviderKind::Anthropic => Arc::new(crate::anthropic::Anthropic::new(options)?),
+                ProviderKind::Scripted => {
+                    let path = options.script_file.as_ref().ok_or_else(|| {
+                        Error::Config("model.provider = scripted needs model.script_file".into())
+                    })?;
+                    Arc::new(crate::scripted::Scripted::from_file(path)?)
+                }
+            };
+            match &options.record_dir {
+                Some(dir) => Arc::new(crate::record::Recorder::new(inner, dir.clone())?),
+                None => inner,
+            }
+        };
+        Ok(Self::new(provider, options.clone(), metrics))
+    }
+
+    pub fn new(provider: Arc<dyn Provider>, options: Options, metrics: Metrics) -> Self {
+        let rate = NonZeroU32::new(options.requests_per_second)
+            .map(|rps| Arc::new(RateLimiter::direct(Quota::per_second(rps))));
+        Self {
+            provider,
+            concurrency: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
+            rate,
+            options: Arc::new(options),
+            metrics,
+        }
+    }
+
+    /// `provider/model`, for results and logs.
+    pub fn describe(&self) -> String {
+        format!("{}/{}", self.provider.name(), self.provider.model())
+    }
+
+    /// Asks for an answer of type `T`, validates it, and asks again (quoting the problem) when
+    /// it does not validate, up to `max_answer_attempts` answers. Everything happens before
+    /// `deadline`.
+    pub async fn generate<T: Answer>(
+        &self,
+        phase: Phase,
+        function: Option<&str>,
+        prompt: &Prompt,
+        deadline: Instant,
+    ) -> Result<Generated<T>, Error> {
+        let started = Instant::now();
+        let schema = spec_for::<T>(T::NAME, T::STRICT);
+        let mut request = ChatRequest {
+            phase,
+            function: function.map(str::to_owned),
+            system: prompt.system.clone(),
+            messages: vec![Message {
+                role: Role::User,
+                content: prompt.user.clone(),
+            }],
+            schema,
+        };
+        let mut usage = Usage::default();
+        let mut calls = 0;
+        let max_answers = self.options.max_answer_attempts.max(1);
+        let mut last_problem = String::new();
+        for answer in 1..=max_answers {
+            let (response, made) = self.call(&request, deadline).await;
+            calls += made;
+            let response = response?;
+            usage += response.usage;
+            match parse::<T>(&request.schema, &response) {
+                Ok(value) => {
+                    return Ok(Generated {
+                        value,
+                        usage,
+                        calls,
+                        answers: answer,
+                        elapsed: started.elapsed(),
+                    });
+                }
+                Err(problem) => {
+                    self.count(phase, "invalid_answer");
+                    tracing::warn!(phase = phase.as_str(), answer, %problem, "model answer invalid");
+                    request.messages.push(Message {
+                        role: Role::Assistant,
+                        content: response.text.clone(),
+                    });
+                    request.messages.push(Message {
+                        role: Role::User,
+                        content: format!(
+                            "That answer is not valid: {problem}\nAnswer again with only a JSON \
+                             object that follows the `{}` schema.",
+                            request.schema.name
+                        ),
+                    });
+                    last_problem = problem;
+                }
+            }
+        }
+        Err(Error::InvalidAnswer {
+            phase: phase.as_str(),
+            attempts: max_answers,
+            reason: last_problem,
+        })
+    }
+
+    /// One answer, with transport retries. Returns the number of calls made alongside.
+    async fn call(
+        &self,
+        request: &ChatRequest,
+        deadline: Instant,
+    ) -> (Result<ChatResponse, Error>, u32) {
+        let attempts = AtomicU32::new(0);
+        let max_attempts = self.options.max_attempts.max(1);
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(500))
+            .with_max_delay(self.options.max_backoff)
+            .with_max_times(usize::try_from(max_attempts - 1).unwrap_or(0));
+        let attempt = || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            self.call_once(request).await
+        };
+        let retried = attempt
+            .retry(backoff)
+            .when(|e: &CallError| matches!(e, CallError::Retryable { .. }))
+            .adjust(|e: &CallError, delay: Option<Duration>| {
+                // `None`: attempts exhausted. Otherwise the server's wish, else full jitter:
+                // a uniform wait in [0, exponential cap].
+                let delay = delay?;
+                match e {
+                    CallError::Retryable {
+                        retry_after: Some(wait),
+                        ..
+                    } => Some(*wait),
+                    _ => Some(delay.mul_f64(rand::random::<f64>())),
+                }
+            })
+            .notify(|e: &CallError, wait: Duration| {
+                tracing::warn!(phase = request.phase.as_str(), error = %e, retry_in = ?wait, "model call failed; retrying");
+            });
+        let outcome = tokio::time::timeout_at(deadline, retried).await;
+        let made = attempts.load(Ordering::SeqCst);
+        let result = match outcome {
+            Err(_) => Err(Error::Deadline(
+                deadline.saturating_duration_since(Instant::now()),
+            )),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(CallError::Retryable { message, .. })) => Err(Error::Unavailable {
+                attempts: made,
+                last: message,
+            }),
+            Ok(Err(CallError::Rejected { status, message })) => {
+                Err(Error::Rejected { status, message })
+            }
+            Ok(Err(CallError::SpendLimit(message))) => Err(Error::SpendLimit(message)),
+            Ok(Err(CallError::ReplayMiss(message))) => Err(Error::ReplayMiss(message)),
+        };
+        (result, made)
+    }
+
+    /// One HTTP call under the concurrency and rate limits, measured.
+    async fn call_once(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
+        let _permit = self
+            .concurrency
+            .acquire()
+            .await
+            .map_err(|_| CallError::Retryable {
+                message: "model client closed".into(),
+                retry_after: None,
+            })?;
+        if let Some(rate) = &self.rate {
+            rate.until_ready().await;
+        }
+        let labels = [
+            self.provider.name(),
+            self.provider.model(),
+            request.phase.as_str(),
+        ];
+        let started = Instant::now();
+        let outcome = self.provider.chat(request).await;
+        self.metrics
+            .call_seconds
+            .with_label_values(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        match &outcome {
+            Ok(response) => {
+                self.count(request.phase, "ok");
+                let tokens = &self.metrics.tokens;
+                let p = response.usage.prompt_tokens;
+                let c = response.usage.completion_tokens;
+                tokens
+                    .with_label_values(&[labels[0], labels[1], labels[2], "prompt"])
+                    .inc_by(p);
+                tokens
+                    .with_label_values(&[labels[0], labels[1], labels[2], "completion"])
+                    .inc_by(c);
+            }
+            Err(e) => self.count(
+                request.phase,
+                match e {
+                    CallError::Retryable { .. } => "retryable",
+                    CallError::Rejected { .. } => "rejected",
+                    CallError::SpendLimit(_) => "spend_limit",
+                    CallError::ReplayMiss(_) => "replay_miss",
+                },
+            ),
+        }
+        outcome
+    }
+
+    fn count(&self, phase: Phase, outcome: &str) {
+        self.metrics
+            .calls
+            .with_label_values(&[
+                self.provider.name(),
+                self.provider.model(),
+                phase.as_str(),
+                outcome,
+            ])
+            .inc();
+    }
+}
+
+/// The answer as `T`: structured JSON when the provider gave it, else JSON found in the text.
+fn parse<T: Answer>(schema: &SchemaSpec, response: &ChatResponse) -> Result<T, String> {
+    let value = match &response.json {
+        Some(value) => value.clone(),
+        None => extract_json(&response.text).ok_or_else(|| {
+            if response.text.trim().is_empty() {
+                "the answer was empty".to_string()
+            } else {
+                "the answer contains no JSON object".to_string()
+            }
+        })?,
+    };
+    validate(schema, &value)?;
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}

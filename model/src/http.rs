@@ -1,0 +1,123 @@
+//! What the HTTP providers share: classifying failures and reading `Retry-After`.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+
+use crate::CallError;
+
+/// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` in seconds.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let read = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    if let Some(ms) = read("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    read("retry-after").map(Duration::from_secs_f64)
+}
+
+/// Maps a non-success answer to the retry decision.
+pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &str) -> CallError {
+    let message = error_message(body).unwrap_or_else(|| truncate(body, 500));
+    let lower = body.to_ascii_lowercase();
+    let spend = lower.contains("insufficient_quota")
+        || lower.contains("billing")
+        || lower.contains("credit balance")
+        || status == StatusCode::PAYMENT_REQUIRED;
+    if spend {
+        return CallError::SpendLimit(format!("HTTP {}: {message}", status.as_u16()));
+    }
+    let retryable = matches!(status.as_u16(), 408 | 409 | 429 | 529) || status.is_server_error();
+    if retryable {
+        CallError::Retryable {
+            message: format!("HTTP {}: {message}", status.as_u16()),
+            retry_after: retry_after(headers),
+        }
+    } else {
+        CallError::Rejected {
+            status: status.as_u16(),
+            message,
+        }
+    }
+}
+
+/// Connection failures and timeouts are worth retrying; anything else reqwest reports is not.
+pub(crate) fn transport(error: reqwest::Error) -> CallError {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "cannot connect"
+    } else {
+        "transport error"
+    };
+    CallError::Retryable {
+        message: format!("{kind}: {error}"),
+        retry_after: None,
+    }
+}
+
+/// `{"error": {"message": …}}` (both APIs) or `{"error": "…"}`.
+fn error_message(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = value.get("error")?;
+    error
+        .get("message")
+        .and_then(|m| m.as_str())
+        .or_else(|| error.as_str())
+        .map(str::to_owned)
+}
+
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::header::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn status_classes() {
+        let none = HeaderMap::new();
+        for status in [408, 409, 429, 500, 502, 503, 529] {
+            let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
+            assert!(matches!(e, CallError::Retryable { .. }), "{status}: {e:?}");
+        }
+        for status in [400, 401, 403, 404, 422] {
+            let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
+            assert!(matches!(e, CallError::Rejected { .. }), "{status}: {e:?}");
+        }
+        let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#;
+        let e = classify(StatusCode::TOO_MANY_REQUESTS, &none, quota);
+        assert!(matches!(e, CallError::SpendLimit(_)), "{e:?}");
+        let credit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low"}}"#;
+        let e = classify(StatusCode::BAD_REQUEST, &none, credit);
+        assert!(matches!(e, CallError::SpendLimit(_)), "{e:?}");
+    }
+
+    #[test]
+    fn retry_after_prefers_milliseconds() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert("retry-after-ms", HeaderValue::from_static("150"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(150)));
+        let mut bad = HeaderMap::new();
+        bad.insert("retry-after", HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&bad), None);
+    }
+}

@@ -1,0 +1,42 @@
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+/// Model-call metrics, labelled by provider, model and phase.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Calls by outcome: `ok`, `retryable`, `rejected`, `spend_limit`, `invalid_answer`.
+    pub calls: IntCounterVec,
+    /// Tokens by kind: `prompt`, `completion`.
+    pub tokens: IntCounterVec,
+    pub call_seconds: HistogramVec,
+}
+
+impl Metrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let metrics = Self::unregistered()?;
+        registry.register(Box::new(metrics.calls.clone()))?;
+        registry.register(Box::new(metrics.tokens.clone()))?;
+        registry.register(Box::new(metrics.call_seconds.clone()))?;
+        Ok(metrics)
+    }
+
+    /// Metrics that go nowhere, for tools and tests.
+    pub fn unregistered() -> prometheus::Result<Self> {
+        Ok(Self {
+            calls: IntCounterVec::new(
+                Opts::new("codegen_model_calls_total", "Model calls, by outcome"),
+                &["provider", "model", "phase", "outcome"],
+            )?,
+            tokens: IntCounterVec::new(
+                Opts::new("codegen_model_tokens_total", "Tokens used, by kind"),
+                &["provider", "model", "phase", "kind"],
+            )?,
+            call_seconds: HistogramVec::new(
+                HistogramOpts::new("codegen_model_call_seconds", "Latency of one model call")
+                    .buckets(vec![
+                        0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
+                    ]),
+                &["provider", "model", "phase"],
+            )?,
+        })
+    }
+}

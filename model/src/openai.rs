@@ -1,0 +1,151 @@
+//! OpenAI-compatible chat completions (OpenAI, vLLM, Ollama, llama.cpp server, …).
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::http::{classify, transport, truncate};
+use crate::{
+    CallError, ChatRequest, ChatResponse, Error, Options, Provider, Role, StructuredOutput, Usage,
+};
+
+/// Headers that tell a scripted endpoint which phase and function a request is about; real
+/// servers ignore unknown headers.
+pub const PHASE_HEADER: &str = "x-codegen-phase";
+pub const FUNCTION_HEADER: &str = "x-codegen-function";
+
+#[derive(Debug, Clone)]
+pub struct OpenAi {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<String>,
+    model: String,
+    temperature: f32,
+    max_tokens: u32,
+    structured: StructuredOutput,
+}
+
+impl OpenAi {
+    /// `base_url` falls back to `OPENAI_BASE_URL`, then the public endpoint; the key to
+    /// `OPENAI_API_KEY`.
+    pub fn new(options: &Options) -> Result<Self, Error> {
+        let base = non_empty(&options.base_url)
+            .or_else(|| {
+                std::env::var("OPENAI_BASE_URL")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "https://api.openai.com/v1".into());
+        let api_key = options
+            .api_key
+            .clone()
+            .or_else(|| std::env::var("OPENAI_API_KEY").ok())
+            .filter(|k| !k.is_empty());
+        let http = reqwest::Client::builder()
+            .timeout(options.timeout)
+            .build()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(Self {
+            http,
+            endpoint: format!("{}/chat/completions", base.trim_end_matches('/')),
+            api_key,
+            model: options.model.clone(),
+            temperature: options.temperature,
+            max_tokens: options.max_tokens,
+            structured: options.structured_output,
+        })
+    }
+
+    /// The request body, exposed for tests of its shape.
+    pub fn body(&self, request: &ChatRequest) -> Value {
+        let mut system = request.system.clone();
+        if self.structured == StructuredOutput::Prompted {
+            system.push_str(&prompted_schema(request));
+        }
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        messages.extend(request.messages.iter().map(|m| {
+            json!({"role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
+                   "content": m.content})
+        }));
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        });
+        if self.structured == StructuredOutput::Native {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema.name,
+                    "schema": request.schema.schema,
+                    "strict": request.schema.strict,
+                }
+            });
+        }
+        body
+    }
+}
+
+/// The schema, spelled out for servers that cannot enforce it.
+pub(crate) fn prompted_schema(request: &ChatRequest) -> String {
+    format!(
+        "\n\nAnswer with a single JSON object and nothing else. It must follow this JSON schema \
+         (named `{}`):\n{}",
+        request.schema.name, request.schema.schema
+    )
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+#[async_trait]
+impl Provider for OpenAi {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
+        let mut call = self
+            .http
+            .post(&self.endpoint)
+            .header(PHASE_HEADER, request.phase.as_str())
+            .json(&self.body(request));
+        if let Some(function) = &request.function {
+            call = call.header(FUNCTION_HEADER, function);
+        }
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        let response = call.send().await.map_err(transport)?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(transport)?;
+        if !status.is_success() {
+            return Err(classify(status, &headers, &text));
+        }
+        let value: Value = serde_json::from_str(&text).map_err(|e| CallError::Retryable {
+            message: format!("unreadable response ({e}): {}", truncate(&text, 200)),
+            retry_after: None,
+        })?;
+        let message = &value["choices"][0]["message"];
+        let content = message["content"]
+            .as_str()
+            .or_else(|| message["refusal"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let usage = Usage {
+            prompt_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: value["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+        };
+        Ok(ChatResponse {
+            text: content,
+            json: None,
+            usage,
+        })
+    }
+}

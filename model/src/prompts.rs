@@ -1,0 +1,291 @@
+//! Versioned prompt templates (minijinja). The version goes into cache keys: a change to any
+//! template must bump [`PROMPT_VERSION`] and add a new folder under `prompts/`.
+
+use minijinja::Environment;
+use proto::generation::{FunctionSpec, TestCase};
+use serde::Serialize;
+
+use crate::Error;
+
+/// The version of the templates in `prompts/v1/`.
+pub const PROMPT_VERSION: &str = "v1";
+
+const SYSTEM: &str = include_str!("../prompts/v1/system.j2");
+const PLAN: &str = include_str!("../prompts/v1/plan.j2");
+const TESTS: &str = include_str!("../prompts/v1/tests.j2");
+const IMPLEMENT: &str = include_str!("../prompts/v1/implement.j2");
+const REPAIR: &str = include_str!("../prompts/v1/repair.j2");
+
+/// A rendered prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub system: String,
+    pub user: String,
+}
+
+/// Inputs of the planning prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanContext<'a> {
+    pub instruction: &'a str,
+    pub language: &'a str,
+    pub constraints: Option<&'a str>,
+}
+
+/// Verified code of a dependency.
+#[derive(Debug, Clone, Serialize)]
+pub struct DependencyCode<'a> {
+    pub name: &'a str,
+    pub code: &'a str,
+}
+
+/// Inputs of the test-writing prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestsContext<'a> {
+    pub instruction: &'a str,
+    pub language: &'a str,
+    pub spec: &'a FunctionSpec,
+    pub test_requirements: Option<&'a str>,
+    pub min_cases: u32,
+    pub max_cases: u32,
+}
+
+/// Inputs of the first implementation prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImplementContext<'a> {
+    pub instruction: &'a str,
+    pub language: &'a str,
+    pub spec: &'a FunctionSpec,
+    pub dependencies: Vec<DependencyCode<'a>>,
+    pub tests: &'a [TestCase],
+}
+
+/// One failing case, as the repair prompt shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure<'a> {
+    pub name: &'a str,
+    pub inputs: &'a serde_json::Map<String, serde_json::Value>,
+    pub expected_output: &'a serde_json::Value,
+    pub expected_error: Option<&'a str>,
+    pub actual_output: Option<&'a serde_json::Value>,
+    pub error: Option<&'a str>,
+}
+
+/// An earlier attempt, as the repair prompt shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt<'a> {
+    pub attempt: u32,
+    pub error_kind: &'a str,
+    pub fix: &'a str,
+}
+
+/// Inputs of the repair prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairContext<'a> {
+    pub instruction: &'a str,
+    pub language: &'a str,
+    pub spec: &'a FunctionSpec,
+    pub dependencies: Vec<DependencyCode<'a>>,
+    pub code: &'a str,
+    pub attempt: u32,
+    pub error_kind: &'a str,
+    pub error: &'a str,
+    pub failures: Vec<Failure<'a>>,
+    pub history: Vec<Attempt<'a>>,
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .build()
+            .expect("a valid syntax configuration"),
+    );
+    for (name, source) in [
+        ("system", SYSTEM),
+        ("plan", PLAN),
+        ("tests", TESTS),
+        ("implement", IMPLEMENT),
+        ("repair", REPAIR),
+    ] {
+        env.add_template(name, source)
+            .expect("bundled templates parse (checked by tests)");
+    }
+    env
+}
+
+fn render(template: &str, language: &str, context: impl Serialize) -> Result<Prompt, Error> {
+    let env = environment();
+    let render = |name: &str, ctx: minijinja::Value| {
+        env.get_template(name)
+            .and_then(|t| t.render(ctx))
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| Error::Config(format!("prompt template {name}: {e}")))
+    };
+    Ok(Prompt {
+        system: render("system", minijinja::context! { language })?,
+        user: render(
+            template,
+            minijinja::Value::from(minijinja::value::Serde(&context)),
+        )?,
+    })
+}
+
+pub fn plan(context: &PlanContext<'_>) -> Result<Prompt, Error> {
+    render("plan", context.language, context)
+}
+
+pub fn tests(context: &TestsContext<'_>) -> Result<Prompt, Error> {
+    render("tests", context.language, context)
+}
+
+pub fn implement(context: &ImplementContext<'_>) -> Result<Prompt, Error> {
+    render("implement", context.language, context)
+}
+
+pub fn repair(context: &RepairContext<'_>) -> Result<Prompt, Error> {
+    render("repair", context.language, context)
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::generation::{Complexity, Output, Param, TestKind};
+    use serde_json::json;
+
+    use super::*;
+
+    fn sieve() -> FunctionSpec {
+        FunctionSpec {
+            name: "sum_primes".into(),
+            purpose: "Return the sum of all primes up to and including n; raise ValueError for negative n.".into(),
+            inputs: vec![Param { name: "n".into(), ty: "int".into() }],
+            outputs: Output { ty: "int".into(), description: "the sum".into() },
+            dependencies: vec!["sieve".into()],
+            complexity: Complexity::Simple,
+        }
+    }
+
+    fn cases() -> Vec<TestCase> {
+        vec![
+            TestCase {
+                name: "ten".into(),
+                kind: TestKind::Normal,
+                inputs: json!({"n": 10}).as_object().unwrap().clone(),
+                expected_output: json!(17),
+                expected_error: None,
+            },
+            TestCase {
+                name: "negative".into(),
+                kind: TestKind::Error,
+                inputs: json!({"n": -1}).as_object().unwrap().clone(),
+                expected_output: json!(null),
+                expected_error: Some("ValueError".into()),
+            },
+        ]
+    }
+
+    const INSTRUCTION: &str =
+        "Find all primes up to n with the sieve of Eratosthenes, and sum them.";
+    const SIEVE_CODE: &str = "def sieve(n):\n    \"\"\"Primes up to n.\"\"\"\n    ...";
+
+    fn snapshot(prompt: &Prompt) -> String {
+        format!("--- system\n{}\n--- user\n{}\n", prompt.system, prompt.user)
+    }
+
+    #[test]
+    fn plan_prompt() {
+        let prompt = plan(&PlanContext {
+            instruction: INSTRUCTION,
+            language: "python",
+            constraints: Some("no recursion"),
+        })
+        .unwrap();
+        insta::assert_snapshot!(snapshot(&prompt));
+    }
+
+    #[test]
+    fn tests_prompt_asks_for_normal_edge_and_error_cases() {
+        let spec = sieve();
+        let prompt = tests(&TestsContext {
+            instruction: INSTRUCTION,
+            language: "python",
+            spec: &spec,
+            test_requirements: None,
+            min_cases: 5,
+            max_cases: 12,
+        })
+        .unwrap();
+        for word in [
+            "`normal`",
+            "`edge`",
+            "`error`",
+            "exact",
+            INSTRUCTION,
+            &spec.purpose,
+        ] {
+            assert!(prompt.user.contains(word), "missing {word}");
+        }
+        insta::assert_snapshot!(snapshot(&prompt));
+    }
+
+    #[test]
+    fn implement_prompt_includes_dependency_code() {
+        let spec = sieve();
+        let cases = cases();
+        let prompt = implement(&ImplementContext {
+            instruction: INSTRUCTION,
+            language: "python",
+            spec: &spec,
+            dependencies: vec![DependencyCode {
+                name: "sieve",
+                code: SIEVE_CODE,
+            }],
+            tests: &cases,
+        })
+        .unwrap();
+        assert!(prompt.user.contains(SIEVE_CODE));
+        assert!(prompt.user.contains("raises ValueError"));
+        insta::assert_snapshot!(snapshot(&prompt));
+    }
+
+    #[test]
+    fn repair_prompt_shows_expected_and_actual_values_and_the_error_kind() {
+        let spec = sieve();
+        let cases = cases();
+        let actual = json!(10);
+        let prompt = repair(&RepairContext {
+            instruction: INSTRUCTION,
+            language: "python",
+            spec: &spec,
+            dependencies: vec![DependencyCode {
+                name: "sieve",
+                code: SIEVE_CODE,
+            }],
+            code: "def sum_primes(n):\n    return sum(sieve(n - 1))",
+            attempt: 2,
+            error_kind: "wrong_output",
+            error: "1 of 2 cases failed",
+            failures: vec![Failure {
+                name: &cases[0].name,
+                inputs: &cases[0].inputs,
+                expected_output: &cases[0].expected_output,
+                expected_error: None,
+                actual_output: Some(&actual),
+                error: None,
+            }],
+            history: vec![Attempt {
+                attempt: 1,
+                error_kind: "syntax",
+                fix: "closed the bracket",
+            }],
+        })
+        .unwrap();
+        assert!(
+            prompt.user.contains("expected 17; got 10"),
+            "{}",
+            prompt.user
+        );
+        assert!(prompt.user.contains("`wrong_output`"));
+        insta::assert_snapshot!(snapshot(&prompt));
+    }
+}

@@ -1,0 +1,119 @@
+//! Answer schemas: generated from the Rust types, validated with jsonschema, and a fallback that
+//! finds JSON in plain text for servers without structured output.
+
+use schemars::JsonSchema;
+use serde_json::Value;
+
+use crate::SchemaSpec;
+
+/// The named schema of `T`. `strict` asks servers that support it to enforce the schema
+/// exactly; it needs every object closed and every field required, which free-form values
+/// (such as test inputs) cannot satisfy.
+pub fn spec_for<T: JsonSchema>(name: &str, strict: bool) -> SchemaSpec {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut schema {
+        // Servers differ in which meta keywords they accept; the schema itself is enough.
+        map.remove("$schema");
+    }
+    SchemaSpec {
+        name: name.to_owned(),
+        schema,
+        strict,
+    }
+}
+
+/// Checks `value` against `spec`; the error lists every violation with its location.
+pub fn validate(spec: &SchemaSpec, value: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(&spec.schema)
+        .map_err(|e| format!("the {} schema itself is invalid: {e}", spec.name))?;
+    let problems: Vec<String> = validator
+        .iter_errors(value)
+        .take(10)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("at {path}: {e}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Finds the JSON answer in a model's text: the whole text, else the first fenced block that
+/// parses, else the first `{…}` that parses.
+pub fn extract_json(text: &str) -> Option<Value> {
+    let trimmed = text.trim();
+    if let Ok(value) = serde_json::from_str::<Value>(trimmed) {
+        return Some(value);
+    }
+    let mut rest = trimmed;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let body_start = after.find('\n').map_or(0, |i| i + 1);
+        let Some(end) = after[body_start..].find("```") else {
+            break;
+        };
+        let body = &after[body_start..body_start + end];
+        if let Ok(value) = serde_json::from_str::<Value>(body.trim()) {
+            return Some(value);
+        }
+        rest = &after[body_start + end + 3..];
+    }
+    for (index, _) in trimmed.match_indices('{') {
+        let mut values = serde_json::Deserializer::from_str(&trimmed[index..]).into_iter::<Value>();
+        if let Some(Ok(value)) = values.next() {
+            return Some(value);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::generation::{FunctionSpecs, Implementation, TestCases};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn extracts_from_plain_fenced_and_embedded_text() {
+        assert_eq!(extract_json(r#" {"a": 1} "#), Some(json!({"a": 1})));
+        let fenced = "Here you go:\n```json\n{\"code\": \"def f(): pass\"}\n```\nDone.";
+        assert_eq!(extract_json(fenced), Some(json!({"code": "def f(): pass"})));
+        let embedded = "Sure! The answer is {\"x\": [1, 2, {\"y\": \"}\"}]} and that's it.";
+        assert_eq!(
+            extract_json(embedded),
+            Some(json!({"x": [1, 2, {"y": "}"}]}))
+        );
+        assert_eq!(extract_json("no json here"), None);
+        let bad_fence_then_good = "```\nnot json\n```\n```json\n{\"ok\": true}\n```";
+        assert_eq!(extract_json(bad_fence_then_good), Some(json!({"ok": true})));
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let spec = spec_for::<Implementation>("implementation", true);
+        assert!(validate(&spec, &json!({"code": "x = 1", "analysis": null})).is_ok());
+        let err = validate(&spec, &json!({"analysis": null})).unwrap_err();
+        assert!(err.contains("code"), "{err}");
+        let err = validate(&spec, &json!({"code": 5, "analysis": null})).unwrap_err();
+        assert!(err.contains("/code"), "{err}");
+    }
+
+    #[test]
+    fn specs_close_objects_and_test_inputs_are_free_form() {
+        let specs = spec_for::<FunctionSpecs>("function_specs", true);
+        let err = validate(&specs, &json!({"functions": [], "extra": 1})).unwrap_err();
+        assert!(err.contains("extra"), "{err}");
+        let tests = spec_for::<TestCases>("test_cases", false);
+        let answer = json!({"cases": [{"name": "a", "kind": "normal", "inputs": {"n": [1, {"k": 2}]},
+            "expected_output": {"anything": true}, "expected_error": null}]});
+        assert!(validate(&tests, &answer).is_ok());
+    }
+}

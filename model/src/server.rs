@@ -1,0 +1,110 @@
+//! A scripted model served as an OpenAI-compatible chat-completions endpoint on loopback, so
+//! end-to-end tests and demos exercise the real HTTP provider. It is a fake model: every answer
+//! comes from the script file, and the response's `model` field says `scripted`.
+//!
+//! The phase and function come from the `x-codegen-phase` / `x-codegen-function` headers that
+//! the OpenAI provider sends; without them the phase is inferred from the schema name.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use crate::Phase;
+use crate::openai::{FUNCTION_HEADER, PHASE_HEADER};
+use crate::scripted::{Scripted, approx_tokens};
+
+/// The router: `POST /v1/chat/completions` (and `/chat/completions`).
+pub fn router(script: Arc<Scripted>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(complete))
+        .route("/chat/completions", post(complete))
+        .with_state(script)
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": "invalid_request_error"}})),
+    )
+        .into_response()
+}
+
+async fn complete(
+    State(script): State<Arc<Scripted>>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let schema_name = body["response_format"]["json_schema"]["name"].as_str();
+    let phase = match header(PHASE_HEADER) {
+        Some(phase) => match phase.parse::<Phase>() {
+            Ok(phase) => phase,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        },
+        None => match schema_name {
+            Some("function_specs") => Phase::Plan,
+            Some("test_cases") => Phase::Tests,
+            Some("implementation") => Phase::Implement,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "cannot tell the phase: send {PHASE_HEADER} or a known json_schema name"
+                    ),
+                );
+            }
+        },
+    };
+    let function = header(FUNCTION_HEADER);
+    let Some(entry) = script.answer(phase, function.as_deref()) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "the scripted model has no answer for phase {} function {}",
+                phase.as_str(),
+                function.as_deref().unwrap_or("-")
+            ),
+        );
+    };
+    if entry.latency_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(entry.latency_ms)).await;
+    }
+    let content = match (&entry.answer, &entry.text) {
+        (Some(answer), _) => answer.to_string(),
+        (None, Some(text)) => text.clone(),
+        (None, None) => String::new(),
+    };
+    let prompt: String = body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
+        .unwrap_or_default();
+    let prompt_tokens = approx_tokens(&prompt);
+    let completion_tokens = approx_tokens(&content);
+    axum::Json(json!({
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }))
+    .into_response()
+}
