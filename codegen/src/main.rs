@@ -37,6 +37,18 @@ enum Command {
     Config,
     /// Run a program on the cluster and print its output.
     Exec(client::ExecArgs),
+    /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
+    ModelServer(ModelServerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ModelServerArgs {
+    /// The answers file (see `model::scripted`).
+    #[arg(long)]
+    script: PathBuf,
+    /// Loopback address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    listen: std::net::SocketAddr,
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +76,7 @@ fn main() -> std::process::ExitCode {
                 Ok(0)
             }
             Command::Exec(args) => client::exec(args).await,
+            Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });
     match outcome {
@@ -179,6 +192,23 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;
+    Ok(())
+}
+
+async fn run_model_server(settings: Settings, args: ModelServerArgs) -> anyhow::Result<()> {
+    telemetry::init_logging(&settings.log);
+    let script = model::scripted::Scripted::from_file(&args.script)?;
+    let tcp = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = tcp.local_addr()?;
+    println!(
+        "scripted model server (a fake model answering from {}) on http://{addr}/v1",
+        args.script.display()
+    );
+    let cancel = CancellationToken::new();
+    on_shutdown_signal(cancel.clone(), telemetry::Readiness::new());
+    telemetry::serve(tcp, model::server::router(Arc::new(script)), cancel).await?;
     Ok(())
 }
 

@@ -14,6 +14,7 @@ pub struct Settings {
     pub broker: broker::Options,
     pub store: store::Options,
     pub sandbox: sandbox::Options,
+    pub model: model::Options,
     pub log: telemetry::LogOptions,
 }
 

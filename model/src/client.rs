@@ -192,7 +192,7 @@ impl Model {
         let attempts = AtomicU32::new(0);
         let max_attempts = self.options.max_attempts.max(1);
         let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(500))
+            .with_min_delay(self.options.min_backoff)
             .with_max_delay(self.options.max_backoff)
             .with_max_times(usize::try_from(max_attempts - 1).unwrap_or(0));
         let attempt = || async {

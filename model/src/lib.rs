@@ -240,6 +240,10 @@ pub struct Options {
     pub timeout: Duration,
     /// Transport attempts per answer (first try included).
     pub max_attempts: u32,
+    /// First backoff step; each retry doubles it up to `max_backoff`, and the actual wait is
+    /// drawn uniformly below that (full jitter) unless the server sent `Retry-After`.
+    #[serde(with = "humantime_serde")]
+    pub min_backoff: Duration,
     /// Cap of the backoff between attempts.
     #[serde(with = "humantime_serde")]
     pub max_backoff: Duration,
@@ -269,6 +273,7 @@ impl Default for Options {
             structured_output: StructuredOutput::Native,
             timeout: Duration::from_secs(120),
             max_attempts: 5,
+            min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
             max_concurrency: 8,

@@ -1,0 +1,400 @@
+//! The HTTP providers against wiremock: request shapes, every failure class, the JSON
+//! fallback and invalid answers.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use model::anthropic::Anthropic;
+use model::openai::OpenAi;
+use model::{Error, Metrics, Model, Options, Phase, Prompt, Provider, StructuredOutput};
+use proto::generation::{Implementation, TestCases};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use wiremock::matchers::{body_partial_json, header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn options(server: &MockServer) -> Options {
+    Options {
+        base_url: format!("{}/v1", server.uri()),
+        api_key: Some("test-key".into()),
+        model: "test-model".into(),
+        timeout: Duration::from_secs(5),
+        max_attempts: 3,
+        min_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        max_answer_attempts: 2,
+        ..Options::default()
+    }
+}
+
+fn openai(options: &Options) -> Model {
+    let provider: Arc<dyn Provider> = Arc::new(OpenAi::new(options).unwrap());
+    Model::new(provider, options.clone(), Metrics::unregistered().unwrap())
+}
+
+fn prompt() -> Prompt {
+    Prompt {
+        system: "system text".into(),
+        user: "write sieve".into(),
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+fn chat_ok(content: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "x", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    }))
+}
+
+const IMPLEMENTATION: &str = r#"{"code": "def sieve(n):\n    return []", "analysis": null}"#;
+
+async fn implement(model: &Model) -> Result<model::Generated<Implementation>, Error> {
+    model
+        .generate::<Implementation>(Phase::Implement, Some("sieve"), &prompt(), soon())
+        .await
+}
+
+#[tokio::test]
+async fn openai_request_carries_the_named_schema_and_usage_is_counted() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer test-key"))
+        .and(header("x-codegen-phase", "implement"))
+        .and(header("x-codegen-function", "sieve"))
+        .and(body_partial_json(json!({
+            "model": "test-model",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "implementation", "strict": true}},
+            "messages": [{"role": "system", "content": "system text"}, {"role": "user", "content": "write sieve"}],
+        })))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let generated = implement(&openai(&options(&server))).await.unwrap();
+    assert!(generated.value.code.starts_with("def sieve"));
+    assert_eq!((generated.calls, generated.answers), (1, 1));
+    assert_eq!(generated.usage.prompt_tokens, 11);
+    assert_eq!(generated.usage.completion_tokens, 7);
+}
+
+#[tokio::test]
+async fn test_cases_schema_is_not_strict_because_inputs_are_free_form() {
+    let server = MockServer::start().await;
+    Mock::given(body_partial_json(json!({"response_format": {"json_schema": {"name": "test_cases", "strict": false}}})))
+        .respond_with(chat_ok(r#"{"cases": [{"name": "ten", "kind": "normal", "inputs": {"n": 10}, "expected_output": [2, 3, 5, 7], "expected_error": null}]}"#))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let generated = openai(&options(&server))
+        .generate::<TestCases>(Phase::Tests, Some("sieve"), &prompt(), soon())
+        .await
+        .unwrap();
+    assert_eq!(
+        generated.value.cases[0].expected_output,
+        json!([2, 3, 5, 7])
+    );
+}
+
+/// Answers `first` once, then succeeds.
+async fn fails_once_then_succeeds(
+    first: ResponseTemplate,
+) -> (
+    MockServer,
+    Result<model::Generated<Implementation>, Error>,
+    Duration,
+) {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(first)
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .mount(&server)
+        .await;
+    let started = Instant::now();
+    let result = implement(&openai(&options(&server))).await;
+    (server, result, started.elapsed())
+}
+
+#[tokio::test]
+async fn transient_statuses_are_retried() {
+    for status in [408, 409, 429, 500, 502, 503, 529] {
+        let (server, result, _) = fails_once_then_succeeds(ResponseTemplate::new(status)).await;
+        let generated = result.unwrap_or_else(|e| panic!("{status}: {e}"));
+        assert_eq!(generated.calls, 2, "{status}");
+        assert_eq!(server.received_requests().await.unwrap().len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let (_, result, elapsed) =
+        fails_once_then_succeeds(ResponseTemplate::new(429).insert_header("retry-after", "1"))
+            .await;
+    assert_eq!(result.unwrap().calls, 2);
+    // The configured backoff is at most 50 ms; only the header explains a wait of a second.
+    assert!(elapsed >= Duration::from_millis(950), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn client_errors_and_spend_limits_are_not_retried() {
+    for (status, body, spend) in [
+        (400, json!({"error": {"message": "bad schema"}}), false),
+        (401, json!({"error": {"message": "bad key"}}), false),
+        (403, json!({"error": {"message": "forbidden"}}), false),
+        (
+            429,
+            json!({"error": {"message": "quota", "type": "insufficient_quota", "code": "insufficient_quota"}}),
+            true,
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status).set_body_json(body))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let error = implement(&openai(&options(&server))).await.unwrap_err();
+        if spend {
+            assert!(matches!(error, Error::SpendLimit(_)), "{status}: {error}");
+        } else {
+            assert!(
+                matches!(error, Error::Rejected { status: s, .. } if s == status),
+                "{status}: {error}"
+            );
+        }
+        assert!(!error.is_retryable());
+    }
+}
+
+#[tokio::test]
+async fn persistent_failures_end_after_max_attempts_with_the_last_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})),
+        )
+        .expect(3)
+        .mount(&server)
+        .await;
+    let error = implement(&openai(&options(&server))).await.unwrap_err();
+    match &error {
+        Error::Unavailable { attempts, last } => {
+            assert_eq!(*attempts, 3);
+            assert!(
+                last.contains("503") && last.contains("overloaded"),
+                "{last}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn connection_errors_and_timeouts_are_retried() {
+    // Nothing listens on this port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = Options {
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+        ..options(&MockServer::start().await)
+    };
+    let error = implement(&openai(&unreachable)).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Unavailable { attempts: 3, last } if last.contains("connect")),
+        "{error}"
+    );
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION).set_delay(Duration::from_secs(3)))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let impatient = Options {
+        timeout: Duration::from_millis(200),
+        max_attempts: 2,
+        ..options(&server)
+    };
+    let error = implement(&openai(&impatient)).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Unavailable { attempts: 2, last } if last.contains("timed out")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn the_task_deadline_bounds_all_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "30"))
+        .mount(&server)
+        .await;
+    let started = Instant::now();
+    let error = openai(&options(&server))
+        .generate::<Implementation>(
+            Phase::Implement,
+            None,
+            &prompt(),
+            Instant::now() + Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Deadline(_)), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn an_invalid_answer_is_asked_again_with_the_problem_quoted() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(r#"{"code": 5, "analysis": null}"#))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .mount(&server)
+        .await;
+    let generated = implement(&openai(&options(&server))).await.unwrap();
+    assert_eq!((generated.answers, generated.calls), (2, 2));
+    let requests = server.received_requests().await.unwrap();
+    let second: Value = requests[1].body_json().unwrap();
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        4,
+        "system, user, the bad answer, the follow-up"
+    );
+    assert_eq!(messages[2]["role"], "assistant");
+    let follow_up = messages[3]["content"].as_str().unwrap();
+    assert!(
+        follow_up.contains("/code") && follow_up.contains("implementation"),
+        "{follow_up}"
+    );
+}
+
+#[tokio::test]
+async fn answers_that_never_validate_fail_with_the_reason() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok("I cannot help with that."))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let error = implement(&openai(&options(&server))).await.unwrap_err();
+    match error {
+        Error::InvalidAnswer {
+            phase,
+            attempts,
+            reason,
+        } => {
+            assert_eq!((phase, attempts), ("implement", 2));
+            assert!(reason.contains("no JSON"), "{reason}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn prompted_mode_puts_the_schema_in_the_prompt_and_extracts_json_from_text() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(&format!(
+            "Here is the function:\n```json\n{IMPLEMENTATION}\n```\nLet me know if you need more."
+        )))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let options = Options {
+        structured_output: StructuredOutput::Prompted,
+        ..options(&server)
+    };
+    let generated = implement(&openai(&options)).await.unwrap();
+    assert!(generated.value.code.contains("def sieve"));
+    let request: Value = server.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    assert!(request.get("response_format").is_none());
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("JSON schema") && system.contains("\"code\""),
+        "{system}"
+    );
+}
+
+fn anthropic(options: &Options) -> Model {
+    let options = Options {
+        base_url: options.base_url.trim_end_matches("/v1").to_owned(),
+        ..options.clone()
+    };
+    let provider: Arc<dyn Provider> = Arc::new(Anthropic::new(&options).unwrap());
+    Model::new(provider, options, Metrics::unregistered().unwrap())
+}
+
+#[tokio::test]
+async fn anthropic_forces_a_tool_call_and_reads_its_input() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .and(header("x-api-key", "test-key"))
+        .and(header("anthropic-version", "2023-06-01"))
+        .and(body_partial_json(json!({
+            "model": "test-model",
+            "system": "system text",
+            "messages": [{"role": "user", "content": "write sieve"}],
+            "tool_choice": {"type": "tool", "name": "implementation"},
+            "tools": [{"name": "implementation"}],
+        })))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "test-model",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "implementation",
+                         "input": {"code": "def sieve(n):\n    return []", "analysis": null}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 21, "output_tokens": 9}
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let generated = implement(&anthropic(&options(&server))).await.unwrap();
+    assert!(generated.value.code.starts_with("def sieve"));
+    assert_eq!(generated.usage.prompt_tokens, 21);
+    assert_eq!(generated.usage.completion_tokens, 9);
+    let request: Value = server.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    let schema = &request["tools"][0]["input_schema"];
+    assert_eq!(schema["type"], "object");
+    assert!(schema["properties"].get("code").is_some());
+}
+
+#[tokio::test]
+async fn anthropic_overload_529_is_retried() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(529).set_body_json(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "content": [{"type": "tool_use", "name": "implementation", "input": {"code": "x = 1", "analysis": null}}],
+            "usage": {"input_tokens": 1, "output_tokens": 1}
+        })))
+        .mount(&server)
+        .await;
+    let generated = implement(&anthropic(&options(&server))).await.unwrap();
+    assert_eq!(generated.calls, 2);
+}
