@@ -90,6 +90,21 @@ mod tests {
     }
 
     #[test]
+    fn the_model_api_key_comes_from_the_environment_and_is_never_printed() {
+        let settings = Settings::load_from(
+            None,
+            env(&[
+                ("CODEGEN__MODEL__PROVIDER", "anthropic"),
+                ("CODEGEN__MODEL__API_KEY", "sk-secret"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(settings.model.provider, model::ProviderKind::Anthropic);
+        assert_eq!(settings.model.api_key.as_deref(), Some("sk-secret"));
+        assert!(!settings.to_toml().unwrap().contains("sk-secret"));
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_errors() {
         let err = Settings::load_from(None, env(&[("CODEGEN__BROKER__URLL", "x")])).unwrap_err();
         assert!(format!("{err:#}").contains("urll"), "{err:#}");
