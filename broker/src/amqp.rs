@@ -96,7 +96,12 @@ impl AmqpBroker {
         }
     }
 
-    async fn publish_once(&self, live: &Live, message: &Outgoing) -> Result<(), lapin::Error> {
+    async fn publish_once(
+        &self,
+        live: &Live,
+        queue: &str,
+        message: &Outgoing,
+    ) -> Result<(), lapin::Error> {
         let properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.message_id.clone()))
             .with_content_type("application/msgpack".into())
@@ -105,7 +110,7 @@ impl AmqpBroker {
             .publisher
             .basic_publish(
                 ShortString::from(""),
-                ShortString::from(self.inner.topology.tasks.clone()),
+                ShortString::from(queue.to_owned()),
                 BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()
@@ -285,6 +290,14 @@ async fn declare(
         .queue_declare(
             ShortString::from(topology.tasks.clone()),
             durable,
+            task_args.clone(),
+        )
+        .await?;
+    // Events get the same guarantees: a poison event is dead-lettered, not looped on.
+    channel
+        .queue_declare(
+            ShortString::from(topology.events.clone()),
+            durable,
             task_args,
         )
         .await?;
@@ -303,16 +316,16 @@ fn redact(url: &str) -> String {
     }
 }
 
-#[async_trait]
-impl Broker for AmqpBroker {
-    async fn publish(&self, message: Outgoing) -> Result<(), Error> {
+impl AmqpBroker {
+    /// Publishes to `queue` with a confirm, through reconnects, within `publish_timeout`.
+    async fn publish_to(&self, queue: &str, message: Outgoing) -> Result<(), Error> {
         let attempt = async {
             let never = CancellationToken::new();
             loop {
                 let Some(live) = self.wait_live(&never).await else {
                     continue;
                 };
-                match self.publish_once(&live, &message).await {
+                match self.publish_once(&live, queue, &message).await {
                     Ok(()) => return Ok(()),
                     Err(e) => {
                         self.set_error(e.to_string());
@@ -335,6 +348,19 @@ impl Broker for AmqpBroker {
             ))),
         }
     }
+}
+
+#[async_trait]
+impl Broker for AmqpBroker {
+    async fn publish(&self, message: Outgoing) -> Result<(), Error> {
+        let queue = self.inner.topology.tasks.clone();
+        self.publish_to(&queue, message).await
+    }
+
+    async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
+        let queue = self.inner.topology.events.clone();
+        self.publish_to(&queue, message).await
+    }
 
     fn consume(
         &self,
@@ -347,6 +373,7 @@ impl Broker for AmqpBroker {
         let name = match queue {
             Queue::Tasks => broker.inner.topology.tasks.clone(),
             Queue::DeadLetters => broker.inner.topology.dead_letters.clone(),
+            Queue::Events => broker.inner.topology.events.clone(),
         };
         tokio::spawn(async move {
             'connection: loop {

@@ -62,6 +62,8 @@ impl Default for Options {
 pub enum Queue {
     Tasks,
     DeadLetters,
+    /// Pipeline events from workers to coordinators.
+    Events,
 }
 
 /// A message to publish on the task queue.
@@ -150,6 +152,9 @@ pub(crate) trait Acker: Send + Sync {
 pub trait Broker: Send + Sync + 'static {
     /// Publishes one task durably; returns once the broker has confirmed it.
     async fn publish(&self, message: Outgoing) -> Result<(), Error>;
+
+    /// Publishes one pipeline event durably (confirmed) to the events queue.
+    async fn publish_event(&self, message: Outgoing) -> Result<(), Error>;
 
     /// Consumes `queue` with at most `prefetch` unsettled deliveries. The stream waits through
     /// broker outages and ends once `cancel` fires (the broker stops sending at that point;

@@ -25,6 +25,7 @@ struct Message {
 struct State {
     tasks: VecDeque<Message>,
     dead: VecDeque<Message>,
+    events: VecDeque<Message>,
     down: Option<String>,
 }
 
@@ -61,6 +62,7 @@ impl MemoryBroker {
         match queue {
             Queue::Tasks => state.tasks.len(),
             Queue::DeadLetters => state.dead.len(),
+            Queue::Events => state.events.len(),
         }
     }
 
@@ -83,6 +85,7 @@ impl MemoryBroker {
             match queue {
                 Queue::Tasks => state.tasks.push_back(message),
                 Queue::DeadLetters => state.dead.push_back(message),
+                Queue::Events => state.events.push_back(message),
             }
         }
         self.notify.notify_waiters();
@@ -96,6 +99,7 @@ impl MemoryBroker {
         match queue {
             Queue::Tasks => state.tasks.pop_front(),
             Queue::DeadLetters => state.dead.pop_front(),
+            Queue::Events => state.events.pop_front(),
         }
     }
 }
@@ -118,7 +122,8 @@ impl Acker for MemoryAcker {
             }
             Settle::Requeue => {
                 message.delivery_count += 1;
-                if self.queue == Queue::Tasks && message.delivery_count > self.broker.delivery_limit
+                if self.queue != Queue::DeadLetters
+                    && message.delivery_count > self.broker.delivery_limit
                 {
                     message.death_reason = Some("delivery_limit".into());
                     self.broker.push(Queue::DeadLetters, message);
@@ -139,6 +144,22 @@ impl Broker for MemoryBroker {
         }
         self.push(
             Queue::Tasks,
+            Message {
+                message_id: message.message_id,
+                body: message.body,
+                delivery_count: 0,
+                death_reason: None,
+            },
+        );
+        Ok(())
+    }
+
+    async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
+        if let Some(reason) = &self.state.lock().expect("poisoned").down {
+            return Err(Error::Unavailable(reason.clone()));
+        }
+        self.push(
+            Queue::Events,
             Message {
                 message_id: message.message_id,
                 body: message.body,

@@ -50,6 +50,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         stdin,
         timeout_ms: args.timeout_ms,
         memory_mb: args.memory_mb,
+        fresh_container: None,
+        files: Default::default(),
+        return_files: Default::default(),
     };
     let client = reqwest::Client::new();
     let base = args.url.trim_end_matches('/');
@@ -118,4 +121,450 @@ async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView>
             String::from_utf8_lossy(&bytes)
         ),
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// Generation jobs: `codegen submit`, `codegen status`, `codegen batch`.
+
+/// How a job's result is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A report: verdict, code and test results per function, timings, quality, history.
+    Markdown,
+    /// The result JSON as the coordinator returns it.
+    Json,
+    /// The code on stdout and a one-line summary on stderr.
+    Plain,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// What to build, in plain language.
+    pub instruction: String,
+    /// Target language.
+    #[arg(long, default_value = "python")]
+    pub language: String,
+    /// Implementation attempts per function (coordinator default when omitted).
+    #[arg(long)]
+    pub max_iterations: Option<u32>,
+    /// Constraints the code must respect.
+    #[arg(long)]
+    pub constraints: Option<String>,
+    /// What the tests must cover.
+    #[arg(long)]
+    pub test_requirements: Option<String>,
+    /// Follow the job's progress (on stderr) and print its result; without it, print the job id.
+    #[arg(long)]
+    pub wait: bool,
+    /// Output format of the result (with --wait).
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
+    /// Coordinator URL.
+    #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The job id (from `codegen submit`).
+    pub id: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
+    /// Coordinator URL.
+    #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BatchArgs {
+    /// JSONL file, one job per line (the body of `POST /v1/jobs`); `-` reads standard input.
+    pub input: PathBuf,
+    /// Where to write the results, one JSON result per line in input order; `-` is stdout.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// How often the batch's progress is polled, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub poll_ms: u64,
+    /// Coordinator URL.
+    #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+/// The coordinator's HTTP API.
+struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    fn new(url: &str, api_key: Option<&str>) -> anyhow::Result<Self> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = api_key {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+                .context("the API key is not a valid header value")?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .default_headers(headers)
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            http,
+            base: url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the coordinator at {}", self.base))
+    }
+
+    /// `GET path` as JSON; a non-2xx answer is an error carrying the coordinator's message.
+    async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+        let response = self.send(self.http.get(self.url(path))).await?;
+        Ok(read_json(response).await?.1)
+    }
+}
+
+/// Status and JSON body of a 2xx answer; otherwise an error with the coordinator's message.
+async fn read_json(
+    response: reqwest::Response,
+) -> anyhow::Result<(reqwest::StatusCode, serde_json::Value)> {
+    let status = response.status();
+    let bytes = response
+        .bytes()
+        .await
+        .context("reading the coordinator's answer")?;
+    if status.is_success() {
+        let value =
+            serde_json::from_slice(&bytes).context("unreadable answer from the coordinator")?;
+        return Ok((status, value));
+    }
+    match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Ok(body) => bail!("the coordinator answered {status}: {}", body.error),
+        Err(_) => bail!(
+            "the coordinator answered {status}: {}",
+            String::from_utf8_lossy(&bytes)
+        ),
+    }
+}
+
+fn is_final(view: &serde_json::Value) -> bool {
+    matches!(view["status"].as_str(), Some("succeeded" | "failed"))
+}
+
+/// Prints a finished job in `format`; returns the exit code (0 succeeded, 1 failed).
+fn print_result(view: &serde_json::Value, format: Format) -> anyhow::Result<u8> {
+    let code = if view["status"] == "succeeded" { 0 } else { 1 };
+    if format == Format::Json {
+        println!("{}", serde_json::to_string_pretty(view)?);
+        return Ok(code);
+    }
+    let result: proto::job::JobResult = serde_json::from_value(view.clone())
+        .context("the coordinator's job result has an unexpected shape")?;
+    match format {
+        Format::Markdown => print!("{}", crate::report::markdown(&result)),
+        Format::Plain => {
+            print!("{}", crate::report::code(&result));
+            eprintln!("{}", crate::report::summary(&result));
+        }
+        Format::Json => unreachable!("handled above"),
+    }
+    Ok(code)
+}
+
+/// Polls `GET /v1/jobs/{id}` until the job is final.
+async fn wait_final(api: &Api, id: &str) -> anyhow::Result<serde_json::Value> {
+    loop {
+        let view = api.get(&format!("/v1/jobs/{id}")).await?;
+        if is_final(&view) {
+            return Ok(view);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// `codegen submit`: exits 0 when the job succeeded (or, without --wait, was accepted), 1
+/// when it failed, 2 when the coordinator could not be used.
+pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let submission = proto::job::JobSubmission {
+        instruction: args.instruction.clone(),
+        language: args.language.clone(),
+        constraints: args.constraints.clone(),
+        test_requirements: args.test_requirements.clone(),
+        max_iterations: args.max_iterations,
+    };
+    let response = api
+        .send(api.http.post(api.url("/v1/jobs")).json(&submission))
+        .await?;
+    let (_, answer) = read_json(response).await?;
+    let id = answer["job_id"]
+        .as_str()
+        .context("the coordinator's answer has no job_id")?
+        .to_owned();
+    if !args.wait {
+        println!("{id}");
+        return Ok(0);
+    }
+    // A solution-cache hit answers with the finished result at once.
+    if is_final(&answer) {
+        eprintln!("job {id}: answered from the solution cache");
+        return print_result(&answer, args.format);
+    }
+    eprintln!("job {id} accepted");
+    let started = std::time::Instant::now();
+    if let Err(e) = follow(&api, &id, started).await {
+        eprintln!("codegen: progress stream interrupted ({e:#}); polling instead");
+    }
+    let view = wait_final(&api, &id).await?;
+    print_result(&view, args.format)
+}
+
+/// Prints one progress line per server-sent event of the job until it finishes.
+async fn follow(api: &Api, id: &str, started: std::time::Instant) -> anyhow::Result<()> {
+    let mut response = api
+        .send(
+            api.http
+                .get(api.url(&format!("/v1/jobs/{id}/events")))
+                .header(reqwest::header::ACCEPT, "text/event-stream"),
+        )
+        .await?;
+    if !response.status().is_success() {
+        read_json(response).await?;
+        bail!("the events stream is not available");
+    }
+    let mut parser = SseParser::default();
+    let mut pending: Vec<u8> = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .context("reading the events stream")?
+    {
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let Some((name, data)) = parser.line(line.trim_end_matches(['\n', '\r'])) else {
+                continue;
+            };
+            let data: serde_json::Value =
+                serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
+            eprintln!(
+                "{}",
+                crate::report::progress_line(started.elapsed(), &name, &data)
+            );
+            if name == "finished" {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A minimal server-sent events parser: feed it lines, it returns `(event, data)` at the
+/// blank line that ends an event. Comments (keep-alives) and ids are skipped.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    event: Option<String>,
+    data: Vec<String>,
+}
+
+impl SseParser {
+    pub(crate) fn line(&mut self, line: &str) -> Option<(String, String)> {
+        if line.is_empty() {
+            let name = self.event.take();
+            if self.data.is_empty() {
+                return None;
+            }
+            let data = std::mem::take(&mut self.data).join("\n");
+            return Some((name.unwrap_or_else(|| "message".into()), data));
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "data" => self.data.push(value.to_owned()),
+            _ => {}
+        }
+        None
+    }
+}
+
+/// `codegen status`: exits 0 succeeded, 1 failed, 3 not finished yet, 2 on errors.
+pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let view = api.get(&format!("/v1/jobs/{}", args.id)).await?;
+    if is_final(&view) {
+        return print_result(&view, args.format);
+    }
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
+        Format::Markdown => print!("{}", crate::report::pending_markdown(&view)),
+        Format::Plain => println!("{}", crate::report::pending_plain(&view)),
+    }
+    Ok(3)
+}
+
+/// `codegen batch`: exits 0 when every job succeeded, 1 when any did not, 2 on errors.
+pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
+    use std::io::{IsTerminal, Write};
+
+    let started = std::time::Instant::now();
+    let body = if args.input.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the jobs from stdin")?
+    } else {
+        std::fs::read_to_string(&args.input)
+            .with_context(|| format!("reading {}", args.input.display()))?
+    };
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let response = api
+        .send(
+            api.http
+                .post(api.url("/v1/batches"))
+                .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+                .body(body),
+        )
+        .await?;
+    let (_, answer) = read_json(response).await?;
+    let batch_id = answer["batch_id"]
+        .as_str()
+        .context("the coordinator's answer has no batch_id")?
+        .to_owned();
+    let jobs: Vec<String> = answer["jobs"]
+        .as_array()
+        .context("the coordinator's answer has no jobs")?
+        .iter()
+        .filter_map(|j| j.as_str().map(str::to_owned))
+        .collect();
+    eprintln!("batch {batch_id}: {} jobs", jobs.len());
+
+    let total = jobs.len() as u64;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} jobs  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let mut last_line = String::new();
+    let mut last_print = std::time::Instant::now();
+    let mut failures = 0u32;
+    loop {
+        let view = match api.get(&format!("/v1/batches/{batch_id}")).await {
+            Ok(view) => {
+                failures = 0;
+                view
+            }
+            // A coordinator restart should not end a long batch: retry for a while.
+            Err(e) if failures < 60 => {
+                failures += 1;
+                let message = format!("cannot read the batch ({e:#}); retrying");
+                match &bar {
+                    Some(bar) => bar.set_message(message),
+                    None => eprintln!("{message}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let counts = crate::report::counts(&view["counts"]);
+        let finished: u64 = view["jobs"]
+            .as_array()
+            .map(|jobs| {
+                jobs.iter()
+                    .filter(|j| {
+                        matches!(
+                            j["status"].as_str(),
+                            Some("succeeded" | "failed" | "unknown")
+                        )
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0);
+        match &bar {
+            Some(bar) => {
+                bar.set_position(finished);
+                bar.set_message(counts.clone());
+            }
+            None => {
+                let line = format!("{finished}/{total} finished ({counts})");
+                if line != last_line || last_print.elapsed().as_secs() >= 30 {
+                    eprintln!(
+                        "[{:>6.1}s] batch {batch_id}: {line}",
+                        started.elapsed().as_secs_f64()
+                    );
+                    last_line = line;
+                    last_print = std::time::Instant::now();
+                }
+            }
+        }
+        if view["status"] == "done" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(args.poll_ms.max(50))).await;
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+
+    let mut lines = Vec::with_capacity(jobs.len());
+    let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
+    for id in &jobs {
+        let result = match api.get(&format!("/v1/jobs/{id}")).await {
+            Ok(result) => result,
+            Err(e) => {
+                serde_json::json!({"job_id": id, "status": "unknown", "failure": format!("{e:#}")})
+            }
+        };
+        *by_status
+            .entry(result["status"].as_str().unwrap_or("unknown").to_owned())
+            .or_default() += 1;
+        lines.push(serde_json::to_string(&result)?);
+    }
+    let text = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    if args.output.as_os_str() == "-" {
+        std::io::stdout()
+            .write_all(text.as_bytes())
+            .context("writing the results")?;
+    } else {
+        std::fs::write(&args.output, text)
+            .with_context(|| format!("writing {}", args.output.display()))?;
+    }
+    let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    eprintln!(
+        "batch {batch_id}: {} jobs in {:.1}s: {} -> {}",
+        jobs.len(),
+        started.elapsed().as_secs_f64(),
+        counts.join(", "),
+        args.output.display()
+    );
+    let all_succeeded = by_status.keys().all(|s| s == "succeeded");
+    Ok(if all_succeeded { 0 } else { 1 })
 }

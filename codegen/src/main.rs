@@ -1,6 +1,7 @@
 //! `codegen`: the cluster's processes and its command-line client.
 
 mod client;
+mod report;
 mod settings;
 
 use std::path::PathBuf;
@@ -37,6 +38,12 @@ enum Command {
     Config,
     /// Run a program on the cluster and print its output.
     Exec(client::ExecArgs),
+    /// Submit a generation job; with --wait, follow it and print the tested code.
+    Submit(client::SubmitArgs),
+    /// Print a job's result, or its progress while it runs.
+    Status(client::StatusArgs),
+    /// Run a JSONL file of jobs as one batch and write one result per line, in input order.
+    Batch(client::BatchArgs),
     /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
     ModelServer(ModelServerArgs),
 }
@@ -76,6 +83,9 @@ fn main() -> std::process::ExitCode {
                 Ok(0)
             }
             Command::Exec(args) => client::exec(args).await,
+            Command::Submit(args) => client::submit(args).await,
+            Command::Status(args) => client::status(args).await,
+            Command::Batch(args) => client::batch(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });
@@ -126,16 +136,23 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let coordinator = coordinator::Coordinator::build(
         settings.coordinator.clone(),
         Arc::new(broker),
-        Arc::new(store),
+        Arc::new(store.clone()),
+        Arc::new(store.clone()),
         &registry,
-    )?;
+    )?
+    .with_cache(Arc::new(store), model::identity(&settings.model));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.coordinator.listen))?;
-    if settings.coordinator.listen.ip().is_loopback() {
+    if settings.coordinator.api_keys.is_empty() {
         tracing::warn!(
-            "no API keys yet: the API is open to anyone who can reach {}",
-            settings.coordinator.listen
+            listen = %settings.coordinator.listen,
+            "no API keys configured: the API is open to anyone who can reach it (set CODEGEN__COORDINATOR__API_KEYS__<TENANT>=<key>)"
+        );
+    } else {
+        tracing::info!(
+            tenants = settings.coordinator.api_keys.len(),
+            "API keys configured"
         );
     }
     let result = coordinator.run(tcp, ops, shutdown).await;
@@ -154,17 +171,11 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     tokio::spawn(supervisor.run(infra.clone()));
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
     tokio::spawn(listener.run(infra.clone()));
-    let sandbox = Arc::new(sandbox::DockerSandbox::build(settings.sandbox.clone()));
-    {
-        let sandbox = sandbox.clone();
-        tokio::spawn(async move {
-            match sandbox.reap_orphans().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(containers = n, "removed orphaned sandbox containers"),
-                Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandbox containers"),
-            }
-        });
-    }
+    // The pool service reaps orphaned containers, keeps the warm pools filled and removes
+    // every container once `infra` is cancelled (after the worker has drained).
+    let (sandbox, pools) = sandbox::DockerSandbox::build(settings.sandbox.clone());
+    let sandbox = Arc::new(sandbox);
+    let pools = tokio::spawn(pools.run(infra.clone()));
 
     let readiness = {
         let sandbox = sandbox.clone();
@@ -182,16 +193,39 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let ops_cancel = infra.clone();
     let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
 
+    let model = match model::Model::from_options(
+        &settings.model,
+        model::Metrics::register(&registry)?,
+    ) {
+        Ok(model) => {
+            tracing::info!(model = %model.describe(), "model configured");
+            Some(model)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "no usable model: generation jobs will fail with this reason");
+            None
+        }
+    };
+    let pipeline = worker::Pipeline::new(
+        settings.worker.pipeline.clone(),
+        Arc::new(store.clone()),
+        model,
+        Arc::new(broker.clone()),
+        sandbox.clone(),
+    )
+    .with_cache(Arc::new(store.clone()), model::identity(&settings.model));
     let worker = worker::Worker::build(
         settings.worker.clone(),
         Arc::new(broker),
         Arc::new(store),
         sandbox,
         &registry,
-    )?;
+    )?
+    .with_pipeline(pipeline);
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;
+    let _ = pools.await;
     Ok(())
 }
 

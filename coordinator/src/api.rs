@@ -18,7 +18,9 @@ use proto::{
 use serde::Deserialize;
 use tower_http::trace::TraceLayer;
 
+use crate::auth::Tenant;
 use crate::{Coordinator, now_ms};
+use axum::Extension;
 
 /// An API error: a status and a message for the caller.
 #[derive(Debug)]
@@ -28,14 +30,14 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
         }
     }
 
-    fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+    pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("{field}: {message}"),
@@ -60,8 +62,19 @@ pub fn router(coordinator: Coordinator) -> Router {
     Router::new()
         .route("/v1/executions", post(submit))
         .route("/v1/executions/{id}", get(fetch))
+        .route("/v1/jobs", post(crate::jobs::submit))
+        .route("/v1/jobs/{id}", get(crate::jobs::fetch))
+        .route("/v1/jobs/{id}/events", get(crate::jobs::events))
+        .route("/v1/batches", post(crate::batches::submit))
+        .route("/v1/batches/{id}", get(crate::batches::fetch))
+        .route("/v1/cache/stats", get(crate::jobs::cache_stats))
+        .route("/v1/cache", axum::routing::delete(crate::jobs::cache_clear))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(coordinator.options.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            coordinator.clone(),
+            crate::auth::authenticate,
+        ))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
         .layer(TraceLayer::new_for_http())
         .with_state(coordinator)
@@ -144,17 +157,52 @@ pub(crate) fn validate(
             ),
         ));
     }
+    let files = submission.files.unwrap_or_default();
+    let return_files = submission.return_files.unwrap_or_default();
+    for (field, count) in [("files", files.len()), ("return_files", return_files.len())] {
+        if count > proto::execution::MAX_FILES {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "{count} files is over the limit of {}",
+                    proto::execution::MAX_FILES
+                ),
+            ));
+        }
+    }
+    for path in files.keys() {
+        proto::execution::check_file_path(path).map_err(|e| ApiError::invalid("files", e))?;
+    }
+    for path in &return_files {
+        proto::execution::check_file_path(path)
+            .map_err(|e| ApiError::invalid("return_files", e))?;
+    }
+    // Files are code too: the program and its files share the code size limit.
+    let code_bytes = submission.code.len() + files.values().map(String::len).sum::<usize>();
+    if code_bytes > options.max_code_bytes {
+        return Err(ApiError::invalid(
+            "files",
+            format!(
+                "code and files together are {code_bytes} bytes, over the limit of {} bytes",
+                options.max_code_bytes
+            ),
+        ));
+    }
     Ok(ExecutionRequest {
         language,
         code: submission.code,
         stdin: submission.stdin,
         timeout_ms,
         memory_mb,
+        fresh_container: submission.fresh_container.unwrap_or(false),
+        files,
+        return_files,
     })
 }
 
 async fn submit(
     State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
     params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -174,7 +222,7 @@ async fn submit(
 
     // Record first, so whatever a worker does with the task is visible under this id.
     let meta = ExecutionMeta {
-        tenant: None,
+        tenant: tenant.0.clone(),
         submitted_at_ms,
         language,
     };
@@ -182,7 +230,12 @@ async fn submit(
         .create_execution(id, &meta)
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let envelope = Envelope::new(id, None, submitted_at_ms, Task::Execute(request));
+    let envelope = Envelope::new(
+        id,
+        tenant.0.clone(),
+        submitted_at_ms,
+        Task::Execute(request),
+    );
     let published = c
         .broker
         .publish(Outgoing {
@@ -234,7 +287,11 @@ async fn submit(
     })
 }
 
-async fn fetch(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn fetch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id: TaskId = id.parse().map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -243,6 +300,18 @@ async fn fetch(State(c): State<Coordinator>, Path(id): Path<String>) -> Result<R
     })?;
     let unavailable =
         |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    // Another tenant's execution is as unknown as a missing one.
+    let owner = c.store.execution_meta(id).await.map_err(unavailable)?;
+    let hidden = match &owner {
+        Some(meta) => !tenant.sees(&meta.tenant),
+        None => tenant.0.is_some(),
+    };
+    if hidden {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no execution {id}"),
+        ));
+    }
     if let Some(result) = c.store.execution_result(id).await.map_err(unavailable)? {
         return Ok(view(id, Outcome::Done(result)).into_response());
     }

@@ -12,7 +12,11 @@
 //! - a task that cannot be published gets an `error` result, never a silent "queued".
 
 mod api;
+pub mod auth;
+mod batches;
+mod jobs;
 mod metrics;
+pub mod planning;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +25,7 @@ use broker::{Broker, Delivery, Queue};
 use futures::StreamExt;
 use proto::{ExecutionResult, Status, TaskId};
 use serde::{Deserialize, Serialize};
-use store::Store;
+use store::{CacheStore, JobStore, Store};
 use tokio_util::sync::CancellationToken;
 
 pub use api::router;
@@ -51,6 +55,19 @@ pub struct Options {
     /// How long `POST /v1/executions` waits for the verdict before answering 202 with the id.
     #[serde(with = "humantime_serde")]
     pub wait: Duration,
+    /// API keys by tenant. Secrets: give them in the environment only
+    /// (`CODEGEN__COORDINATOR__API_KEYS__<TENANT>=key`). Empty: the API is open.
+    #[serde(skip_serializing)]
+    pub api_keys: std::collections::BTreeMap<String, String>,
+    /// Largest job instruction, in bytes.
+    pub max_instruction_bytes: usize,
+    /// Implementation attempts per function when a job gives none, and the most it may ask.
+    pub default_max_iterations: u32,
+    pub max_iterations_limit: u32,
+    /// Most functions a plan may have.
+    pub max_functions: usize,
+    /// Most jobs one `POST /v1/batches` may hold.
+    pub max_batch_jobs: usize,
     /// How long shutdown waits for open requests.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -69,6 +86,12 @@ impl Default for Options {
             min_memory_mb: 16,
             max_memory_mb: 4096,
             wait: Duration::from_secs(60),
+            api_keys: Default::default(),
+            max_instruction_bytes: 16 * 1024,
+            default_max_iterations: 3,
+            max_iterations_limit: 10,
+            max_functions: 16,
+            max_batch_jobs: 1000,
             drain_timeout: Duration::from_secs(30),
         }
     }
@@ -91,7 +114,10 @@ pub struct Coordinator {
     pub(crate) options: Arc<Options>,
     pub(crate) broker: Arc<dyn Broker>,
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) jobs: Arc<dyn JobStore>,
     pub(crate) metrics: Metrics,
+    /// The solution cache and the identity of the model answering (provider/model@prompts).
+    pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -107,6 +133,7 @@ impl Coordinator {
         options: Options,
         broker: Arc<dyn Broker>,
         store: Arc<dyn Store>,
+        jobs: Arc<dyn JobStore>,
         registry: &prometheus::Registry,
     ) -> Result<Self, Error> {
         if options.default_timeout_ms > options.max_timeout_ms {
@@ -124,8 +151,17 @@ impl Coordinator {
             options: Arc::new(options),
             broker,
             store,
+            jobs,
             metrics,
+            cache: None,
         })
+    }
+
+    /// Answers repeated requests from the solution cache. `model` identifies the model
+    /// configuration (`model::identity`): a new model or prompt version misses.
+    pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
+        self.cache = Some((cache, model));
+        self
     }
 
     /// Serves the API on `listener` (merged with `ops`, the health and metrics routes) and
@@ -142,6 +178,7 @@ impl Coordinator {
         })?;
         tracing::info!(%addr, "coordinator listening");
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
+        let events = tokio::spawn(self.clone().consume_events(cancel.clone()));
         let app = router(self.clone()).merge(ops);
         let drain = self.options.drain_timeout;
         let served = telemetry::serve(listener, app, cancel.clone());
@@ -151,6 +188,7 @@ impl Coordinator {
             _ = async { cancel.cancelled().await; tokio::time::sleep(drain).await } => Ok(()),
         };
         let _ = dead_letters.await;
+        let _ = events.await;
         result.map_err(|source| Error::Listen { addr, source })
     }
 
@@ -191,6 +229,29 @@ impl Coordinator {
             other => format!("task dead-lettered ({other})"),
         };
         tracing::warn!(%id, %reason, "task dead-lettered");
+        // A pipeline task or event: its job cannot go on, so it fails with the reason.
+        if let Some((job, what)) = pipeline_job(&delivery.body) {
+            let recorded = match self.jobs.job_meta(job).await {
+                Ok(Some(meta)) => {
+                    self.fail_job(&meta, &format!("{what}: {explanation}"))
+                        .await;
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            match recorded {
+                Ok(()) => {
+                    let _ = delivery.ack().await;
+                }
+                Err(e) => {
+                    tracing::warn!(%job, error = %e, "cannot record dead letter; retrying later");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = delivery.requeue().await;
+                }
+            }
+            return;
+        }
         let result = ExecutionResult::error(Status::Error, explanation);
         match self.store.complete_execution(id, &result).await {
             Ok(_) => {
@@ -203,6 +264,24 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// The job a dead-lettered pipeline task or event belongs to, and what it was.
+fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
+    if let Ok(envelope) = proto::Envelope::decode(body) {
+        return match envelope.task {
+            proto::Task::Execute(_) => None,
+            proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
+            proto::Task::Implement(t) => Some((
+                t.job_id,
+                format!("implementing {}", t.function.unwrap_or_default()),
+            )),
+            proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
+        };
+    }
+    proto::job::Event::decode(body)
+        .ok()
+        .map(|event| (event.job_id(), "a pipeline event".into()))
 }
 
 pub(crate) fn now_ms() -> u64 {

@@ -7,6 +7,7 @@ pub struct Metrics {
     pub http_seconds: HistogramVec,
     pub executions: IntCounterVec,
     pub dead_letters: IntCounterVec,
+    pub jobs: IntCounterVec,
 }
 
 impl Metrics {
@@ -38,7 +39,15 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            jobs: IntCounterVec::new(
+                Opts::new(
+                    "codegen_jobs_total",
+                    "Jobs accepted and finished, by outcome",
+                ),
+                &["outcome"],
+            )?,
         };
+        registry.register(Box::new(metrics.jobs.clone()))?;
         registry.register(Box::new(metrics.http_requests.clone()))?;
         registry.register(Box::new(metrics.http_seconds.clone()))?;
         registry.register(Box::new(metrics.executions.clone()))?;

@@ -197,6 +197,34 @@ pub trait Provider: Send + Sync + 'static {
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError>;
 }
 
+/// What identifies the answers a configuration gives, for cache keys: provider, model and
+/// prompt version (a scripted model is identified by its file).
+pub fn identity(options: &Options) -> String {
+    let provider = if options.replay_dir.is_some() {
+        "replay".to_string()
+    } else {
+        match options.provider {
+            ProviderKind::Openai => "openai".into(),
+            ProviderKind::Anthropic => "anthropic".into(),
+            ProviderKind::Scripted => format!(
+                "scripted:{}",
+                options
+                    .script_file
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+        }
+    };
+    // The endpoint is part of it: a local server may serve a model under a public name.
+    let endpoint = if options.base_url.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", options.base_url.trim_end_matches('/'))
+    };
+    format!("{provider}/{}{endpoint}@{}", options.model, PROMPT_VERSION)
+}
+
 /// Which provider to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -10,7 +10,10 @@
 //! ]}
 //! ```
 //! Entries for the same phase and function are used in order; the last one repeats. An entry
-//! without `function` matches any function of its phase.
+//! without `function` matches any function of its phase. An entry with `prompt_contains`
+//! answers only requests whose prompt (system and messages) contains that text, and takes
+//! precedence over entries without it; this is how one script answers several requests (e.g.
+//! a plan per instruction).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,6 +38,9 @@ pub struct Entry {
     pub phase: Phase,
     #[serde(default)]
     pub function: Option<String>,
+    /// Only for requests whose prompt contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_contains: Option<String>,
     /// A structured answer.
     #[serde(default)]
     pub answer: Option<serde_json::Value>,
@@ -46,11 +52,13 @@ pub struct Entry {
     pub latency_ms: u64,
 }
 
+type GroupKey = (Phase, Option<String>, Option<String>);
+
 #[derive(Debug)]
 pub struct Scripted {
     script: Script,
-    /// How many times each entry group was used.
-    used: Mutex<HashMap<(Phase, Option<String>), usize>>,
+    /// How many times each entry group (phase, function, prompt filter) was used.
+    used: Mutex<HashMap<GroupKey, usize>>,
 }
 
 impl Scripted {
@@ -77,35 +85,46 @@ impl Scripted {
         Self::new(script)
     }
 
-    /// The entry for this request, advancing through same-key entries.
-    pub fn answer(&self, phase: Phase, function: Option<&str>) -> Option<&Entry> {
-        let exact: Vec<&Entry> = self
-            .script
-            .answers
-            .iter()
-            .filter(|e| {
-                e.phase == phase && e.function.is_some() && e.function.as_deref() == function
-            })
-            .collect();
-        let (key, group) = if exact.is_empty() {
-            let any: Vec<&Entry> = self
+    /// The entry for a request about `function` in `phase` whose prompt is `prompt`,
+    /// advancing through same-key entries. Groups are tried in this order: this function with
+    /// a matching `prompt_contains`, this function without one, then the same for entries
+    /// without a function.
+    pub fn answer(&self, phase: Phase, function: Option<&str>, prompt: &str) -> Option<&Entry> {
+        let tiers = [(true, true), (true, false), (false, true), (false, false)];
+        for (exact, filtered) in tiers {
+            let group: Vec<&Entry> = self
                 .script
                 .answers
                 .iter()
-                .filter(|e| e.phase == phase && e.function.is_none())
+                .filter(|e| e.phase == phase)
+                .filter(|e| {
+                    if exact {
+                        e.function.is_some() && e.function.as_deref() == function
+                    } else {
+                        e.function.is_none()
+                    }
+                })
+                .filter(|e| match &e.prompt_contains {
+                    Some(needle) => filtered && prompt.contains(needle.as_str()),
+                    None => !filtered,
+                })
                 .collect();
-            ((phase, None), any)
-        } else {
-            ((phase, function.map(str::to_owned)), exact)
-        };
-        if group.is_empty() {
-            return None;
+            let Some(first) = group.first().copied() else {
+                continue;
+            };
+            // Several filters may match one prompt: the first one in the file wins.
+            let group: Vec<&Entry> = group
+                .into_iter()
+                .filter(|e| e.prompt_contains == first.prompt_contains)
+                .collect();
+            let key = (phase, first.function.clone(), first.prompt_contains.clone());
+            let mut used = self.used.lock().expect("poisoned");
+            let count = used.entry(key).or_insert(0);
+            let entry = group[(*count).min(group.len() - 1)];
+            *count += 1;
+            return Some(entry);
         }
-        let mut used = self.used.lock().expect("poisoned");
-        let count = used.entry(key).or_insert(0);
-        let entry = group[(*count).min(group.len() - 1)];
-        *count += 1;
-        Some(entry)
+        None
     }
 }
 
@@ -126,8 +145,11 @@ impl Provider for Scripted {
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
+        let prompt: String = std::iter::once(request.system.as_str())
+            .chain(request.messages.iter().map(|m| m.content.as_str()))
+            .collect();
         let entry = self
-            .answer(request.phase, request.function.as_deref())
+            .answer(request.phase, request.function.as_deref(), &prompt)
             .ok_or_else(|| CallError::Rejected {
                 status: 404,
                 message: format!(
@@ -139,12 +161,6 @@ impl Provider for Scripted {
         if entry.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(entry.latency_ms)).await;
         }
-        let prompt: usize = request.system.len()
-            + request
-                .messages
-                .iter()
-                .map(|m| m.content.len())
-                .sum::<usize>();
         let (text, json) = match (&entry.answer, &entry.text) {
             (Some(answer), _) => (answer.to_string(), Some(answer.clone())),
             (None, Some(text)) => (text.clone(), None),
@@ -152,7 +168,7 @@ impl Provider for Scripted {
         };
         Ok(ChatResponse {
             usage: Usage {
-                prompt_tokens: (prompt as u64).div_ceil(4),
+                prompt_tokens: (prompt.len() as u64).div_ceil(4),
                 completion_tokens: approx_tokens(&text),
             },
             text,
@@ -178,7 +194,7 @@ mod tests {
         let scripted = Scripted::new(script).unwrap();
         let n = |f: Option<&str>| {
             scripted
-                .answer(Phase::Implement, f)
+                .answer(Phase::Implement, f, "")
                 .unwrap()
                 .answer
                 .clone()
@@ -189,7 +205,51 @@ mod tests {
         assert_eq!(n(Some("f")), 2);
         assert_eq!(n(Some("f")), 2);
         assert_eq!(n(Some("g")), 0, "falls back to the function-less entry");
-        assert!(scripted.answer(Phase::Plan, None).is_none());
+        assert!(scripted.answer(Phase::Plan, None, "").is_none());
+    }
+
+    #[test]
+    fn entries_with_a_prompt_filter_answer_the_prompts_that_contain_it_first() {
+        let script: Script = serde_json::from_value(json!({"answers": [
+            {"phase": "plan", "answer": {"n": 0}},
+            {"phase": "plan", "prompt_contains": "palindrome", "answer": {"n": 1}},
+            {"phase": "plan", "prompt_contains": "median", "answer": {"n": 2}},
+            {"phase": "plan", "prompt_contains": "median", "answer": {"n": 3}},
+            {"phase": "tests", "function": "f", "prompt_contains": "strict", "answer": {"n": 4}},
+            {"phase": "tests", "function": "f", "answer": {"n": 5}},
+        ]}))
+        .unwrap();
+        let scripted = Scripted::new(script).unwrap();
+        let n = |phase: Phase, f: Option<&str>, prompt: &str| {
+            scripted
+                .answer(phase, f, prompt)
+                .unwrap()
+                .answer
+                .clone()
+                .unwrap()["n"]
+                .clone()
+        };
+        assert_eq!(n(Phase::Plan, None, "sum the primes"), 0);
+        assert_eq!(n(Phase::Plan, None, "is it a palindrome?"), 1);
+        assert_eq!(n(Phase::Plan, None, "mean and median"), 2);
+        assert_eq!(n(Phase::Plan, None, "mean and median"), 3);
+        assert_eq!(
+            n(Phase::Plan, None, "mean and median"),
+            3,
+            "the last one repeats"
+        );
+        assert_eq!(
+            n(Phase::Plan, None, "primes again"),
+            0,
+            "unfiltered group unaffected"
+        );
+        assert_eq!(
+            n(Phase::Plan, None, "palindrome or median"),
+            1,
+            "first match wins"
+        );
+        assert_eq!(n(Phase::Tests, Some("f"), "strict cases"), 4);
+        assert_eq!(n(Phase::Tests, Some("f"), "cases"), 5);
     }
 
     #[test]

@@ -66,7 +66,11 @@ async fn complete(
         },
     };
     let function = header(FUNCTION_HEADER);
-    let Some(entry) = script.answer(phase, function.as_deref()) else {
+    let prompt: String = body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
+        .unwrap_or_default();
+    let Some(entry) = script.answer(phase, function.as_deref(), &prompt) else {
         return error(
             StatusCode::NOT_FOUND,
             format!(
@@ -84,10 +88,6 @@ async fn complete(
         (None, Some(text)) => text.clone(),
         (None, None) => String::new(),
     };
-    let prompt: String = body["messages"]
-        .as_array()
-        .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
-        .unwrap_or_default();
     let prompt_tokens = approx_tokens(&prompt);
     let completion_tokens = approx_tokens(&content);
     axum::Json(json!({

@@ -16,6 +16,15 @@ pub struct ExecutionSubmission {
     pub timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// Run in a container of its own instead of a warm one (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_container: Option<bool>,
+    /// Text files to put next to the program, by relative path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<std::collections::BTreeMap<String, String>>,
+    /// Files of the work directory to send back after the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_files: Option<Vec<String>>,
 }
 
 /// An execution as the API shows it: its id plus either the verdict or `"status": "queued"`.
@@ -63,6 +72,9 @@ mod tests {
                 truncated: false,
                 duration_ms: 5,
                 reason: None,
+                error_kind: Some(crate::ErrorKind::Runtime),
+                files: Default::default(),
+                file_errors: Default::default(),
             }),
         };
         let json = serde_json::to_value(&view).unwrap();

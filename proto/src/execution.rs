@@ -1,5 +1,7 @@
 //! Plain executions: code in, verdict out.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Languages the sandbox has an image for.
@@ -51,6 +53,49 @@ pub struct ExecutionRequest {
     pub timeout_ms: u64,
     /// Memory limit (RAM and swap together), in MiB.
     pub memory_mb: u64,
+    /// Run in a container of its own, created for this execution and removed after it,
+    /// instead of a warm container of the pool (slower: a container start-up per run).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fresh_container: bool,
+    /// Text files written to the work directory before the program runs (path relative to
+    /// it, no `..`); the program can import the Python ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// Files of the work directory to return after the run (relative paths). Symbolic links
+    /// are never followed; a path that is not a regular file comes back as an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub return_files: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Most files an execution may send (`files`) or ask back (`return_files`).
+pub const MAX_FILES: usize = 64;
+
+/// Checks a path of `files` or `return_files`: relative to the work directory, `/`-separated,
+/// no empty, `.` or `..` component, no NUL, at most 1024 bytes, and not `main.py` (the
+/// program itself).
+pub fn check_file_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.len() > 1024 {
+        return Err(format!("{path:?}: must be 1 to 1024 bytes long"));
+    }
+    if path.starts_with('/') || path.contains('\0') {
+        return Err(format!("{path:?}: must be a relative path without NUL"));
+    }
+    if path
+        .split('/')
+        .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return Err(format!(
+            "{path:?}: no empty, \".\" or \"..\" components allowed"
+        ));
+    }
+    if path == "main.py" {
+        return Err("\"main.py\" is the program itself".into());
+    }
+    Ok(())
 }
 
 /// The verdict of one execution.
@@ -65,6 +110,9 @@ pub enum Status {
     Timeout,
     /// The program was killed for exceeding its memory limit.
     MemoryLimit,
+    /// The program wrote more than the hard output cap and was killed. (Output past the
+    /// capture cap but below the hard cap is only cut: `truncated`.)
+    OutputLimit,
     /// The sandbox itself failed (Docker down, container died); `reason` says how.
     SandboxError,
     /// The task could not be run at all (dead-lettered, rejected); `reason` says why.
@@ -78,8 +126,37 @@ impl Status {
             Status::Failed => "failed",
             Status::Timeout => "timeout",
             Status::MemoryLimit => "memory_limit",
+            Status::OutputLimit => "output_limit",
             Status::SandboxError => "sandbox_error",
             Status::Error => "error",
+        }
+    }
+}
+
+/// Why a `failed` execution failed, from the exception that ended it (or the test harness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The code does not compile (`SyntaxError`, `IndentationError`).
+    Syntax,
+    /// An import failed (`ImportError`, `ModuleNotFoundError`).
+    Import,
+    /// An assertion failed (`AssertionError`).
+    Assertion,
+    /// The program ran but produced the wrong output (a test case compared unequal).
+    WrongOutput,
+    /// Any other exception, or a non-zero exit without one.
+    Runtime,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Syntax => "syntax",
+            ErrorKind::Import => "import",
+            ErrorKind::Assertion => "assertion",
+            ErrorKind::WrongOutput => "wrong_output",
+            ErrorKind::Runtime => "runtime",
         }
     }
 }
@@ -97,9 +174,21 @@ pub struct ExecutionResult {
     pub truncated: bool,
     /// Wall time of the program itself inside the sandbox.
     pub duration_ms: u64,
-    /// Why the execution ended in `sandbox_error` or `error`.
+    /// Why the execution ended as it did when the status alone does not say it: the
+    /// exception of a `failed` run, the limit of a `timeout`/`memory_limit`/`output_limit`,
+    /// what went wrong for `sandbox_error` or `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For `failed`: what kind of error ended the program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+    /// The requested `return_files` that could be read, by path.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// The requested `return_files` that could not be read, with why (missing, a symbolic
+    /// link, not a regular file, cut at the size cap).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub file_errors: BTreeMap<String, String>,
 }
 
 impl ExecutionResult {
@@ -113,6 +202,9 @@ impl ExecutionResult {
             truncated: false,
             duration_ms: 0,
             reason: Some(reason.into()),
+            error_kind: None,
+            files: BTreeMap::new(),
+            file_errors: BTreeMap::new(),
         }
     }
 
@@ -153,10 +245,92 @@ mod tests {
             truncated: false,
             duration_ms: 12,
             reason: None,
+            error_kind: None,
+            files: BTreeMap::new(),
+            file_errors: BTreeMap::new(),
         };
         assert_eq!(ExecutionResult::decode(&result.encode()).unwrap(), result);
         let json = serde_json::to_value(&result).unwrap();
         assert!(json.get("reason").is_none());
+        assert!(json.get("error_kind").is_none() && json.get("files").is_none());
+    }
+
+    #[test]
+    fn file_paths_stay_inside_the_work_directory() {
+        for ok in ["a.txt", "pkg/mod.py", "out/data.json", ".hidden"] {
+            assert!(check_file_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a/",
+            "main.py",
+            "a\0b",
+        ] {
+            assert!(check_file_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_file_path(&"a".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn old_messages_still_decode() {
+        // A request and a result as written before fresh_container, files, error_kind…
+        #[derive(Serialize)]
+        struct OldRequest {
+            language: Language,
+            code: String,
+            stdin: Option<String>,
+            timeout_ms: u64,
+            memory_mb: u64,
+        }
+        let old = rmp_serde::to_vec_named(&OldRequest {
+            language: Language::Python,
+            code: "1".into(),
+            stdin: None,
+            timeout_ms: 5,
+            memory_mb: 64,
+        })
+        .unwrap();
+        let request: ExecutionRequest = rmp_serde::from_slice(&old).unwrap();
+        assert!(!request.fresh_container && request.files.is_empty());
+        assert!(request.return_files.is_empty());
+
+        #[derive(Serialize)]
+        struct OldResult {
+            status: Status,
+            exit_code: Option<i32>,
+            stdout: String,
+            stderr: String,
+            duration_ms: u64,
+        }
+        let old = rmp_serde::to_vec_named(&OldResult {
+            status: Status::Failed,
+            exit_code: Some(1),
+            stdout: String::new(),
+            stderr: "x".into(),
+            duration_ms: 3,
+        })
+        .unwrap();
+        let result = ExecutionResult::decode(&old).unwrap();
+        assert_eq!(result.error_kind, None);
+        assert!(!result.truncated && result.files.is_empty());
+    }
+
+    #[test]
+    fn error_kind_and_output_limit_serialize_in_snake_case() {
+        assert_eq!(
+            serde_json::to_string(&ErrorKind::WrongOutput).unwrap(),
+            "\"wrong_output\""
+        );
+        assert_eq!(Status::OutputLimit.as_str(), "output_limit");
+        assert_eq!(
+            serde_json::to_string(&Status::OutputLimit).unwrap(),
+            "\"output_limit\""
+        );
     }
 }
 

@@ -8,9 +8,12 @@
 pub mod api;
 pub mod execution;
 pub mod generation;
+pub mod job;
 pub mod keys;
 pub mod queues;
 pub mod task;
 
-pub use execution::{ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status};
+pub use execution::{
+    ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status,
+};
 pub use task::{Envelope, SCHEMA_VERSION, Task, TaskId};

@@ -10,6 +10,8 @@ pub struct Topology {
     pub dead_letter_exchange: String,
     /// Durable quorum queue bound to the dead-letter exchange.
     pub dead_letters: String,
+    /// Durable quorum queue of pipeline events (workers → coordinators).
+    pub events: String,
 }
 
 impl Topology {
@@ -18,6 +20,7 @@ impl Topology {
             tasks: format!("{prefix}.tasks"),
             dead_letter_exchange: format!("{prefix}.dlx"),
             dead_letters: format!("{prefix}.tasks.dead"),
+            events: format!("{prefix}.events"),
         }
     }
 }

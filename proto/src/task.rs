@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::execution::ExecutionRequest;
+use crate::job::JobTask;
 
 /// Version of the envelope layout. A worker rejects (dead-letters) an envelope whose version it
 /// does not know instead of guessing at its meaning.
@@ -46,6 +47,12 @@ impl std::str::FromStr for TaskId {
 pub enum Task {
     /// Run code in the sandbox and store the verdict; no model involved.
     Execute(ExecutionRequest),
+    /// Ask the model to split a job's request into function specifications.
+    Plan(JobTask),
+    /// Generate tests and an implementation for one function, test, repair.
+    Implement(JobTask),
+    /// Assemble a job's module, run all tests together, report quality.
+    Integrate(JobTask),
 }
 
 impl Task {
@@ -53,6 +60,9 @@ impl Task {
     pub fn kind(&self) -> &'static str {
         match self {
             Task::Execute(_) => "execute",
+            Task::Plan(_) => "plan",
+            Task::Implement(_) => "implement",
+            Task::Integrate(_) => "integrate",
         }
     }
 }
@@ -122,6 +132,9 @@ mod tests {
                 stdin: Some("in".into()),
                 timeout_ms: 1000,
                 memory_mb: 128,
+                fresh_container: false,
+                files: Default::default(),
+                return_files: Vec::new(),
             }),
         )
     }

@@ -1,76 +1,195 @@
-"""In-container runner for the codegen python sandbox (stdlib only, Python 3.11).
+"""In-container fork-server runner for the codegen python sandbox (stdlib only, Python 3.11).
 
-Protocol (version 1, one execution per container):
+One long-lived runner per warm container. It starts as uid 0 inside the container with only
+CAP_SETUID, CAP_SETGID and CAP_KILL (every other capability dropped, no-new-privileges) and
+refuses to start with more or fewer. Programs run as PROGRAM_UID (10002) with no capabilities.
 
-  stdin  <- exactly one JSON object, then EOF:
-            {"code": str, "stdin": str|null, "timeout_ms": int, "max_output_bytes": int}
-            ("stdin" may be omitted = null; unknown keys are ignored)
-  stdout -> exactly one line, nothing else:
-            "@@codegen-result@@ " + JSON
-            {"exit_code": int|null, "signal": int|null, "timed_out": bool,
-             "stdout": str, "stderr": str,
-             "stdout_truncated": bool, "stderr_truncated": bool,
-             "duration_ms": int}
-            On a malformed request the line is {"runner_error": "<message>"} and the
-            runner exits 2; on an internal failure (e.g. python3 cannot be started) it
-            is {"runner_error": ...} too and the runner exits 3. Otherwise the runner
-            exits 0, whatever the program did.
+Protocol (version 2) over the container's attached stdin/stdout. Every message is a frame: a
+4-byte big-endian length, then that many bytes of JSON (an object). The runner's frames are
+pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics only.
 
-The program is `code`, written to <workdir>/main.py and run as `python3 -I main.py`
-with cwd <workdir>, a minimal environment, in its own session / process group.
-<workdir> is /work by default (a tmpfs in the container); `--workdir DIR` exists for
-tests on the host.
+  runner -> worker  {"type": "ready", "protocol": 2, "runs": int}
+                      the container is clean and a request may be sent (at start and again
+                      after every execution).
+  worker -> runner  a request, only after "ready":
+                      {"code": str, "stdin": str|null, "timeout_ms": int,
+                       "max_output_bytes": int,    capture cap per stream; output past it is
+                                                   read and discarded ("*_truncated")
+                       "output_limit_bytes": int,  hard cap on stdout+stderr: past it the
+                                                   program is killed ("output_limited")
+                       "files": {relpath: str},    optional, written to /work before the run
+                       "return_files": [relpath],  optional, read back after the run
+                       "harness": null | object}   optional, run by harness.py (see there)
+  runner -> worker  {"type": "result", "exit_code": int|null, "signal": int|null,
+                     "timed_out": bool, "oom_killed": bool, "output_limited": bool,
+                     "stdout": str, "stderr": str, "stdout_truncated": bool,
+                     "stderr_truncated": bool, "duration_ms": int,
+                     "exception": null | {"type", "module", "message",
+                                          "kind": "syntax"|"import"|"assertion"|"runtime"},
+                     "harness": null | object,
+                     "files": {relpath: str|null}, "file_errors": {relpath: str}}
+                    or {"type": "error", "message": str} for a request it cannot run.
+  runner -> worker  {"type": "fatal", "message": str, "oom_killed": bool}: the runner cannot
+                    vouch for a clean container (a scrub failed, a process survived, a
+                    supervisor died); it exits and the container must be discarded.
+
+Process model (who holds what):
+
+  Z  the zygote (this process after start-up): imports what programs commonly need, forks C
+     once, and from then on only forks program processes when C asks (over a socketpair),
+     hands C their pipe ends (SCM_RIGHTS), reaps them and tells C how they ended. It never
+     reads a request: nothing of any execution is ever in its memory, so nothing of one can
+     be in a program forked from it.
+  C  the supervisor, long-lived, forked once by Z; it never forks. It asks Z for the next P,
+     waits until P says it is prepared, announces "ready", reads the request, hands it to P,
+     feeds P's stdin, captures its output, enforces the deadline and the output cap, reads
+     the cgroup's OOM counter, answers, and kills every process of PROGRAM_UID (it holds
+     CAP_KILL and, being root, cannot be signalled back; it forks nothing, so an exhausted
+     pids limit does not stop it). Only then does it ask for the next P.
+  P  the program process, one per execution, forked by Z before its request exists. Still
+     empty-handed it starts a new session, makes itself the OOM killer's first choice,
+     becomes PROGRAM_UID (setgroups/setresgid/setresuid: every capability gone), takes fresh
+     stdio pipes, closes every other descriptor, resets environment and signals, and scrubs
+     what the previous program left: /work, /tmp, /dev/shm, /dev/mqueue and SysV IPC objects
+     (every process of that program is already dead). Then it reads the request from C and
+     runs the code as __main__ of this already-warm interpreter (no exec: a run costs about a
+     millisecond instead of an interpreter start), reads back the requested files without
+     following symlinks, and sends C its final report (framed, with its pid) before exiting
+     the way the interpreter would.
+
+P can neither signal nor ptrace nor read Z or C (different uid, no capabilities), cannot reach
+the container's stdin/stdout (never inherited; /proc of root processes is closed to it), and
+starts from Z's start-up state: no earlier request was ever in the memory it came from.
+
+`--selftest` checks the privileges the runner needs and exits.
 """
 
+import errno
 import json
 import os
+import select
 import signal
-import subprocess
+import socket
+import stat
+import struct
 import sys
-import threading
 import time
 
-MARKER = "@@codegen-result@@ "
-CHUNK = 65536
-# How long to keep waiting for stdout/stderr EOF once every process we know of is
-# dead. Only reached if something we could not kill still holds the pipes.
-DRAIN_GRACE_S = 0.5
-# Sanity bounds for the request (the worker enforces its own, tighter limits).
+PROTOCOL = 2
+PROGRAM_UID = 10002
+PROGRAM_GID = 10002
+WORKDIR = "/work"
+SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
+HARNESS_PATH = "/opt/codegen/harness.py"
+OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"
+MAX_FRAME = 256 << 20
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 MAX_OUTPUT_BYTES = 1 << 30
+MAX_RETURN_FILES = 64
+CHUNK = 1 << 16
+# Bytes of the program's status report (exception, harness results, files) C reads at most.
+MAX_STATUS_BYTES = 32 << 20
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/work",  # replaced by the real workdir below
+    "HOME": WORKDIR,
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+# Modules the zygote imports once so that programs find them warm.
+PRELOAD = (
+    "abc", "argparse", "array", "ast", "atexit", "base64", "bisect", "collections",
+    "collections.abc", "contextlib", "copy", "dataclasses", "datetime", "decimal", "enum",
+    "fractions", "functools", "hashlib", "heapq", "inspect", "io", "itertools", "json",
+    "linecache", "math", "numbers", "operator", "random", "re", "statistics", "string",
+    "struct", "textwrap", "threading", "traceback", "types", "typing", "unittest",
+)
 
 
 class RequestError(Exception):
     pass
 
 
-def emit(result):
-    line = MARKER + json.dumps(result, separators=(",", ":")) + "\n"
-    out = sys.stdout.buffer
-    out.write(line.encode("ascii"))  # json.dumps escapes non-ASCII by default
-    out.flush()
+class Fatal(Exception):
+    pass
 
 
-def parse_args(argv):
-    workdir = "/work"
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--workdir" and i + 1 < len(argv):
-            workdir = argv[i + 1]
-            i += 2
-        elif a.startswith("--workdir="):
-            workdir = a.split("=", 1)[1]
-            i += 1
-        else:
-            raise RequestError("unknown argument: %r" % a)
-    return workdir
+# ----------------------------------------------------------------------------- frames
+
+
+def read_exact(fd, n):
+    """n bytes from fd, or None at EOF before the first byte; EOF mid-way is an error."""
+    parts = []
+    got = 0
+    while got < n:
+        try:
+            b = os.read(fd, min(n - got, 1 << 20))
+        except InterruptedError:
+            continue
+        if not b:
+            if got == 0:
+                return None
+            raise Fatal("end of input inside a frame")
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def read_frame(fd):
+    header = read_exact(fd, 4)
+    if header is None:
+        return None
+    (n,) = struct.unpack(">I", header)
+    if n > MAX_FRAME:
+        raise Fatal("frame of %d bytes is over the bound" % n)
+    body = read_exact(fd, n) if n else b""
+    if body is None:
+        raise Fatal("end of input inside a frame")
+    return body
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[n:]
+
+
+def frame(body):
+    return struct.pack(">I", len(body)) + body
+
+
+def write_frame(fd, obj):
+    # ensure_ascii (the default): pure ASCII, lone surrogates of lossy decoding included
+    write_all(fd, frame(json.dumps(obj, separators=(",", ":")).encode("ascii")))
+
+
+# ----------------------------------------------------------------------------- libc
+
+
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option, arg):
+    return libc().prctl(option, arg, 0, 0, 0) == 0
+
+
+# ----------------------------------------------------------------------------- request
 
 
 def parse_request(raw):
@@ -81,269 +200,1062 @@ def parse_request(raw):
     if not isinstance(req, dict):
         raise RequestError("request must be a JSON object")
 
-    code = req.get("code")
-    if not isinstance(code, str):
-        raise RequestError("'code' must be a string")
-    stdin = req.get("stdin")
-    if stdin is not None and not isinstance(stdin, str):
-        raise RequestError("'stdin' must be a string or null")
+    def text(name, value):
+        if not isinstance(value, str):
+            raise RequestError("%s must be a string" % name)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError("%s must be valid Unicode (no lone surrogates)" % name)
+        return value
 
-    def int_field(name, minimum, maximum):
-        v = req.get(name)
+    def integer(name, minimum, maximum, default=None):
+        v = req.get(name, default)
         if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
             raise RequestError("'%s' must be an integer in [%d, %d]" % (name, minimum, maximum))
         return v
 
-    timeout_ms = int_field("timeout_ms", 1, MAX_TIMEOUT_MS)
-    max_output = int_field("max_output_bytes", 0, MAX_OUTPUT_BYTES)
-    try:  # JSON may carry lone surrogates ("\ud800"), which are not valid UTF-8
-        code_bytes = code.encode("utf-8")
-        stdin_bytes = (stdin or "").encode("utf-8")
-    except UnicodeEncodeError:
-        raise RequestError("'code' and 'stdin' must be valid Unicode (no lone surrogates)")
-    return code_bytes, stdin_bytes, timeout_ms, max_output
+    out = {
+        "code": text("'code'", req.get("code")),
+        "stdin": text("'stdin'", req.get("stdin") or ""),
+        "timeout_ms": integer("timeout_ms", 1, MAX_TIMEOUT_MS),
+        "max_output_bytes": integer("max_output_bytes", 0, MAX_OUTPUT_BYTES),
+    }
+    out["output_limit_bytes"] = integer(
+        "output_limit_bytes", 0, 1 << 62, default=max(2 * out["max_output_bytes"], 100 << 20)
+    )
+    files = req.get("files")
+    files = {} if files is None else files
+    if not isinstance(files, dict):
+        raise RequestError("'files' must be an object of path -> text")
+    for path, content in files.items():
+        check_relpath(path)
+        text("files[%r]" % path, content)
+    out["files"] = files
+    returned = req.get("return_files")
+    returned = [] if returned is None else returned
+    if not isinstance(returned, list) or len(returned) > MAX_RETURN_FILES:
+        raise RequestError("'return_files' must be a list of at most %d paths" % MAX_RETURN_FILES)
+    for path in returned:
+        check_relpath(path)
+    out["return_files"] = returned
+    harness = req.get("harness")
+    if harness is not None and not isinstance(harness, dict):
+        raise RequestError("'harness' must be an object or null")
+    out["harness"] = harness
+    return out
 
 
-def set_child_subreaper():
-    """Make orphaned descendants re-parent to us (not to PID 1) so we can kill and
-    reap them. Best effort: without it only the process group is cleaned up."""
+def check_relpath(path):
+    """A plain relative path below the work directory: no '..', '.', '//', absolute or NUL."""
+    if not isinstance(path, str) or not path or len(path) > 1024:
+        raise RequestError("file paths must be non-empty strings of at most 1024 characters")
+    parts = path.split("/")
+    if path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise RequestError("file path %r must be relative, without '.', '..' or '//'" % path)
+    if path == "main.py":
+        raise RequestError("file path 'main.py' is the program itself")
+    return parts
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def oom_kills():
+    """The memory cgroup's OOM-kill counter (cgroup v1), or None when it cannot be read."""
     try:
-        import ctypes
+        with open(OOM_CONTROL, "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_CHILD_SUBREAPER = 36
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except Exception:
-        return False
 
-
-def our_children():
-    """PIDs whose parent is this process (scan of /proc; works without
-    CONFIG_PROC_CHILDREN)."""
-    me = os.getpid()
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in entries:
+def program_pids():
+    """Live (not yet dead or zombie) processes whose real uid is PROGRAM_UID."""
+    found = []
+    for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
+            with open("/proc/%s/status" % name, "rb") as f:
+                data = f.read(1024)
         except OSError:
             continue
-        # "pid (comm) state ppid ..." - comm may contain spaces/parens.
-        rest = stat[stat.rfind(b")") + 2 :].split()
-        if len(rest) >= 2 and int(rest[1]) == me:
-            pids.append(int(name))
-    return pids
+        uid = state = None
+        for line in data.split(b"\n"):
+            if line.startswith(b"State:"):
+                state = line.split()[1][:1]
+            elif line.startswith(b"Uid:"):
+                uid = int(line.split()[1])
+                break
+        if uid == PROGRAM_UID and state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
 
 
-def reap_all():
+# Exit statuses of children collected by reap(), for a later wait_for().
+REAPED = {}
+
+
+def reap():
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        REAPED[pid] = status
 
 
-def kill_leftovers(pgid, subreaper):
-    """SIGKILL everything the program left behind.
+def wait_for(pid):
+    """Exit status of a child, also when reap() already collected it (None if unknown)."""
+    if pid in REAPED:
+        return REAPED.pop(pid)
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return REAPED.pop(pid, None)
 
-    1. The program's process group (it was started with start_new_session=True, so
-       pgid == its pid and every descendant that did not call setsid/setpgid is in it).
-    2. If we are a child subreaper, every orphan re-parented to us - this also gets
-       descendants that escaped the group with setsid(), as long as their parent died
-       first. A descendant that escaped the group AND still has a living non-group
-       parent can survive this sweep; that is acceptable because the container (and
-       with it its PID namespace) is removed after each run anyway.
-    """
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if not subreaper:
-        reap_all()
-        return
-    for _ in range(50):  # bounded: a forking program cannot keep us here forever
-        reap_all()
-        kids = our_children()
-        if not kids:
-            return
-        for pid in kids:
+
+def kill_program():
+    """SIGKILL every process of PROGRAM_UID until none is left. The caller is root with
+    CAP_KILL, so nothing of the program can signal it back, and it forks nothing, so an
+    exhausted pids limit does not stop it. False if some survive a generous bound."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        reap()
+        pids = program_pids()
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        # Wait (briefly) for at least one of them so the next round sees their
-        # re-parented children.
-        deadline = time.monotonic() + 0.2
-        while time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def drop_to_program_uid():
+    os.setgroups([])
+    os.setresgid(PROGRAM_GID, PROGRAM_GID, PROGRAM_GID)
+    os.setresuid(PROGRAM_UID, PROGRAM_UID, PROGRAM_UID)
+    if os.getresuid() != (PROGRAM_UID,) * 3 or os.getresgid() != (PROGRAM_GID,) * 3:
+        raise Fatal("could not become uid %d" % PROGRAM_UID)
+
+
+# ----------------------------------------------------------------------------- scrub
+
+
+def remove_tree_contents(top, problems, depth=0):
+    """Removes everything below `top` without following symlinks (as the owner of it)."""
+    if depth > 200:
+        problems.append("%s: nested too deeply to scrub" % top)
+        return
+    try:
+        entries = os.listdir(top)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        problems.append("%s: %s" % (top, e.strerror))
+        return
+    for name in entries:
+        path = os.path.join(top, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            problems.append("%s: %s" % (path, e.strerror))
+            continue
+        if stat.S_ISDIR(st.st_mode):
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid:
-                break
-            time.sleep(0.002)
-
-
-class Capture:
-    """Reads a pipe to EOF, keeping at most `limit` bytes and discarding the rest,
-    so the writer never blocks on a full pipe."""
-
-    def __init__(self, fileobj, limit):
-        self.fd = fileobj.fileno()
-        self.fileobj = fileobj
-        self.limit = limit
-        self.buf = bytearray()
-        self.truncated = False
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        while True:
-            try:
-                data = os.read(self.fd, CHUNK)
+                os.chmod(path, 0o700)
             except OSError:
-                break
-            if not data:
-                break
-            with self.lock:
-                room = self.limit - len(self.buf)
-                if room > 0:
-                    self.buf += data[:room]
-                if len(data) > room:
-                    self.truncated = True
+                pass
+            remove_tree_contents(path, problems, depth + 1)
+            try:
+                os.rmdir(path)
+            except OSError as e:
+                problems.append("%s: %s" % (path, e.strerror))
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                problems.append("%s: %s" % (path, e.strerror))
 
-    def result(self):
-        with self.lock:
-            return bytes(self.buf).decode("utf-8", errors="replace"), self.truncated
 
-
-def feed_stdin(pipe, data):
-    try:
-        if data:
-            pipe.write(data)
-            pipe.flush()
-    except (BrokenPipeError, OSError):
-        pass  # program exited or closed its stdin: fine
-    finally:
+def sysv_ipc_ids():
+    """(kind, id) of every SysV IPC object in this IPC namespace."""
+    ids = []
+    for kind in ("shm", "sem", "msg"):
         try:
-            pipe.close()
+            with open("/proc/sysvipc/" + kind) as f:
+                lines = f.read().splitlines()[1:]
         except OSError:
-            pass
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 1:
+                ids.append((kind, int(cols[1])))
+    return ids
 
 
-def prefer_oom_kill():
-    """Runs in the child before exec: make the program (and everything it starts)
-    the OOM killer's first choice within the container's memory cgroup, so that the
-    runner survives to report. Raising oom_score_adj needs no privilege."""
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
+def scrub():
+    """Removes what a previous program left. Runs as PROGRAM_UID (every object the program
+    could create is its own) after all of its processes are dead. Returns the problems."""
+    problems = []
+    for top in SCRUB_DIRS:
+        remove_tree_contents(top, problems)
+    ids = sysv_ipc_ids()
+    if ids:
+        import ctypes
 
-
-def run(workdir, code_bytes, stdin_bytes, timeout_ms, max_output):
-    main_py = os.path.join(workdir, "main.py")
-    with open(main_py, "wb") as f:
-        f.write(code_bytes)
-
-    env = dict(CHILD_ENV)
-    env["HOME"] = workdir
-    subreaper = set_child_subreaper()
-
-    t0 = time.monotonic()
-    # The executable is looked up in env["PATH"], not in the runner's PATH.
-    proc = subprocess.Popen(
-        ["python3", "-I", main_py],
-        cwd=workdir,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        # Safe here: the runner has no other threads yet when it forks.
-        preexec_fn=prefer_oom_kill,
-    )
-    out = Capture(proc.stdout, max_output)
-    err = Capture(proc.stderr, max_output)
-    feeder = threading.Thread(target=feed_stdin, args=(proc.stdin, stdin_bytes), daemon=True)
-    feeder.start()
-
-    # A blocking waitpid in a thread gives an exact exit time (Popen.wait(timeout)
-    # polls with up to 50 ms sleeps).
-    exited = threading.Event()
-    end = [None]
-
-    def waiter():
-        proc.wait()
-        end[0] = time.monotonic()
-        exited.set()
-
-    threading.Thread(target=waiter, daemon=True).start()
-
-    timed_out = not exited.wait(timeout_ms / 1000.0)
-    if timed_out:
+        lib = libc()
+        for kind, ident in ids:
+            if kind == "shm":
+                rc = lib.shmctl(ident, 0, None)  # IPC_RMID
+            elif kind == "sem":
+                rc = lib.semctl(ident, 0, 0)
+            else:
+                rc = lib.msgctl(ident, 0, None)
+            err = ctypes.get_errno()
+            if rc != 0 and err not in (errno.EINVAL, errno.EIDRM):
+                problems.append("sysv %s %d: %s" % (kind, ident, os.strerror(err)))
+        if sysv_ipc_ids():
+            problems.append("SysV IPC objects left after the scrub")
+    for top in SCRUB_DIRS:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            if os.listdir(top):
+                problems.append("%s is not empty after the scrub" % top)
+        except FileNotFoundError:
             pass
-        kill_t = time.monotonic()
-        exited.wait()
-        end[0] = kill_t
-    duration_ms = int(round((end[0] - t0) * 1000))
+        except OSError as e:
+            problems.append("%s: %s" % (top, e.strerror))
+    return problems
 
-    # Whether it exited or was killed: nothing it started may survive the run.
-    kill_leftovers(proc.pid, subreaper)
 
-    grace_end = time.monotonic() + DRAIN_GRACE_S
-    for c in (out, err):
-        c.thread.join(max(0.0, grace_end - time.monotonic()))
-    feeder.join(max(0.0, grace_end - time.monotonic()))
+def collect_files(paths, budget):
+    """Reads the named files below WORKDIR without following any symlink on the way (every
+    component is opened with O_NOFOLLOW), regular files only, `budget` bytes in all (a file
+    past it is cut). The reader is the program's own uid, so a link can never reach more
+    than the program itself could read; the checks make the answer say what happened."""
+    files, errors = {}, {}
+    for path in paths:
+        fd = None
+        try:
+            parts = path.split("/")
+            fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            for part in parts[:-1]:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = leaf
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            room = max(0, budget)
+            chunks, got = [], 0
+            while got <= room:
+                chunk = os.read(fd, min(1 << 20, room + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            data = b"".join(chunks)
+            if len(data) > room:
+                data = data[:room]
+                errors[path] = "cut at %d bytes (the cap on returned files)" % room
+            budget -= len(data)
+            files[path] = data.decode("utf-8", errors="replace")
+        except OSError as e:
+            files[path] = None
+            if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link_on_path(parts):
+                errors[path] = "a symbolic link on the path (not followed)"
+            else:
+                errors[path] = e.strerror or str(e)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return files, errors
 
-    stdout, stdout_trunc = out.result()
-    stderr, stderr_trunc = err.result()
-    rc = proc.returncode
-    if rc is not None and rc < 0:
-        exit_code, sig = None, -rc
-    else:
-        exit_code, sig = rc, None
+
+def _is_link_on_path(parts):
+    for i in range(1, len(parts) + 1):
+        try:
+            if stat.S_ISLNK(os.lstat(os.path.join(WORKDIR, *parts[:i])).st_mode):
+                return True
+        except OSError:
+            return False
+    return False
+
+
+# ----------------------------------------------------------------------------- program (P)
+
+
+def classify(exc_type):
+    """Error kind of an exception class, by name along its MRO (so a class the program
+    derived from AssertionError is an assertion too)."""
+    names = {c.__name__ for c in getattr(exc_type, "__mro__", ())}
+    if "SyntaxError" in names:  # IndentationError, TabError
+        return "syntax"
+    if "ImportError" in names:  # ModuleNotFoundError
+        return "import"
+    if "AssertionError" in names:
+        return "assertion"
+    return "runtime"
+
+
+def describe(exc):
+    t = type(exc)
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable>"
     return {
-        "exit_code": exit_code,
-        "signal": sig,
-        "timed_out": timed_out,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdout_truncated": stdout_trunc,
-        "stderr_truncated": stderr_trunc,
-        "duration_ms": duration_ms,
+        "type": t.__qualname__,
+        "module": t.__module__,
+        "message": message[:2000],
+        "kind": classify(t),
     }
 
 
-def main(argv):
+def close_other_fds(keep):
+    """Closes every descriptor above 2 except `keep` (by listing them: closing up to a large
+    bound costs milliseconds)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def fresh_stdio():
+    """sys.std* as a fresh `python3` would have them on pipes."""
+    import io
+
+    def text(fd, reading, errors, line_buffering):
+        raw = io.FileIO(fd, "rb" if reading else "wb", closefd=False)
+        buf = io.BufferedReader(raw) if reading else io.BufferedWriter(raw)
+        return io.TextIOWrapper(
+            buf, encoding="utf-8", errors=errors, newline="\n", line_buffering=line_buffering
+        )
+
+    sys.stdin = sys.__stdin__ = text(0, True, "strict", False)
+    sys.stdout = sys.__stdout__ = text(1, False, "strict", False)
+    sys.stderr = sys.__stderr__ = text(2, False, "backslashreplace", True)
+
+
+def reset_signals():
+    for sig in range(1, signal.NSIG):
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        if handler not in (None, signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler):
+            signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def program_main(fds):
+    """P: prepares empty-handed, waits for the request, runs it. Never returns."""
+    req_r, stdin_r, out_w, err_w, status_w = fds
+    code = 70
     try:
-        workdir = parse_args(argv)
-        raw = sys.stdin.buffer.read()
-        code, stdin_bytes, timeout_ms, max_output = parse_request(raw)
-    except RequestError as e:
-        emit({"runner_error": str(e)})
+        os.setsid()
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        drop_to_program_uid()
+        prctl(PR_SET_DUMPABLE, 1)  # an ordinary process of its uid (it may read its own /proc)
+        os.dup2(stdin_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        close_other_fds(keep=(req_r, status_w))
+        os.chdir(WORKDIR)
+        os.umask(0o022)
+        os.environ.clear()
+        os.environ.update(CHILD_ENV)
+        reset_signals()
+        if "random" in sys.modules:  # the zygote's generator state must not repeat across runs
+            sys.modules["random"].seed()
+        main = prepare_interpreter()
+        problems = scrub()
+        write_frame(status_w, {"prepared": not problems, "problems": problems})
+        if problems:
+            os._exit(71)
+        raw = read_frame(req_r)
+        if raw is None:
+            os._exit(0)
+        os.close(req_r)
+        req = json.loads(raw.decode("utf-8"))
+        del raw
+        code = run_program(req, main, status_w)
+    except BaseException:
+        try:
+            import traceback
+
+            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+def write_files(files):
+    for path, content in files.items():
+        parts = path.split("/")
+        if len(parts) > 1:
+            os.makedirs(os.path.join(WORKDIR, *parts[:-1]), exist_ok=True)
+        with open(os.path.join(WORKDIR, path), "w", encoding="utf-8") as f:
+            f.write(content)
+
+
+MAIN_PATH = os.path.join(WORKDIR, "main.py")
+
+
+def prepare_interpreter():
+    """Everything of a fresh `python3 /work/main.py` that does not depend on the request."""
+    import types
+
+    fresh_stdio()
+    sys.argv = [MAIN_PATH]
+    sys.path.insert(0, WORKDIR)
+    sys.dont_write_bytecode = True
+    main = types.ModuleType("__main__")
+    main.__file__ = MAIN_PATH
+    main.__builtins__ = __builtins__
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    return main
+
+
+def run_program(req, main, status_w):
+    """The program as __main__ of this interpreter, then an interpreter-like exit."""
+    import atexit
+
+    main_path = MAIN_PATH
+    with open(main_path, "w", encoding="utf-8") as f:
+        f.write(req["code"])
+    write_files(req.get("files") or {})
+
+    report = {"exception": None, "harness": None}
+    code = 0
+    harness = req.get("harness")
+    try:
+        if harness is not None:
+            report["harness"] = run_harness(harness, req["code"], main)
+        else:
+            exec(compile(req["code"], main_path, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as e:
+        code = exit_code_of(e)
+    except BaseException as e:
+        report["exception"] = describe(e)
+        code = 1
+        tb = e.__traceback__
+        if tb is not None and tb.tb_frame.f_code is run_program.__code__:
+            tb = tb.tb_next  # the program's traceback starts in its own code
+        try:
+            sys.excepthook(type(e), e.with_traceback(tb), tb)
+        except BaseException:
+            pass
+    # What the interpreter does at exit: join non-daemon threads, atexit, flush.
+    try:
+        import threading
+
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            if code == 0:
+                code = 120
+    if req.get("return_files"):
+        report["files"], report["file_errors"] = collect_files(
+            req["return_files"], req.get("max_output_bytes", 1 << 20)
+        )
+    # The last word, framed and signed with the pid so that C can tell it from a forked
+    # child's (which runs this same epilogue) and answer before this process is torn down.
+    report["pid"] = os.getpid()
+    report["exit"] = code
+    try:
+        write_frame(status_w, report)
+    except BaseException:
+        pass
+    return code
+
+
+def exit_code_of(e):
+    c = e.code
+    if c is None:
+        return 0
+    if isinstance(c, bool) or not isinstance(c, int):
+        try:
+            print(c, file=sys.stderr)
+        except BaseException:
+            pass
+        return 1
+    return c & 0xFF
+
+
+def run_harness(spec, code, main):
+    """Test cases, or a program + test script, by harness.py (imported by the zygote)."""
+    harness = sys.modules.get("codegen_harness")
+    if harness is None:
+        raise RuntimeError("the test harness is not installed in this image")
+    return harness.run_in_process(spec, code, main.__dict__)
+
+
+# ----------------------------------------------------------------------------- supervisor (C)
+
+
+class Capture:
+    """Keeps the first `limit` bytes of a stream, counts all of it."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.buf = bytearray()
+        self.truncated = False
+        self.total = 0
+
+    def feed(self, data):
+        self.total += len(data)
+        room = self.limit - len(self.buf)
+        if room > 0:
+            self.buf += data[:room]
+        if len(data) > room:
+            self.truncated = True
+
+    def text(self):
+        return bytes(self.buf).decode("utf-8", errors="replace")
+
+
+class FrameReader:
+    """Frames from a non-blocking pipe, as they complete."""
+
+    def __init__(self, limit):
+        self.buf = bytearray()
+        self.limit = limit
+        self.overflow = False
+
+    def feed(self, data):
+        if len(self.buf) + len(data) > self.limit:
+            self.overflow = True
+            return
+        self.buf += data
+
+    def frames(self):
+        out = []
+        while len(self.buf) >= 4:
+            (n,) = struct.unpack(">I", self.buf[:4])
+            if n > self.limit:
+                self.overflow = True
+                self.buf.clear()
+                break
+            if len(self.buf) < 4 + n:
+                break
+            body = bytes(self.buf[4 : 4 + n])
+            del self.buf[: 4 + n]
+            try:
+                obj = json.loads(body.decode("ascii"))
+            except ValueError:
+                obj = None
+            out.append(obj if isinstance(obj, dict) else {})
+        return out
+
+
+class Supervisor:
+    """C's view of one program process P (a child of Z, not of C)."""
+
+    def __init__(self, ctl, pid, fds):
+        self.ctl = ctl
+        self.pid = pid
+        self.req_w, self.stdin_w, self.out_r, self.err_r, self.st_r = fds
+        self.status = FrameReader(MAX_STATUS_BYTES)
+        self.exit_status = None  # as waitpid reports it, once Z has reaped P
+        self.open = set(fds)
+
+    def close(self, fd):
+        if fd in self.open:
+            self.open.discard(fd)
+            os.close(fd)
+
+    def take_exit(self, block):
+        """Z's `exited` message for P (Z is P's parent and reaps it)."""
+        if self.exit_status is not None:
+            return True
+        try:
+            msg = self.ctl.recv(64, 0 if block else socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        parts = msg.split()
+        if len(parts) != 3 or parts[0] != b"exited" or int(parts[1]) != self.pid:
+            raise Fatal("unexpected message from the zygote: %r" % msg[:64])
+        self.exit_status = int(parts[2])
+        return True
+
+    def describe_exit(self):
+        self.take_exit(block=True)
+        status = self.exit_status
+        if os.WIFSIGNALED(status):
+            return "signal %d" % os.WTERMSIG(status)
+        return "exit %d" % os.WEXITSTATUS(status)
+
+    def wait_prepared(self):
+        """P's first frame: prepared (the previous run's leftovers scrubbed), or why not."""
+        while True:
+            frames = self.status.frames()
+            if frames:
+                first = frames[0]
+                if first.get("prepared") is not True:
+                    raise Fatal("scrub failed: %s"
+                                % "; ".join(map(str, first.get("problems") or ["?"])))
+                return
+            chunk = os.read(self.st_r, 4096)
+            if not chunk:
+                raise Fatal("the program process died while preparing: %s"
+                            % self.describe_exit())
+            self.status.feed(chunk)
+            if self.status.overflow:
+                raise Fatal("unreadable preparation report")
+
+    def abandon(self):
+        """No request will come: kill P."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.finish()
+
+    def finish(self):
+        """After the answer: P reaped by Z, every descriptor closed."""
+        deadline = time.monotonic() + 5.0
+        while not self.take_exit(block=False):
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if time.monotonic() > deadline:
+                raise Fatal("the program process was not reaped")
+            select.select([self.ctl], [], [], 0.05)
+        for fd in list(self.open):
+            self.close(fd)
+
+    def run(self, req, raw):
+        """Hands the request to P and supervises it; returns the result object. The program
+        is over when P sends its final report, exits or is killed (deadline, output cap)."""
+        out = Capture(req["max_output_bytes"])
+        err = Capture(req["max_output_bytes"])
+        hard_cap = req["output_limit_bytes"]
+        pending = memoryview(req["stdin"].encode("utf-8"))
+        oom_before = oom_kills()
+
+        t0 = time.monotonic()
+        try:
+            write_all(self.req_w, frame(raw))
+        except BrokenPipeError:
+            pass  # P died: its exit status says how
+        self.close(self.req_w)
+        deadline = t0 + req["timeout_ms"] / 1000.0
+
+        for fd in (self.stdin_w, self.out_r, self.err_r, self.st_r):
+            os.set_blocking(fd, False)
+        poller = select.poll()
+        sinks = {self.out_r: out, self.err_r: err, self.st_r: self.status}
+        for fd in sinks:
+            poller.register(fd, select.POLLIN)
+        ctl = self.ctl.fileno()
+        poller.register(ctl, select.POLLIN)
+        if pending:
+            poller.register(self.stdin_w, select.POLLOUT)
+        else:
+            self.close(self.stdin_w)
+
+        def close_stdin():
+            if self.stdin_w in self.open:
+                poller.unregister(self.stdin_w)
+                self.close(self.stdin_w)
+
+        def read_ready(fd):
+            while True:
+                try:
+                    data = os.read(fd, CHUNK)
+                except BlockingIOError:
+                    return
+                if not data:
+                    poller.unregister(fd)
+                    self.close(fd)
+                    del sinks[fd]
+                    return
+                sinks[fd].feed(data)
+                if len(data) < CHUNK:
+                    return
+
+        report = None
+        timed_out = output_limited = False
+        end = None
+        while report is None and self.exit_status is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for fd, _ in poller.poll(int(remaining * 1000) + 1):
+                if fd == ctl:
+                    poller.unregister(ctl)
+                    self.take_exit(block=True)
+                    end = time.monotonic()
+                elif fd == self.stdin_w:
+                    try:
+                        n = os.write(self.stdin_w, pending[:CHUNK])
+                        pending = pending[n:]
+                        if not pending:
+                            close_stdin()
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # EPIPE: the program closed its stdin
+                        close_stdin()
+                elif fd in sinks:
+                    read_ready(fd)
+                    if fd == self.st_r:
+                        for f in self.status.frames():
+                            if f.get("pid") == self.pid:
+                                report = f
+                                end = time.monotonic()
+            if out.total + err.total > hard_cap:
+                output_limited = True
+                break
+        if end is None:
+            end = time.monotonic()
+
+        # The program's group dies now; whatever it wrote before is in the pipes.
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        close_stdin()
+        if report is None:
+            # Killed or dead: its status comes from Z, which reaps it.
+            reaped_by = time.monotonic() + 5.0
+            while not self.take_exit(block=False):
+                if time.monotonic() > reaped_by:
+                    raise Fatal("the program process was not reaped after SIGKILL")
+                select.select([self.ctl], [], [], 0.05)
+            # Only now are all writers of the group dead; one that left the group is
+            # killed after the answer: its late output is not part of the run.
+            for fd in (self.out_r, self.err_r, self.st_r):
+                if fd in sinks:
+                    read_ready(fd)
+            for f in self.status.frames():
+                if f.get("pid") == self.pid:
+                    report = f
+        else:
+            for fd in (self.out_r, self.err_r):
+                if fd in sinks:
+                    read_ready(fd)
+        if out.total + err.total > hard_cap:
+            output_limited = True
+        oom_after = oom_kills()
+
+        wait_status = self.exit_status
+        if report is not None and isinstance(report.get("exit"), int) and not timed_out:
+            exit_code, sig = report["exit"], None
+        elif wait_status is None:
+            exit_code, sig = None, None
+        elif os.WIFSIGNALED(wait_status):
+            exit_code, sig = None, os.WTERMSIG(wait_status)
+        else:
+            exit_code, sig = os.WEXITSTATUS(wait_status), None
+        report = report or {}
+        exception = report.get("exception")
+        if not isinstance(exception, dict) or exit_code != 1:
+            exception = None
+        files = report.get("files")
+        file_errors = report.get("file_errors")
+        if req["return_files"] and not isinstance(files, dict):
+            files = {p: None for p in req["return_files"]}
+            file_errors = {p: "the program did not finish normally" for p in req["return_files"]}
+        return {
+            "type": "result",
+            "exit_code": exit_code,
+            "signal": sig,
+            "timed_out": timed_out,
+            "oom_killed": (
+                oom_before is not None and oom_after is not None and oom_after > oom_before
+            ),
+            "output_limited": output_limited,
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "stdout_truncated": out.truncated,
+            "stderr_truncated": err.truncated,
+            "duration_ms": int(round((end - t0) * 1000)),
+            "exception": exception,
+            "harness": report.get("harness"),
+            "files": files if isinstance(files, dict) else {},
+            "file_errors": file_errors if isinstance(file_errors, dict) else {},
+        }
+
+
+def spawn_program(ctl):
+    """Asks Z for the next P; returns its Supervisor once P is prepared."""
+    ctl.send(b"spawn")
+    msg, fds, _, _ = socket.recv_fds(ctl, 64, 5)
+    parts = msg.split()
+    if len(parts) != 2 or parts[0] != b"spawned" or len(fds) != 5:
+        for fd in fds:
+            os.close(fd)
+        raise Fatal("the zygote did not spawn a program process: %r" % msg[:64])
+    sup = Supervisor(ctl, int(parts[1]), fds)
+    sup.wait_prepared()
+    return sup
+
+
+def supervisor_main(ctl):
+    """C: reads the requests, supervises each P, reports. Long-lived and never forks, so
+    the requests it has held never reach a program. Returns 1 when the worker closes stdin;
+    raises Fatal when it cannot vouch for the container."""
+    runs = 0
+    while True:
+        # Nothing of the previous program may outlive it, before the next one is spawned.
+        if not kill_program():
+            raise Fatal("processes of uid %d survived SIGKILL" % PROGRAM_UID)
+        sup = spawn_program(ctl)
+        while True:
+            write_frame(1, {"type": "ready", "protocol": PROTOCOL, "runs": runs})
+            raw = read_frame(0)
+            if raw is None:
+                sup.abandon()
+                return 1
+            runs += 1
+            try:
+                req = parse_request(raw)
+            except RequestError as e:
+                write_frame(1, {"type": "error", "message": str(e)})
+                continue  # P saw nothing: it serves the next request
+            break
+        result = sup.run(req, raw)
+        write_frame(1, result)
+        del result, req, raw
+        sup.finish()
+
+
+# ----------------------------------------------------------------------------- zygote (Z)
+
+
+CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
+
+
+def check_privileges():
+    problems = []
+    if os.getuid() != 0:
+        problems.append("the runner must start as uid 0 (with only SETUID, SETGID and KILL)")
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        effective = int(fields.get("CapEff", "0").strip(), 16)
+        bounding = int(fields.get("CapBnd", "0").strip(), 16)
+        needed = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
+        if effective & needed != needed:
+            problems.append("missing capabilities: SETUID, SETGID and KILL are needed")
+        if (effective | bounding) & ~needed:
+            problems.append(
+                "more capabilities than SETUID, SETGID and KILL (CapEff=%x CapBnd=%x)"
+                % (effective, bounding)
+            )
+        if fields.get("NoNewPrivs", "0").strip() != "1":
+            problems.append("no-new-privileges is not set")
+    except OSError as e:
+        problems.append("cannot read /proc/self/status: %s" % e)
+    return problems
+
+
+def preload():
+    import importlib
+
+    libc()  # ctypes, loaded once here rather than in every run
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    if os.path.exists(HARNESS_PATH):
+        import importlib.util
+
+        try:
+            spec = importlib.util.spec_from_file_location("codegen_harness", HARNESS_PATH)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules["codegen_harness"] = module
+        except Exception:
+            import traceback
+
+            sys.stderr.write("runner: the test harness cannot be loaded:\n")
+            traceback.print_exc()
+
+
+def serve():
+    problems = check_privileges()
+    if problems:
+        write_frame(1, {"type": "fatal", "message": "; ".join(problems), "oom_killed": False})
+        return 2
+    os.umask(0o077)
+    preload()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # a child's collector never walks (and so never copies) the zygote's objects
+    z_end, c_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    oom_before = oom_kills()
+    cpid = os.fork()
+    if cpid == 0:
+        z_end.close()
+        code = 5
+        try:
+            code = supervisor_main(c_end)
+        except Fatal as e:
+            try:
+                write_frame(1, {"type": "fatal", "message": str(e), "oom_killed": False})
+            except BaseException:
+                pass
+            code = 6
+        except BaseException:
+            try:
+                import traceback
+
+                traceback.print_exc()
+            except BaseException:
+                pass
+        os._exit(code)
+    c_end.close()
+    # The zygote never reads a request: its stdin becomes /dev/null (kept open, so that no
+    # pipe it creates for a program lands on descriptor 0).
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    try:
+        return zygote(z_end, cpid)
+    finally:
+        # Whatever ended the loop, C and any P go with the zygote.
+        for pid in (cpid,):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap()
+
+
+def zygote(ctl, cpid):
+    """Z: forks a program process each time C asks, hands C its pipe ends, reaps it and tells
+    C how it ended. Returns the runner's exit status when C is gone."""
+    while True:
+        try:
+            msg = ctl.recv(64)
+        except OSError:
+            msg = b""
+        if msg != b"spawn":
+            return supervisor_gone(cpid)
+        req_r, req_w = os.pipe()
+        stdin_r, stdin_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                program_main((req_r, stdin_r, out_w, err_w, st_w))
+            finally:
+                os._exit(70)
+        for fd in (req_r, stdin_r, out_w, err_w, st_w):
+            os.close(fd)
+        theirs = [req_w, stdin_w, out_r, err_r, st_r]
+        try:
+            socket.send_fds(ctl, [b"spawned %d" % pid], theirs)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+            wait_for(pid)
+            return supervisor_gone(cpid)
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        # P's orphans are reparented to init (docker's), which reaps them; Z waits for its
+        # own two children only.
+        while True:
+            done, status = os.waitpid(-1, 0)
+            if done == pid:
+                break
+            if done == cpid:
+                os.kill(pid, signal.SIGKILL)
+                wait_for(pid)
+                REAPED[cpid] = status
+                return supervisor_gone(cpid)
+        try:
+            ctl.send(b"exited %d %d" % (pid, status))
+        except OSError:
+            return supervisor_gone(cpid)
+
+
+def supervisor_gone(cpid):
+    status = wait_for(cpid)
+    if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (1, 6):
+        return 0 if os.WEXITSTATUS(status) == 1 else 3  # stdin closed / C said why
+    how = (
+        "unknown status"
+        if status is None
+        else "exit %d" % os.WEXITSTATUS(status)
+        if os.WIFEXITED(status)
+        else "signal %d" % os.WTERMSIG(status)
+    )
+    try:
+        write_frame(
+            1,
+            {
+                "type": "fatal",
+                "message": "the execution supervisor ended with %s" % how,
+                # The cgroup's OOM killer took the supervisor: the program ate the memory.
+                "oom_killed": status is not None
+                and os.WIFSIGNALED(status)
+                and os.WTERMSIG(status) == signal.SIGKILL
+                and (oom_kills() or 0) > 0,
+            },
+        )
+    except OSError:
+        pass
+    return 3
+
+
+def main(argv):
+    if argv == ["--selftest"]:
+        problems = check_privileges()
+        print("ok" if not problems else "; ".join(problems))
+        return 0 if not problems else 1
+    if argv:
+        sys.stderr.write("usage: runner.py [--selftest]\n")
         return 2
     try:
-        result = run(workdir, code, stdin_bytes, timeout_ms, max_output)
-    except Exception as e:  # internal failure: still exactly one result line
-        emit({"runner_error": "%s: %s" % (type(e).__name__, e)})
-        return 3
-    emit(result)
-    return 0
+        return serve()
+    except BrokenPipeError:
+        return 0
 
 
 if __name__ == "__main__":

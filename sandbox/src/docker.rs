@@ -1,72 +1,102 @@
-//! One hardened container per execution, through the Docker Engine API (bollard).
+//! The Docker sandbox: a warm pool of hardened containers per language, each with the
+//! fork-server runner inside, through the Docker Engine API (bollard).
+//!
+//! Wiring: [`DockerSandbox::build`] returns the cheap-to-clone handle (the [`Sandbox`]) and the
+//! [`PoolService`], whose `run(cancel)` removes orphans of dead workers, starts the warm
+//! containers, keeps the pools topped up and, once cancelled, removes every container. Without
+//! the service the handle still works: it starts containers on demand.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::Docker;
-use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::models::{
+    ContainerCreateBody, ContainerUpdateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits,
+};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptions, InspectContainerOptions,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    StartContainerOptions,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
 };
-use futures::StreamExt;
-use proto::{ExecutionRequest, ExecutionResult, Language, Status};
-use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
+use proto::{ExecutionRequest, ExecutionResult, Language};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use crate::pool::Pool;
+use crate::protocol::{is_breach, verdict};
+use crate::runner::{Failure, Runner};
 use crate::{Error, LABEL_SANDBOX, Options, Sandbox};
 
 /// Label naming the process that created a container (`host:pid`), so orphans of a dead
 /// worker can be told from containers of a live one on the same engine.
 pub const LABEL_OWNER: &str = "org.codegen.owner";
+/// Label naming the container's language.
+pub const LABEL_LANGUAGE: &str = "org.codegen.language";
 
-/// The runner prints its result on one line starting with this marker.
-const RESULT_MARKER: &str = "@@codegen-result@@ ";
+/// The runner starts as root in the container with only these capabilities: SETUID/SETGID to
+/// become the program's uid, KILL to kill every process of that uid after a run. It refuses
+/// to start with more or fewer.
+const RUNNER_CAPABILITIES: [&str; 3] = ["SETUID", "SETGID", "KILL"];
+/// The uid programs run as (the runner's `PROGRAM_UID`); owns the writable tmpfs mounts.
+const PROGRAM_UID: u32 = 10002;
 
-/// Unprivileged uid:gid the runner and the program run as (created in the image).
-const SANDBOX_USER: &str = "10001:10001";
+/// A cheap-to-clone handle to the pools.
+#[derive(Debug, Clone)]
+pub struct DockerSandbox {
+    inner: Arc<Inner>,
+}
+
+/// Keeps the pools warm; see the module docs.
+#[derive(Debug)]
+pub struct PoolService {
+    inner: Arc<Inner>,
+}
+
+/// Counters of the pools since start, and their current size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Containers started (warm and fresh).
+    pub containers_started: u64,
+    /// Pool containers removed (breach, protocol error, run limit, failure, shutdown).
+    pub containers_retired: u64,
+    /// Executions run in a warm container.
+    pub pooled_runs: u64,
+    /// Executions run in a container of their own (requested, or as a retry).
+    pub fresh_runs: u64,
+    /// Executions retried in a fresh container after their warm one failed.
+    pub retries: u64,
+    /// `docker update`s of a warm container's memory limit.
+    pub memory_updates: u64,
+    /// Warm containers idle now, over all languages.
+    pub idle: usize,
+    /// Pool containers existing now (idle, busy or starting), over all languages.
+    pub live: usize,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    started: AtomicU64,
+    retired: AtomicU64,
+    pooled_runs: AtomicU64,
+    fresh_runs: AtomicU64,
+    retries: AtomicU64,
+    memory_updates: AtomicU64,
+}
 
 #[derive(Debug)]
-pub struct DockerSandbox {
+struct Inner {
     options: Options,
     docker: OnceCell<Docker>,
     owner: String,
-}
-
-/// What the runner is sent on stdin.
-#[derive(Debug, Serialize)]
-struct RunnerRequest<'a> {
-    code: &'a str,
-    stdin: Option<&'a str>,
-    timeout_ms: u64,
-    max_output_bytes: u64,
-}
-
-/// What the runner prints after the marker.
-#[derive(Debug, Deserialize)]
-struct RunnerResult {
-    #[serde(default)]
-    exit_code: Option<i32>,
-    #[serde(default)]
-    signal: Option<i32>,
-    #[serde(default)]
-    timed_out: bool,
-    #[serde(default)]
-    stdout: String,
-    #[serde(default)]
-    stderr: String,
-    #[serde(default)]
-    stdout_truncated: bool,
-    #[serde(default)]
-    stderr_truncated: bool,
-    #[serde(default)]
-    duration_ms: u64,
-    #[serde(default)]
-    runner_error: Option<String>,
+    pools: HashMap<Language, Pool>,
+    closing: CancellationToken,
+    tasks: TaskTracker,
+    counters: Counters,
+    /// Why the last warm container could not be started, for `/readyz`; cleared on success.
+    start_error: Mutex<Option<String>>,
 }
 
 fn unavailable(e: bollard::errors::Error) -> Error {
@@ -74,17 +104,104 @@ fn unavailable(e: bollard::errors::Error) -> Error {
 }
 
 impl DockerSandbox {
-    pub fn build(options: Options) -> Self {
+    pub fn build(options: Options) -> (Self, PoolService) {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "unknown".into());
-        Self {
+        let inner = Arc::new(Inner {
             options,
             docker: OnceCell::new(),
             owner: format!("{host}:{}", std::process::id()),
+            pools: Language::ALL.iter().map(|l| (*l, Pool::new(*l))).collect(),
+            closing: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            counters: Counters::default(),
+            start_error: Mutex::new(None),
+        });
+        (
+            Self {
+                inner: inner.clone(),
+            },
+            PoolService { inner },
+        )
+    }
+
+    /// Removes containers of this cluster whose creating process on this host is gone.
+    pub async fn reap_orphans(&self) -> Result<usize, Error> {
+        self.inner.reap_orphans().await
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.inner.counters;
+        let (idle, live) = self
+            .inner
+            .pools
+            .values()
+            .map(Pool::counts)
+            .fold((0, 0), |(i, l), (pi, pl)| (i + pi, l + pl));
+        PoolStats {
+            containers_started: c.started.load(Ordering::Relaxed),
+            containers_retired: c.retired.load(Ordering::Relaxed),
+            pooled_runs: c.pooled_runs.load(Ordering::Relaxed),
+            fresh_runs: c.fresh_runs.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            memory_updates: c.memory_updates.load(Ordering::Relaxed),
+            idle,
+            live,
         }
     }
 
+    /// Starts the warm containers now and waits until each pool has `pool_size` of them idle
+    /// (or `within` passes). The service does the same in the background.
+    pub async fn warm_up(&self, within: Duration) -> Result<(), Error> {
+        self.inner.top_up();
+        let deadline = tokio::time::Instant::now() + within;
+        for pool in self.inner.pools.values() {
+            loop {
+                let notified = pool.changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if pool.counts().0 >= self.inner.options.pool_size {
+                    break;
+                }
+                if let Some(e) = self.inner.start_error() {
+                    return Err(Error::Unavailable(e));
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Err(Error::Unavailable(format!(
+                        "the {} pool is not warm after {within:?}",
+                        pool.language
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PoolService {
+    /// Reaps orphans, warms the pools, keeps them topped up; on `cancel`, removes every
+    /// container of this process (waiting for executions still holding one).
+    pub async fn run(self, cancel: CancellationToken) {
+        let inner = self.inner;
+        match inner.reap_orphans().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(containers = n, "removed orphaned sandbox containers"),
+            Err(e) => tracing::warn!(error = %e, "cannot look for orphaned sandbox containers"),
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tick.tick() => inner.top_up(),
+            }
+        }
+        inner.shutdown().await;
+    }
+}
+
+impl Inner {
     /// Connects on first use and negotiates the API version (the engine may be older than
     /// bollard's default); a failed attempt is retried on the next call.
     async fn docker(&self) -> Result<&Docker, Error> {
@@ -107,11 +224,34 @@ impl DockerSandbox {
         }
     }
 
-    fn container_config(&self, request: &ExecutionRequest) -> ContainerCreateBody {
-        let mib = 1024 * 1024;
-        let memory = i64::try_from(request.memory_mb.saturating_mul(mib)).unwrap_or(i64::MAX);
+    fn pool(&self, language: Language) -> &Pool {
+        &self.pools[&language]
+    }
+
+    fn start_error(&self) -> Option<String> {
+        self.start_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_start_error(&self, error: Option<String>) {
+        *self.start_error.lock().unwrap_or_else(|e| e.into_inner()) = error;
+    }
+
+    /// Bound on one runner frame: two captured streams JSON-escaped (up to 6 bytes a byte),
+    /// returned files, and room for the rest.
+    fn max_frame(&self) -> usize {
+        usize::try_from(self.options.max_output_bytes)
+            .unwrap_or(usize::MAX / 32)
+            .saturating_mul(18)
+            .saturating_add(64 << 20)
+    }
+
+    fn container_config(&self, language: Language, memory_mb: u64) -> ContainerCreateBody {
+        let memory = i64::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
         let tmpfs_opts = format!(
-            "rw,nosuid,nodev,size={}m,uid=10001,gid=10001,mode=0700",
+            "rw,nosuid,nodev,noexec,size={}m,uid={PROGRAM_UID},gid={PROGRAM_UID},mode=0700",
             self.options.tmpfs_mb
         );
         let ulimit = |name: &str, value: i64| ResourcesUlimits {
@@ -126,12 +266,14 @@ impl DockerSandbox {
                 ("/work".to_string(), tmpfs_opts.clone()),
                 ("/tmp".to_string(), tmpfs_opts),
             ])),
+            shm_size: Some(i64::try_from(self.options.tmpfs_mb << 20).unwrap_or(64 << 20)),
             memory: Some(memory),
             // Equal to `memory`: no swap on top, so the limit is the real limit.
             memory_swap: Some(memory),
             nano_cpus: Some((self.options.cpus * 1e9) as i64),
             pids_limit: Some(self.options.pids_limit),
             cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(RUNNER_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
             security_opt: Some(vec!["no-new-privileges".into()]),
             init: Some(true),
             ulimits: Some(vec![
@@ -140,11 +282,19 @@ impl DockerSandbox {
                 ulimit("core", 0),
             ]),
             ipc_mode: Some("private".into()),
+            auto_remove: Some(true),
+            // Runner frames are not logs: nothing of an execution lands on the host's disk.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
             ..Default::default()
         };
         ContainerCreateBody {
-            image: Some(self.image(request.language).to_owned()),
-            user: Some(SANDBOX_USER.into()),
+            image: Some(self.image(language).to_owned()),
+            // The runner starts as root with three capabilities and runs every program as
+            // PROGRAM_UID without any (see runner.py).
+            user: Some("0:0".into()),
             // Nothing of the worker's environment leaks in.
             env: Some(vec![]),
             working_dir: Some("/work".into()),
@@ -153,19 +303,383 @@ impl DockerSandbox {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             open_stdin: Some(true),
+            // The stdin closes when our one attach connection does: if this worker dies, its
+            // runners read EOF, exit, and (auto_remove) their containers disappear.
             stdin_once: Some(true),
             tty: Some(false),
             labels: Some(HashMap::from([
                 (LABEL_SANDBOX.to_string(), self.options.cluster.clone()),
                 (LABEL_OWNER.to_string(), self.owner.clone()),
+                (LABEL_LANGUAGE.to_string(), language.as_str().to_owned()),
             ])),
             host_config: Some(host_config),
             ..Default::default()
         }
     }
 
-    /// Removes containers of this cluster whose creating process on this host is gone.
-    pub async fn reap_orphans(&self) -> Result<usize, Error> {
+    /// Creates and starts a container, attaches to it and waits for its runner's `ready`.
+    async fn spawn_runner(&self, language: Language, memory_mb: u64) -> Result<Runner, Error> {
+        let docker = self.docker().await?;
+        let created = docker
+            .create_container(
+                None::<CreateContainerOptions>,
+                self.container_config(language, memory_mb),
+            )
+            .await
+            .map_err(|e| match e {
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                } => Error::Config(format!(
+                    "image {} not found: build it with sandbox-images/build",
+                    self.image(language)
+                )),
+                e => unavailable(e),
+            })?;
+        self.counters.started.fetch_add(1, Ordering::Relaxed);
+        let id = created.id;
+        let started = async {
+            let attached = docker
+                .attach_container(
+                    &id,
+                    Some(
+                        AttachContainerOptionsBuilder::default()
+                            .stdin(true)
+                            .stdout(true)
+                            .stderr(true)
+                            .stream(true)
+                            .build(),
+                    ),
+                )
+                .await
+                .map_err(unavailable)?;
+            docker
+                .start_container(&id, None::<StartContainerOptions>)
+                .await
+                .map_err(unavailable)?;
+            let mut runner = Runner::new(
+                id.clone(),
+                language,
+                memory_mb,
+                attached.input,
+                attached.output,
+                self.max_frame(),
+            );
+            match runner.wait_ready(self.options.start_timeout).await {
+                Ok(()) => Ok(runner),
+                Err(Failure::Fatal { message, .. }) => Err(Error::Config(format!(
+                    "the runner refuses to start: {message}"
+                ))),
+                Err(Failure::Protocol(message)) => Err(Error::Config(message)),
+                Err(e) => Err(Error::Unavailable(format!(
+                    "the runner did not start: {e} {}",
+                    runner.diagnostics()
+                ))),
+            }
+        }
+        .await;
+        if started.is_err() {
+            self.remove(&id).await;
+        }
+        started
+    }
+
+    async fn remove(&self, id: &str) {
+        let Ok(docker) = self.docker().await else {
+            return;
+        };
+        match docker
+            .remove_container(
+                id,
+                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            )
+            .await
+        {
+            Ok(()) => {}
+            // Already gone, or being removed by auto_remove.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404 | 409,
+                ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "cannot remove sandbox container")
+            }
+        }
+    }
+
+    /// Starts containers in the background until every pool has `pool_size`.
+    fn top_up(self: &Arc<Self>) {
+        for language in Language::ALL {
+            while !self.closing.is_cancelled()
+                && self.pool(*language).reserve(self.options.pool_size)
+            {
+                let this = self.clone();
+                let language = *language;
+                self.tasks.spawn(async move {
+                    let pool = this.pool(language);
+                    match this
+                        .spawn_runner(language, this.options.pool_memory_mb)
+                        .await
+                    {
+                        Ok(runner) if !this.closing.is_cancelled() => {
+                            this.set_start_error(None);
+                            tracing::debug!(container = runner.short_id(), %language, "warm sandbox container ready");
+                            pool.put_idle(runner);
+                        }
+                        Ok(mut runner) => {
+                            runner.close().await;
+                            this.remove(&runner.id).await;
+                            pool.unreserve();
+                        }
+                        Err(e) => {
+                            let message = e.to_string();
+                            if this.start_error().as_deref() != Some(message.as_str()) {
+                                tracing::warn!(%language, error = %message, "cannot start a warm sandbox container");
+                            }
+                            this.set_start_error(Some(message));
+                            pool.unreserve();
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    /// Removes a pool container in the background and starts its replacement.
+    fn retire(self: &Arc<Self>, runner: Runner, why: &str) {
+        tracing::debug!(
+            container = runner.short_id(),
+            runs = runner.runs,
+            why,
+            "retiring sandbox container"
+        );
+        self.counters.retired.fetch_add(1, Ordering::Relaxed);
+        // The replacement starts right away, in parallel with the removal.
+        self.pool(runner.language).unreserve();
+        self.top_up();
+        let this = self.clone();
+        self.tasks
+            .spawn(async move { this.remove(&runner.id).await });
+    }
+
+    /// Returns a runner to its pool once it says `ready` again (it scrubs the container
+    /// first); retires it instead after a breach, at its run limit, or at shutdown.
+    fn release(self: &Arc<Self>, mut runner: Runner, breach: bool) {
+        if breach {
+            return self.retire(runner, "limit breach");
+        }
+        if runner.runs >= self.options.max_runs_per_container {
+            return self.retire(runner, "run limit");
+        }
+        if self.closing.is_cancelled() {
+            return self.retire(runner, "shutdown");
+        }
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            match runner.wait_ready(this.options.start_timeout).await {
+                Ok(()) => this.pool(runner.language).put_idle(runner),
+                Err(e) => {
+                    tracing::warn!(container = runner.short_id(), error = %e, diagnostics = %runner.diagnostics(), "sandbox container not clean after a run");
+                    this.retire(runner, "not ready after a run");
+                }
+            }
+        });
+    }
+
+    /// A warm runner for `language`, with its memory limit set to `memory_mb`. Starts one
+    /// when the pool is below its size; waits when every container is busy.
+    async fn checkout(
+        self: &Arc<Self>,
+        language: Language,
+        memory_mb: u64,
+    ) -> Result<Runner, Error> {
+        let pool = self.pool(language);
+        let deadline = tokio::time::Instant::now() + self.options.checkout_timeout;
+        loop {
+            let notified = pool.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.closing.is_cancelled() {
+                return Err(Error::Unavailable("the sandbox is shutting down".into()));
+            }
+            if let Some(mut runner) = pool.take_idle(memory_mb) {
+                if runner.memory_mb == memory_mb {
+                    return Ok(runner);
+                }
+                match self.set_memory(&runner.id, memory_mb).await {
+                    Ok(()) => {
+                        runner.memory_mb = memory_mb;
+                        return Ok(runner);
+                    }
+                    Err(e) => {
+                        tracing::debug!(container = runner.short_id(), error = %e, "cannot change the memory limit; replacing the container");
+                        self.retire(runner, "memory update failed");
+                        continue;
+                    }
+                }
+            }
+            if pool.reserve(self.options.pool_size) {
+                return match self.spawn_runner(language, memory_mb).await {
+                    Ok(runner) => Ok(runner),
+                    Err(e) => {
+                        pool.unreserve();
+                        Err(e)
+                    }
+                };
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(Error::Unavailable(format!(
+                    "no {language} sandbox container became free within {:?}",
+                    self.options.checkout_timeout
+                )));
+            }
+        }
+    }
+
+    async fn set_memory(&self, id: &str, memory_mb: u64) -> Result<(), Error> {
+        let memory = i64::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+        self.docker()
+            .await?
+            .update_container(
+                id,
+                ContainerUpdateBody {
+                    memory: Some(memory),
+                    memory_swap: Some(memory),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(unavailable)?;
+        self.counters.memory_updates.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The verdict when a runner died mid-execution because the program exhausted the
+    /// container's memory (the OOM killer took a runner process too).
+    async fn death_verdict(
+        &self,
+        id: &str,
+        failure: &Failure,
+        memory_mb: u64,
+    ) -> Option<ExecutionResult> {
+        let oom = match failure {
+            Failure::Fatal { oom_killed, .. } => *oom_killed,
+            Failure::Closed | Failure::Docker(_) => {
+                let docker = self.docker().await.ok()?;
+                // The container may take a moment to be marked as stopped.
+                let mut oom = false;
+                for _ in 0..20 {
+                    let state = docker
+                        .inspect_container(id, None::<InspectContainerOptions>)
+                        .await
+                        .ok()?
+                        .state
+                        .unwrap_or_default();
+                    if state.running != Some(true) {
+                        oom = state.oom_killed == Some(true);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                oom
+            }
+            _ => false,
+        };
+        oom.then(|| ExecutionResult {
+            status: proto::Status::MemoryLimit,
+            reason: Some(format!(
+                "killed at the memory limit of {memory_mb} MiB (the sandbox's own processes too)"
+            )),
+            ..ExecutionResult::error(proto::Status::MemoryLimit, "")
+        })
+    }
+
+    /// One execution in a warm container; a failed container is retired and the execution
+    /// retried once in a fresh one.
+    async fn run_pooled(
+        self: &Arc<Self>,
+        request: &ExecutionRequest,
+    ) -> Result<ExecutionResult, Error> {
+        let runner = self.checkout(request.language, request.memory_mb).await?;
+        let mut lease = Lease {
+            inner: self.clone(),
+            runner: Some(runner),
+        };
+        self.counters.pooled_runs.fetch_add(1, Ordering::Relaxed);
+        let outcome = lease
+            .runner_mut()
+            .execute(
+                request,
+                self.options.max_output_bytes,
+                self.options.output_limit_bytes,
+                self.options.grace,
+            )
+            .await;
+        let runner = lease.take();
+        match outcome {
+            Ok(raw) => {
+                let result = verdict(raw, self.options.output_limit_bytes, request.memory_mb);
+                self.release(runner, is_breach(result.status));
+                Ok(result)
+            }
+            Err(Failure::Refused(message)) => {
+                self.release(runner, false);
+                Err(Error::Runner(format!(
+                    "the runner refused the request: {message}"
+                )))
+            }
+            Err(failure) => {
+                let death = self
+                    .death_verdict(&runner.id, &failure, request.memory_mb)
+                    .await;
+                let diagnostics = runner.diagnostics();
+                let id = runner.short_id().to_owned();
+                self.retire(runner, "runner failure");
+                if let Some(result) = death {
+                    return Ok(result);
+                }
+                tracing::warn!(container = %id, error = %failure, %diagnostics, "sandbox container failed; retrying in a fresh one");
+                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.run_fresh(request).await
+            }
+        }
+    }
+
+    /// One execution in a container of its own, removed afterwards.
+    async fn run_fresh(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
+        self.counters.fresh_runs.fetch_add(1, Ordering::Relaxed);
+        let mut runner = self
+            .spawn_runner(request.language, request.memory_mb)
+            .await?;
+        let outcome = runner
+            .execute(
+                request,
+                self.options.max_output_bytes,
+                self.options.output_limit_bytes,
+                self.options.grace,
+            )
+            .await;
+        let result = match outcome {
+            Ok(raw) => Ok(verdict(
+                raw,
+                self.options.output_limit_bytes,
+                request.memory_mb,
+            )),
+            Err(Failure::Refused(message)) => Err(Error::Runner(format!(
+                "the runner refused the request: {message}"
+            ))),
+            Err(failure) => match self
+                .death_verdict(&runner.id, &failure, request.memory_mb)
+                .await
+            {
+                Some(result) => Ok(result),
+                None => Err(Error::Runner(format!("{failure} {}", runner.diagnostics()))),
+            },
+        };
+        self.remove(&runner.id).await;
+        result
+    }
+
+    async fn reap_orphans(&self) -> Result<usize, Error> {
         let docker = self.docker().await?;
         let filters = HashMap::from([(
             "label".to_string(),
@@ -190,235 +704,113 @@ impl DockerSandbox {
                 .cloned()
                 .unwrap_or_default();
             let (owner_host, owner_pid) = owner.split_once(':').unwrap_or(("", ""));
-            let alive = owner_host == host
-                && owner_pid != std::process::id().to_string()
-                && std::path::Path::new(&format!("/proc/{owner_pid}")).exists();
+            let ours = owner_pid == std::process::id().to_string();
+            let alive = ours || std::path::Path::new(&format!("/proc/{owner_pid}")).exists();
             let Some(id) = container.id else { continue };
             if owner_host == host && !alive {
-                let _ = docker
-                    .remove_container(
-                        &id,
-                        Some(RemoveContainerOptionsBuilder::default().force(true).build()),
-                    )
-                    .await;
+                self.remove(&id).await;
                 reaped += 1;
             }
         }
         Ok(reaped)
     }
 
-    async fn run_in(
-        &self,
-        docker: &Docker,
-        id: &str,
-        request: &ExecutionRequest,
-    ) -> Result<ExecutionResult, Error> {
-        let attached = docker
-            .attach_container(
-                id,
-                Some(
-                    AttachContainerOptionsBuilder::default()
-                        .stdin(true)
-                        .stdout(true)
-                        .stderr(true)
-                        .stream(true)
-                        .build(),
-                ),
-            )
-            .await
-            .map_err(unavailable)?;
-        let mut output = attached.output;
-        let mut input = attached.input;
-        docker
-            .start_container(id, None::<StartContainerOptions>)
-            .await
-            .map_err(unavailable)?;
-
-        let payload = serde_json::to_vec(&RunnerRequest {
-            code: &request.code,
-            stdin: request.stdin.as_deref(),
-            timeout_ms: request.timeout_ms,
-            max_output_bytes: self.options.max_output_bytes,
-        })
-        .map_err(|e| Error::Runner(e.to_string()))?;
-        input
-            .write_all(&payload)
-            .await
-            .map_err(|e| Error::Unavailable(format!("writing to the runner: {e}")))?;
-        // EOF on the runner's stdin (stdin_once) marks the end of the request.
-        input
-            .shutdown()
-            .await
-            .map_err(|e| Error::Unavailable(format!("closing the runner's stdin: {e}")))?;
-
-        // The runner's own output is one result line of at most twice the capture cap, JSON
-        // escaped; anything past this bound is a runner that lost its way.
-        let limit = usize::try_from(self.options.max_output_bytes)
-            .unwrap_or(usize::MAX / 8)
-            .saturating_mul(12)
-            .saturating_add(64 * 1024);
-        let deadline = Duration::from_millis(request.timeout_ms) + self.options.grace;
-        let mut stdout = Vec::new();
-        let mut diagnostics = Vec::new();
-        let collected = tokio::time::timeout(deadline, async {
-            while let Some(chunk) = output.next().await {
-                match chunk {
-                    Ok(LogOutput::StdOut { message }) => {
-                        if stdout.len() + message.len() > limit {
-                            return Err(Error::Runner("runner output over its bound".into()));
-                        }
-                        stdout.extend_from_slice(&message);
-                    }
-                    Ok(LogOutput::StdErr { message }) => {
-                        if diagnostics.len() < 8192 {
-                            diagnostics.extend_from_slice(&message);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Err(unavailable(e)),
+    async fn shutdown(&self) {
+        self.closing.cancel();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        // Background tasks (a runner settling after its last run, a container starting) may
+        // still hand a runner back to its pool: drain until nothing is left or running.
+        loop {
+            let mut drained = 0;
+            for pool in self.pools.values() {
+                pool.changed.notify_waiters();
+                for mut runner in pool.drain_idle() {
+                    drained += 1;
+                    runner.close().await;
+                    self.remove(&runner.id).await;
+                    self.counters.retired.fetch_add(1, Ordering::Relaxed);
+                    pool.unreserve();
                 }
             }
-            Ok(())
-        })
-        .await;
-        let timed_out_outside = match collected {
-            Ok(Ok(())) => false,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                let _ = docker
-                    .kill_container(
-                        id,
-                        Some(
-                            KillContainerOptionsBuilder::default()
-                                .signal("KILL")
-                                .build(),
-                        ),
-                    )
-                    .await;
-                true
-            }
-        };
-
-        // Wait for the container to stop so its state (OOM kill, exit code) is final.
-        let mut state = None;
-        for _ in 0..50 {
-            let inspect = docker
-                .inspect_container(id, None::<InspectContainerOptions>)
+            self.tasks.close();
+            if tokio::time::timeout_at(deadline, self.tasks.wait())
                 .await
-                .map_err(unavailable)?;
-            let s = inspect.state.unwrap_or_default();
-            if s.running != Some(true) {
-                state = Some(s);
+                .is_err()
+            {
+                tracing::warn!("sandbox containers still being removed at shutdown");
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let oom_killed = state.as_ref().and_then(|s| s.oom_killed).unwrap_or(false);
-
-        if timed_out_outside {
-            return Ok(ExecutionResult {
-                status: Status::Timeout,
-                exit_code: None,
-                stdout: String::new(),
-                stderr: String::new(),
-                truncated: false,
-                duration_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-                reason: Some("the container did not finish by the deadline and was killed".into()),
-            });
-        }
-
-        let text = String::from_utf8_lossy(&stdout);
-        let Some(line) = text.lines().find_map(|l| l.strip_prefix(RESULT_MARKER)) else {
-            if oom_killed {
-                return Ok(ExecutionResult::error(
-                    Status::MemoryLimit,
-                    "the container ran out of memory before the runner could report",
-                ));
+            if drained == 0 && self.pools.values().all(|p| p.counts().0 == 0) {
+                break;
             }
-            return Err(Error::Runner(format!(
-                "no result from the runner (exit {:?}): {}",
-                state.and_then(|s| s.exit_code),
-                String::from_utf8_lossy(&diagnostics).trim()
-            )));
-        };
-        let result: RunnerResult = serde_json::from_str(line)
-            .map_err(|e| Error::Runner(format!("unreadable runner result: {e}")))?;
-        if let Some(error) = result.runner_error {
-            return Err(Error::Runner(error));
         }
-        Ok(verdict(result, oom_killed))
+        tracing::info!("sandbox pools stopped");
     }
 }
 
-/// Maps what the runner saw to a verdict.
-fn verdict(result: RunnerResult, oom_killed: bool) -> ExecutionResult {
-    const SIGKILL: i32 = 9;
-    let status = if result.timed_out {
-        Status::Timeout
-    } else if oom_killed || result.signal == Some(SIGKILL) {
-        // Inside the sandbox only the kernel's OOM killer sends SIGKILL unasked-for.
-        Status::MemoryLimit
-    } else if result.exit_code == Some(0) {
-        Status::Passed
-    } else {
-        Status::Failed
-    };
-    ExecutionResult {
-        status,
-        exit_code: result.exit_code,
-        stdout: result.stdout,
-        stderr: result.stderr,
-        truncated: result.stdout_truncated || result.stderr_truncated,
-        duration_ms: result.duration_ms,
-        reason: match status {
-            Status::MemoryLimit => Some("killed at the memory limit".into()),
-            Status::Timeout => Some("killed at the wall-clock limit".into()),
-            _ => result.signal.map(|s| format!("killed by signal {s}")),
-        },
+/// A runner taken out of its pool for one execution. Dropped while still holding it (the
+/// execution was cancelled), it retires the container: its state is unknown.
+struct Lease {
+    inner: Arc<Inner>,
+    runner: Option<Runner>,
+}
+
+impl Lease {
+    fn runner_mut(&mut self) -> &mut Runner {
+        self.runner
+            .as_mut()
+            .expect("a lease holds its runner until taken")
+    }
+
+    fn take(&mut self) -> Runner {
+        self.runner.take().expect("a lease is taken once")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(runner) = self.runner.take() {
+            self.inner.retire(runner, "execution abandoned");
+        }
     }
 }
 
 #[async_trait]
 impl Sandbox for DockerSandbox {
     async fn run(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
-        let docker = self.docker().await?;
-        let created = docker
-            .create_container(
-                None::<CreateContainerOptions>,
-                self.container_config(request),
-            )
-            .await
-            .map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                } => Error::Config(format!(
-                    "image {} not found: build it with sandbox-images/build",
-                    self.image(request.language)
-                )),
-                e => unavailable(e),
-            })?;
-        let outcome = self.run_in(docker, &created.id, request).await;
-        if let Err(e) = docker
-            .remove_container(
-                &created.id,
-                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
-            )
-            .await
-        {
-            tracing::warn!(container = %created.id, error = %e, "cannot remove sandbox container");
+        if self.inner.options.pool_size > 0 && !request.fresh_container {
+            return self.inner.run_pooled(request).await;
         }
-        outcome
+        match self.inner.run_fresh(request).await {
+            Err(Error::Runner(e)) => {
+                tracing::warn!(error = %e, "fresh sandbox container failed; retrying once");
+                self.inner.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.inner.run_fresh(request).await
+            }
+            outcome => outcome,
+        }
     }
 
     async fn health(&self) -> Result<(), String> {
-        let docker = self.docker().await.map_err(|e| format!("docker: {e}"))?;
+        let docker = self
+            .inner
+            .docker()
+            .await
+            .map_err(|e| format!("docker: {e}"))?;
         docker.ping().await.map_err(|e| format!("docker: {e}"))?;
         for language in Language::ALL {
-            let image = self.image(*language);
+            let image = self.inner.image(*language);
             if docker.inspect_image(image).await.is_err() {
                 return Err(format!(
                     "docker: sandbox image {image} missing (build it with sandbox-images/build)"
                 ));
+            }
+            let (_, live) = self.inner.pool(*language).counts();
+            if live == 0
+                && self.inner.options.pool_size > 0
+                && let Some(e) = self.inner.start_error()
+            {
+                return Err(format!("docker: no warm {language} container: {e}"));
             }
         }
         Ok(())
@@ -429,69 +821,45 @@ impl Sandbox for DockerSandbox {
 mod tests {
     use super::*;
 
-    fn runner(exit_code: Option<i32>, signal: Option<i32>, timed_out: bool) -> RunnerResult {
-        RunnerResult {
-            exit_code,
-            signal,
-            timed_out,
-            stdout: "out".into(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: true,
-            duration_ms: 7,
-            runner_error: None,
-        }
-    }
-
-    #[test]
-    fn verdicts_follow_exit_signal_and_deadline() {
-        assert_eq!(
-            verdict(runner(Some(0), None, false), false).status,
-            Status::Passed
-        );
-        assert_eq!(
-            verdict(runner(Some(1), None, false), false).status,
-            Status::Failed
-        );
-        assert_eq!(
-            verdict(runner(None, Some(9), true), false).status,
-            Status::Timeout
-        );
-        assert_eq!(
-            verdict(runner(None, Some(9), false), false).status,
-            Status::MemoryLimit
-        );
-        assert_eq!(
-            verdict(runner(Some(0), None, false), true).status,
-            Status::MemoryLimit
-        );
-        assert_eq!(
-            verdict(runner(None, Some(15), false), false).status,
-            Status::Failed
-        );
-        assert!(verdict(runner(Some(0), None, false), false).truncated);
-    }
-
     #[test]
     fn container_is_hardened() {
-        let sandbox = DockerSandbox::build(Options::default());
-        let config = sandbox.container_config(&ExecutionRequest {
-            language: Language::Python,
-            code: String::new(),
-            stdin: None,
-            timeout_ms: 1000,
-            memory_mb: 128,
-        });
+        let (sandbox, _) = DockerSandbox::build(Options::default());
+        let config = sandbox.inner.container_config(Language::Python, 128);
         let host = config.host_config.unwrap();
         assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(config.network_disabled, Some(true));
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.memory, Some(128 * 1024 * 1024));
         assert_eq!(host.memory_swap, host.memory);
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            host.cap_add,
+            Some(vec!["SETUID".into(), "SETGID".into(), "KILL".into()])
+        );
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_string()])
+        );
         assert_eq!(host.pids_limit, Some(64));
         assert_eq!(host.init, Some(true));
+        assert_eq!(host.ipc_mode.as_deref(), Some("private"));
         assert!(host.binds.is_none() && host.mounts.is_none());
+        assert!(host.privileged.is_none() && host.devices.is_none());
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/work"].contains("uid=10002") && tmpfs["/work"].contains("size=64m"));
+        assert_eq!(host.log_config.and_then(|l| l.typ).as_deref(), Some("none"));
         assert_eq!(config.env, Some(vec![]));
-        assert_eq!(config.user.as_deref(), Some(SANDBOX_USER));
+        assert_eq!(config.stdin_once, Some(true));
+        assert_eq!(host.auto_remove, Some(true));
+        let labels = config.labels.unwrap();
+        assert_eq!(labels[LABEL_SANDBOX], "codegen");
+        assert!(labels[LABEL_OWNER].ends_with(&format!(":{}", std::process::id())));
+    }
+
+    #[test]
+    fn runner_errors_are_not_retried_by_callers() {
+        assert!(Error::Unavailable("x".into()).is_retryable());
+        assert!(!Error::Runner("x".into()).is_retryable());
+        assert!(!Error::Config("x".into()).is_retryable());
     }
 }

@@ -1,18 +1,28 @@
 //! Running untrusted code.
 //!
 //! [`Sandbox`] runs one [`ExecutionRequest`] and returns its verdict. [`docker::DockerSandbox`]
-//! is the real implementation: a hardened container per execution (no network, read-only root,
-//! size-limited tmpfs, memory = memory + swap, CPU quota, pids limit, all capabilities dropped,
-//! no-new-privileges, non-root user, init, ulimits) with the runner from `sandbox-images/`
-//! inside. [`scripted::ScriptedSandbox`] is a fake for unit tests that runs nothing.
+//! is the real implementation: a warm pool of hardened containers per language (no network,
+//! read-only root, size-limited tmpfs, memory = memory + swap, CPU quota, pids limit, all
+//! capabilities dropped but the runner's SETUID/SETGID/KILL, no-new-privileges, init, ulimits,
+//! no mounts, no environment), each with the fork-server runner of `sandbox-images/` inside,
+//! which runs every program as an unprivileged uid in a process forked from a zygote that never
+//! saw a request, and scrubs the container after it. [`scripted::ScriptedSandbox`] is a fake
+//! for unit tests that runs nothing.
 //!
 //! Invariants:
-//! - what the program does is always a verdict (`passed`, `failed`, `timeout`, `memory_limit`),
-//!   never an `Err`; `Err` means the sandbox itself failed and says whether a retry may help.
-//! - every container this crate creates carries the [`LABEL_SANDBOX`] label and is removed
-//!   after its run, also when the run fails half-way.
+//! - what the program does is always a verdict (`passed`, `failed` with an error kind,
+//!   `timeout`, `memory_limit`, `output_limit`), never an `Err`; `Err` means the sandbox itself
+//!   failed, after one retry in a fresh container, and says whether a later retry may help.
+//! - a container that saw a limit breach, a runner protocol error or `max_runs_per_container`
+//!   executions is removed and replaced in the background; a container whose runner cannot
+//!   vouch for a clean state removes itself.
+//! - every container this crate creates carries the [`LABEL_SANDBOX`] label and the owner label,
+//!   so a starting worker removes those of dead workers, and is removed at shutdown.
 
 pub mod docker;
+mod pool;
+pub mod protocol;
+mod runner;
 pub mod scripted;
 
 use std::time::Duration;
@@ -21,7 +31,7 @@ use async_trait::async_trait;
 use proto::{ExecutionRequest, ExecutionResult};
 use serde::{Deserialize, Serialize};
 
-pub use docker::DockerSandbox;
+pub use docker::{DockerSandbox, PoolService, PoolStats};
 pub use scripted::ScriptedSandbox;
 
 /// Label put on every sandbox container; its value is the cluster prefix.
@@ -39,19 +49,36 @@ pub struct Options {
     pub cluster: String,
     /// CPU quota per container, in CPUs.
     pub cpus: f64,
-    /// Maximum number of processes and threads per container.
+    /// Maximum number of processes and threads per container (the runner uses 3 of them).
     pub pids_limit: i64,
-    /// Size of the writable `/work` and `/tmp` tmpfs, in MiB.
+    /// Size of each writable tmpfs (`/work`, `/tmp`, `/dev/shm`), in MiB.
     pub tmpfs_mb: u64,
     /// Open files per process.
     pub nofile: i64,
     /// Largest file a process may write, in MiB.
     pub fsize_mb: i64,
-    /// Bytes of stdout and of stderr kept per execution; the rest is read and discarded.
+    /// Bytes of stdout and of stderr kept per execution; the rest is read and discarded and
+    /// the result says `truncated`. Also the cap on returned files, all together.
     pub max_output_bytes: u64,
-    /// Extra time over the program's timeout before the container itself is killed.
+    /// Hard cap on stdout + stderr of one execution: past it the program is killed and the
+    /// verdict is `output_limit`.
+    pub output_limit_bytes: u64,
+    /// Extra time over the program's timeout before the runner is considered wedged.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
+    /// Warm containers kept per language. 0 runs every execution in a fresh container.
+    pub pool_size: usize,
+    /// Executions a container serves before it is replaced.
+    pub max_runs_per_container: u64,
+    /// Memory limit warm containers start with, in MiB (keep it equal to the coordinator's
+    /// `default_memory_mb`: another limit costs a `docker update` at checkout).
+    pub pool_memory_mb: u64,
+    /// How long creating a container and starting its runner may take.
+    #[serde(with = "humantime_serde")]
+    pub start_timeout: Duration,
+    /// How long an execution waits for a warm container when all of them are busy.
+    #[serde(with = "humantime_serde")]
+    pub checkout_timeout: Duration,
 }
 
 impl Default for Options {
@@ -66,7 +93,13 @@ impl Default for Options {
             nofile: 256,
             fsize_mb: 32,
             max_output_bytes: 1 << 20,
+            output_limit_bytes: 100 << 20,
             grace: Duration::from_secs(5),
+            pool_size: 2,
+            max_runs_per_container: 200,
+            pool_memory_mb: 256,
+            start_timeout: Duration::from_secs(30),
+            checkout_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -79,14 +112,16 @@ pub enum Error {
     /// The sandbox is misconfigured (e.g. its image is missing); retrying will not help.
     #[error("sandbox misconfigured: {0}")]
     Config(String),
-    /// The runner in the container broke its protocol.
+    /// The runner failed, also on the retry in a fresh container.
     #[error("sandbox runner failed: {0}")]
     Runner(String),
 }
 
 impl Error {
+    /// Only an unreachable Docker is worth another attempt later: a runner failure has
+    /// already been retried once in a fresh container.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Runner(_))
+        matches!(self, Error::Unavailable(_))
     }
 }
 

@@ -12,6 +12,8 @@
 //!   at a fixed interval, so a notice lost during a Redis reconnect delays an answer but never
 //!   loses it.
 
+pub mod cache;
+pub mod jobs;
 pub mod memory;
 pub mod redis;
 
@@ -22,6 +24,8 @@ use proto::{ExecutionMeta, ExecutionResult, TaskId};
 use serde::{Deserialize, Serialize};
 
 pub use crate::redis::RedisStore;
+pub use cache::{CacheStats, CacheStore, MemoryCache};
+pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
 pub use memory::MemoryStore;
 
 /// Store settings (`[store]` in `codegen.toml`, `CODEGEN__STORE__*` in the environment).

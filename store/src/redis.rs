@@ -44,7 +44,7 @@ pub struct Listener {
     pushes: mpsc::UnboundedReceiver<PushInfo>,
 }
 
-fn backend(e: redis::RedisError) -> Error {
+pub(crate) fn backend(e: redis::RedisError) -> Error {
     Error::Unavailable(e.to_string())
 }
 
@@ -94,8 +94,16 @@ impl RedisStore {
         ))
     }
 
-    fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> ConnectionManager {
         self.inner.connection.clone()
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.inner.options.prefix
+    }
+
+    pub(crate) fn ttl_secs(&self) -> u64 {
+        self.inner.options.result_ttl.as_secs().max(1)
     }
 
     async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {

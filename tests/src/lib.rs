@@ -320,6 +320,7 @@ impl Cluster {
             for queue in [
                 format!("{}.tasks", self.prefix),
                 format!("{}.tasks.dead", self.prefix),
+                format!("{}.events", self.prefix),
             ] {
                 let _ = channel
                     .queue_delete(ShortString::from(queue), QueueDeleteOptions::default())
@@ -434,5 +435,331 @@ impl PrivateRedis {
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl Cluster {
+    /// Starts `codegen model-server` (a scripted, fake model behind the real OpenAI-compatible
+    /// HTTP API) with `script`, and points every process started afterwards at it.
+    pub async fn scripted_model(&mut self, script: &std::path::Path) -> Process {
+        let port = free_port();
+        let log = self.dir.path().join("model-server.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary())
+            .arg("model-server")
+            .arg("--script")
+            .arg(script)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file)
+            .spawn()
+            .expect("codegen model-server starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "model server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.extra_env
+            .push(("CODEGEN__MODEL__PROVIDER".into(), "openai".into()));
+        self.extra_env.push((
+            "CODEGEN__MODEL__BASE_URL".into(),
+            format!("http://127.0.0.1:{port}/v1"),
+        ));
+        self.extra_env
+            .push(("CODEGEN__MODEL__API_KEY".into(), "not-a-real-key".into()));
+        Process {
+            name: "model-server".into(),
+            child,
+            log,
+        }
+    }
+
+    /// `POST /v1/jobs`; status and answer.
+    pub async fn submit_job(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/v1/jobs", self.url()))
+            .json(&body)
+            .send()
+            .await
+            .expect("coordinator answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("json answer"))
+    }
+
+    /// Polls a job until it is final, up to `timeout`.
+    pub async fn wait_job(&self, id: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (status, body) =
+                get_json(&self.http, &format!("{}/v1/jobs/{id}", self.url())).await;
+            assert_eq!(status, 200, "{body}");
+            if body["status"] == "succeeded" || body["status"] == "failed" {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} not finished after {timeout:?}: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Sandbox tests: a Docker sandbox of the test's own, used directly (no cluster).
+
+/// A `DockerSandbox` with its own cluster label and warm pool, for tests against the real
+/// Docker engine. `stop` removes its containers; dropping it without `stop` removes them with
+/// the `docker` CLI.
+#[derive(Debug)]
+pub struct TestSandbox {
+    pub sandbox: sandbox::DockerSandbox,
+    pub options: sandbox::Options,
+    cancel: tokio_util::sync::CancellationToken,
+    service: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The limits a probe read from inside a sandbox container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLimits {
+    pub pids_max: i64,
+    pub memory_bytes: u64,
+    pub memsw_bytes: u64,
+    pub uid: u32,
+    pub cap_eff: u64,
+    pub no_new_privs: bool,
+    pub hostname: String,
+}
+
+impl TestSandbox {
+    /// Options for a test: a fresh cluster label, the given pool size.
+    pub fn options(pool_size: usize) -> sandbox::Options {
+        sandbox::Options {
+            cluster: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+            pool_size,
+            ..sandbox::Options::default()
+        }
+    }
+
+    /// Starts the pool service and waits until the pool is warm.
+    pub async fn start(options: sandbox::Options) -> Self {
+        let (sandbox, service) = sandbox::DockerSandbox::build(options.clone());
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let service = tokio::spawn(service.run(cancel.clone()));
+        if options.pool_size > 0 {
+            sandbox
+                .warm_up(Duration::from_secs(120))
+                .await
+                .expect("the sandbox pool warms up (is the image built? sandbox-images/build)");
+        }
+        Self {
+            sandbox,
+            options,
+            cancel,
+            service: Some(service),
+        }
+    }
+
+    /// A Python request with generous limits.
+    pub fn request(code: &str) -> proto::ExecutionRequest {
+        proto::ExecutionRequest {
+            language: proto::Language::Python,
+            code: code.into(),
+            stdin: None,
+            timeout_ms: 20_000,
+            memory_mb: sandbox::Options::default().pool_memory_mb,
+            fresh_container: false,
+            files: Default::default(),
+            return_files: Vec::new(),
+        }
+    }
+
+    pub async fn run_request(&self, request: &proto::ExecutionRequest) -> proto::ExecutionResult {
+        sandbox::Sandbox::run(&self.sandbox, request)
+            .await
+            .expect("the sandbox answers with a verdict")
+    }
+
+    pub async fn run(&self, code: &str) -> proto::ExecutionResult {
+        self.run_request(&Self::request(code)).await
+    }
+
+    /// Runs `code` and asserts it passed; returns its stdout.
+    pub async fn pass(&self, code: &str) -> String {
+        let result = self.run(code).await;
+        assert_eq!(
+            result.status,
+            proto::Status::Passed,
+            "expected a pass: {result:#?}"
+        );
+        result.stdout
+    }
+
+    /// Reads the limits in force from inside a container of the pool (with the memory limit
+    /// of `memory_mb`).
+    pub async fn probe(&self, memory_mb: u64) -> SandboxLimits {
+        let mut request = Self::request(PROBE);
+        request.memory_mb = memory_mb;
+        let result = self.run_request(&request).await;
+        assert_eq!(result.status, proto::Status::Passed, "probe: {result:#?}");
+        let v: Value = serde_json::from_str(result.stdout.trim()).expect("probe output");
+        SandboxLimits {
+            pids_max: v["pids_max"]
+                .as_str()
+                .unwrap_or("")
+                .trim()
+                .parse()
+                .unwrap_or(-1),
+            memory_bytes: v["memory"].as_u64().unwrap_or(0),
+            memsw_bytes: v["memsw"].as_u64().unwrap_or(0),
+            uid: v["uid"].as_u64().unwrap_or(0) as u32,
+            cap_eff: v["cap_eff"].as_u64().unwrap_or(u64::MAX),
+            no_new_privs: v["no_new_privs"].as_bool().unwrap_or(false),
+            hostname: v["hostname"].as_str().unwrap_or("").to_owned(),
+        }
+    }
+
+    /// Refuses (panics) unless the pids and memory limits a bomb relies on are in force in
+    /// the container a bomb of `memory_mb` would run in.
+    pub async fn require_limits(&self, memory_mb: u64) -> SandboxLimits {
+        let limits = self.probe(memory_mb).await;
+        let memory = memory_mb * 1024 * 1024;
+        assert!(
+            limits.pids_max > 0 && limits.pids_max <= self.options.pids_limit,
+            "refusing to run a bomb: pids.max is {} in the container: {limits:?}",
+            limits.pids_max
+        );
+        assert!(
+            limits.memory_bytes == memory && limits.memsw_bytes == memory,
+            "refusing to run a bomb: memory limit {} / memsw {} in the container, not {memory}",
+            limits.memory_bytes,
+            limits.memsw_bytes
+        );
+        assert!(
+            limits.uid != 0 && limits.cap_eff == 0 && limits.no_new_privs,
+            "refusing to run a bomb: the program is privileged: {limits:?}"
+        );
+        limits
+    }
+
+    /// Hostname of the container the next pooled run lands in (its short id).
+    pub async fn hostname(&self) -> String {
+        self.pass("import socket; print(socket.gethostname())")
+            .await
+            .trim()
+            .to_owned()
+    }
+
+    pub fn stats(&self) -> sandbox::PoolStats {
+        self.sandbox.stats()
+    }
+
+    /// Stops the pool service, which removes every container; asserts none is left.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        if let Some(service) = self.service.take() {
+            service.await.expect("pool service");
+        }
+        let left = sandbox_containers(&self.options.cluster);
+        assert!(left.is_empty(), "containers left after stop: {left:?}");
+    }
+}
+
+impl Drop for TestSandbox {
+    fn drop(&mut self) {
+        if self.service.is_some() {
+            self.cancel.cancel();
+            for id in sandbox_containers(&self.options.cluster) {
+                let _ = Command::new("docker")
+                    .args(["rm", "-f", &id])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+/// Ids of the containers carrying a sandbox cluster label.
+pub fn sandbox_containers(cluster: &str) -> Vec<String> {
+    let output = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label={}={cluster}", sandbox::LABEL_SANDBOX),
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Prints, as JSON, the limits a program sees from inside its container.
+const PROBE: &str = r#"
+import json, os, socket
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        return "error: %s" % e
+status = dict(l.split(":", 1) for l in read("/proc/self/status").splitlines() if ":" in l)
+print(json.dumps({
+    "pids_max": read("/sys/fs/cgroup/pids/pids.max"),
+    "memory": int(read("/sys/fs/cgroup/memory/memory.limit_in_bytes")),
+    "memsw": int(read("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")),
+    "uid": os.getuid(),
+    "cap_eff": int(status["CapEff"].strip(), 16),
+    "no_new_privs": status["NoNewPrivs"].strip() == "1",
+    "hostname": socket.gethostname(),
+}))
+"#;
+
+/// What a `codegen` client command printed, and how it exited.
+#[derive(Debug)]
+pub struct CliRun {
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Display for CliRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `codegen ARGS` (a client command such as `submit` or `batch`) in the workspace root
+/// and waits for it, up to `timeout` (then it is killed and the test fails).
+pub async fn codegen_cli(args: &[&str], timeout: Duration) -> CliRun {
+    let child = tokio::process::Command::new(binary())
+        .args(args)
+        .current_dir(root())
+        .env_remove("CODEGEN_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("codegen starts");
+    let output = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("codegen {args:?} did not finish within {timeout:?}"))
+        .expect("codegen output");
+    CliRun {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }

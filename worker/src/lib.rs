@@ -10,6 +10,7 @@
 //!   leaves anything unfinished unacked so the broker redelivers it to another worker.
 
 mod metrics;
+pub mod pipeline;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
+pub use pipeline::Pipeline;
 
 /// Worker settings (`[worker]` in `codegen.toml`, `CODEGEN__WORKER__*` in the environment).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,6 +44,8 @@ pub struct Options {
     /// How long storing a result is retried (Redis down) before the task is handed back.
     #[serde(with = "humantime_serde")]
     pub store_retry_for: Duration,
+    /// The generation pipeline (plan, implement, integrate tasks).
+    pub pipeline: pipeline::Options,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             drain_timeout: Duration::from_secs(30),
             sandbox_retries: 2,
             store_retry_for: Duration::from_secs(30),
+            pipeline: pipeline::Options::default(),
         }
     }
 }
@@ -69,6 +74,7 @@ pub struct Worker {
     store: Arc<dyn Store>,
     sandbox: Arc<dyn Sandbox>,
     metrics: Metrics,
+    pipeline: Option<Pipeline>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -119,7 +125,14 @@ impl Worker {
             store,
             sandbox,
             metrics,
+            pipeline: None,
         })
+    }
+
+    /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
+    pub fn with_pipeline(mut self, pipeline: Pipeline) -> Self {
+        self.pipeline = Some(pipeline);
+        self
     }
 
     /// Consumes until `cancel` fires, then drains.
@@ -186,6 +199,9 @@ impl Worker {
         };
         let kind = envelope.task.kind();
         let outcome = match envelope.task {
+            Task::Plan(task) | Task::Implement(task) | Task::Integrate(task) => {
+                self.pipeline_task(kind, &task, delivery).await
+            }
             Task::Execute(request) => {
                 self.execute_task(
                     envelope.task_id,
@@ -261,6 +277,48 @@ impl Worker {
             }
             Err(e) => {
                 tracing::error!(%id, error = %e, "giving the task back: result could not be stored");
+                if let Err(e) = delivery.requeue().await {
+                    tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
+                }
+                Outcome::Requeued
+            }
+        }
+    }
+
+    async fn pipeline_task(
+        &self,
+        kind: &str,
+        task: &proto::job::JobTask,
+        delivery: Delivery,
+    ) -> Outcome {
+        let Some(pipeline) = &self.pipeline else {
+            tracing::warn!(kind, "this worker runs no pipeline; dead-lettering");
+            let _ = delivery.dead_letter().await;
+            return Outcome::Malformed;
+        };
+        let result = match kind {
+            "plan" => {
+                tracing::info!(job = %task.job_id, "plan task started");
+                pipeline.plan(task).await
+            }
+            "implement" => {
+                tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
+                pipeline.implement(task).await
+            }
+            _ => {
+                tracing::info!(job = %task.job_id, "integrate task started");
+                pipeline.integrate(task).await
+            }
+        };
+        match result {
+            Ok(()) => self.settle(delivery, Outcome::Completed).await,
+            Err(pipeline::Error::Drop(reason)) => {
+                tracing::warn!(kind, job = %task.job_id, %reason, "dropping pipeline task");
+                self.settle(delivery, Outcome::Duplicate).await
+            }
+            Err(pipeline::Error::Retry(reason)) => {
+                tracing::warn!(kind, job = %task.job_id, %reason, "pipeline task handed back");
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 if let Err(e) = delivery.requeue().await {
                     tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
                 }

@@ -20,6 +20,9 @@ fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error
         truncated: false,
         duration_ms: 1,
         reason: None,
+        error_kind: None,
+        files: Default::default(),
+        file_errors: Default::default(),
     })
 }
 
@@ -35,6 +38,9 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             stdin: None,
             timeout_ms: 1000,
             memory_mb: 64,
+            fresh_container: false,
+            files: Default::default(),
+            return_files: Vec::new(),
         }),
     );
     (

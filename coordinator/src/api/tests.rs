@@ -25,6 +25,7 @@ fn coordinator(broker: &MemoryBroker, store: &MemoryStore) -> Coordinator {
         options,
         Arc::new(broker.clone()),
         Arc::new(store.clone()),
+        Arc::new(store::MemoryJobs::new()),
         &prometheus::Registry::new(),
     )
     .unwrap()
@@ -49,7 +50,9 @@ async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
     let mut tasks = broker.consume(Queue::Tasks, 1, CancellationToken::new());
     let delivery = tasks.next().await.unwrap();
     let envelope = Envelope::decode(&delivery.body).unwrap();
-    let Task::Execute(request) = envelope.task;
+    let Task::Execute(request) = envelope.task else {
+        panic!("not an execution task")
+    };
     let result = ExecutionResult {
         status: Status::Passed,
         exit_code: Some(0),
@@ -58,6 +61,9 @@ async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
         truncated: false,
         duration_ms: 3,
         reason: None,
+        error_kind: None,
+        files: Default::default(),
+        file_errors: Default::default(),
     };
     store
         .complete_execution(envelope.task_id, &result)
@@ -116,9 +122,37 @@ async fn submit_without_wait_is_queued_with_defaults_filled_in() {
     let envelope = Envelope::decode(&delivery.body).unwrap();
     assert_eq!(envelope.task_id.to_string(), id);
     assert_eq!(delivery.message_id.as_deref(), Some(id));
-    let Task::Execute(request) = envelope.task;
+    let Task::Execute(request) = envelope.task else {
+        panic!("not an execution task")
+    };
     assert_eq!(request.timeout_ms, Options::default().default_timeout_ms);
     assert_eq!(request.memory_mb, Options::default().default_memory_mb);
+    assert!(!request.fresh_container && request.files.is_empty());
+}
+
+#[tokio::test]
+async fn files_and_fresh_container_are_passed_on() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let c = coordinator(&broker, &store);
+    let body = json!({
+        "language": "python", "code": "import helper", "fresh_container": true,
+        "files": {"helper.py": "X = 1", "data/in.txt": "abc"},
+        "return_files": ["out.txt"],
+    });
+    let (status, answer) = call(&c, "POST", "/v1/executions?wait=false", &body.to_string()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let delivery = broker
+        .consume(Queue::Tasks, 1, CancellationToken::new())
+        .next()
+        .await
+        .unwrap();
+    let Task::Execute(request) = Envelope::decode(&delivery.body).unwrap().task else {
+        panic!("not an execution task")
+    };
+    assert!(request.fresh_container);
+    assert_eq!(request.files.len(), 2);
+    assert_eq!(request.files["data/in.txt"], "abc");
+    assert_eq!(request.return_files, vec!["out.txt".to_string()]);
 }
 
 #[tokio::test]
@@ -148,6 +182,26 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "memory_mb",
         ),
+        (
+            r#"{"language":"python","code":"1","files":{"../escape.py":"x"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "files",
+        ),
+        (
+            r#"{"language":"python","code":"1","files":{"main.py":"x"}}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "files",
+        ),
+        (
+            r#"{"language":"python","code":"1","return_files":["/etc/passwd"]}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "return_files",
+        ),
+        (
+            r#"{"language":"python","code":"1","fresh_container":"yes"}"#,
+            StatusCode::BAD_REQUEST,
+            "expected a boolean",
+        ),
     ];
     for (body, expected, needle) in cases {
         let (status, answer) = call(&c, "POST", "/v1/executions", body).await;
@@ -161,6 +215,20 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
     );
     let (status, _) = call(&c, "POST", "/v1/executions", &huge).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let too_many: serde_json::Map<String, Value> = (0..=proto::execution::MAX_FILES)
+        .map(|i| (format!("f{i}.txt"), json!("")))
+        .collect();
+    let body = json!({"language": "python", "code": "1", "files": too_many}).to_string();
+    let (status, answer) = call(&c, "POST", "/v1/executions", &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let half = "x".repeat(Options::default().max_code_bytes / 2 + 1);
+    let body = json!({"language": "python", "code": half, "files": {"big.txt": half}}).to_string();
+    let (status, answer) = call(&c, "POST", "/v1/executions", &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("files"),
+        "{answer}"
+    );
     assert_eq!(broker.len(Queue::Tasks), 0, "nothing invalid was published");
 }
 

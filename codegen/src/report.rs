@@ -1,0 +1,400 @@
+//! How the CLI shows jobs: the markdown report of a result, the terse summary, progress lines.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use proto::job::{JobResult, JobStatus, TestResult};
+use serde_json::Value;
+
+/// Milliseconds for people: `850 ms`, `3.2 s`, `2 min 5 s`.
+fn duration(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=59_999 => format!("{:.1} s", ms as f64 / 1000.0),
+        _ => format!("{} min {} s", ms / 60_000, (ms % 60_000) / 1000),
+    }
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
+}
+
+/// The first line of `text`, with a mark when there was more.
+fn first_line(text: &str) -> String {
+    let mut lines = text.trim().lines();
+    let first = lines.next().unwrap_or_default().to_owned();
+    if lines.next().is_some() {
+        format!("{first} …")
+    } else {
+        first
+    }
+}
+
+fn signature(result: &JobResult, name: &str) -> String {
+    match result.function_specs.iter().find(|s| s.name == name) {
+        Some(spec) => {
+            let params: Vec<String> = spec
+                .inputs
+                .iter()
+                .map(|p| format!("{}: {}", p.name, p.ty))
+                .collect();
+            format!("{name}({}) -> {}", params.join(", "), spec.outputs.ty)
+        }
+        None => format!("{name}()"),
+    }
+}
+
+/// Function names in plan order, then any others the result mentions.
+fn function_names(result: &JobResult) -> Vec<String> {
+    let mut names: Vec<String> = result
+        .function_specs
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    for name in result.implementations.keys() {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+fn tests_of<'a>(result: &'a JobResult, name: &str) -> Vec<&'a TestResult> {
+    result
+        .test_results
+        .iter()
+        .filter(|t| t.function == name)
+        .collect()
+}
+
+/// The verdict line: `✅ succeeded …` or `❌ failed …`.
+pub fn verdict(result: &JobResult) -> String {
+    let passed = result.test_results.iter().filter(|t| t.passed).count();
+    let total = result.test_results.len();
+    if result.status == JobStatus::Succeeded {
+        format!(
+            "✅ succeeded: {passed}/{total} tests pass ({} functions; job {})",
+            function_names(result).len(),
+            result.job_id
+        )
+    } else {
+        format!(
+            "❌ {}: {} ({passed}/{total} tests pass; job {})",
+            result.status.as_str(),
+            first_line(result.failure.as_deref().unwrap_or("no reason given")),
+            result.job_id
+        )
+    }
+}
+
+/// The markdown report of a finished job.
+pub fn markdown(result: &JobResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}\n", verdict(result));
+    let _ = writeln!(
+        out,
+        "> {}\n",
+        result.instruction.trim().replace('\n', "\n> ")
+    );
+    if let Some(failure) = result.failure.as_ref().filter(|f| f.contains('\n')) {
+        let _ = writeln!(out, "```text\n{}\n```\n", failure.trim_end());
+    }
+    if result.validation != "tested" {
+        let _ = writeln!(
+            out,
+            "⚠️ validation: {}{}\n",
+            result.validation,
+            if result.manual_review_recommended {
+                "; manual review recommended"
+            } else {
+                ""
+            }
+        );
+    }
+
+    let language = result.language.as_str();
+    for name in function_names(result) {
+        let _ = writeln!(out, "## `{}`\n", signature(result, &name));
+        if let Some(spec) = result.function_specs.iter().find(|s| s.name == name) {
+            let _ = writeln!(out, "{}\n", spec.purpose.trim());
+        }
+        match result.implementations.get(&name) {
+            Some(code) => {
+                let _ = writeln!(out, "```{language}\n{}\n```\n", code.trim_end());
+            }
+            None => {
+                let _ = writeln!(out, "_not implemented_\n");
+            }
+        }
+        let tests = tests_of(result, &name);
+        let passed = tests.iter().filter(|t| t.passed).count();
+        let _ = writeln!(out, "Tests: {passed}/{} passed\n", tests.len());
+        for test in &tests {
+            if test.passed {
+                let _ = writeln!(out, "- ✓ `{}`", test.test);
+            } else {
+                let error = test.error.as_deref().map(first_line).unwrap_or_default();
+                let kind = test
+                    .error_kind
+                    .as_deref()
+                    .map(|k| format!(" ({k})"))
+                    .unwrap_or_default();
+                let _ = writeln!(out, "- ✗ `{}`{kind}: {error}", test.test);
+            }
+        }
+        if !tests.is_empty() {
+            out.push('\n');
+        }
+    }
+
+    let m = &result.metrics;
+    let _ = writeln!(out, "## Timings\n");
+    let _ = writeln!(out, "| generation | execution | total |");
+    let _ = writeln!(out, "| ---: | ---: | ---: |");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} |\n",
+        duration(m.generation_ms),
+        duration(m.execution_ms),
+        duration(m.total_ms)
+    );
+    let _ = writeln!(
+        out,
+        "{} model calls, {} prompt + {} completion tokens, solution cache: {}\n",
+        m.model_calls, m.tokens.prompt, m.tokens.completion, m.cache
+    );
+
+    let q = &result.quality;
+    let _ = writeln!(out, "## Quality\n");
+    let complexity: Vec<String> = q
+        .complexity
+        .iter()
+        .map(|(name, c)| format!("{name} {c}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Score **{:.2}** / 1: tests {}/{}, line coverage {}, docstrings {}, cyclomatic complexity {}, dangerous calls: {}\n",
+        q.score,
+        q.tests_passed,
+        q.tests_total,
+        percent(q.coverage),
+        percent(q.docstrings),
+        if complexity.is_empty() {
+            "-".to_owned()
+        } else {
+            complexity.join(", ")
+        },
+        if q.dangerous_calls.is_empty() {
+            "none".to_owned()
+        } else {
+            q.dangerous_calls.join(", ")
+        }
+    );
+
+    let _ = writeln!(out, "## Improvement history\n");
+    out.push_str(&history(result));
+    out
+}
+
+/// Attempt by attempt: every failed attempt with its error and the fix the next one made,
+/// then how the last attempt ended.
+fn history(result: &JobResult) -> String {
+    let mut out = String::new();
+    if result.improvement_history.is_empty() {
+        out.push_str("Every function passed its tests on the first attempt.\n");
+        return out;
+    }
+    let mut by_function: BTreeMap<&str, Vec<&proto::job::Improvement>> = BTreeMap::new();
+    for step in &result.improvement_history {
+        by_function.entry(&step.function).or_default().push(step);
+    }
+    for name in function_names(result) {
+        let Some(steps) = by_function.get(name.as_str()) else {
+            continue;
+        };
+        let _ = writeln!(out, "`{name}`:\n");
+        for step in steps {
+            let _ = writeln!(
+                out,
+                "- attempt {} ✗ {}: {}",
+                step.attempt,
+                step.error_kind,
+                first_line(&step.error)
+            );
+            if let Some(analysis) = &step.analysis {
+                let _ = writeln!(out, "  - cause: {}", first_line(&analysis.root_cause));
+            }
+            if !step.fix.trim().is_empty() {
+                let _ = writeln!(out, "  - fix: {}", first_line(&step.fix));
+            }
+        }
+        let tests = tests_of(result, &name);
+        let next = steps.last().map_or(1, |s| s.attempt + 1);
+        if !tests.is_empty() && tests.iter().all(|t| t.passed) {
+            let _ = writeln!(out, "- attempt {next} ✓ passed all {} tests", tests.len());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The code of every function, in plan order (what `--format plain` prints on stdout).
+pub fn code(result: &JobResult) -> String {
+    let mut out = String::new();
+    for name in function_names(result) {
+        if let Some(code) = result.implementations.get(&name) {
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            out.push_str(code.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One line: status, tests, score, repairs, time (and the failure).
+pub fn summary(result: &JobResult) -> String {
+    let passed = result.test_results.iter().filter(|t| t.passed).count();
+    let mut line = format!(
+        "status={} job={} functions={} tests={passed}/{} score={:.2} repairs={} total_ms={}",
+        result.status.as_str(),
+        result.job_id,
+        function_names(result).len(),
+        result.test_results.len(),
+        result.quality.score,
+        result.improvement_history.len(),
+        result.metrics.total_ms
+    );
+    if let Some(failure) = &result.failure {
+        let _ = write!(line, " failure={:?}", first_line(failure));
+    }
+    line
+}
+
+/// `{"succeeded": 2, "running": 1}` as `succeeded 2 · running 1`.
+pub fn counts(counts: &Value) -> String {
+    counts
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(status, n)| format!("{status} {n}"))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        })
+        .unwrap_or_default()
+}
+
+fn function_states(view: &Value) -> Vec<(String, String)> {
+    view["functions"]
+        .as_object()
+        .map(|functions| {
+            functions
+                .iter()
+                .map(|(name, f)| {
+                    let attempts = f["attempts"].as_u64().unwrap_or(0);
+                    let state = match (f["done"].as_bool(), f["passed"].as_bool()) {
+                        (Some(true), Some(true)) => format!("✓ passed ({attempts} attempts)"),
+                        (Some(true), _) => format!("✗ failed ({attempts} attempts)"),
+                        _ if attempts > 0 => format!("… attempt {attempts}"),
+                        _ => "… waiting".to_owned(),
+                    };
+                    (name.clone(), state)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A job that is not finished, as markdown.
+pub fn pending_markdown(view: &Value) -> String {
+    let mut out = format!(
+        "⏳ {}: job {}\n",
+        view["status"].as_str().unwrap_or("unknown"),
+        view["job_id"].as_str().unwrap_or("?")
+    );
+    let states = function_states(view);
+    if !states.is_empty() {
+        out.push_str("\n| function | state |\n| --- | --- |\n");
+        for (name, state) in states {
+            let _ = writeln!(out, "| `{name}` | {state} |");
+        }
+    }
+    out
+}
+
+/// A job that is not finished, on one line.
+pub fn pending_plain(view: &Value) -> String {
+    let states: Vec<String> = function_states(view)
+        .into_iter()
+        .map(|(name, state)| format!("{name}: {state}"))
+        .collect();
+    let mut line = format!(
+        "status={} job={}",
+        view["status"].as_str().unwrap_or("unknown"),
+        view["job_id"].as_str().unwrap_or("?")
+    );
+    if !states.is_empty() {
+        let _ = write!(line, " ({})", states.join("; "));
+    }
+    line
+}
+
+/// One progress line for an event of `GET /v1/jobs/{id}/events`.
+pub fn progress_line(elapsed: Duration, event: &str, data: &Value) -> String {
+    let function = data["function"].as_str().unwrap_or("?");
+    let text = match event {
+        "queued" => "queued".to_owned(),
+        "planning" => "planning: asking the model for the functions".to_owned(),
+        "planned" => {
+            let names: Vec<&str> = data["functions"]
+                .as_array()
+                .map(|f| f.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            format!("planned {} functions: {}", names.len(), names.join(", "))
+        }
+        "replanning" => format!(
+            "plan rejected, asking again: {}",
+            data["problem"].as_str().unwrap_or("?")
+        ),
+        "function_started" => format!("{function}: started"),
+        "function_cached" => format!("{function}: reused a verified function from the cache"),
+        "attempt" => {
+            let attempt = data["attempt"].as_u64().unwrap_or(0);
+            if data["passed"].as_bool() == Some(true) {
+                format!("{function}: attempt {attempt} ✓ tests pass")
+            } else {
+                format!(
+                    "{function}: attempt {attempt} ✗ {}",
+                    data["error_kind"].as_str().unwrap_or("failed")
+                )
+            }
+        }
+        "function_done" => format!(
+            "{function}: done {} after {} attempt(s)",
+            if data["passed"].as_bool() == Some(true) {
+                "✓"
+            } else {
+                "✗"
+            },
+            data["attempts"].as_u64().unwrap_or(0)
+        ),
+        "integrating" => "integrating: assembling the module and running every test".to_owned(),
+        "finished" => {
+            let mut text = format!("finished: {}", data["status"].as_str().unwrap_or("?"));
+            if let Some(failure) = data["failure"].as_str() {
+                let _ = write!(text, " ({})", first_line(failure));
+            }
+            if data["cache"].as_str() == Some("hit") {
+                text.push_str(" (solution cache)");
+            }
+            text
+        }
+        other => format!("{other}: {data}"),
+    };
+    format!("[{:>6.1}s] {text}", elapsed.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests;

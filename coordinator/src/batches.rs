@@ -1,0 +1,193 @@
+//! Batches: many jobs in one request, followed together.
+//!
+//! `POST /v1/batches` takes a JSONL body, one job submission per line (the body of
+//! `POST /v1/jobs`). Every line is validated before anything is created, so a bad line answers
+//! 4xx naming its line number and field and creates nothing. The jobs are then created like
+//! single jobs (in parallel, keeping their order; a solution-cache hit is a job that is
+//! finished at once) and the batch (its job ids in input order) is
+//! stored in Redis with the caller's tenant. `GET /v1/batches/{id}` reads the jobs' statuses;
+//! only the batch's tenant sees it.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::{StreamExt, TryStreamExt};
+use proto::TaskId;
+use proto::api::ErrorBody;
+use proto::job::{Batch, JobRequest, JobSubmission};
+use serde_json::json;
+
+use crate::api::ApiError;
+use crate::auth::Tenant;
+use crate::jobs::{Created, create_job, validate};
+use crate::{Coordinator, now_ms};
+
+/// Jobs created (or statuses read) at once.
+const PARALLEL: usize = 16;
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+}
+
+/// `error` with its message prefixed (e.g. by the line it is about), same status.
+async fn prefixed(prefix: &str, error: ApiError) -> ApiError {
+    let response = error.into_response();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let message = serde_json::from_slice::<ErrorBody>(&bytes)
+        .map(|b| b.error)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+    ApiError::new(status, format!("{prefix}{message}"))
+}
+
+/// Parses and validates every line; the first bad one is the error.
+async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: not UTF-8: {e}"),
+        )
+    })?;
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line))
+        .filter(|(_, line)| !line.trim().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return Err(ApiError::invalid(
+            "body",
+            "no jobs: send one JSON job submission per line",
+        ));
+    }
+    if lines.len() > c.options.max_batch_jobs {
+        return Err(ApiError::invalid(
+            "body",
+            format!(
+                "{} jobs is over the limit of {} per batch",
+                lines.len(),
+                c.options.max_batch_jobs
+            ),
+        ));
+    }
+    let mut requests = Vec::with_capacity(lines.len());
+    for (number, line) in lines {
+        let submission: JobSubmission = serde_json::from_str(line).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("line {number}: invalid job: {e}"),
+            )
+        })?;
+        match validate(&c.options, submission) {
+            Ok(request) => requests.push(request),
+            Err(e) => return Err(prefixed(&format!("line {number}: "), e).await),
+        }
+    }
+    Ok(requests)
+}
+
+/// `POST /v1/batches`: 202 `{"batch_id", "jobs": [ids in input order]}`.
+pub(crate) async fn submit(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let requests = parse(&c, &body).await?;
+    let total = requests.len();
+    let created: Vec<Result<Created, ApiError>> = futures::stream::iter(requests)
+        .map(|request| create_job(&c, request, tenant.0.clone()))
+        .buffered(PARALLEL)
+        .collect()
+        .await;
+    let mut jobs = Vec::with_capacity(total);
+    let mut failure = None;
+    for result in created {
+        match result {
+            Ok(job) => jobs.push(job.id()),
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    if let Some(e) = failure {
+        // The jobs created so far run on; say which, so nothing is submitted twice blindly.
+        let ids: Vec<String> = jobs.iter().map(ToString::to_string).collect();
+        let prefix = format!(
+            "batch not created: {} of {total} jobs were accepted (they run on: [{}]); the first error: ",
+            jobs.len(),
+            ids.join(", ")
+        );
+        return Err(prefixed(&prefix, e).await);
+    }
+    let batch = Batch {
+        id: TaskId::new(),
+        tenant: tenant.0.clone(),
+        jobs,
+        submitted_at_ms: now_ms(),
+    };
+    c.jobs.put_batch(&batch).await.map_err(|e| {
+        unavailable(format!(
+            "batch not stored ({e}); its {total} jobs were created and run on"
+        ))
+    })?;
+    tracing::info!(batch = %batch.id, jobs = total, "batch accepted");
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, format!("/v1/batches/{}", batch.id))],
+        axum::Json(json!({"batch_id": batch.id, "jobs": batch.jobs})),
+    )
+        .into_response())
+}
+
+/// `GET /v1/batches/{id}`: `{"batch_id", "status": running|done, "counts": {status: n},
+/// "jobs": [{"job_id", "status"}]}`, jobs in input order. A job whose state has expired counts
+/// as `unknown` (and as done). Another tenant's batch is 404, as an unknown one.
+pub(crate) async fn fetch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id: TaskId = id
+        .parse()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a batch id: {e}")))?;
+    let batch = c.jobs.batch(id).await.map_err(unavailable)?;
+    let Some(batch) = batch.filter(|b| tenant.sees(&b.tenant)) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no batch {id}"),
+        ));
+    };
+    let statuses: Vec<_> = futures::stream::iter(batch.jobs.iter().copied())
+        .map(|job| {
+            let c = c.clone();
+            async move { c.jobs.status(job).await }
+        })
+        .buffered(PARALLEL)
+        .try_collect()
+        .await
+        .map_err(unavailable)?;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut done = true;
+    let mut jobs = Vec::with_capacity(batch.jobs.len());
+    for (job, status) in batch.jobs.iter().zip(&statuses) {
+        let name = status.map_or("unknown", |s| s.as_str());
+        done &= status.is_none_or(|s| s.is_final());
+        *counts.entry(name).or_default() += 1;
+        jobs.push(json!({"job_id": job, "status": name}));
+    }
+    Ok(axum::Json(json!({
+        "batch_id": batch.id,
+        "status": if done { "done" } else { "running" },
+        "counts": counts,
+        "jobs": jobs,
+    }))
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,578 @@
+//! Generation jobs: the API, and the coordinator's side of the pipeline (turning worker
+//! events into the next tasks).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use broker::{Delivery, Outgoing, Queue};
+use futures::{Stream, StreamExt};
+use proto::job::{
+    Event, JobMeta, JobMetrics, JobRequest, JobResult, JobStatus, JobSubmission, JobTask, Quality,
+};
+use proto::{Envelope, Language, Task, TaskId};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::ApiError;
+use crate::auth::Tenant;
+use crate::planning::plan;
+use crate::{Coordinator, now_ms};
+use axum::Extension;
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+}
+
+/// Checks a job submission against the configured limits.
+pub(crate) fn validate(
+    options: &crate::Options,
+    submission: JobSubmission,
+) -> Result<JobRequest, ApiError> {
+    let instruction = submission.instruction.trim().to_owned();
+    if instruction.is_empty() {
+        return Err(ApiError::invalid("instruction", "must not be empty"));
+    }
+    if instruction.len() > options.max_instruction_bytes {
+        return Err(ApiError::invalid(
+            "instruction",
+            format!(
+                "{} bytes is over the limit of {} bytes",
+                instruction.len(),
+                options.max_instruction_bytes
+            ),
+        ));
+    }
+    let language: Language = submission
+        .language
+        .parse()
+        .map_err(|e| ApiError::invalid("language", e))?;
+    let max_iterations = submission
+        .max_iterations
+        .unwrap_or(options.default_max_iterations);
+    if max_iterations == 0 || max_iterations > options.max_iterations_limit {
+        return Err(ApiError::invalid(
+            "max_iterations",
+            format!("must be between 1 and {}", options.max_iterations_limit),
+        ));
+    }
+    for (field, value) in [
+        ("constraints", &submission.constraints),
+        ("test_requirements", &submission.test_requirements),
+    ] {
+        if value
+            .as_ref()
+            .is_some_and(|v| v.len() > options.max_instruction_bytes)
+        {
+            return Err(ApiError::invalid(
+                field,
+                format!("over the limit of {} bytes", options.max_instruction_bytes),
+            ));
+        }
+    }
+    Ok(JobRequest {
+        instruction,
+        language,
+        constraints: submission.constraints,
+        test_requirements: submission.test_requirements,
+        max_iterations,
+    })
+}
+
+/// `POST /v1/jobs`: accepted jobs answer 202 with their id at once; a solution-cache hit
+/// answers 200 with the result.
+pub(crate) async fn submit(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let submission: JobSubmission = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
+    let request = validate(&c.options, submission)?;
+    Ok(match create_job(&c, request, tenant.0).await? {
+        Created::Cached(result) => (StatusCode::OK, axum::Json(result)).into_response(),
+        Created::Queued(id) => (
+            StatusCode::ACCEPTED,
+            [(header::LOCATION, format!("/v1/jobs/{id}"))],
+            axum::Json(json!({"job_id": id, "status": "queued"})),
+        )
+            .into_response(),
+    })
+}
+
+/// A job [`create_job`] made.
+#[derive(Debug)]
+pub(crate) enum Created {
+    /// Recorded, and its plan task published.
+    Queued(TaskId),
+    /// Answered from the solution cache: already finished with this result.
+    Cached(Box<JobResult>),
+}
+
+impl Created {
+    pub(crate) fn id(&self) -> TaskId {
+        match self {
+            Created::Queued(id) => *id,
+            Created::Cached(result) => result.job_id,
+        }
+    }
+}
+
+/// Creates a validated job: from the solution cache when it has the answer, else recorded and
+/// its plan task published. Used by `POST /v1/jobs` and `POST /v1/batches`. A job whose task
+/// cannot be published is stored as failed (its id never stays "queued") and answers 503.
+pub(crate) async fn create_job(
+    c: &Coordinator,
+    request: JobRequest,
+    tenant: Option<String>,
+) -> Result<Created, ApiError> {
+    let id = TaskId::new();
+    let cache_key = c
+        .cache
+        .as_ref()
+        .map(|(_, model)| proto::job::solution_cache_key(&request, model));
+    if let (Some((cache, _)), Some(key)) = (&c.cache, &cache_key) {
+        match cache.cached_solution(key).await {
+            Ok(Some(cached)) => {
+                let _ = cache.count_lookup("solution", true).await;
+                let result = answer_from_cache(c, id, request, tenant, cached).await?;
+                return Ok(Created::Cached(Box::new(result)));
+            }
+            Ok(None) => {
+                let _ = cache.count_lookup("solution", false).await;
+            }
+            Err(e) => tracing::warn!(error = %e, "solution cache unavailable; generating"),
+        }
+    }
+    let meta = JobMeta {
+        id,
+        tenant,
+        request,
+        submitted_at_ms: now_ms(),
+        replans: 0,
+        plan_tokens: Default::default(),
+        plan_model_calls: 0,
+        cache_key,
+    };
+    c.jobs.create_job(&meta).await.map_err(unavailable)?;
+    let _ = c
+        .jobs
+        .push_event(id, &json!({"event": "queued", "job_id": id}))
+        .await;
+    if let Err(e) = c
+        .publish_task(Task::Plan(task(id, None, None)), meta.tenant.clone())
+        .await
+    {
+        let reason = format!("not queued: {e}");
+        c.fail_job(&meta, &reason).await;
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    c.metrics.jobs.with_label_values(&["accepted"]).inc();
+    Ok(Created::Queued(id))
+}
+
+/// A cache hit becomes a finished job of its own; returns its result.
+async fn answer_from_cache(
+    c: &Coordinator,
+    id: TaskId,
+    request: JobRequest,
+    tenant: Option<String>,
+    mut result: JobResult,
+) -> Result<JobResult, ApiError> {
+    let meta = JobMeta {
+        id,
+        tenant,
+        request,
+        submitted_at_ms: now_ms(),
+        replans: 0,
+        plan_tokens: Default::default(),
+        plan_model_calls: 0,
+        cache_key: None,
+    };
+    result.job_id = id;
+    result.metrics = JobMetrics {
+        cache: "hit".into(),
+        ..JobMetrics::default()
+    };
+    c.jobs.create_job(&meta).await.map_err(unavailable)?;
+    c.jobs.put_result(id, &result).await.map_err(unavailable)?;
+    c.jobs
+        .set_status(id, result.status)
+        .await
+        .map_err(unavailable)?;
+    let _ = c
+        .jobs
+        .push_event(
+            id,
+            &json!({"event": "finished", "status": result.status, "cache": "hit"}),
+        )
+        .await;
+    c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
+    Ok(result)
+}
+
+/// `GET /v1/cache/stats`.
+pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response, ApiError> {
+    let Some((cache, model)) = &c.cache else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
+    };
+    let stats = cache.cache_stats().await.map_err(unavailable)?;
+    Ok(
+        axum::Json(json!({"model": model, "solutions": stats.solutions,
+        "functions": stats.functions, "counters": stats.counters}))
+        .into_response(),
+    )
+}
+
+/// `DELETE /v1/cache`.
+pub(crate) async fn cache_clear(State(c): State<Coordinator>) -> Result<Response, ApiError> {
+    let Some((cache, _)) = &c.cache else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
+    };
+    let removed = cache.clear_cache().await.map_err(unavailable)?;
+    Ok(axum::Json(json!({"removed": removed})).into_response())
+}
+
+fn task(job_id: TaskId, function: Option<String>, problem: Option<String>) -> JobTask {
+    JobTask {
+        job_id,
+        function,
+        problem,
+    }
+}
+
+fn parse_id(id: &str) -> Result<TaskId, ApiError> {
+    id.parse()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a job id: {e}")))
+}
+
+/// 404 unless the job exists and belongs to `tenant`.
+pub(crate) async fn visible(c: &Coordinator, tenant: &Tenant, id: TaskId) -> Result<(), ApiError> {
+    match c.jobs.job_meta(id).await.map_err(unavailable)? {
+        Some(meta) if tenant.sees(&meta.tenant) => Ok(()),
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}"))),
+    }
+}
+
+/// `GET /v1/jobs/{id}`: the result when done, else the status and per-function progress.
+pub(crate) async fn fetch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    visible(&c, &tenant, id).await?;
+    if let Some(result) = c.jobs.result(id).await.map_err(unavailable)? {
+        return Ok(axum::Json(result).into_response());
+    }
+    let Some(status) = c.jobs.status(id).await.map_err(unavailable)? else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
+    };
+    let mut functions = BTreeMap::new();
+    if let Some(plan) = c.jobs.plan(id).await.map_err(unavailable)? {
+        for spec in &plan.specs {
+            let outcome = c.jobs.function(id, &spec.name).await.map_err(unavailable)?;
+            functions.insert(
+                spec.name.clone(),
+                match outcome {
+                    Some(o) => json!({"done": o.done, "passed": o.passed, "attempts": o.attempts}),
+                    None => json!({"done": false, "passed": false, "attempts": 0}),
+                },
+            );
+        }
+    }
+    Ok(axum::Json(json!({"job_id": id, "status": status, "functions": functions})).into_response())
+}
+
+/// `GET /v1/jobs/{id}/events`: progress as server-sent events, ending with the job.
+pub(crate) async fn events(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let id = parse_id(&id)?;
+    visible(&c, &tenant, id).await?;
+    if c.jobs.status(id).await.map_err(unavailable)?.is_none() {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
+    }
+    struct Cursor {
+        after: Option<String>,
+        pending: std::collections::VecDeque<store::StoredEvent>,
+        finished: bool,
+    }
+    let start = Cursor {
+        after: None,
+        pending: Default::default(),
+        finished: false,
+    };
+    let stream = futures::stream::unfold((c, start), move |(c, mut cursor)| async move {
+        loop {
+            if let Some(event) = cursor.pending.pop_front() {
+                cursor.after = Some(event.id.clone());
+                let sse = SseEvent::default()
+                    .id(event.id)
+                    .event(event.data["event"].as_str().unwrap_or("progress"))
+                    .data(event.data.to_string());
+                return Some((Ok(sse), (c, cursor)));
+            }
+            if cursor.finished {
+                return None;
+            }
+            // Read the status before the events, so the last events are not missed.
+            let status = c.jobs.status(id).await.ok().flatten();
+            if let Ok(events) = c.jobs.events(id, cursor.after.as_deref()).await {
+                cursor.pending.extend(events);
+            }
+            if status.is_some_and(JobStatus::is_final) {
+                cursor.finished = true;
+                continue;
+            }
+            if cursor.pending.is_empty() {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+impl Coordinator {
+    pub(crate) async fn publish_task(
+        &self,
+        task: Task,
+        tenant: Option<String>,
+    ) -> Result<(), broker::Error> {
+        let id = TaskId::new();
+        let envelope = Envelope::new(id, tenant, now_ms(), task);
+        self.broker
+            .publish(Outgoing {
+                message_id: id.to_string(),
+                body: envelope.encode(),
+            })
+            .await
+    }
+
+    /// Ends a job as failed with `reason`, keeping whatever it produced.
+    pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) {
+        let specs = match self.jobs.plan(meta.id).await {
+            Ok(Some(plan)) => plan.specs,
+            _ => self
+                .jobs
+                .specs(meta.id)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        };
+        let result = JobResult {
+            job_id: meta.id,
+            status: JobStatus::Failed,
+            instruction: meta.request.instruction.clone(),
+            language: meta.request.language,
+            function_specs: specs,
+            implementations: BTreeMap::new(),
+            tests: BTreeMap::new(),
+            test_results: vec![],
+            all_tests_passed: false,
+            improvement_history: vec![],
+            documentation: String::new(),
+            quality: Quality::default(),
+            metrics: JobMetrics {
+                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
+                cache: "miss".into(),
+                ..JobMetrics::default()
+            },
+            failure: Some(reason.to_owned()),
+            validation: "none".into(),
+            manual_review_recommended: true,
+        };
+        if let Err(e) = self.jobs.put_result(meta.id, &result).await {
+            tracing::warn!(job = %meta.id, error = %e, "cannot store failed job result");
+        }
+        let _ = self.jobs.set_status(meta.id, JobStatus::Failed).await;
+        let _ = self
+            .jobs
+            .push_event(
+                meta.id,
+                &json!({"event": "finished", "status": "failed", "failure": reason}),
+            )
+            .await;
+        self.metrics.jobs.with_label_values(&["failed"]).inc();
+        tracing::info!(job = %meta.id, %reason, "job failed");
+    }
+
+    /// Consumes pipeline events until `cancel` fires.
+    pub(crate) async fn consume_events(self, cancel: CancellationToken) {
+        let mut deliveries = self.broker.consume(Queue::Events, 16, cancel);
+        while let Some(delivery) = deliveries.next().await {
+            self.handle_event(delivery).await;
+        }
+    }
+
+    pub(crate) async fn handle_event(&self, delivery: Delivery) {
+        let event = match Event::decode(&delivery.body) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead-lettering undecodable event");
+                let _ = delivery.dead_letter().await;
+                return;
+            }
+        };
+        match self.apply(&event).await {
+            Ok(()) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(job = %event.job_id(), error = %e, "cannot apply event; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let _ = delivery.requeue().await;
+            }
+        }
+    }
+
+    /// What an event changes. Idempotent: a redelivered event publishes at most what a crash
+    /// may have left unpublished, and workers skip finished functions.
+    async fn apply(&self, event: &Event) -> Result<(), String> {
+        let id = event.job_id();
+        let Some(meta) = self.jobs.job_meta(id).await.map_err(|e| e.to_string())? else {
+            tracing::warn!(job = %id, "event for an unknown job; dropped");
+            return Ok(());
+        };
+        let status = self.jobs.status(id).await.map_err(|e| e.to_string())?;
+        if status.is_some_and(JobStatus::is_final) {
+            return Ok(());
+        }
+        match event {
+            Event::Planned {
+                failure: Some(failure),
+                ..
+            } => {
+                self.fail_job(&meta, &format!("planning failed: {failure}"))
+                    .await;
+            }
+            Event::Planned { failure: None, .. } => self.planned(meta).await?,
+            Event::FunctionDone { function, .. } => self.function_done(&meta, function).await?,
+            Event::Integrated { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn planned(&self, mut meta: JobMeta) -> Result<(), String> {
+        let id = meta.id;
+        let specs = self
+            .jobs
+            .specs(id)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("planned event without stored specs")?;
+        match plan(specs, self.options.max_functions) {
+            Ok(plan) => {
+                let first = self
+                    .jobs
+                    .put_plan(id, &plan)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = self.jobs.set_status(id, JobStatus::Running).await;
+                if first {
+                    let names: Vec<&str> = plan.specs.iter().map(|s| s.name.as_str()).collect();
+                    let _ = self
+                        .jobs
+                        .push_event(id, &json!({"event": "planned", "functions": names}))
+                        .await;
+                }
+                // Functions without dependencies start now; the rest as dependencies finish.
+                for spec in plan.specs.iter().filter(|s| s.dependencies.is_empty()) {
+                    self.publish_task(
+                        Task::Implement(task(id, Some(spec.name.clone()), None)),
+                        meta.tenant.clone(),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            Err(problem) if meta.replans < 1 => {
+                meta.replans += 1;
+                self.jobs
+                    .put_job_meta(&meta)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(job = %id, %problem, "plan rejected; asking for another");
+                let _ = self
+                    .jobs
+                    .push_event(
+                        id,
+                        &json!({"event": "replanning", "problem": problem.to_string()}),
+                    )
+                    .await;
+                self.publish_task(
+                    Task::Plan(task(id, None, Some(problem.to_string()))),
+                    meta.tenant.clone(),
+                )
+                .await
+                .map_err(|e| e.to_string())
+            }
+            Err(problem) => {
+                self.fail_job(&meta, &format!("the plan was rejected: {problem}"))
+                    .await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn function_done(&self, meta: &JobMeta, function: &str) -> Result<(), String> {
+        let id = meta.id;
+        let outcome = self
+            .jobs
+            .function(id, function)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("function event without a stored outcome")?;
+        let completion = self
+            .jobs
+            .complete_function(id, function)
+            .await
+            .map_err(|e| e.to_string())?;
+        if completion.first {
+            let _ = self
+                .jobs
+                .push_event(
+                    id,
+                    &json!({"event": "function_done", "function": function, "passed": outcome.passed,
+                            "attempts": outcome.attempts}),
+                )
+                .await;
+        }
+        if !outcome.passed || completion.all_done {
+            // Either everything is done, or a function cannot be made to pass and its
+            // dependants cannot be built on it: integrate what there is.
+            let _ = self.jobs.set_status(id, JobStatus::Integrating).await;
+            return self
+                .publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
+                .await
+                .map_err(|e| e.to_string());
+        }
+        for ready in completion.ready {
+            self.publish_task(
+                Task::Implement(task(id, Some(ready), None)),
+                meta.tenant.clone(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

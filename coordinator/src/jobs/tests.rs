@@ -1,0 +1,253 @@
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+//! The coordinator's side of the pipeline with in-memory fakes: events in, tasks out.
+
+use std::sync::Arc;
+
+use broker::{Broker, MemoryBroker, Outgoing, Queue};
+use futures::StreamExt;
+use proto::generation::{Complexity, FunctionSpec, Output};
+use proto::job::{Event, FunctionOutcome, JobStatus, Tokens};
+use proto::{Envelope, Task, TaskId};
+use store::{JobStore, MemoryJobs, MemoryStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Coordinator, Options};
+
+fn coordinator(broker: &MemoryBroker, jobs: &MemoryJobs) -> Coordinator {
+    Coordinator::build(
+        Options::default(),
+        Arc::new(broker.clone()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(jobs.clone()),
+        &prometheus::Registry::new(),
+    )
+    .unwrap()
+}
+
+fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
+    FunctionSpec {
+        name: name.into(),
+        purpose: "p".into(),
+        inputs: vec![],
+        outputs: Output {
+            ty: "int".into(),
+            description: "d".into(),
+        },
+        dependencies: deps.iter().map(|d| d.to_string()).collect(),
+        complexity: Complexity::Simple,
+    }
+}
+
+async fn submit(c: &Coordinator) -> TaskId {
+    let meta = proto::job::JobMeta {
+        id: TaskId::new(),
+        tenant: None,
+        request: crate::jobs::validate(
+            &c.options,
+            serde_json::from_value(serde_json::json!({"instruction": "x"})).unwrap(),
+        )
+        .unwrap(),
+        submitted_at_ms: 0,
+        replans: 0,
+        plan_tokens: Tokens::default(),
+        plan_model_calls: 0,
+        cache_key: None,
+    };
+    c.jobs.create_job(&meta).await.unwrap();
+    meta.id
+}
+
+async fn event(c: &Coordinator, broker: &MemoryBroker, event: Event) {
+    broker
+        .publish_event(Outgoing {
+            message_id: event.job_id().to_string(),
+            body: event.encode(),
+        })
+        .await
+        .unwrap();
+    let delivery = broker
+        .consume(Queue::Events, 1, CancellationToken::new())
+        .next()
+        .await
+        .unwrap();
+    c.handle_event(delivery).await;
+}
+
+/// The functions of the implement tasks waiting on the task queue, drained.
+async fn published(broker: &MemoryBroker) -> Vec<String> {
+    let mut names = Vec::new();
+    let cancel = CancellationToken::new();
+    let mut tasks = broker.consume(Queue::Tasks, 1, cancel.clone());
+    while broker.len(Queue::Tasks) > 0 {
+        let delivery = tasks.next().await.unwrap();
+        match Envelope::decode(&delivery.body).unwrap().task {
+            Task::Implement(t) => names.push(t.function.unwrap()),
+            Task::Integrate(_) => names.push("<integrate>".into()),
+            other => panic!("unexpected {other:?}"),
+        }
+        delivery.ack().await.unwrap();
+    }
+    names.sort();
+    names
+}
+
+fn outcome(name: &str, passed: bool) -> FunctionOutcome {
+    FunctionOutcome {
+        name: name.into(),
+        passed,
+        done: true,
+        tests: vec![],
+        code: Some(format!("def {name}(): pass")),
+        test_results: vec![],
+        history: vec![],
+        attempts: 1,
+        failure: (!passed).then(|| "tests fail".into()),
+        tokens: Tokens::default(),
+        model_calls: 1,
+        generation_ms: 0,
+        execution_ms: 0,
+        cached: false,
+    }
+}
+
+#[tokio::test]
+async fn a_diamond_is_released_level_by_level_then_integrated() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(
+        job,
+        &[
+            spec("d", &["b", "c"]),
+            spec("b", &["a"]),
+            spec("c", &["a"]),
+            spec("a", &[]),
+        ],
+    )
+    .await
+    .unwrap();
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: None,
+        },
+    )
+    .await;
+    assert_eq!(published(&broker).await, vec!["a"]);
+    assert_eq!(jobs.status(job).await.unwrap(), Some(JobStatus::Running));
+
+    for (done, expected) in [
+        ("a", vec!["b", "c"]),
+        ("b", vec![]),
+        ("c", vec!["d"]),
+        ("d", vec!["<integrate>"]),
+    ] {
+        jobs.put_function(job, &outcome(done, true)).await.unwrap();
+        event(
+            &c,
+            &broker,
+            Event::FunctionDone {
+                job_id: job,
+                function: done.into(),
+            },
+        )
+        .await;
+        assert_eq!(published(&broker).await, expected, "after {done}");
+    }
+    assert_eq!(
+        jobs.status(job).await.unwrap(),
+        Some(JobStatus::Integrating)
+    );
+}
+
+#[tokio::test]
+async fn a_function_that_cannot_pass_ends_the_job_through_integration() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(job, &[spec("a", &[]), spec("b", &["a"])])
+        .await
+        .unwrap();
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: None,
+        },
+    )
+    .await;
+    published(&broker).await;
+    jobs.put_function(job, &outcome("a", false)).await.unwrap();
+    event(
+        &c,
+        &broker,
+        Event::FunctionDone {
+            job_id: job,
+            function: "a".into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        published(&broker).await,
+        vec!["<integrate>"],
+        "b is not started on a failed a"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_lettered_pipeline_task_fails_its_job_with_the_reason() {
+    let (broker, jobs) = (MemoryBroker::new(1), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    c.publish_task(
+        Task::Implement(proto::job::JobTask {
+            job_id: job,
+            function: Some("sieve".into()),
+            problem: None,
+        }),
+        None,
+    )
+    .await
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let mut tasks = broker.consume(Queue::Tasks, 1, cancel.clone());
+    // A task that kills every worker that takes it: it comes back until the limit.
+    tasks.next().await.unwrap().requeue().await.unwrap();
+    tasks.next().await.unwrap().requeue().await.unwrap();
+    let dead = broker
+        .consume(Queue::DeadLetters, 1, cancel)
+        .next()
+        .await
+        .unwrap();
+    c.dead_letter(dead).await;
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(
+        failure.contains("implementing sieve") && failure.contains("delivery limit"),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_failure_from_the_model_is_recorded_as_the_reason() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: Some("model answer for plan was invalid 3 times".into()),
+        },
+    )
+    .await;
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    assert!(result.failure.unwrap().contains("invalid 3 times"));
+}

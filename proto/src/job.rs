@@ -1,0 +1,372 @@
+//! Generation jobs: a natural-language request in, tested code out.
+//!
+//! A job is planned into functions (a DAG by their dependencies); each function is
+//! implemented by its own task once its dependencies are done; an integration task assembles
+//! the module. All job state lives in Redis; tasks carry only ids and read the rest from there,
+//! so a task can be redelivered to any worker.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::generation::{Analysis, FunctionSpec, TestCase};
+use crate::{Language, TaskId};
+
+/// `POST /v1/jobs` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSubmission {
+    pub instruction: String,
+    #[serde(default = "default_language")]
+    pub language: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_requirements: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+}
+
+fn default_language() -> String {
+    "python".into()
+}
+
+/// A validated job request, as stored with the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub instruction: String,
+    pub language: Language,
+    #[serde(default)]
+    pub constraints: Option<String>,
+    #[serde(default)]
+    pub test_requirements: Option<String>,
+    /// Implementation attempts per function (first one included).
+    pub max_iterations: u32,
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Planning,
+    Running,
+    Integrating,
+    Succeeded,
+    Failed,
+}
+
+impl JobStatus {
+    pub fn is_final(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Planning => "planning",
+            JobStatus::Running => "running",
+            JobStatus::Integrating => "integrating",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+        }
+    }
+}
+
+/// What the coordinator stores when it accepts a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobMeta {
+    pub id: TaskId,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    pub request: JobRequest,
+    pub submitted_at_ms: u64,
+    /// How often the plan was rejected and asked for again.
+    #[serde(default)]
+    pub replans: u32,
+    /// What planning spent (all plan attempts).
+    #[serde(default)]
+    pub plan_tokens: Tokens,
+    #[serde(default)]
+    pub plan_model_calls: u32,
+    /// Solution-cache key of the request, when caching is on.
+    #[serde(default)]
+    pub cache_key: Option<String>,
+}
+
+/// Whitespace-insensitive form of a text for cache keys.
+pub fn normalise(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn digest(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        // Length-prefixed, so no two different part lists hash alike.
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The solution-cache key: the normalised request and the model that answers it (`model`
+/// names provider, model and prompt version).
+pub fn solution_cache_key(request: &JobRequest, model: &str) -> String {
+    digest(&[
+        "solution/v1",
+        &normalise(&request.instruction),
+        request.language.as_str(),
+        &normalise(request.constraints.as_deref().unwrap_or("")),
+        &normalise(request.test_requirements.as_deref().unwrap_or("")),
+        &request.max_iterations.to_string(),
+        model,
+    ])
+}
+
+/// The function-level cache key: the spec, the code of its dependencies, and the model.
+pub fn function_cache_key(
+    language: Language,
+    spec: &FunctionSpec,
+    dependency_code: &[(String, String)],
+    model: &str,
+) -> String {
+    let spec = serde_json::to_string(spec).unwrap_or_default();
+    let deps: String = dependency_code
+        .iter()
+        .map(|(name, code)| format!("{name}\n{code}\n"))
+        .collect();
+    digest(&["function/v1", language.as_str(), &spec, &deps, model])
+}
+
+/// The validated plan: specs in a topological order, and who depends on whom.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Specs in an order where every function comes after its dependencies.
+    pub specs: Vec<FunctionSpec>,
+    /// For each function, the functions that depend on it.
+    pub dependants: BTreeMap<String, Vec<String>>,
+}
+
+impl Plan {
+    pub fn spec(&self, name: &str) -> Option<&FunctionSpec> {
+        self.specs.iter().find(|s| s.name == name)
+    }
+}
+
+/// One case's outcome in the sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestResult {
+    pub function: String,
+    pub test: String,
+    pub passed: bool,
+    #[serde(default)]
+    pub actual_output: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
+    pub duration_ms: f64,
+}
+
+/// One implementation attempt that failed, and what the repair changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Improvement {
+    pub function: String,
+    pub attempt: u32,
+    pub error_kind: String,
+    pub error: String,
+    /// What the next attempt changed, from the model's analysis.
+    #[serde(default)]
+    pub fix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
+}
+
+/// Tokens and calls spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+/// A function's state, written after every attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionOutcome {
+    pub name: String,
+    /// `true` once its tests pass; `false` with `failure` when it cannot be made to.
+    pub passed: bool,
+    /// Final: no more attempts will be made.
+    pub done: bool,
+    pub tests: Vec<TestCase>,
+    pub code: Option<String>,
+    pub test_results: Vec<TestResult>,
+    pub history: Vec<Improvement>,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    pub tokens: Tokens,
+    pub model_calls: u32,
+    pub generation_ms: u64,
+    pub execution_ms: u64,
+    /// Reused from the function-level cache.
+    #[serde(default)]
+    pub cached: bool,
+}
+
+/// Task payloads of the generation pipeline; everything else is read from Redis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobTask {
+    pub job_id: TaskId,
+    /// For `implement`: the function.
+    #[serde(default)]
+    pub function: Option<String>,
+    /// For `plan` after a rejected plan: the problem to quote to the model.
+    #[serde(default)]
+    pub problem: Option<String>,
+}
+
+/// What workers tell coordinators (on the events queue). The state itself is already in
+/// Redis when an event is published; events only say "look now".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The plan task stored the model's specs (or failed: `failure`).
+    Planned {
+        job_id: TaskId,
+        #[serde(default)]
+        failure: Option<String>,
+    },
+    /// A function is final (passed or not).
+    FunctionDone { job_id: TaskId, function: String },
+    /// Integration stored the final result.
+    Integrated { job_id: TaskId },
+}
+
+impl Event {
+    pub fn job_id(&self) -> TaskId {
+        match self {
+            Event::Planned { job_id, .. }
+            | Event::FunctionDone { job_id, .. }
+            | Event::Integrated { job_id } => *job_id,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("an event always serializes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
+        rmp_serde::from_slice(bytes)
+    }
+}
+
+/// The quality report of a finished job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quality {
+    /// 0–1, the weighted sum documented in the README.
+    pub score: f64,
+    pub tests_passed: u32,
+    pub tests_total: u32,
+    /// Line coverage of the module by its tests, 0–1.
+    pub coverage: f64,
+    /// Cyclomatic complexity per function.
+    pub complexity: BTreeMap<String, u32>,
+    /// Share of functions with a docstring, 0–1.
+    pub docstrings: f64,
+    /// Calls such as `eval`, `subprocess`, `os.system` or sockets found by a scan (reported,
+    /// never the security boundary).
+    pub dangerous_calls: Vec<String>,
+}
+
+/// Timings and spend of a job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobMetrics {
+    pub generation_ms: u64,
+    pub execution_ms: u64,
+    pub total_ms: u64,
+    pub model_calls: u32,
+    pub tokens: Tokens,
+    /// `hit` or `miss` in the solution cache.
+    pub cache: String,
+}
+
+/// The result of a job, in design.md's shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    pub job_id: TaskId,
+    pub status: JobStatus,
+    pub instruction: String,
+    pub language: Language,
+    pub function_specs: Vec<FunctionSpec>,
+    pub implementations: BTreeMap<String, String>,
+    pub tests: BTreeMap<String, Vec<TestCase>>,
+    pub test_results: Vec<TestResult>,
+    pub all_tests_passed: bool,
+    pub improvement_history: Vec<Improvement>,
+    pub documentation: String,
+    pub quality: Quality,
+    pub metrics: JobMetrics,
+    /// Why the job failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// `tested`, or `static_analysis_only` when no sandbox could run the tests.
+    pub validation: String,
+    pub manual_review_recommended: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(instruction: &str) -> JobRequest {
+        JobRequest {
+            instruction: instruction.into(),
+            language: Language::Python,
+            constraints: None,
+            test_requirements: None,
+            max_iterations: 3,
+        }
+    }
+
+    #[test]
+    fn cache_keys_ignore_whitespace_but_not_meaning_or_model() {
+        let a = solution_cache_key(&request("sum  the\nprimes "), "openai/m@v1");
+        assert_eq!(
+            a,
+            solution_cache_key(&request("sum the primes"), "openai/m@v1")
+        );
+        assert_ne!(
+            a,
+            solution_cache_key(&request("sum the Primes"), "openai/m@v1")
+        );
+        assert_ne!(
+            a,
+            solution_cache_key(&request("sum the primes"), "openai/m@v2")
+        );
+        let mut constrained = request("sum the primes");
+        constrained.constraints = Some("no loops".into());
+        assert_ne!(a, solution_cache_key(&constrained, "openai/m@v1"));
+    }
+}
+
+impl JobResult {
+    pub fn encode(&self) -> Vec<u8> {
+        rmp_serde::to_vec_named(self).expect("a result always serializes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
+        rmp_serde::from_slice(bytes)
+    }
+}
+
+/// A batch of jobs submitted together (`POST /v1/batches`), as stored in Redis.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub id: TaskId,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// The jobs, in the order of the submitted lines.
+    pub jobs: Vec<TaskId>,
+    pub submitted_at_ms: u64,
+}

@@ -1,0 +1,1414 @@
+"""In-image test harness for the codegen python sandbox (stdlib only, Python 3.11).
+
+It runs INSIDE the sandboxed program process - the same interpreter as the untrusted
+code - and reports one verdict.
+
+CLI (what the runner starts, cwd /work):
+
+    python3 -I /opt/codegen/harness.py MODE          MODE: cases | program_test
+
+  stdin  <- exactly one JSON object (the request), then EOF. Python's JSON reader is
+            used, so NaN / Infinity / -Infinity literals are accepted in it.
+  stdout -> exactly one line on the ORIGINAL stdout:
+            "@@codegen-harness@@ " + compact ASCII JSON (strict JSON: no NaN/Infinity,
+            no lone surrogates), always carrying the request's "nonce".
+  exit   0  the result line was written (whatever the verdict);
+         2  malformed request/arguments (line is {"mode","nonce","harness_error"});
+         3  internal harness failure (same shape).
+  The program's own output never reaches the original stdout: before any user code
+  runs, the original stdout is dup'ed to a private (close-on-exec) fd and fds 1/2 are
+  redirected to pipes that the harness drains into capped in-memory buffers, per case.
+
+Mode "cases" - request:
+    {"code": str, "function": str,
+     "cases": [{"name": str (default "case_<i>"),
+                "inputs": {..} -> kwargs | [..] -> positional args | null -> no args,
+                "expected_output": any (missing = null = the function returns None),
+                "expected_error": str|null   exception class name, matched against the
+                                             class and its bases (__name__, __qualname__
+                                             or module.qualname); takes precedence,
+                "setup": str|null            exec'd in a shallow copy of the module
+                                             namespace before the call; the function
+                                             is looked up in that copy (so setup may
+                                             wrap it), but module functions keep the
+                                             module's globals: use setup for side
+                                             effects (seeding, files, monkeypatching),
+                "kind": str|null}            echoed back, not interpreted
+               , ...],
+     "float_tolerance": number >= 0 (default 1e-6; math.isclose rel_tol = abs_tol),
+     "case_timeout_ms": number > 0 | null (default: no per-case timeout),
+     "nonce": str|null, "max_output_bytes": int (default 1 MiB; per stream, per case)}
+  result:
+    {"mode": "cases", "nonce", "passed": load ok and every case passed (vacuously true
+     for zero cases), "tests_passed": int, "tests_total": int, "cases": [case...],
+     "error_kind": null | load error ("syntax"|"import"|"runtime") | the first failing
+                   case's error_kind,
+     "error": null | "Type: message" of the load error, "traceback": null | str,
+     "stdout", "stderr", "stdout_truncated", "stderr_truncated"  (output of loading the
+     code), "duration_ms": float}
+    A load error (syntax: compiling; import: ImportError while executing the code;
+    runtime: any other exception, incl. SystemExit, or `function` missing / not
+    callable) leaves "cases" empty.
+  case: {"name", "kind", "passed": bool, "actual_output": JSON rendering of the
+         return value (null if it raised), "actual_truncated": bool,
+         "error": null | "Type: message", "error_kind": null | "assertion" |
+         "wrong_output" | "runtime" | "timeout", "traceback": null | str,
+         "duration_ms": float (the call only), "stdout", "stderr",
+         "stdout_truncated", "stderr_truncated"}
+    error_kind: an AssertionError out of the function -> "assertion"; any other
+    unexpected exception (incl. SystemExit, and an exception raised by setup) ->
+    "runtime"; wrong value, or expected_error given but nothing raised ->
+    "wrong_output" (error "WrongOutput: expected X, got Y"); the case ran longer than
+    case_timeout_ms -> "timeout". A passed case has error/error_kind null.
+  Comparison rules: see _equal(). Rendering rules: see _render().
+
+Mode "program_test" (HumanEval style) - request:
+    {"code": str, "test": str, "entry_point": str|null, "nonce": str|null,
+     "max_output_bytes": int}
+  Both are compiled, then code and test run in ONE namespace (__name__ ==
+  "__main__"); then, if entry_point is given and the TEST (re)defined a callable
+  `check`, check(namespace[entry_point]) is called.
+  result:
+    {"mode": "program_test", "nonce", "passed": bool (everything ran to its end),
+     "error_kind": null | "syntax" | "import" | "runtime" | "assertion" |
+                   "exited_early" (SystemExit - even status 0 - or KeyboardInterrupt),
+     "error": null | "Type: message" + "\n\n" + the traceback without harness frames,
+     "phase": null | "code" | "test" | "check" (where it failed),
+     "check_called": bool, "duration_ms": float,
+     "stdout", "stderr", "stdout_truncated", "stderr_truncated"}
+  os._exit() (or a crash) kills the process before the result line: the runner must
+  count a missing result line as a failure.
+
+In-process API (same semantics, no result line; the caller's fds 1/2 and
+sys.stdout/sys.stderr are restored afterwards):
+
+    run_cases(request: dict) -> dict
+    run_program_test(request: dict) -> dict
+    run_in_process(spec: dict, code: str, namespace: dict|None = None) -> dict
+        (spec = request without "code", plus "mode"; see its docstring)
+    (all raise ValueError on a malformed request)
+
+SECURITY NOTE. This harness shares its interpreter with the code it judges, so that
+code can always subvert it: monkeypatch the harness or the stdlib modules it uses,
+find the private stdout fd in /proc/self/fd and write a forged line, read the nonce
+out of memory, os._exit() before the verdict, install trace functions, and so on. The
+nonce and the fd juggling only make an *accidental* forgery (a program printing
+something that looks like a result line) impossible. The authoritative signals are
+the runner's: exit status, signal, deadline, and "exactly one result line with the
+right nonce". A missing/duplicated result line, a wrong nonce, a non-zero exit or a
+kill must be treated as a failure. What the harness does add: for JSON expected
+values it never calls the actual value's __eq__ (so an "always equal" object cannot
+pass a case), and base-class methods are used on str/int/float/list/dict subclasses.
+"""
+
+import io
+import json
+import linecache
+import math
+import os
+import re
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+
+MARKER = "@@codegen-harness@@ "
+MODES = ("cases", "program_test")
+DEFAULT_MAX_OUTPUT = 1 << 20
+MAX_OUTPUT_LIMIT = 1 << 30
+DEFAULT_FLOAT_TOLERANCE = 1e-6
+MAX_CASE_TIMEOUT_MS = 24 * 3600 * 1000
+# Re-raise the timeout every this many seconds while a case keeps swallowing it.
+TIMEOUT_REFIRE_S = 0.05
+
+# Limits for rendering actual values into the result ("actual_output").
+RENDER_MAX_NODES = 10000
+RENDER_MAX_DEPTH = 64
+RENDER_MAX_STR = 10000
+# Limits for error texts.
+MAX_ERROR_MESSAGE = 4000
+MAX_TRACEBACK_LINES = 40
+MAX_TRACEBACK_CHARS = 6000
+
+SOLUTION_FILE = "<solution>"
+TEST_FILE = "<test>"
+SETUP_FILE = "<setup>"
+
+_THIS_FILE = (lambda: None).__code__.co_filename
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+_os_write = os.write
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_MIN_RECURSION_LIMIT = max(sys.getrecursionlimit(), 1000)
+
+
+def _recursion_floor():
+    """The code may have lowered the recursion limit; the harness needs its own."""
+    try:
+        if sys.getrecursionlimit() < _MIN_RECURSION_LIMIT:
+            sys.setrecursionlimit(_MIN_RECURSION_LIMIT)
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------------- request
+
+
+def _field(req, name, default, check, what):
+    """Optional field: missing or null -> default."""
+    v = req.get(name)
+    if v is None:
+        return default
+    if not check(v):
+        raise ValueError("'%s' must be %s" % (name, what))
+    return v
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _common_fields(req):
+    if not isinstance(req, dict):
+        raise ValueError("request must be a JSON object")
+    nonce = _field(req, "nonce", None, lambda v: isinstance(v, str), "a string or null")
+    max_out = _field(req, "max_output_bytes", DEFAULT_MAX_OUTPUT,
+                     lambda v: _is_int(v) and 0 <= v <= MAX_OUTPUT_LIMIT,
+                     "an integer in [0, %d]" % MAX_OUTPUT_LIMIT)
+    code = req.get("code")
+    if not isinstance(code, str):
+        raise ValueError("'code' must be a string")
+    return nonce, max_out, code
+
+
+def _parse_cases_request(req):
+    nonce, max_out, code = _common_fields(req)
+    function = req.get("function")
+    if not isinstance(function, str) or not function:
+        raise ValueError("'function' must be a non-empty string")
+    tol = _field(req, "float_tolerance", DEFAULT_FLOAT_TOLERANCE,
+                 lambda v: _is_num(v) and v >= 0 and not math.isnan(v),
+                 "a non-negative number")
+    timeout_ms = _field(req, "case_timeout_ms", None,
+                        lambda v: _is_num(v) and 0 < v <= MAX_CASE_TIMEOUT_MS,
+                        "a positive number of milliseconds or null")
+    cases = req.get("cases")
+    if not isinstance(cases, list):
+        raise ValueError("'cases' must be a list")
+    parsed = []
+    for i, c in enumerate(cases):
+        if not isinstance(c, dict):
+            raise ValueError("cases[%d] must be an object" % i)
+        name = c.get("name")
+        if name is None:
+            name = "case_%d" % i
+        elif not isinstance(name, str):
+            raise ValueError("cases[%d].name must be a string" % i)
+        inputs = c.get("inputs")
+        if inputs is None:
+            inputs = []
+        elif not isinstance(inputs, (dict, list, tuple)):
+            raise ValueError("cases[%d].inputs must be an object, a list or null" % i)
+        for key in ("expected_error", "setup", "kind"):
+            if c.get(key) is not None and not isinstance(c.get(key), str):
+                raise ValueError("cases[%d].%s must be a string or null" % (i, key))
+        parsed.append({
+            "name": name,
+            "inputs": inputs,
+            "expected_output": c.get("expected_output"),
+            "expected_error": c.get("expected_error") or None,
+            "setup": c.get("setup"),
+            "kind": c.get("kind"),
+        })
+    return {"nonce": nonce, "max_output_bytes": max_out, "code": code,
+            "function": function, "float_tolerance": float(tol),
+            "case_timeout_s": None if timeout_ms is None else timeout_ms / 1000.0,
+            "cases": parsed}
+
+
+def _parse_program_test_request(req):
+    nonce, max_out, code = _common_fields(req)
+    test = req.get("test")
+    if not isinstance(test, str):
+        raise ValueError("'test' must be a string")
+    entry_point = req.get("entry_point")
+    if entry_point is not None and (not isinstance(entry_point, str) or not entry_point):
+        raise ValueError("'entry_point' must be a non-empty string or null")
+    return {"nonce": nonce, "max_output_bytes": max_out, "code": code, "test": test,
+            "entry_point": entry_point}
+
+
+# --------------------------------------------------------------------- output capture
+
+
+class _PipeCapture:
+    """fd `target` -> a pipe; a daemon thread drains it into a capped buffer so that
+    the writer never blocks. The thread only reads while holding the lock, so take()
+    (drain + swap under the lock) attributes every byte written before it exactly."""
+
+    def __init__(self, target, limit, errors):
+        r, w = os.pipe()  # both close-on-exec
+        self.r = r
+        self.limit = limit
+        self.buf = bytearray()
+        self.truncated = False
+        self.lock = threading.Lock()
+        self.eof = False
+        os.set_blocking(r, False)
+        os.dup2(w, target)  # inheritable: subprocesses write into the capture too
+        # Python-level writer on its own fd, so that closing it later cannot touch
+        # whatever fd `target` is restored to.
+        # Line buffered, like a terminal: print() and os.write()/subprocess output
+        # interleave in order.
+        self.stream = io.open(w, "w", encoding="utf-8", errors=errors, closefd=True,
+                              buffering=1)
+        self.thread = threading.Thread(target=self._pump, name="codegen-harness-capture",
+                                       daemon=True)
+        self.thread.start()
+
+    def _add(self, data):
+        room = self.limit - len(self.buf)
+        if room > 0:
+            self.buf += data[:room]
+        if len(data) > room:
+            self.truncated = True
+
+    def _drain_locked(self):
+        while not self.eof:
+            try:
+                data = os.read(self.r, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                try:
+                    os.close(self.r)
+                except OSError:
+                    pass
+                return
+            self._add(data)
+
+    def _pump(self):
+        poller = select.poll()
+        poller.register(self.r, select.POLLIN)
+        while True:
+            try:
+                poller.poll()
+            except OSError:
+                return
+            with self.lock:
+                self._drain_locked()
+                if self.eof:
+                    return
+
+    def take(self):
+        try:
+            self.stream.flush()
+        except Exception:
+            pass
+        with self.lock:
+            self._drain_locked()
+            data, trunc = bytes(self.buf), self.truncated
+            self.buf = bytearray()
+            self.truncated = False
+        return data.decode("utf-8", errors="replace"), trunc
+
+
+class _Capture:
+    """Redirects fds 1 and 2 (and sys.stdout/sys.stderr) into _PipeCaptures.
+    restore=True (in-process use) puts everything back in stop(); the CLI leaves the
+    pipes in place until it _exits, so that nothing the program left running can ever
+    write to the real stdout."""
+
+    def __init__(self, limit, restore):
+        self.restore = restore
+        for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            _flush_quietly(s)
+        self.saved_fds = (os.dup(1), os.dup(2)) if restore else None
+        self.saved_sys = (sys.stdout, sys.stderr)
+        self.out = self.err = None
+        try:
+            self.out = _PipeCapture(1, limit, "strict")
+            self.err = _PipeCapture(2, limit, "backslashreplace")
+        except BaseException:
+            self.stop()
+            raise
+        self.reset_streams()
+
+    def reset_streams(self):
+        sys.stdout = self.out.stream
+        sys.stderr = self.err.stream
+
+    def take(self):
+        """Everything written since the previous take(): (stdout, stdout_truncated,
+        stderr, stderr_truncated)."""
+        for s in (sys.__stdout__, sys.__stderr__):
+            _flush_quietly(s)
+        out, out_t = self.out.take()
+        err, err_t = self.err.take()
+        return out, out_t, err, err_t
+
+    def stop(self):
+        if not self.restore:
+            return
+        captures = [c for c in (self.out, self.err) if c is not None]
+        for c in captures:
+            try:
+                c.stream.close()
+            except Exception:
+                pass
+        sys.stdout, sys.stderr = self.saved_sys
+        for fd, saved in zip((1, 2), self.saved_fds):
+            os.dup2(saved, fd)
+            os.close(saved)
+        # The pumps see EOF now (unless a leftover subprocess still holds the pipe) and
+        # close their read ends themselves.
+        for c in captures:
+            c.thread.join(0.2)
+
+
+def _flush_quietly(stream):
+    try:
+        if stream is not None:
+            stream.flush()
+    except Exception:
+        pass
+
+
+def _set_output(result, cap_tuple, prefix=""):
+    out, out_t, err, err_t = cap_tuple
+    result[prefix + "stdout"] = out
+    result[prefix + "stderr"] = err
+    result[prefix + "stdout_truncated"] = out_t
+    result[prefix + "stderr_truncated"] = err_t
+
+
+# --------------------------------------------------------------------------- timeout
+
+
+class _CaseTimeout(BaseException):
+    """Raised into user code when a case exceeds case_timeout_ms."""
+
+
+class _Alarm:
+    """Per-case deadline via setitimer(ITIMER_REAL)/SIGALRM.
+
+    The handler raises only while armed and only when the interrupted frame is not
+    harness code, so harness bookkeeping (including disarm) is never interrupted; the
+    exception only ever propagates out of user code into a harness try/except. It
+    re-fires every TIMEOUT_REFIRE_S in case the code swallows it; `fired` records a
+    timeout even if it was swallowed. Code stuck in one long C call (e.g.
+    sum(range(10**12))) is only stopped by the runner's deadline."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.armed = False
+        self.fired = False
+        self.prev = None
+        self.installed = False
+
+    def _handler(self, signum, frame):
+        if not self.armed:
+            return
+        self.fired = True
+        if frame is not None and frame.f_code.co_filename != _THIS_FILE:
+            raise _CaseTimeout()
+
+    def install(self):
+        if self.seconds is None:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            # signal handlers can only be set from the main thread; no per-case
+            # timeout then (documented).
+            self.seconds = None
+            return
+        self.prev = signal.signal(signal.SIGALRM, self._handler)
+        self.installed = True
+
+    def arm(self):
+        self.fired = False
+        if not self.installed:
+            return
+        signal.signal(signal.SIGALRM, self._handler)  # in case the code replaced it
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, TIMEOUT_REFIRE_S)
+
+    def disarm(self):
+        if not self.installed:
+            return
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+
+    def uninstall(self):
+        if not self.installed:
+            return
+        self.disarm()
+        try:
+            signal.signal(signal.SIGALRM, self.prev if self.prev is not None else signal.SIG_DFL)
+        except (TypeError, ValueError):
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        self.installed = False
+
+
+# ------------------------------------------------------------------- error rendering
+
+
+def _safe_str(x, limit=MAX_ERROR_MESSAGE):
+    try:
+        s = str(x)
+    except BaseException:
+        try:
+            s = "<unprintable %s>" % type(x).__name__
+        except BaseException:
+            s = "<unprintable>"
+    if not isinstance(s, str):
+        s = "<unprintable>"
+    if len(s) > limit:
+        s = s[:limit] + "...(%d more chars)" % (len(s) - limit)
+    return s
+
+
+def _type_name(x):
+    try:
+        n = type(x).__name__
+        return n if isinstance(n, str) else "object"
+    except BaseException:
+        return "object"
+
+
+def _exc_line(e):
+    """'Type: message' (just 'Type' when the message is empty)."""
+    msg = _safe_str(e)
+    name = _type_name(e)
+    return "%s: %s" % (name, msg) if msg else name
+
+
+def _filter_tbe(te, seen):
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    try:
+        frames = [f for f in te.stack if f.filename != _THIS_FILE]
+        te.stack = traceback.StackSummary.from_list(frames)
+    except Exception:
+        pass
+    _filter_tbe(getattr(te, "__cause__", None), seen)
+    _filter_tbe(getattr(te, "__context__", None), seen)
+
+
+def _format_tb(e):
+    """The traceback of `e` without harness frames, trimmed to its last lines."""
+    try:
+        te = traceback.TracebackException(type(e), e, e.__traceback__, compact=True)
+        _filter_tbe(te, set())
+        text = "".join(te.format())
+    except BaseException:
+        return _exc_line(e)
+    lines = text.splitlines()
+    if len(lines) > MAX_TRACEBACK_LINES:
+        lines = ["..."] + lines[-MAX_TRACEBACK_LINES:]
+    text = "\n".join(lines)
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "..." + text[-MAX_TRACEBACK_CHARS:]
+    return text
+
+
+# ------------------------------------------------------------------ value rendering
+
+
+class _Budget:
+    def __init__(self):
+        self.nodes = RENDER_MAX_NODES
+        self.truncated = False
+
+
+_PLAIN_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                    types.ModuleType, type)
+
+
+def _render_str(s, budget):
+    s = str.__str__(s)
+    if len(s) > RENDER_MAX_STR:
+        budget.truncated = True
+        s = s[:RENDER_MAX_STR] + "...(%d more chars)" % (len(s) - RENDER_MAX_STR)
+    return s
+
+
+def _safe_repr(x, budget):
+    try:
+        r = repr(x)
+        if not isinstance(r, str):
+            raise TypeError
+    except BaseException as e:
+        if isinstance(e, _CaseTimeout):
+            raise
+        r = "<unrepresentable %s object>" % _type_name(x)
+    return _render_str(r, budget)
+
+
+def _key_str(k):
+    """How json.dumps would spell a dict key (None for keys it cannot spell)."""
+    if isinstance(k, str):
+        return str.__str__(k)
+    if k is True:
+        return "true"
+    if k is False:
+        return "false"
+    if k is None:
+        return "null"
+    if isinstance(k, int):
+        try:
+            return str(int.__index__(k))
+        except ValueError:
+            return None
+    if isinstance(k, float):
+        return float.__repr__(k) if math.isfinite(k) else (
+            "NaN" if math.isnan(k) else ("Infinity" if k > 0 else "-Infinity"))
+    return None
+
+
+def _object_fields(a):
+    """Attribute dict of a user object (dataclass fields, namedtuple fields, __dict__
+    plus __slots__), or None if it has none of these."""
+    cls = type(a)
+    try:
+        if isinstance(a, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
+            return dict(zip(cls._fields, tuple.__iter__(a)))
+        if isinstance(getattr(cls, "__dataclass_fields__", None), dict):
+            dc = sys.modules.get("dataclasses")
+            if dc is not None:
+                return {f.name: getattr(a, f.name) for f in dc.fields(a)}
+        if isinstance(a, _PLAIN_CALLABLES):
+            return None
+        fields = None
+        d = getattr(a, "__dict__", None)
+        if isinstance(d, dict):
+            fields = dict(d)
+        for klass in cls.__mro__:
+            slots = klass.__dict__.get("__slots__", ())
+            if isinstance(slots, str):
+                slots = (slots,)
+            for name in slots:
+                if name in ("__dict__", "__weakref__"):
+                    continue
+                try:
+                    v = getattr(a, name)
+                except AttributeError:
+                    continue
+                if fields is None:
+                    fields = {}
+                fields.setdefault(name, v)
+        return fields
+    except _CaseTimeout:
+        raise
+    except Exception:
+        return None
+
+
+def _render(x, budget, depth=0, active=None):
+    """JSON-safe rendering of an arbitrary value, for display. Tuples -> lists,
+    sets -> sorted lists (when sortable), objects -> their fields (else repr),
+    non-finite floats -> "NaN"/"Infinity"/"-Infinity", ints outside the 64-bit range
+    -> decimal strings, bytes -> their repr."""
+    if active is None:
+        active = set()
+    if x is None or x is True or x is False:
+        return x
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int):
+        try:
+            v = int.__index__(x)
+        except BaseException:
+            return _safe_repr(x, budget)
+        if -(1 << 63) <= v < (1 << 64):
+            return v
+        try:
+            return str(v)
+        except ValueError:  # int_max_str_digits
+            return "<int with %d bits>" % v.bit_length()
+    if isinstance(x, float):
+        v = float.__float__(x)
+        if math.isfinite(v):
+            return v
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(x, str):
+        return _render_str(x, budget)
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        try:
+            return _render_str(repr(bytes(x)), budget)
+        except BaseException:
+            return _safe_repr(x, budget)
+    dec = sys.modules.get("decimal")
+    frac = sys.modules.get("fractions")
+    if (dec is not None and isinstance(x, dec.Decimal)) or (
+            frac is not None and isinstance(x, frac.Fraction)):
+        try:
+            f = float(x)
+            if math.isfinite(f):
+                return f
+        except (OverflowError, ValueError):
+            pass
+        return _safe_repr(x, budget)
+    enum = sys.modules.get("enum")
+    if enum is not None and isinstance(x, enum.Enum):
+        return _safe_repr(x, budget)
+
+    if budget.nodes <= 0:
+        budget.truncated = True
+        return "..."
+    budget.nodes -= 1
+    if depth >= RENDER_MAX_DEPTH:
+        budget.truncated = True
+        return "<too deep>"
+    if id(x) in active:
+        return "<recursion>"
+    active.add(id(x))
+    try:
+        if isinstance(x, dict):
+            return _render_mapping(list(dict.items(x)), budget, depth, active)
+        if isinstance(x, (set, frozenset)):
+            items = list(set.__iter__(x)) if isinstance(x, set) else list(frozenset.__iter__(x))
+            try:
+                items = sorted(items)
+                sortable = True
+            except _CaseTimeout:
+                raise
+            except Exception:  # mixed types: order by the rendered JSON instead
+                sortable = False
+            rendered = _render_items(items, budget, depth, active)
+            if not sortable:
+                try:
+                    rendered.sort(key=_JSON_ENCODER.encode)
+                except Exception:
+                    pass
+            return rendered
+        if isinstance(x, (list, tuple)):  # namedtuples included
+            items = list.__getitem__(x, slice(None)) if isinstance(x, list) else list(tuple.__iter__(x))
+            return _render_items(items, budget, depth, active)
+        import collections.abc as cabc  # cheap: already imported at startup
+        if isinstance(x, (range, cabc.Sequence)) and not isinstance(x, _PLAIN_CALLABLES):
+            try:
+                return _render_items(list(x), budget, depth, active)
+            except _CaseTimeout:
+                raise
+            except Exception:
+                return _safe_repr(x, budget)
+        if isinstance(x, cabc.Mapping):
+            try:
+                return _render_mapping(list(x.items()), budget, depth, active)
+            except _CaseTimeout:
+                raise
+            except Exception:
+                return _safe_repr(x, budget)
+        fields = _object_fields(x)
+        if fields:
+            return _render_mapping(list(fields.items()), budget, depth, active)
+        return _safe_repr(x, budget)
+    finally:
+        active.discard(id(x))
+
+
+def _render_items(items, budget, depth, active):
+    out = []
+    for i, item in enumerate(items):
+        if budget.nodes <= 0:
+            budget.truncated = True
+            out.append("...(%d more items)" % (len(items) - i))
+            break
+        budget.nodes -= 1
+        out.append(_render(item, budget, depth + 1, active))
+    return out
+
+
+def _render_mapping(pairs, budget, depth, active):
+    out = {}
+    for i, (k, v) in enumerate(pairs):
+        if budget.nodes <= 0:
+            budget.truncated = True
+            out["..."] = "(%d more keys)" % (len(pairs) - i)
+            break
+        budget.nodes -= 1
+        ks = _key_str(k)
+        if ks is None:
+            ks = _safe_repr(k, budget)
+        out[ks] = _render(v, budget, depth + 1, active)
+    return out
+
+
+def render_value(x):
+    """(JSON-safe rendering, truncated flag)."""
+    budget = _Budget()
+    try:
+        r = _render(x, budget)
+    except _CaseTimeout:
+        raise
+    except BaseException:  # RecursionError, MemoryError, anything odd
+        r, budget.truncated = _safe_repr(x, budget), True
+    return r, budget.truncated
+
+
+def _sanitize(x):
+    """Final pass over a result: strings without lone surrogates (strict JSON
+    parsers reject them), dict keys as strings."""
+    if isinstance(x, str):
+        try:
+            x.encode("utf-8")
+            return x
+        except UnicodeEncodeError:
+            return _SURROGATES.sub("\ufffd", x)
+    if isinstance(x, dict):
+        return {_sanitize(k if isinstance(k, str) else str(k)): _sanitize(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_sanitize(v) for v in x]
+    return x
+
+
+# ------------------------------------------------------------------------ comparison
+
+
+def _real_value(x):
+    """Plain int/float for a real number (not bool), else None. Base-class methods,
+    so numeric subclasses cannot lie about their value."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return int.__index__(x)
+    if isinstance(x, float):
+        return float.__float__(x)
+    dec = sys.modules.get("decimal")
+    frac = sys.modules.get("fractions")
+    if dec is not None and isinstance(x, dec.Decimal):
+        return x  # stdlib type, trusted
+    if frac is not None and isinstance(x, frac.Fraction):
+        return x
+    return None
+
+
+def _numbers_equal(a, e, tol):
+    if isinstance(a, int) and isinstance(e, int):
+        return a == e
+    try:
+        fa, fe = float(a), float(e)
+    except (OverflowError, ValueError, TypeError):
+        return a == e
+    if math.isnan(fa) or math.isnan(fe):
+        return math.isnan(fa) and math.isnan(fe)
+    return math.isclose(fa, fe, rel_tol=tol, abs_tol=tol)
+
+
+def _as_sequence(a):
+    """The items of a list/tuple/other Sequence (not str/bytes), else None."""
+    if isinstance(a, list):
+        return list.__getitem__(a, slice(None))
+    if isinstance(a, tuple):
+        return list(tuple.__iter__(a))
+    if isinstance(a, (str, bytes, bytearray, memoryview)):
+        return None
+    import collections.abc as cabc
+    if isinstance(a, (range, cabc.Sequence)):
+        return list(a)
+    return None
+
+
+def _as_set_items(a):
+    if isinstance(a, set):
+        return list(set.__iter__(a))
+    if isinstance(a, frozenset):
+        return list(frozenset.__iter__(a))
+    return None
+
+
+def _hash_key(x):
+    """Exact, type-tagged hashable key for simple values (no floats: those need the
+    tolerance), or raise TypeError."""
+    if x is None or isinstance(x, bool):
+        return ("b", x)
+    if isinstance(x, int):
+        return ("i", int.__index__(x))
+    if isinstance(x, str):
+        return ("s", str.__str__(x))
+    if isinstance(x, (bytes, bytearray)):
+        return ("y", bytes(x))
+    if isinstance(x, (list, tuple)):
+        return ("l", tuple(_hash_key(v) for v in x))
+    raise TypeError
+
+
+def _sets_equal(actual_items, expected_items, tol, depth):
+    try:  # fast path: simple hashable elements
+        ak = {_hash_key(v) for v in actual_items}
+        ek = {_hash_key(v) for v in expected_items}
+        return ak == ek
+    except TypeError:
+        pass
+    uniq = []
+    for e in expected_items:
+        if not any(_equal(u, e, tol, depth + 1) for u in uniq):
+            uniq.append(e)
+    if len(uniq) != len(actual_items):
+        return False
+    remaining = list(actual_items)
+    for e in uniq:
+        for i, a in enumerate(remaining):
+            if _equal(a, e, tol, depth + 1):
+                del remaining[i]
+                break
+        else:
+            return False
+    return True
+
+
+def _mapping_pairs(a):
+    if isinstance(a, dict):
+        return list(dict.items(a))
+    import collections.abc as cabc
+    if isinstance(a, cabc.Mapping):
+        return list(a.items())
+    return None
+
+
+def _dicts_equal(pairs, expected, tol, depth):
+    if len(pairs) != len(expected):
+        return False
+    exp_pairs = list(dict.items(expected)) if isinstance(expected, dict) else list(expected.items())
+    # 1. exact keys (str keys via str.__eq__ semantics: compare plain copies)
+    try:
+        amap = {(_hash_key(k) if _hashable_simple(k) else k): v for k, v in pairs}
+        emap = {(_hash_key(k) if _hashable_simple(k) else k): v for k, v in exp_pairs}
+        if len(amap) == len(pairs) and amap.keys() == emap.keys():
+            return all(_equal(amap[k], emap[k], tol, depth + 1) for k in emap)
+    except TypeError:
+        pass
+    # 2. JSON can only spell string keys: match the actual keys as json.dumps would
+    #    spell them ({1: "a"} equals {"1": "a"}), if that is a bijection.
+    amap = {}
+    for k, v in pairs:
+        ks = _key_str(k)
+        if ks is None or ks in amap:
+            return False
+        amap[ks] = v
+    emap = {}
+    for k, v in exp_pairs:
+        ks = _key_str(k)
+        if ks is None or ks in emap:
+            return False
+        emap[ks] = v
+    if amap.keys() != emap.keys():
+        return False
+    return all(_equal(amap[k], emap[k], tol, depth + 1) for k in emap)
+
+
+def _hashable_simple(k):
+    return k is None or isinstance(k, (bool, int, str, bytes))
+
+
+def _fields_match(fields, expected, tol, depth):
+    if set(fields) != set(expected):
+        # ignore private attributes the expected value does not mention
+        fields = {k: v for k, v in fields.items()
+                  if k in expected or not (isinstance(k, str) and k.startswith("_"))}
+    return _dicts_equal(list(fields.items()), expected, tol, depth)
+
+
+def _equal(a, e, tol, depth=0):
+    """Deep comparison of an actual value against an expected value.
+
+    For JSON-shaped expected values (None/bool/int/float/str/list/dict) the
+    comparison is structural and never calls the actual value's own __eq__:
+      None == None only; bool only equals bool; int/float within tolerance
+      (math.isclose rel+abs, NaN == NaN, int vs int exact); str only equals str
+      (bytes never equal str); list equals list/tuple/other Sequence element-wise,
+      or a set/frozenset as a set; dict equals a Mapping (key order irrelevant,
+      non-str actual keys matched by their JSON spelling) or an object with the same
+      fields (dataclass, namedtuple, __dict__/__slots__; private fields the expected
+      dict does not mention are ignored).
+    Any other expected value (in-process callers) is compared with the expected
+    value's __eq__, then field by field for objects of the same type."""
+    if depth > 500:
+        raise RecursionError("values nested too deeply to compare")
+    if e is None:
+        return a is None
+    if isinstance(e, bool):
+        return isinstance(a, bool) and bool(a) == bool(e)
+    ev = _real_value(e)
+    if ev is not None:
+        av = _real_value(a)
+        return av is not None and _numbers_equal(av, ev, tol)
+    if isinstance(e, str):
+        return isinstance(a, str) and str.__eq__(str.__str__(a), str.__str__(e))
+    if isinstance(e, (bytes, bytearray)):
+        return isinstance(a, (bytes, bytearray)) and bytes(a) == bytes(e)
+    if isinstance(e, (list, tuple)):
+        items = _as_set_items(a)
+        if items is not None:
+            return _sets_equal(items, _as_sequence(e), tol, depth)
+        items = _as_sequence(a)
+        exp = _as_sequence(e)
+        if items is None or len(items) != len(exp):
+            return False
+        return all(_equal(x, y, tol, depth + 1) for x, y in zip(items, exp))
+    if isinstance(e, (set, frozenset)):
+        items = _as_set_items(a)
+        return items is not None and _sets_equal(items, _as_set_items(e), tol, depth)
+    if isinstance(e, dict):
+        pairs = _mapping_pairs(a)
+        if pairs is not None:
+            return _dicts_equal(pairs, e, tol, depth)
+        fields = _object_fields(a)
+        if fields is None:
+            return False
+        return _fields_match(fields, e, tol, depth)
+    # expected is some other object (in-process callers only)
+    try:
+        r = e == a
+        if r is True:
+            return True
+    except _CaseTimeout:
+        raise
+    except Exception:
+        pass
+    if type(a) is type(e):
+        fa, fe = _object_fields(a), _object_fields(e)
+        if fa is not None and fe is not None:
+            return _fields_match(fa, fe, tol, depth)
+    return False
+
+
+def deep_equal(actual, expected, float_tolerance=DEFAULT_FLOAT_TOLERANCE):
+    """Public helper (see _equal)."""
+    return _equal(actual, expected, float_tolerance)
+
+
+def _exception_matches(exc, name):
+    """`name` ("ValueError", "json.JSONDecodeError", "builtins.ValueError", ...) is the
+    class of `exc` or one of its bases."""
+    try:
+        mro = type(exc).__mro__
+    except Exception:
+        return False
+    for cls in mro:
+        try:
+            names = {cls.__name__, cls.__qualname__, "%s.%s" % (cls.__module__, cls.__qualname__)}
+        except Exception:
+            continue
+        if name in names:
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------- code loading
+
+
+def _register_source(filename, source):
+    """Let tracebacks (and inspect.getsource) show the user's source lines."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def _compile(source, filename):
+    _register_source(filename, source)
+    return compile(source, filename, "exec", dont_inherit=True)
+
+
+class _ModuleSwap:
+    """Installs `module` as sys.modules[name] (pickle, dataclasses, typing look there)
+    and puts back the previous entry afterwards."""
+
+    def __init__(self, name, module):
+        self.name, self.module = name, module
+        self.prev = sys.modules.get(name, _ModuleSwap)
+
+    def __enter__(self):
+        sys.modules[self.name] = self.module
+        return self.module
+
+    def __exit__(self, *exc):
+        if self.prev is _ModuleSwap:
+            sys.modules.pop(self.name, None)
+        else:
+            sys.modules[self.name] = self.prev
+        return False
+
+
+class _NoSwap:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _classify_load_error(e):
+    if isinstance(e, SyntaxError):
+        return "syntax"
+    if isinstance(e, ImportError):
+        return "import"
+    return "runtime"
+
+
+def _ms_since(t0):
+    return round((time.perf_counter() - t0) * 1000.0, 3)
+
+
+# ------------------------------------------------------------------------- mode: cases
+
+
+def run_cases(request, _restore=True, _namespace=None):
+    """Run `request["function"]` from `request["code"]` against request["cases"].
+    Request/result formats: see the module docstring."""
+    req = _parse_cases_request(request)
+    cap = _Capture(req["max_output_bytes"], restore=_restore)
+    try:
+        return _sanitize(_run_cases(req, cap, _namespace))
+    finally:
+        cap.stop()
+
+
+def _run_cases(req, cap, namespace=None):
+    t_start = time.perf_counter()
+    result = {
+        "mode": "cases", "nonce": req["nonce"], "passed": False,
+        "tests_passed": 0, "tests_total": len(req["cases"]), "cases": [],
+        "error_kind": None, "error": None, "traceback": None,
+    }
+    if namespace is None:
+        module = types.ModuleType("solution")
+        module.__dict__["__file__"] = SOLUTION_FILE
+        swap = _ModuleSwap("solution", module)
+    else:  # the caller's module namespace (already installed by the caller)
+        module, swap = None, _NoSwap()
+    ns = module.__dict__ if module is not None else namespace
+    with swap:
+        load_error = None
+        try:
+            code_obj = _compile(req["code"], SOLUTION_FILE)
+        except BaseException as e:  # SyntaxError, IndentationError, ValueError (NUL)
+            load_error = ("syntax", e)
+        if load_error is None:
+            try:
+                exec(code_obj, ns)
+            except BaseException as e:
+                load_error = (_classify_load_error(e), e)
+        if load_error is None:
+            fn = ns.get(req["function"])
+            if fn is None and req["function"] not in ns:
+                load_error = ("runtime", NameError(
+                    "name %r is not defined by the solution" % req["function"]))
+            elif not callable(fn):
+                load_error = ("runtime", TypeError(
+                    "%r is not callable (it is a %s)" % (req["function"], _type_name(fn))))
+        cap.reset_streams()
+        _recursion_floor()
+        _set_output(result, cap.take())
+        if load_error is not None:
+            kind, e = load_error
+            result["error_kind"] = kind
+            result["error"] = _exc_line(e)
+            result["traceback"] = _format_tb(e)
+            result["duration_ms"] = _ms_since(t_start)
+            return result
+
+        alarm = _Alarm(req["case_timeout_s"])
+        alarm.install()
+        try:
+            for case in req["cases"]:
+                cr = _run_one_case(case, ns, req, alarm)
+                cap.reset_streams()
+                _set_output(cr, cap.take())
+                result["cases"].append(cr)
+        finally:
+            alarm.uninstall()
+
+    passed = [c["passed"] for c in result["cases"]]
+    result["tests_passed"] = sum(passed)
+    result["passed"] = all(passed)
+    for c in result["cases"]:
+        if not c["passed"]:
+            result["error_kind"] = c["error_kind"]
+            break
+    result["duration_ms"] = _ms_since(t_start)
+    return result
+
+
+def _run_one_case(case, module_ns, req, alarm):
+    cr = {"name": case["name"], "kind": case["kind"], "passed": False,
+          "actual_output": None, "actual_truncated": False, "error": None,
+          "error_kind": None, "traceback": None, "duration_ms": 0.0}
+    fname = req["function"]
+    tol = req["float_tolerance"]
+    expected_error = case["expected_error"]
+    phase = "setup"
+    raised = None
+    actual = None
+    duration = 0.0
+    render = None
+    timed_out = False
+    ok = False
+    alarm.arm()
+    try:
+        ns = dict(module_ns)
+        if case["setup"]:
+            exec(_compile(case["setup"], SETUP_FILE), ns)
+        fn = ns.get(fname, module_ns.get(fname))
+        phase = "call"
+        inputs = case["inputs"]
+        t0 = time.perf_counter()
+        try:
+            if isinstance(inputs, dict):
+                actual = fn(**inputs)
+            else:
+                actual = fn(*inputs)
+            if _is_awaitable(actual):
+                import asyncio
+                actual = asyncio.run(actual)
+        finally:
+            duration = (time.perf_counter() - t0) * 1000.0
+        phase = "compare"
+        _recursion_floor()
+        if expected_error is None:
+            ok = _equal(actual, case["expected_output"], tol)
+        render = render_value(actual)
+    except _CaseTimeout as e:
+        timed_out = True
+        raised = e
+    except BaseException as e:
+        raised = e
+    finally:
+        alarm.disarm()
+    _recursion_floor()
+    if alarm.fired:
+        timed_out = True
+
+    cr["duration_ms"] = round(duration, 3)
+    if render is not None:
+        cr["actual_output"], cr["actual_truncated"] = render
+
+    if timed_out:
+        cr["error_kind"] = "timeout"
+        cr["error"] = "Timeout: case exceeded %g ms" % (req["case_timeout_s"] * 1000.0)
+        if raised is not None:  # where it was interrupted
+            tb = _format_tb(raised).splitlines()
+            cr["traceback"] = "\n".join(tb[:-1] + [cr["error"]])
+        return cr
+    if raised is not None and phase == "compare":
+        cr["error_kind"] = "wrong_output"
+        cr["error"] = "WrongOutput: the output could not be compared (%s)" % _exc_line(raised)
+        return cr
+    if raised is not None:
+        if phase == "call" and expected_error is not None and _exception_matches(raised, expected_error):
+            cr["passed"] = True
+            return cr
+        cr["error_kind"] = "assertion" if isinstance(raised, AssertionError) else "runtime"
+        cr["error"] = _exc_line(raised)
+        if phase == "setup":
+            cr["error"] += " (in setup)"
+        elif expected_error is not None:
+            cr["error"] += " (expected %s)" % expected_error
+        cr["traceback"] = _format_tb(raised)
+        return cr
+    # returned normally
+    if expected_error is not None:
+        cr["error_kind"] = "wrong_output"
+        cr["error"] = "WrongOutput: expected %s to be raised, but the function returned" % expected_error
+        return cr
+    if ok:
+        cr["passed"] = True
+        return cr
+    cr["error_kind"] = "wrong_output"
+    exp_r, _ = render_value(case["expected_output"])
+    cr["error"] = "WrongOutput: expected %s, got %s" % (
+        _short_json(exp_r), _short_json(cr["actual_output"]))
+    return cr
+
+
+def _is_awaitable(x):
+    return isinstance(x, types.CoroutineType)
+
+
+def _short_json(r, limit=500):
+    try:
+        s = _JSON_ENCODER.encode(_sanitize(r))
+    except Exception:
+        s = "<unrenderable>"
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+# ------------------------------------------------------------------ mode: program_test
+
+
+def run_program_test(request, _restore=True, _namespace=None):
+    """HumanEval-style: exec `code`, then `test`, in one namespace; then
+    check(namespace[entry_point]) if entry_point is given and the test defines check.
+    Passes only if all of that ran to its end."""
+    req = _parse_program_test_request(request)
+    cap = _Capture(req["max_output_bytes"], restore=_restore)
+    try:
+        return _sanitize(_run_program_test(req, cap, _namespace))
+    finally:
+        cap.stop()
+
+
+def _run_program_test(req, cap, namespace=None):
+    t0 = time.perf_counter()
+    result = {"mode": "program_test", "nonce": req["nonce"], "passed": False,
+              "error_kind": None, "error": None, "phase": None, "check_called": False}
+    if namespace is None:
+        module = types.ModuleType("__main__")
+        ns = module.__dict__
+        swap = _ModuleSwap("__main__", module)
+    else:
+        ns, swap = namespace, _NoSwap()
+    phase = "code"
+    err = None
+    with swap:
+        try:
+            code_obj = _compile(req["code"], SOLUTION_FILE)
+            phase = "test"
+            test_obj = _compile(req["test"], TEST_FILE)
+        except BaseException as e:
+            err = ("syntax", e)
+        if err is None:
+            try:
+                phase = "code"
+                exec(code_obj, ns)
+                # A trace function installed by the code could skip test lines.
+                sys.settrace(None)
+                sys.setprofile(None)
+                phase = "test"
+                check_before = ns.get("check", _ModuleSwap)
+                exec(test_obj, ns)
+                # Only a check() that the TEST defined: the code may define one too.
+                check = ns.get("check")
+                if (req["entry_point"] is not None and callable(check)
+                        and check is not check_before):
+                    phase = "check"
+                    if req["entry_point"] not in ns:
+                        raise NameError("name %r is not defined" % req["entry_point"])
+                    candidate = ns[req["entry_point"]]
+                    sys.settrace(None)
+                    sys.setprofile(None)
+                    result["check_called"] = True
+                    check(candidate)
+                phase = None
+            except BaseException as e:
+                err = (_classify_run_error(e), e)
+    cap.reset_streams()
+    _recursion_floor()
+    result["duration_ms"] = _ms_since(t0)
+    _set_output(result, cap.take())
+    result["phase"] = phase
+    if err is None:
+        result["passed"] = True
+        return result
+    kind, e = err
+    result["error_kind"] = kind
+    tb = _format_tb(e)
+    line = _exc_line(e)
+    if kind == "exited_early":
+        line += " (the test script exited before its end)"
+    result["error"] = line + ("\n\n" + tb if tb and tb != line else "")
+    return result
+
+
+def _classify_run_error(e):
+    if isinstance(e, (SystemExit, KeyboardInterrupt)):
+        return "exited_early"
+    if isinstance(e, ImportError):
+        return "import"
+    if isinstance(e, AssertionError):
+        return "assertion"
+    return "runtime"
+
+
+def run_in_process(spec, code, namespace=None):
+    """Adapter for a runner that imports this module into its (forked) interpreter
+    instead of starting the CLI: `spec` is a request without "code" plus
+    "mode": "cases" | "program_test"; `code` is the program; `namespace`, if given, is
+    the module dict to run it in (e.g. a fresh __main__ the caller installed in
+    sys.modules; its __name__ is left as is), otherwise a fresh module is used as in
+    run_cases/run_program_test. fds 1/2 and sys.stdout/sys.stderr are captured per
+    case and restored afterwards. Raises ValueError on a malformed spec."""
+    if not isinstance(spec, dict):
+        raise ValueError("the harness spec must be an object")
+    mode = spec.get("mode")
+    if mode not in MODES:
+        raise ValueError("'mode' must be one of %s" % ", ".join(MODES))
+    request = dict(spec)
+    request["code"] = code
+    if mode == "cases":
+        return run_cases(request, _namespace=namespace)
+    return run_program_test(request, _namespace=namespace)
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+def _emit(fd, result):
+    _recursion_floor()
+    try:
+        line = MARKER + _JSON_ENCODER.encode(_sanitize(result)) + "\n"
+    except Exception as e:  # cannot happen for results built here; still one line
+        line = MARKER + _JSON_ENCODER.encode({
+            "mode": result.get("mode"), "nonce": result.get("nonce"), "passed": False,
+            "harness_error": "result not serializable: %s" % _safe_str(e)}) + "\n"
+    data = line.encode("ascii")
+    while data:
+        n = _os_write(fd, data)
+        data = data[n:]
+
+
+def main(argv):
+    # Before anything else: keep the real stdout on a private close-on-exec fd.
+    private = os.dup(1)
+    mode = argv[0] if len(argv) == 1 else None
+    nonce = None
+    try:
+        if mode not in MODES:
+            raise ValueError("usage: harness.py {cases|program_test} < request.json")
+        raw = sys.stdin.buffer.read()
+        try:
+            request = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ValueError("request is not valid JSON: %s" % e)
+        if isinstance(request, dict) and isinstance(request.get("nonce"), str):
+            nonce = request["nonce"]
+        # validate before any user code runs
+        if mode == "cases":
+            _parse_cases_request(request)
+        else:
+            _parse_program_test_request(request)
+    except ValueError as e:
+        _emit(private, {"mode": mode, "nonce": nonce, "passed": False, "harness_error": str(e)})
+        os._exit(2)
+    try:  # user code gets /dev/null as stdin
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    except OSError:
+        pass
+    try:
+        if mode == "cases":
+            result = run_cases(request, _restore=False)
+        else:
+            result = run_program_test(request, _restore=False)
+        _emit(private, result)
+    except BaseException as e:  # harness bug (a ValueError here is one too)
+        try:
+            _emit(private, {"mode": mode, "nonce": nonce, "passed": False,
+                            "harness_error": "internal error: " + _exc_line(e)})
+        finally:
+            os._exit(3)
+    # No atexit handlers, no waiting for threads the program left behind.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+//! The bookkeeping of one language's warm pool: idle runners and how many containers exist
+//! (idle, leased, being started or waiting for `ready`). The Docker side is in `docker.rs`.
+
+use std::sync::Mutex;
+
+use proto::Language;
+use tokio::sync::Notify;
+
+use crate::runner::Runner;
+
+#[derive(Debug)]
+pub(crate) struct Pool {
+    pub language: Language,
+    state: Mutex<State>,
+    /// Fires when a runner becomes idle or a slot frees up.
+    pub changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    idle: Vec<Runner>,
+    /// Containers counted against the pool size: idle + leased + starting + settling.
+    live: usize,
+}
+
+impl Pool {
+    pub fn new(language: Language) -> Self {
+        Self {
+            language,
+            state: Mutex::default(),
+            changed: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle runner, preferably one whose memory limit already is `memory_mb`.
+    pub fn take_idle(&self, memory_mb: u64) -> Option<Runner> {
+        let mut state = self.state();
+        let index = state
+            .idle
+            .iter()
+            .position(|r| r.memory_mb == memory_mb)
+            .or_else(|| state.idle.len().checked_sub(1))?;
+        Some(state.idle.swap_remove(index))
+    }
+
+    /// Counts a container about to be started, if the pool is below `size`.
+    pub fn reserve(&self, size: usize) -> bool {
+        let mut state = self.state();
+        if state.live < size {
+            state.live += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A counted container is gone (removed, or its start failed).
+    pub fn unreserve(&self) {
+        let mut state = self.state();
+        state.live = state.live.saturating_sub(1);
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    pub fn put_idle(&self, runner: Runner) {
+        self.state().idle.push(runner);
+        self.changed.notify_waiters();
+    }
+
+    pub fn drain_idle(&self) -> Vec<Runner> {
+        std::mem::take(&mut self.state().idle)
+    }
+
+    /// (idle, live)
+    pub fn counts(&self) -> (usize, usize) {
+        let state = self.state();
+        (state.idle.len(), state.live)
+    }
+}

@@ -1,0 +1,362 @@
+//! The runner protocol (version 2) spoken over a container's attached stdin/stdout, and the
+//! mapping of what the runner saw to a verdict. See `sandbox-images/python/runner.py` for the
+//! other side.
+//!
+//! Every message is a frame: a 4-byte big-endian length, then that many bytes of JSON.
+
+use std::collections::BTreeMap;
+
+use proto::{ErrorKind, ExecutionRequest, ExecutionResult, Status};
+use serde::{Deserialize, Serialize};
+
+/// Protocol version the runner announces in its `ready` message.
+pub const PROTOCOL: u32 = 2;
+
+/// What the runner is sent for one execution.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunnerRequest<'a> {
+    pub code: &'a str,
+    pub stdin: Option<&'a str>,
+    pub timeout_ms: u64,
+    pub max_output_bytes: u64,
+    pub output_limit_bytes: u64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub return_files: &'a [String],
+}
+
+impl<'a> RunnerRequest<'a> {
+    pub fn new(request: &'a ExecutionRequest, max_output_bytes: u64, output_limit: u64) -> Self {
+        Self {
+            code: &request.code,
+            stdin: request.stdin.as_deref(),
+            timeout_ms: request.timeout_ms,
+            max_output_bytes,
+            output_limit_bytes: output_limit,
+            files: &request.files,
+            return_files: &request.return_files,
+        }
+    }
+}
+
+/// A message from the runner.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum RunnerMessage {
+    /// The container is clean and takes the next request.
+    Ready {
+        protocol: u32,
+        #[serde(default)]
+        runs: u64,
+    },
+    /// What one execution did.
+    Result(Box<RunnerResult>),
+    /// The request could not be run (malformed).
+    Error { message: String },
+    /// The runner cannot vouch for the container any more and exits.
+    Fatal {
+        message: String,
+        #[serde(default)]
+        oom_killed: bool,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RunnerResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub oom_killed: bool,
+    pub output_limited: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+    pub exception: Option<RunnerException>,
+    pub files: BTreeMap<String, Option<String>>,
+    pub file_errors: BTreeMap<String, String>,
+}
+
+/// The exception that ended the program, as the runner classified it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct RunnerException {
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub module: String,
+    pub message: String,
+    pub kind: String,
+}
+
+/// Encodes one frame.
+pub(crate) fn encode_frame<T: Serialize>(message: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(message).expect("runner requests always serialize");
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Reassembles frames from the chunks the attach stream delivers.
+#[derive(Debug)]
+pub(crate) struct FrameDecoder {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl FrameDecoder {
+    pub fn new(max: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            max,
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete frame's body, if one is buffered; an error for a frame over the
+    /// bound (the stream cannot be trusted after that).
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, String> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len > self.max {
+            return Err(format!(
+                "runner frame of {len} bytes is over the bound of {}",
+                self.max
+            ));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = self.buf[4..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Ok(Some(body))
+    }
+}
+
+/// Whether a verdict means the container must not be reused: the program broke a limit.
+pub(crate) fn is_breach(status: Status) -> bool {
+    matches!(
+        status,
+        Status::Timeout | Status::MemoryLimit | Status::OutputLimit
+    )
+}
+
+/// Maps what the runner saw to a verdict. Order matters: a program killed for its output is
+/// `output_limit` even if it also ran out of time; the OOM counter of the container's memory
+/// cgroup decides `memory_limit` (a SIGKILL alone does not: the program may send it itself).
+pub(crate) fn verdict(result: RunnerResult, output_limit: u64, memory_mb: u64) -> ExecutionResult {
+    let status = if result.output_limited {
+        Status::OutputLimit
+    } else if result.oom_killed {
+        Status::MemoryLimit
+    } else if result.timed_out {
+        Status::Timeout
+    } else if result.exit_code == Some(0) {
+        Status::Passed
+    } else {
+        Status::Failed
+    };
+    let (error_kind, reason) = match status {
+        Status::OutputLimit => (
+            None,
+            Some(format!(
+                "wrote more than {output_limit} bytes of output and was killed"
+            )),
+        ),
+        Status::MemoryLimit => (
+            None,
+            Some(format!("killed at the memory limit of {memory_mb} MiB")),
+        ),
+        Status::Timeout => (None, Some("killed at the wall-clock limit".into())),
+        Status::Failed => failure(&result),
+        _ => (None, None),
+    };
+    let mut files = BTreeMap::new();
+    let mut file_errors = result.file_errors;
+    for (path, content) in result.files {
+        match content {
+            Some(content) => {
+                files.insert(path, content);
+            }
+            None => {
+                file_errors
+                    .entry(path)
+                    .or_insert_with(|| "not returned".into());
+            }
+        }
+    }
+    ExecutionResult {
+        status,
+        exit_code: result.exit_code,
+        stdout: result.stdout,
+        stderr: result.stderr,
+        truncated: result.stdout_truncated || result.stderr_truncated,
+        duration_ms: result.duration_ms,
+        reason,
+        error_kind,
+        files,
+        file_errors,
+    }
+}
+
+fn failure(result: &RunnerResult) -> (Option<ErrorKind>, Option<String>) {
+    if let Some(exception) = &result.exception {
+        let kind = match exception.kind.as_str() {
+            "syntax" => ErrorKind::Syntax,
+            "import" => ErrorKind::Import,
+            "assertion" => ErrorKind::Assertion,
+            _ => ErrorKind::Runtime,
+        };
+        let reason = if exception.message.is_empty() {
+            exception.ty.clone()
+        } else {
+            format!("{}: {}", exception.ty, exception.message)
+        };
+        return (Some(kind), Some(reason));
+    }
+    let reason = match (result.exit_code, result.signal) {
+        (_, Some(signal)) => format!("killed by signal {signal}"),
+        (Some(code), None) => format!("exited with status {code}"),
+        (None, None) => "ended without an exit status".into(),
+    };
+    (Some(ErrorKind::Runtime), Some(reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result() -> RunnerResult {
+        RunnerResult {
+            exit_code: Some(0),
+            duration_ms: 3,
+            stdout: "out".into(),
+            ..RunnerResult::default()
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_across_arbitrary_chunks() {
+        let a = encode_frame(&serde_json::json!({"type": "ready", "protocol": 2}));
+        let b = encode_frame(&serde_json::json!({"type": "error", "message": "x"}));
+        let stream: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
+        let mut decoder = FrameDecoder::new(1024);
+        let mut frames = Vec::new();
+        for chunk in stream.chunks(3) {
+            decoder.push(chunk);
+            while let Some(frame) = decoder.next_frame().unwrap() {
+                frames.push(serde_json::from_slice::<RunnerMessage>(&frame).unwrap());
+            }
+        }
+        assert!(matches!(
+            frames[0],
+            RunnerMessage::Ready { protocol: 2, .. }
+        ));
+        assert!(matches!(&frames[1], RunnerMessage::Error { message } if message == "x"));
+    }
+
+    #[test]
+    fn an_oversized_frame_is_an_error() {
+        let mut decoder = FrameDecoder::new(10);
+        decoder.push(&100u32.to_be_bytes());
+        assert!(decoder.next_frame().is_err());
+    }
+
+    #[test]
+    fn verdicts_follow_the_runner_and_the_oom_counter() {
+        assert_eq!(verdict(result(), 1, 64).status, Status::Passed);
+        let killed_by_itself = RunnerResult {
+            exit_code: None,
+            signal: Some(9),
+            ..result()
+        };
+        let v = verdict(killed_by_itself, 1, 64);
+        assert_eq!(v.status, Status::Failed, "SIGKILL alone is not an OOM");
+        assert_eq!(v.error_kind, Some(ErrorKind::Runtime));
+        assert_eq!(v.reason.as_deref(), Some("killed by signal 9"));
+        let oom = RunnerResult {
+            exit_code: None,
+            signal: Some(9),
+            oom_killed: true,
+            ..result()
+        };
+        assert_eq!(verdict(oom, 1, 64).status, Status::MemoryLimit);
+        let timeout = RunnerResult {
+            timed_out: true,
+            ..result()
+        };
+        assert_eq!(verdict(timeout, 1, 64).status, Status::Timeout);
+        let flood = RunnerResult {
+            output_limited: true,
+            timed_out: true,
+            stdout_truncated: true,
+            ..result()
+        };
+        let v = verdict(flood, 100, 64);
+        assert_eq!(v.status, Status::OutputLimit);
+        assert!(v.truncated && v.reason.unwrap().contains("100 bytes"));
+        for status in [Status::Timeout, Status::MemoryLimit, Status::OutputLimit] {
+            assert!(is_breach(status));
+        }
+        assert!(!is_breach(Status::Failed) && !is_breach(Status::Passed));
+    }
+
+    #[test]
+    fn failures_are_classified_by_exception() {
+        for (kind, expected) in [
+            ("syntax", ErrorKind::Syntax),
+            ("import", ErrorKind::Import),
+            ("assertion", ErrorKind::Assertion),
+            ("runtime", ErrorKind::Runtime),
+        ] {
+            let r = RunnerResult {
+                exit_code: Some(1),
+                exception: Some(RunnerException {
+                    ty: "E".into(),
+                    message: "boom".into(),
+                    kind: kind.into(),
+                    ..RunnerException::default()
+                }),
+                ..result()
+            };
+            let v = verdict(r, 1, 64);
+            assert_eq!(v.status, Status::Failed);
+            assert_eq!(v.error_kind, Some(expected));
+            assert_eq!(v.reason.as_deref(), Some("E: boom"));
+        }
+        let exit3 = RunnerResult {
+            exit_code: Some(3),
+            ..result()
+        };
+        let v = verdict(exit3, 1, 64);
+        assert_eq!(
+            (v.error_kind, v.reason.as_deref()),
+            (Some(ErrorKind::Runtime), Some("exited with status 3"))
+        );
+    }
+
+    #[test]
+    fn returned_files_and_their_errors_are_split() {
+        let r = RunnerResult {
+            files: BTreeMap::from([
+                ("ok.txt".to_string(), Some("fine".to_string())),
+                ("link".to_string(), None),
+            ]),
+            file_errors: BTreeMap::from([("link".to_string(), "a symbolic link".to_string())]),
+            ..result()
+        };
+        let v = verdict(r, 1, 64);
+        assert_eq!(v.files.get("ok.txt").map(String::as_str), Some("fine"));
+        assert!(!v.files.contains_key("link"));
+        assert_eq!(v.file_errors["link"], "a symbolic link");
+    }
+}

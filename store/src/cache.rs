@@ -1,0 +1,244 @@
+//! The solution cache (whole job results) and the function-level cache (verified functions).
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `{p}:cache:solution:{key}` | MessagePack `JobResult` of a succeeded job |
+//! | `{p}:cache:function:{key}` | MessagePack `FunctionOutcome` of a passed function |
+//! | `{p}:cache:stats` | hash of hit and miss counters |
+//!
+//! Keys are sha256 hex digests computed by the callers over everything that determines the
+//! answer (see `proto::job::solution_cache_key` and `function_cache_key`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use proto::job::{FunctionOutcome, JobResult};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// What `GET /v1/cache/stats` shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheStats {
+    pub solutions: u64,
+    pub functions: u64,
+    /// `solution_hits`, `solution_misses`, `function_hits`, `function_misses`.
+    pub counters: BTreeMap<String, u64>,
+}
+
+#[async_trait]
+pub trait CacheStore: Send + Sync + 'static {
+    async fn cached_solution(&self, key: &str) -> Result<Option<JobResult>, Error>;
+    async fn put_cached_solution(&self, key: &str, result: &JobResult) -> Result<(), Error>;
+    async fn cached_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error>;
+    async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error>;
+    /// Counts a lookup: `kind` is `solution` or `function`.
+    async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error>;
+    async fn cache_stats(&self) -> Result<CacheStats, Error>;
+    /// Removes every cache entry and counter; returns how many keys went.
+    async fn clear_cache(&self) -> Result<u64, Error>;
+}
+
+fn counter(kind: &str, hit: bool) -> String {
+    format!("{kind}_{}", if hit { "hits" } else { "misses" })
+}
+
+impl crate::RedisStore {
+    fn cache_key(&self, part: &str) -> String {
+        format!("{}:cache:{part}", self.prefix())
+    }
+
+    async fn scan(&self, pattern: &str) -> Result<Vec<String>, Error> {
+        let mut connection = self.connection();
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut connection)
+                .await
+                .map_err(crate::redis::backend)?;
+            keys.extend(batch);
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[async_trait]
+impl CacheStore for crate::RedisStore {
+    async fn cached_solution(&self, key: &str) -> Result<Option<JobResult>, Error> {
+        let full = self.cache_key(&format!("solution:{key}"));
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&full)
+            .await
+            .map_err(crate::redis::backend)?;
+        bytes
+            .map(|b| {
+                JobResult::decode(&b).map_err(|e| Error::Corrupt {
+                    key: full.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    async fn put_cached_solution(&self, key: &str, result: &JobResult) -> Result<(), Error> {
+        let full = self.cache_key(&format!("solution:{key}"));
+        self.connection()
+            .set_ex::<_, _, ()>(full, result.encode(), self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn cached_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
+        let full = self.cache_key(&format!("function:{key}"));
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&full)
+            .await
+            .map_err(crate::redis::backend)?;
+        bytes
+            .map(|b| {
+                rmp_serde::from_slice(&b).map_err(|e| Error::Corrupt {
+                    key: full.clone(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error> {
+        let full = self.cache_key(&format!("function:{key}"));
+        let bytes = rmp_serde::to_vec_named(outcome).expect("an outcome always serializes");
+        self.connection()
+            .set_ex::<_, _, ()>(full, bytes, self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error> {
+        self.connection()
+            .hincr::<_, _, _, ()>(self.cache_key("stats"), counter(kind, hit), 1)
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn cache_stats(&self) -> Result<CacheStats, Error> {
+        let counters: HashMap<String, u64> = self
+            .connection()
+            .hgetall(self.cache_key("stats"))
+            .await
+            .map_err(crate::redis::backend)?;
+        let solutions = self.scan(&self.cache_key("solution:*")).await?.len() as u64;
+        let functions = self.scan(&self.cache_key("function:*")).await?.len() as u64;
+        Ok(CacheStats {
+            solutions,
+            functions,
+            counters: counters.into_iter().collect(),
+        })
+    }
+
+    async fn clear_cache(&self) -> Result<u64, Error> {
+        let keys = self.scan(&self.cache_key("*")).await?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let removed: u64 = self
+            .connection()
+            .del(&keys)
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(removed)
+    }
+}
+
+/// In-memory caches for unit tests.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryCache {
+    state: Arc<Mutex<MemoryCacheState>>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryCacheState {
+    solutions: HashMap<String, JobResult>,
+    functions: HashMap<String, FunctionOutcome>,
+    counters: BTreeMap<String, u64>,
+}
+
+impl MemoryCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl CacheStore for MemoryCache {
+    async fn cached_solution(&self, key: &str) -> Result<Option<JobResult>, Error> {
+        Ok(self
+            .state
+            .lock()
+            .expect("poisoned")
+            .solutions
+            .get(key)
+            .cloned())
+    }
+    async fn put_cached_solution(&self, key: &str, result: &JobResult) -> Result<(), Error> {
+        self.state
+            .lock()
+            .expect("poisoned")
+            .solutions
+            .insert(key.to_owned(), result.clone());
+        Ok(())
+    }
+    async fn cached_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
+        Ok(self
+            .state
+            .lock()
+            .expect("poisoned")
+            .functions
+            .get(key)
+            .cloned())
+    }
+    async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error> {
+        self.state
+            .lock()
+            .expect("poisoned")
+            .functions
+            .insert(key.to_owned(), outcome.clone());
+        Ok(())
+    }
+    async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error> {
+        *self
+            .state
+            .lock()
+            .expect("poisoned")
+            .counters
+            .entry(counter(kind, hit))
+            .or_default() += 1;
+        Ok(())
+    }
+    async fn cache_stats(&self) -> Result<CacheStats, Error> {
+        let s = self.state.lock().expect("poisoned");
+        Ok(CacheStats {
+            solutions: s.solutions.len() as u64,
+            functions: s.functions.len() as u64,
+            counters: s.counters.clone(),
+        })
+    }
+    async fn clear_cache(&self) -> Result<u64, Error> {
+        let mut s = self.state.lock().expect("poisoned");
+        let n = (s.solutions.len() + s.functions.len()) as u64;
+        *s = MemoryCacheState::default();
+        Ok(n)
+    }
+}

@@ -1,0 +1,556 @@
+//! Job state of the generation pipeline.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `{p}:job:{id}:meta` | MessagePack `JobMeta` |
+//! | `{p}:job:{id}:status` | the `JobStatus` name |
+//! | `{p}:job:{id}:specs` | MessagePack `Vec<FunctionSpec>` as the model proposed them |
+//! | `{p}:job:{id}:plan` | MessagePack `Plan` (validated, ordered) |
+//! | `{p}:job:{id}:pending` | hash: function → unfinished dependencies |
+//! | `{p}:job:{id}:done` | set of final functions |
+//! | `{p}:job:{id}:fn:{name}` | MessagePack `FunctionOutcome`, rewritten after every attempt |
+//! | `{p}:job:{id}:result` | MessagePack `JobResult`, written once |
+//! | `{p}:job:{id}:events` | stream of progress events (JSON), for SSE |
+//! | `{p}:batch:{id}` | MessagePack `Batch`: its jobs in input order |
+//!
+//! Invariant: completing a function is one Lua script: the function joins `done` and each
+//! dependant's counter drops by one; the dependants that reach zero are returned to exactly
+//! one caller. A repeated completion (a redelivered event) changes nothing and returns the
+//! dependants that are ready but not done, so a caller that crashed before publishing them
+//! can publish them again (workers skip a function whose outcome is final).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proto::TaskId;
+use proto::generation::FunctionSpec;
+use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use redis::AsyncCommands;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+
+/// What completing a function made ready.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Completion {
+    /// Functions whose last dependency this was.
+    pub ready: Vec<String>,
+    /// Every function of the plan is done.
+    pub all_done: bool,
+    /// False when this function was already done (a repeated event).
+    pub first: bool,
+}
+
+/// A progress event for SSE, with its stream id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub id: String,
+    pub data: serde_json::Value,
+}
+
+#[async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    async fn create_job(&self, meta: &JobMeta) -> Result<(), Error>;
+    async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error>;
+    async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error>;
+    async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error>;
+    async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error>;
+    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error>;
+    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error>;
+    /// Stores the plan and the dependency counters, once; returns false if a plan existed.
+    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error>;
+    async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error>;
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error>;
+    async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error>;
+    /// Marks `name` done and returns what became ready (see the module docs).
+    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error>;
+    /// Stores the final result unless one exists; returns whether this call stored it.
+    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error>;
+    async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
+    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error>;
+    /// Events after `after` (stream id; `None`: from the start).
+    async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error>;
+    /// Stores a batch (kept as long as its jobs).
+    async fn put_batch(&self, batch: &Batch) -> Result<(), Error>;
+    async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error>;
+}
+
+fn batch_key(prefix: &str, id: TaskId) -> String {
+    format!("{prefix}:batch:{id}")
+}
+
+fn corrupt(key: &str, e: impl std::fmt::Display) -> Error {
+    Error::Corrupt {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    rmp_serde::to_vec_named(value).expect("job state always serializes")
+}
+
+fn decode<T: DeserializeOwned>(key: &str, bytes: Option<Vec<u8>>) -> Result<Option<T>, Error> {
+    bytes
+        .map(|b| rmp_serde::from_slice(&b).map_err(|e| corrupt(key, e)))
+        .transpose()
+}
+
+/// Keys of one job.
+struct JobKeys {
+    base: String,
+}
+
+impl JobKeys {
+    fn new(prefix: &str, id: TaskId) -> Self {
+        Self {
+            base: format!("{prefix}:job:{id}"),
+        }
+    }
+    fn key(&self, part: &str) -> String {
+        format!("{}:{part}", self.base)
+    }
+}
+
+/// Marks a function done and decrements its dependants, atomically.
+/// KEYS: done, pending. ARGV: function, total, dependants...
+const COMPLETE: &str = r#"
+local first = redis.call('SADD', KEYS[1], ARGV[1])
+local ready = {}
+for i = 3, #ARGV do
+  local d = ARGV[i]
+  if first == 1 then
+    if redis.call('HINCRBY', KEYS[2], d, -1) == 0 then table.insert(ready, d) end
+  else
+    local n = tonumber(redis.call('HGET', KEYS[2], d) or '1')
+    if n <= 0 and redis.call('SISMEMBER', KEYS[1], d) == 0 then table.insert(ready, d) end
+  end
+end
+local all = 0
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then all = 1 end
+return {first, all, ready}
+"#;
+
+#[async_trait]
+impl JobStore for crate::RedisStore {
+    async fn create_job(&self, meta: &JobMeta) -> Result<(), Error> {
+        let keys = JobKeys::new(self.prefix(), meta.id);
+        let ttl = self.ttl_secs();
+        redis::pipe()
+            .set_ex(keys.key("meta"), encode(meta), ttl)
+            .ignore()
+            .set_ex(keys.key("status"), JobStatus::Queued.as_str(), ttl)
+            .ignore()
+            .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("meta");
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        decode(&key, bytes)
+    }
+
+    async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error> {
+        let key = JobKeys::new(self.prefix(), meta.id).key("meta");
+        self.connection()
+            .set_ex::<_, _, ()>(key, encode(meta), self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
+        let key = JobKeys::new(self.prefix(), id).key("status");
+        self.connection()
+            .set_ex::<_, _, ()>(key, status.as_str(), self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("status");
+        let name: Option<String> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        name.map(|n| {
+            serde_json::from_value(serde_json::Value::String(n.clone()))
+                .map_err(|e| corrupt(&key, e))
+        })
+        .transpose()
+    }
+
+    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
+        let key = JobKeys::new(self.prefix(), id).key("specs");
+        self.connection()
+            .set_ex::<_, _, ()>(key, encode(&specs), self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("specs");
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        decode(&key, bytes)
+    }
+
+    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let ttl = self.ttl_secs();
+        let mut connection = self.connection();
+        let stored: Option<String> = redis::cmd("SET")
+            .arg(keys.key("plan"))
+            .arg(encode(plan))
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut connection)
+            .await
+            .map_err(crate::redis::backend)?;
+        if stored.is_none() {
+            return Ok(false);
+        }
+        let counters: Vec<(String, usize)> = plan
+            .specs
+            .iter()
+            .map(|s| {
+                let unique: std::collections::BTreeSet<&String> = s.dependencies.iter().collect();
+                (s.name.clone(), unique.len())
+            })
+            .collect();
+        let mut pipe = redis::pipe();
+        pipe.del(keys.key("pending")).ignore();
+        pipe.hset_multiple(keys.key("pending"), &counters).ignore();
+        pipe.expire(keys.key("pending"), ttl as i64).ignore();
+        pipe.del(keys.key("done")).ignore();
+        pipe.query_async::<()>(&mut connection)
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(true)
+    }
+
+    async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("plan");
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        decode(&key, bytes)
+    }
+
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
+        let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{}", outcome.name));
+        self.connection()
+            .set_ex::<_, _, ()>(key, encode(outcome), self.ttl_secs())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{name}"));
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        decode(&key, bytes)
+    }
+
+    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error> {
+        let plan = self.plan(id).await?.ok_or_else(|| {
+            corrupt(
+                &format!("job {id}"),
+                "completing a function of a job without a plan",
+            )
+        })?;
+        let keys = JobKeys::new(self.prefix(), id);
+        let dependants = plan.dependants.get(name).cloned().unwrap_or_default();
+        let script = redis::Script::new(COMPLETE);
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(keys.key("done"))
+            .key(keys.key("pending"))
+            .arg(name)
+            .arg(plan.specs.len());
+        for d in &dependants {
+            invocation.arg(d);
+        }
+        let (first, all, ready): (i64, i64, Vec<String>) = invocation
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        let ttl = self.ttl_secs() as i64;
+        let _: Result<(), _> = self.connection().expire(keys.key("done"), ttl).await;
+        Ok(Completion {
+            ready,
+            all_done: all == 1,
+            first: first == 1,
+        })
+    }
+
+    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("result");
+        let stored: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(result.encode())
+            .arg("NX")
+            .arg("EX")
+            .arg(self.ttl_secs())
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(stored.is_some())
+    }
+
+    async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("result");
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        bytes
+            .map(|b| JobResult::decode(&b).map_err(|e| corrupt(&key, e)))
+            .transpose()
+    }
+
+    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error> {
+        let key = JobKeys::new(self.prefix(), id).key("events");
+        let mut connection = self.connection();
+        redis::pipe()
+            .cmd("XADD")
+            .arg(&key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(1000)
+            .arg("*")
+            .arg("data")
+            .arg(event.to_string())
+            .ignore()
+            .expire(&key, self.ttl_secs() as i64)
+            .ignore()
+            .query_async::<()>(&mut connection)
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error> {
+        let key = JobKeys::new(self.prefix(), id).key("events");
+        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let reply: redis::streams::StreamRangeReply = self
+            .connection()
+            .xrange(&key, start, "+")
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(reply
+            .ids
+            .into_iter()
+            .map(|entry| {
+                let data = entry
+                    .get::<String>("data")
+                    .and_then(|s| serde_json::from_str(&s).ok())
+                    .unwrap_or(serde_json::Value::Null);
+                StoredEvent { id: entry.id, data }
+            })
+            .collect())
+    }
+
+    async fn put_batch(&self, batch: &Batch) -> Result<(), Error> {
+        self.connection()
+            .set_ex::<_, _, ()>(
+                batch_key(self.prefix(), batch.id),
+                encode(batch),
+                self.ttl_secs(),
+            )
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {
+        let key = batch_key(self.prefix(), id);
+        let bytes: Option<Vec<u8>> = self
+            .connection()
+            .get(&key)
+            .await
+            .map_err(crate::redis::backend)?;
+        decode(&key, bytes)
+    }
+}
+
+/// In-memory job state for unit tests, with the same completion semantics.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryJobs {
+    state: Arc<Mutex<MemoryState>>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    meta: HashMap<TaskId, JobMeta>,
+    status: HashMap<TaskId, JobStatus>,
+    specs: HashMap<TaskId, Vec<FunctionSpec>>,
+    plans: HashMap<TaskId, Plan>,
+    pending: HashMap<(TaskId, String), i64>,
+    done: HashMap<TaskId, std::collections::BTreeSet<String>>,
+    functions: HashMap<(TaskId, String), FunctionOutcome>,
+    results: HashMap<TaskId, JobResult>,
+    events: HashMap<TaskId, Vec<serde_json::Value>>,
+    batches: HashMap<TaskId, Batch>,
+}
+
+impl MemoryJobs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+        self.state.lock().expect("poisoned")
+    }
+}
+
+#[async_trait]
+impl JobStore for MemoryJobs {
+    async fn create_job(&self, meta: &JobMeta) -> Result<(), Error> {
+        let mut s = self.state();
+        s.meta.insert(meta.id, meta.clone());
+        s.status.insert(meta.id, JobStatus::Queued);
+        Ok(())
+    }
+    async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error> {
+        Ok(self.state().meta.get(&id).cloned())
+    }
+    async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error> {
+        self.state().meta.insert(meta.id, meta.clone());
+        Ok(())
+    }
+    async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
+        self.state().status.insert(id, status);
+        Ok(())
+    }
+    async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
+        Ok(self.state().status.get(&id).copied())
+    }
+    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
+        self.state().specs.insert(id, specs.to_vec());
+        Ok(())
+    }
+    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
+        Ok(self.state().specs.get(&id).cloned())
+    }
+    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
+        let mut s = self.state();
+        if s.plans.contains_key(&id) {
+            return Ok(false);
+        }
+        s.plans.insert(id, plan.clone());
+        for spec in &plan.specs {
+            let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
+            s.pending
+                .insert((id, spec.name.clone()), unique.len() as i64);
+        }
+        Ok(true)
+    }
+    async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
+        Ok(self.state().plans.get(&id).cloned())
+    }
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
+        self.state()
+            .functions
+            .insert((id, outcome.name.clone()), outcome.clone());
+        Ok(())
+    }
+    async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
+        Ok(self.state().functions.get(&(id, name.to_owned())).cloned())
+    }
+    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error> {
+        let mut s = self.state();
+        let plan = s
+            .plans
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| corrupt("job", "no plan"))?;
+        let first = s.done.entry(id).or_default().insert(name.to_owned());
+        let mut ready = Vec::new();
+        for d in plan.dependants.get(name).cloned().unwrap_or_default() {
+            let done = s.done.get(&id).is_some_and(|set| set.contains(&d));
+            let counter = s.pending.entry((id, d.clone())).or_insert(1);
+            if first {
+                *counter -= 1;
+                if *counter == 0 {
+                    ready.push(d);
+                }
+            } else if *counter <= 0 && !done {
+                ready.push(d);
+            }
+        }
+        let all_done = s.done.get(&id).map_or(0, |d| d.len()) >= plan.specs.len();
+        Ok(Completion {
+            ready,
+            all_done,
+            first,
+        })
+    }
+    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
+        let mut s = self.state();
+        if s.results.contains_key(&id) {
+            return Ok(false);
+        }
+        s.results.insert(id, result.clone());
+        Ok(true)
+    }
+    async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
+        Ok(self.state().results.get(&id).cloned())
+    }
+    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error> {
+        self.state()
+            .events
+            .entry(id)
+            .or_default()
+            .push(event.clone());
+        Ok(())
+    }
+    async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error> {
+        let skip = after
+            .and_then(|a| a.parse::<usize>().ok())
+            .map_or(0, |n| n + 1);
+        Ok(self
+            .state()
+            .events
+            .get(&id)
+            .map(|events| {
+                events
+                    .iter()
+                    .enumerate()
+                    .skip(skip)
+                    .map(|(i, data)| StoredEvent {
+                        id: i.to_string(),
+                        data: data.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+    async fn put_batch(&self, batch: &Batch) -> Result<(), Error> {
+        self.state().batches.insert(batch.id, batch.clone());
+        Ok(())
+    }
+    async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {
+        Ok(self.state().batches.get(&id).cloned())
+    }
+}
+
+/// How long job state is kept by default.
+pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

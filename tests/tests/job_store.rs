@@ -1,0 +1,112 @@
+//! The job state's atomic completion against the real Redis.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proto::TaskId;
+use proto::generation::{Complexity, FunctionSpec, Output};
+use proto::job::Plan;
+use store::{JobStore, RedisStore};
+
+fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
+    FunctionSpec {
+        name: name.into(),
+        purpose: String::new(),
+        inputs: vec![],
+        outputs: Output {
+            ty: "int".into(),
+            description: String::new(),
+        },
+        dependencies: deps.iter().map(|d| d.to_string()).collect(),
+        complexity: Complexity::Simple,
+    }
+}
+
+/// a → {b1..b8} → z: eight functions whose completions race to release z.
+fn fan_in() -> Plan {
+    let middle: Vec<String> = (1..=8).map(|i| format!("b{i}")).collect();
+    let mut specs = vec![spec("a", &[])];
+    specs.extend(middle.iter().map(|m| spec(m, &["a"])));
+    let refs: Vec<&str> = middle.iter().map(String::as_str).collect();
+    specs.push(spec("z", &refs));
+    let mut dependants: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    dependants.insert("a".into(), middle.clone());
+    for m in &middle {
+        dependants.insert(m.clone(), vec!["z".into()]);
+    }
+    dependants.insert("z".into(), vec![]);
+    Plan { specs, dependants }
+}
+
+fn store() -> RedisStore {
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        result_ttl: Duration::from_secs(600),
+        ..store::Options::default()
+    };
+    RedisStore::build(options).unwrap().0
+}
+
+#[tokio::test]
+async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency() {
+    let store = store();
+    let job = TaskId::new();
+    assert!(store.put_plan(job, &fan_in()).await.unwrap());
+    assert!(
+        !store.put_plan(job, &fan_in()).await.unwrap(),
+        "a plan is stored once"
+    );
+
+    let first = store.complete_function(job, "a").await.unwrap();
+    assert!(first.first);
+    assert_eq!(first.ready.len(), 8);
+
+    // Eight completions at once, as from several coordinators: exactly one releases z.
+    let racing = (1..=8).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .complete_function(job, &format!("b{i}"))
+                .await
+                .unwrap()
+        })
+    });
+    let mut released = 0;
+    for handle in racing {
+        let completion = handle.await.unwrap();
+        assert!(completion.first);
+        released += completion.ready.iter().filter(|r| *r == "z").count();
+        assert!(!completion.all_done);
+    }
+    assert_eq!(released, 1);
+
+    // A redelivered event for b3 changes nothing but names z again for re-publishing.
+    let again = store.complete_function(job, "b3").await.unwrap();
+    assert!(!again.first);
+    assert_eq!(again.ready, vec!["z".to_string()]);
+
+    let last = store.complete_function(job, "z").await.unwrap();
+    assert!(last.all_done && last.ready.is_empty());
+    let after = store.complete_function(job, "b3").await.unwrap();
+    assert!(after.ready.is_empty(), "z is done: nothing to re-publish");
+}
+
+#[tokio::test]
+async fn events_are_read_in_order_after_a_cursor() {
+    let store = store();
+    let job = TaskId::new();
+    for i in 0..3 {
+        store
+            .push_event(job, &serde_json::json!({"n": i}))
+            .await
+            .unwrap();
+    }
+    let all = store.events(job, None).await.unwrap();
+    assert_eq!(all.len(), 3);
+    let rest = store.events(job, Some(&all[0].id)).await.unwrap();
+    let ns: Vec<_> = rest.iter().map(|e| e.data["n"].as_i64().unwrap()).collect();
+    assert_eq!(ns, vec![1, 2]);
+}

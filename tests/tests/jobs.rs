@@ -1,0 +1,222 @@
+//! The generation pipeline end to end: HTTP → plan → DAG → parallel implement/test/repair →
+//! integrate, with a scripted (fake) model served over the real OpenAI-compatible API, the real
+//! RabbitMQ, Redis and Docker sandbox.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::time::Duration;
+
+use serde_json::json;
+use tests::Cluster;
+
+fn example_script() -> std::path::PathBuf {
+    tests::root().join("examples/scripted-model.json")
+}
+
+#[tokio::test]
+async fn a_request_becomes_tested_code_with_a_repair() {
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&example_script()).await;
+    let _coordinator = cluster.coordinator().await;
+    let (_w1, _) = cluster.worker("worker-1").await;
+    let (_w2, _) = cluster.worker("worker-2").await;
+
+    let (status, body) = cluster
+        .submit_job(json!({
+            "instruction": "Find all primes up to n with the sieve of Eratosthenes, and sum them.",
+            "language": "python",
+            "max_iterations": 3
+        }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, Duration::from_secs(120)).await;
+
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["all_tests_passed"], true);
+    let names: Vec<&str> = result["function_specs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["sieve", "sum_primes"], "dependencies first");
+    assert!(
+        result["implementations"]["sum_primes"]
+            .as_str()
+            .unwrap()
+            .contains("sum(sieve(n))")
+    );
+    // The scripted first implementation of sum_primes is wrong; the repair fixed it.
+    let history = result["improvement_history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["function"], "sum_primes");
+    // sieve(n - 1) raises ValueError for n = 0: an unexpected exception, classified `runtime`.
+    assert_eq!(history[0]["error_kind"], "runtime", "{history:?}");
+    assert!(
+        history[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cases failed"),
+        "{history:?}"
+    );
+    assert!(history[0]["fix"].as_str().unwrap().contains("sieve(n)"));
+    // All nine cases, run again against the assembled module.
+    let quality = &result["quality"];
+    assert_eq!(quality["tests_total"], 9);
+    assert_eq!(quality["tests_passed"], 9);
+    assert!(quality["coverage"].as_f64().unwrap() > 0.8, "{quality}");
+    assert!(quality["score"].as_f64().unwrap() > 0.8, "{quality}");
+    assert_eq!(quality["dangerous_calls"], json!([]));
+    assert!(result["metrics"]["model_calls"].as_u64().unwrap() >= 6);
+    assert!(
+        result["documentation"]
+            .as_str()
+            .unwrap()
+            .contains("## `sieve(n: int) -> list[int]`")
+    );
+
+    // The progress stream replays everything and ends with the job.
+    let events = cluster
+        .http
+        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for expected in [
+        "event: queued",
+        "event: planned",
+        "event: function_done",
+        "event: finished",
+    ] {
+        assert!(
+            events.contains(expected),
+            "{expected} missing from:\n{events}"
+        );
+    }
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_plan_with_a_cycle_is_rejected_after_one_replan_with_the_cycle_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("cyclic.json");
+    let spec = |name: &str, dep: &str| {
+        json!({"name": name, "purpose": "p", "inputs": [], "outputs": {"type": "int", "description": "d"},
+               "dependencies": [dep], "complexity": "simple"})
+    };
+    std::fs::write(
+        &script,
+        json!({"answers": [{"phase": "plan", "answer": {"functions": [spec("a", "b"), spec("b", "a")]}}]})
+            .to_string(),
+    )
+    .unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&script).await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "two functions that call each other"}))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, Duration::from_secs(60)).await;
+    assert_eq!(result["status"], "failed");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("dependency cycle: a -> b -> a"),
+        "{failure}"
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn bad_job_requests_get_a_4xx_naming_the_field() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    for (body, status, needle) in [
+        (json!({"instruction": "  "}), 422, "instruction"),
+        (
+            json!({"instruction": "x", "language": "cobol"}),
+            422,
+            "language",
+        ),
+        (
+            json!({"instruction": "x", "max_iterations": 0}),
+            422,
+            "max_iterations",
+        ),
+        (json!({"instruction": "x", "colour": "blue"}), 400, "colour"),
+    ] {
+        let (got, answer) = cluster.submit_job(body.clone()).await;
+        assert_eq!(got, status, "{body} -> {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(needle),
+            "{answer}"
+        );
+    }
+    let (status, _) = tests::get_json(
+        &cluster.http,
+        &format!("{}/v1/jobs/{}", cluster.url(), proto::TaskId::new()),
+    )
+    .await;
+    assert_eq!(status, 404);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn repeated_requests_hit_the_solution_cache_and_shared_functions_the_function_cache() {
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&example_script()).await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    let request = json!({"instruction": "Sum the primes up to n (sieve of Eratosthenes)."});
+
+    let (status, body) = cluster.submit_job(request.clone()).await;
+    assert_eq!(status, 202);
+    let first = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .await;
+    assert_eq!(first["status"], "succeeded");
+    assert_eq!(first["metrics"]["cache"], "miss");
+
+    // The same request, spaced differently: answered at once from the solution cache.
+    let (status, hit) = cluster
+        .submit_job(json!({"instruction": "  Sum the primes up to n\n(sieve of Eratosthenes). "}))
+        .await;
+    assert_eq!(status, 200, "{hit}");
+    assert_eq!(hit["metrics"]["cache"], "hit");
+    assert_eq!(hit["implementations"], first["implementations"]);
+    assert_ne!(hit["job_id"], first["job_id"]);
+
+    // Another request that plans the same functions reuses both verified functions.
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "Primes: list them, then add them up."}))
+        .await;
+    let second = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .await;
+    assert_eq!(second["status"], "succeeded", "{second:#}");
+    let (_, stats) =
+        tests::get_json(&cluster.http, &format!("{}/v1/cache/stats", cluster.url())).await;
+    assert_eq!(stats["counters"]["solution_hits"], 1, "{stats}");
+    assert_eq!(stats["counters"]["function_hits"], 2, "{stats}");
+    assert_eq!(stats["solutions"], 2);
+
+    let cleared = cluster
+        .http
+        .delete(format!("{}/v1/cache", cluster.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cleared.status(), 200);
+    let (_, stats) =
+        tests::get_json(&cluster.http, &format!("{}/v1/cache/stats", cluster.url())).await;
+    assert_eq!(
+        (stats["solutions"].as_u64(), stats["functions"].as_u64()),
+        (Some(0), Some(0))
+    );
+    cluster.cleanup().await;
+}

@@ -1,0 +1,128 @@
+//! Generation jobs survive processes dying mid-job, against the real RabbitMQ, Redis and
+//! Docker, with a scripted (fake) model that answers slowly enough to be caught mid-task.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::Cluster;
+
+/// The example script with a fixed latency on every answer.
+fn slow_script(dir: &std::path::Path, latency_ms: u64) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(tests::root().join("examples/scripted-model.json")).unwrap();
+    let mut script: Value = serde_json::from_str(&text).unwrap();
+    for answer in script["answers"].as_array_mut().unwrap() {
+        answer["latency_ms"] = json!(latency_ms);
+    }
+    let path = dir.join("slow.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+async fn wait_for_log(process: &tests::Process, needle: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while !process.log_text().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "{needle:?} never logged:\n{}",
+            process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_function_loses_nothing_and_applies_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&slow_script(dir.path(), 700)).await;
+    let _coordinator = cluster.coordinator().await;
+    let (mut doomed, _) = cluster.worker("doomed").await;
+
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    // Kill it in the middle of implementing the first function.
+    wait_for_log(&doomed, "implement task started", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    doomed.signal("KILL");
+    doomed.wait_exit(Duration::from_secs(5));
+
+    let (_rescuer, _) = cluster.worker("rescuer").await;
+    let result = cluster.wait_job(&id, Duration::from_secs(180)).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    // Exactly one repair of sum_primes: no attempt was recorded twice.
+    let history = result["improvement_history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(result["quality"]["tests_total"], 9);
+    // Each function finished once in the progress stream.
+    let events = cluster
+        .http
+        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        events.matches("event: function_done").count(),
+        2,
+        "{events}"
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_coordinator_restarted_mid_job_lets_the_job_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&slow_script(dir.path(), 400)).await;
+    let mut coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker").await;
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    wait_for_log(&worker, "implement task started", Duration::from_secs(30)).await;
+    coordinator.signal("KILL");
+    coordinator.wait_exit(Duration::from_secs(5));
+    // Events pile up in the queue while no coordinator runs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _replacement = cluster.coordinator().await;
+    let result = cluster.wait_job(&id, Duration::from_secs(180)).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["all_tests_passed"], true);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_model_that_answers_garbage_fails_the_job_with_the_recorded_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("garbage.json");
+    std::fs::write(
+        &script,
+        json!({"answers": [{"phase": "plan", "text": "Sure! Here are some functions you might like."}]})
+            .to_string(),
+    )
+    .unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&script).await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    let (_, body) = cluster.submit_job(json!({"instruction": "anything"})).await;
+    let result = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(60))
+        .await;
+    assert_eq!(result["status"], "failed");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("planning failed")
+            && failure.contains("invalid 3 times")
+            && failure.contains("no JSON"),
+        "{failure}"
+    );
+    cluster.cleanup().await;
+}

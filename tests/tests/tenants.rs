@@ -1,0 +1,160 @@
+//! API keys map to tenants; each tenant sees only its own jobs and executions.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use serde_json::json;
+use tests::Cluster;
+
+async fn call(
+    cluster: &Cluster,
+    method: reqwest::Method,
+    path: &str,
+    key: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut request = cluster
+        .http
+        .request(method, format!("{}{path}", cluster.url()));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_work() {
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
+    let coordinator = cluster.coordinator().await;
+    assert!(!coordinator.log_text().contains("API is open"));
+
+    let job = json!({"instruction": "sum a list"});
+    let (status, body) = call(
+        &cluster,
+        reqwest::Method::POST,
+        "/v1/jobs",
+        None,
+        Some(job.clone()),
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = call(
+        &cluster,
+        reqwest::Method::POST,
+        "/v1/jobs",
+        Some("wrong"),
+        Some(job.clone()),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    let (status, body) = call(
+        &cluster,
+        reqwest::Method::POST,
+        "/v1/jobs",
+        Some("key-acme"),
+        Some(job),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap();
+    let path = format!("/v1/jobs/{id}");
+    assert_eq!(
+        call(
+            &cluster,
+            reqwest::Method::GET,
+            &path,
+            Some("key-acme"),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        call(
+            &cluster,
+            reqwest::Method::GET,
+            &path,
+            Some("key-globex"),
+            None
+        )
+        .await
+        .0,
+        404
+    );
+    let events = format!("{path}/events");
+    assert_eq!(
+        call(
+            &cluster,
+            reqwest::Method::GET,
+            &events,
+            Some("key-globex"),
+            None
+        )
+        .await
+        .0,
+        404
+    );
+
+    let (status, body) = call(
+        &cluster,
+        reqwest::Method::POST,
+        "/v1/executions?wait=false",
+        Some("key-globex"),
+        Some(json!({"language": "python", "code": "print(1)"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let execution = format!("/v1/executions/{}", body["id"].as_str().unwrap());
+    assert_eq!(
+        call(
+            &cluster,
+            reqwest::Method::GET,
+            &execution,
+            Some("key-globex"),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        call(
+            &cluster,
+            reqwest::Method::GET,
+            &execution,
+            Some("key-acme"),
+            None
+        )
+        .await
+        .0,
+        404
+    );
+
+    // Health and metrics stay open for probes and scrapers.
+    let (status, _) = tests::get_json(&cluster.http, &format!("{}/healthz", cluster.url())).await;
+    assert_eq!(status, 200);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn without_keys_the_api_is_open_and_says_so() {
+    let cluster = Cluster::new();
+    let coordinator = cluster.coordinator().await;
+    assert!(
+        coordinator.log_text().contains("API is open"),
+        "{}",
+        coordinator.log_text()
+    );
+    cluster.cleanup().await;
+}

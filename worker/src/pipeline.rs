@@ -1,0 +1,873 @@
+//! The worker's side of the generation pipeline: plan, implement (tests → code → run →
+//! repair), integrate. Every step reads its inputs from Redis, writes its outputs there, and
+//! only then publishes an event for the coordinators.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use broker::{Broker, Outgoing};
+use model::prompts::{self, Attempt, DependencyCode, Failure};
+use model::{Model, Phase};
+use proto::generation::{FunctionSpecs, Implementation, TestCase, TestCases};
+use proto::job::{
+    Event, FunctionOutcome, Improvement, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
+    Quality, TestResult, Tokens,
+};
+use proto::{ExecutionRequest, Language, Status, TaskId};
+use sandbox::Sandbox;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use store::{CacheStore, JobStore};
+
+const CASES_DRIVER: &str = include_str!("py/cases.py");
+const QUALITY_DRIVER: &str = include_str!("py/quality.py");
+
+/// Pipeline settings (`[worker.pipeline]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Everything one task may spend on model calls.
+    #[serde(with = "humantime_serde")]
+    pub task_deadline: Duration,
+    /// Limit per test case, in milliseconds.
+    pub case_timeout_ms: u64,
+    /// Limit per sandbox run (all cases of a function), in milliseconds.
+    pub run_timeout_ms: u64,
+    /// Memory per sandbox run, in MiB.
+    pub memory_mb: u64,
+    /// How many test cases to ask for.
+    pub min_cases: u32,
+    pub max_cases: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            task_deadline: Duration::from_secs(15 * 60),
+            case_timeout_ms: 5_000,
+            run_timeout_ms: 60_000,
+            memory_mb: 512,
+            min_cases: 4,
+            max_cases: 12,
+        }
+    }
+}
+
+/// Why a pipeline step did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Infrastructure (Redis, broker, Docker) is unavailable: hand the task back.
+    #[error("retry later: {0}")]
+    Retry(String),
+    /// The task refers to something that does not exist (an expired job): drop it.
+    #[error("dropped: {0}")]
+    Drop(String),
+}
+
+fn retry(e: impl std::fmt::Display) -> Error {
+    Error::Retry(e.to_string())
+}
+
+/// Handles plan, implement and integrate tasks.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub(crate) options: Options,
+    pub(crate) jobs: Arc<dyn JobStore>,
+    pub(crate) model: Option<Model>,
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) sandbox: Arc<dyn Sandbox>,
+    /// The function-level and solution caches, and the model identity that keys them.
+    pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("model", &self.model.as_ref().map(Model::describe))
+            .finish()
+    }
+}
+
+/// One run of a function's cases.
+#[derive(Debug, Clone, Default)]
+struct CaseRun {
+    passed: bool,
+    results: Vec<TestResult>,
+    /// syntax, import, runtime, assertion, wrong_output, timeout, memory_limit, …
+    error_kind: String,
+    error: String,
+    duration_ms: u64,
+}
+
+impl Pipeline {
+    pub fn new(
+        options: Options,
+        jobs: Arc<dyn JobStore>,
+        model: Option<Model>,
+        broker: Arc<dyn Broker>,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> Self {
+        Self {
+            options,
+            jobs,
+            model,
+            broker,
+            sandbox,
+            cache: None,
+        }
+    }
+
+    /// Reuses verified functions and stores finished solutions, keyed by `model`
+    /// (`model::identity`).
+    pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
+        self.cache = Some((cache, model));
+        self
+    }
+
+    async fn meta(&self, job: TaskId) -> Result<JobMeta, Error> {
+        self.jobs
+            .job_meta(job)
+            .await
+            .map_err(retry)?
+            .ok_or_else(|| Error::Drop(format!("job {job} not found (expired?)")))
+    }
+
+    async fn plan_of(&self, job: TaskId) -> Result<Plan, Error> {
+        self.jobs
+            .plan(job)
+            .await
+            .map_err(retry)?
+            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))
+    }
+
+    async fn emit(&self, event: Event) -> Result<(), Error> {
+        self.broker
+            .publish_event(Outgoing {
+                message_id: event.job_id().to_string(),
+                body: event.encode(),
+            })
+            .await
+            .map_err(retry)
+    }
+
+    async fn progress(&self, job: TaskId, event: Value) {
+        if let Err(e) = self.jobs.push_event(job, &event).await {
+            tracing::debug!(%job, error = %e, "cannot record a progress event");
+        }
+    }
+
+    fn model(&self) -> Result<&Model, String> {
+        self.model
+            .as_ref()
+            .ok_or_else(|| "no model is configured for this worker ([model] settings)".to_string())
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.options.task_deadline
+    }
+
+    /// Asks the model for function specifications and stores them.
+    pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let mut meta = self.meta(job).await?;
+        if self.jobs.plan(job).await.map_err(retry)?.is_some() {
+            // Already planned (a redelivery): just say so again.
+            return self
+                .emit(Event::Planned {
+                    job_id: job,
+                    failure: None,
+                })
+                .await;
+        }
+        let _ = self.jobs.set_status(job, JobStatus::Planning).await;
+        self.progress(job, json!({"event": "planning"})).await;
+        let outcome = async {
+            let model = self.model()?;
+            let mut prompt = prompts::plan(&prompts::PlanContext {
+                instruction: &meta.request.instruction,
+                language: meta.request.language.as_str(),
+                constraints: meta.request.constraints.as_deref(),
+            })
+            .map_err(|e| e.to_string())?;
+            if let Some(problem) = &task.problem {
+                prompt.user.push_str(&format!(
+                    "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
+                ));
+            }
+            model
+                .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match outcome {
+            Ok(generated) => {
+                meta.plan_tokens.prompt += generated.usage.prompt_tokens;
+                meta.plan_tokens.completion += generated.usage.completion_tokens;
+                meta.plan_model_calls += generated.calls;
+                self.jobs.put_job_meta(&meta).await.map_err(retry)?;
+                self.jobs
+                    .put_specs(job, &generated.value.functions)
+                    .await
+                    .map_err(retry)?;
+                self.emit(Event::Planned {
+                    job_id: job,
+                    failure: None,
+                })
+                .await
+            }
+            Err(reason) => {
+                self.emit(Event::Planned {
+                    job_id: job,
+                    failure: Some(reason),
+                })
+                .await
+            }
+        }
+    }
+
+    /// Dependencies of `function`, transitively, in plan order (each before its users).
+    fn dependencies(plan: &Plan, function: &str) -> Vec<String> {
+        let mut needed = BTreeSet::new();
+        let mut stack = vec![function.to_owned()];
+        while let Some(name) = stack.pop() {
+            if let Some(spec) = plan.spec(&name) {
+                for dep in &spec.dependencies {
+                    if needed.insert(dep.clone()) {
+                        stack.push(dep.clone());
+                    }
+                }
+            }
+        }
+        plan.specs
+            .iter()
+            .filter(|s| needed.contains(&s.name))
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Tests, implementation, runs and repairs for one function.
+    pub async fn implement(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let function = task
+            .function
+            .clone()
+            .ok_or_else(|| Error::Drop("implement task without a function".into()))?;
+        let meta = self.meta(job).await?;
+        let plan = self.plan_of(job).await?;
+        let spec = plan
+            .spec(&function)
+            .cloned()
+            .ok_or_else(|| Error::Drop(format!("{function} is not in the plan of job {job}")))?;
+        if let Some(existing) = self.jobs.function(job, &function).await.map_err(retry)?
+            && existing.done
+        {
+            return self
+                .emit(Event::FunctionDone {
+                    job_id: job,
+                    function,
+                })
+                .await;
+        }
+        // Verified code of the dependencies, in plan order.
+        let mut dependency_code = Vec::new();
+        for dep in Self::dependencies(&plan, &function) {
+            let outcome = self.jobs.function(job, &dep).await.map_err(retry)?;
+            match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
+                Some(code) => dependency_code.push((dep, code)),
+                None => {
+                    return Err(Error::Drop(format!(
+                        "{function} was started before its dependency {dep} passed"
+                    )));
+                }
+            }
+        }
+        let cache_key = self.cache.as_ref().map(|(_, model)| {
+            proto::job::function_cache_key(meta.request.language, &spec, &dependency_code, model)
+        });
+        if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
+            match cache.cached_function(key).await {
+                Ok(Some(mut cached)) => {
+                    let _ = cache.count_lookup("function", true).await;
+                    cached.cached = true;
+                    cached.name = function.clone();
+                    self.jobs.put_function(job, &cached).await.map_err(retry)?;
+                    self.progress(
+                        job,
+                        json!({"event": "function_cached", "function": function}),
+                    )
+                    .await;
+                    return self
+                        .emit(Event::FunctionDone {
+                            job_id: job,
+                            function,
+                        })
+                        .await;
+                }
+                Ok(None) => {
+                    let _ = cache.count_lookup("function", false).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "function cache unavailable"),
+            }
+        }
+        let started = Instant::now();
+        self.progress(
+            job,
+            json!({"event": "function_started", "function": function}),
+        )
+        .await;
+        let mut outcome = FunctionOutcome {
+            name: function.clone(),
+            passed: false,
+            done: false,
+            tests: vec![],
+            code: None,
+            test_results: vec![],
+            history: vec![],
+            attempts: 0,
+            failure: None,
+            tokens: Tokens::default(),
+            model_calls: 0,
+            generation_ms: 0,
+            execution_ms: 0,
+            cached: false,
+        };
+        let result = self
+            .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
+            .await;
+        if let Err(Error::Retry(reason)) = result {
+            // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
+            return Err(Error::Retry(reason));
+        }
+        if let Err(Error::Drop(reason)) = result {
+            outcome.failure = Some(reason);
+        }
+        outcome.done = true;
+        outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_sub(outcome.execution_ms);
+        self.jobs.put_function(job, &outcome).await.map_err(retry)?;
+        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, outcome.passed)
+            && let Err(e) = cache.put_cached_function(key, &outcome).await
+        {
+            tracing::warn!(error = %e, "cannot cache a verified function");
+        }
+        tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
+        self.emit(Event::FunctionDone {
+            job_id: job,
+            function,
+        })
+        .await
+    }
+
+    /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record.
+    async fn implement_loop(
+        &self,
+        meta: &JobMeta,
+        spec: &proto::generation::FunctionSpec,
+        dependency_code: &[(String, String)],
+        outcome: &mut FunctionOutcome,
+    ) -> Result<(), Error> {
+        let job = meta.id;
+        let language = meta.request.language.as_str();
+        let model = self.model().map_err(Error::Drop)?;
+        let deadline = self.deadline();
+        let tests_prompt = prompts::tests(&prompts::TestsContext {
+            instruction: &meta.request.instruction,
+            language,
+            spec,
+            test_requirements: meta.request.test_requirements.as_deref(),
+            min_cases: self.options.min_cases,
+            max_cases: self.options.max_cases,
+        })
+        .map_err(|e| Error::Drop(e.to_string()))?;
+        let tests = model
+            .generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline)
+            .await
+            .map_err(|e| Error::Drop(format!("writing tests failed: {e}")))?;
+        account(outcome, &tests.usage, tests.calls);
+        outcome.tests = tests.value.cases;
+        self.jobs.put_function(job, outcome).await.map_err(retry)?;
+        let deps: Vec<DependencyCode<'_>> = dependency_code
+            .iter()
+            .map(|(name, code)| DependencyCode { name, code })
+            .collect();
+        let prelude: String = dependency_code
+            .iter()
+            .map(|(_, code)| format!("{}\n\n", code.trim_end()))
+            .collect();
+
+        let mut last: Option<(String, CaseRun)> = None;
+        for attempt in 1..=meta.request.max_iterations {
+            outcome.attempts = attempt;
+            let prompt = match &last {
+                None => prompts::implement(&prompts::ImplementContext {
+                    instruction: &meta.request.instruction,
+                    language,
+                    spec,
+                    dependencies: deps.clone(),
+                    tests: &outcome.tests,
+                }),
+                Some((code, run)) => {
+                    let failures = failures(&outcome.tests, &run.results);
+                    let history: Vec<Attempt<'_>> = outcome
+                        .history
+                        .iter()
+                        .filter(|h| !h.fix.is_empty())
+                        .map(|h| Attempt {
+                            attempt: h.attempt,
+                            error_kind: &h.error_kind,
+                            fix: &h.fix,
+                        })
+                        .collect();
+                    prompts::repair(&prompts::RepairContext {
+                        instruction: &meta.request.instruction,
+                        language,
+                        spec,
+                        dependencies: deps.clone(),
+                        code,
+                        attempt: attempt - 1,
+                        error_kind: &run.error_kind,
+                        error: &run.error,
+                        failures,
+                        history,
+                    })
+                }
+            }
+            .map_err(|e| Error::Drop(e.to_string()))?;
+            let phase = if last.is_none() {
+                Phase::Implement
+            } else {
+                Phase::Repair
+            };
+            let generated = model
+                .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
+                .await
+                .map_err(|e| Error::Drop(format!("{} failed: {e}", phase.as_str())))?;
+            account(outcome, &generated.usage, generated.calls);
+            let code = generated.value.code;
+            if let (Some(analysis), Some(previous)) =
+                (generated.value.analysis, outcome.history.last_mut())
+            {
+                previous.fix = analysis.changes.clone();
+                previous.analysis = Some(analysis);
+            }
+            outcome.code = Some(code.clone());
+            let module = format!("{prelude}{code}");
+            let run = self.run_cases(&module, &spec.name, &outcome.tests).await?;
+            outcome.execution_ms += run.duration_ms;
+            outcome.test_results = run.results.clone();
+            self.progress(
+                job,
+                json!({"event": "attempt", "function": spec.name, "attempt": attempt,
+                       "passed": run.passed, "error_kind": run.error_kind}),
+            )
+            .await;
+            if run.passed {
+                outcome.passed = true;
+                self.jobs.put_function(job, outcome).await.map_err(retry)?;
+                return Ok(());
+            }
+            outcome.history.push(Improvement {
+                function: spec.name.clone(),
+                attempt,
+                error_kind: run.error_kind.clone(),
+                error: run.error.clone(),
+                fix: String::new(),
+                analysis: None,
+            });
+            self.jobs.put_function(job, outcome).await.map_err(retry)?;
+            last = Some((code, run));
+        }
+        let (_, run) = last.unwrap_or_default();
+        Err(Error::Drop(format!(
+            "tests still fail after {} attempts ({}): {}",
+            meta.request.max_iterations, run.error_kind, run.error
+        )))
+    }
+
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
+    async fn run_cases(
+        &self,
+        module: &str,
+        function: &str,
+        cases: &[TestCase],
+    ) -> Result<CaseRun, Error> {
+        let harness_cases: Vec<Value> = cases
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "kind": c.kind, "inputs": c.inputs,
+                       "expected_output": c.expected_output, "expected_error": c.expected_error})
+            })
+            .collect();
+        let request = json!({
+            "function": function,
+            "cases": harness_cases,
+            "case_timeout_ms": self.options.case_timeout_ms,
+            "max_output_bytes": 64 * 1024,
+            "nonce": null,
+        });
+        let execution = ExecutionRequest {
+            language: Language::Python,
+            code: CASES_DRIVER.to_owned(),
+            stdin: None,
+            timeout_ms: self.options.run_timeout_ms,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::from([
+                ("module.py".to_string(), module.to_owned()),
+                ("request.json".to_string(), request.to_string()),
+            ]),
+            return_files: vec![],
+        };
+        let result = self.sandbox.run(&execution).await.map_err(retry)?;
+        let duration_ms = result.duration_ms;
+        let report = result
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("@@codegen-cases@@ "))
+            .and_then(|l| serde_json::from_str::<Value>(l).ok());
+        let Some(report) = report else {
+            // The run itself broke (timeout, memory, a crash): every case fails with that.
+            let kind = match result.status {
+                Status::Timeout => "timeout",
+                Status::MemoryLimit => "memory_limit",
+                Status::OutputLimit => "output_limit",
+                Status::SandboxError | Status::Error => {
+                    return Err(Error::Retry(format!(
+                        "sandbox: {}",
+                        result.reason.unwrap_or_default()
+                    )));
+                }
+                _ => "runtime",
+            };
+            let error = result
+                .reason
+                .clone()
+                .unwrap_or_else(|| tail(&result.stderr, 2000));
+            return Ok(CaseRun {
+                passed: false,
+                results: cases
+                    .iter()
+                    .map(|c| TestResult {
+                        function: function.to_owned(),
+                        test: c.name.clone(),
+                        passed: false,
+                        actual_output: Value::Null,
+                        error: Some(error.clone()),
+                        error_kind: Some(kind.to_owned()),
+                        duration_ms: 0.0,
+                    })
+                    .collect(),
+                error_kind: kind.to_owned(),
+                error,
+                duration_ms,
+            });
+        };
+        let results: Vec<TestResult> = report["cases"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| TestResult {
+                function: function.to_owned(),
+                test: c["name"].as_str().unwrap_or_default().to_owned(),
+                passed: c["passed"].as_bool().unwrap_or(false),
+                actual_output: c["actual_output"].clone(),
+                error: c["error"].as_str().map(str::to_owned),
+                error_kind: c["error_kind"].as_str().map(str::to_owned),
+                duration_ms: c["duration_ms"].as_f64().unwrap_or(0.0),
+            })
+            .collect();
+        let passed = report["passed"].as_bool().unwrap_or(false);
+        let error_kind = report["error_kind"].as_str().unwrap_or("").to_owned();
+        let failed = results.iter().filter(|r| !r.passed).count();
+        let error = match report["error"].as_str() {
+            Some(load_error) => format!(
+                "{load_error}\n{}",
+                report["traceback"].as_str().unwrap_or_default()
+            ),
+            None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
+            None => String::new(),
+        };
+        Ok(CaseRun {
+            passed,
+            results,
+            error_kind,
+            error,
+            duration_ms,
+        })
+    }
+
+    /// Assembles the module, runs every test together, reports quality, stores the result.
+    pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let meta = self.meta(job).await?;
+        if self.jobs.result(job).await.map_err(retry)?.is_some() {
+            return self.emit(Event::Integrated { job_id: job }).await;
+        }
+        let plan = self.plan_of(job).await?;
+        let mut outcomes = BTreeMap::new();
+        for spec in &plan.specs {
+            if let Some(outcome) = self.jobs.function(job, &spec.name).await.map_err(retry)? {
+                outcomes.insert(spec.name.clone(), outcome);
+            }
+        }
+        let module: String = plan
+            .specs
+            .iter()
+            .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.clone()))
+            .map(|code| format!("{}\n\n\n", code.trim_end()))
+            .collect();
+        let all_passed_before = plan
+            .specs
+            .iter()
+            .all(|s| outcomes.get(&s.name).is_some_and(|o| o.passed));
+        let mut test_results = Vec::new();
+        let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
+        if all_passed_before {
+            // Every function against the whole module: catches interference between them.
+            for spec in &plan.specs {
+                let outcome = &outcomes[&spec.name];
+                let run = self.run_cases(&module, &spec.name, &outcome.tests).await?;
+                execution_ms += run.duration_ms;
+                test_results.extend(run.results);
+            }
+        } else {
+            for spec in &plan.specs {
+                if let Some(o) = outcomes.get(&spec.name) {
+                    test_results.extend(o.test_results.iter().cloned());
+                }
+            }
+        }
+        let quality = self.quality(&module, &outcomes, &test_results).await?;
+        let all_tests_passed =
+            all_passed_before && !test_results.is_empty() && test_results.iter().all(|r| r.passed);
+        let failure = plan
+            .specs
+            .iter()
+            .find_map(|s| match outcomes.get(&s.name) {
+                None => Some(format!("{} was never implemented", s.name)),
+                Some(o) if !o.passed => Some(format!(
+                    "{}: {}",
+                    s.name,
+                    o.failure.clone().unwrap_or_else(|| "tests fail".into())
+                )),
+                _ => None,
+            })
+            .or_else(|| {
+                (!all_tests_passed).then(|| "tests fail when the module is assembled".into())
+            });
+        let mut tokens = meta.plan_tokens;
+        let mut model_calls = meta.plan_model_calls;
+        let mut generation_ms = 0;
+        for o in outcomes.values() {
+            tokens.prompt += o.tokens.prompt;
+            tokens.completion += o.tokens.completion;
+            model_calls += o.model_calls;
+            generation_ms += o.generation_ms;
+        }
+        let status = if failure.is_none() {
+            JobStatus::Succeeded
+        } else {
+            JobStatus::Failed
+        };
+        let result = JobResult {
+            job_id: job,
+            status,
+            instruction: meta.request.instruction.clone(),
+            language: meta.request.language,
+            function_specs: plan.specs.clone(),
+            implementations: outcomes
+                .iter()
+                .filter_map(|(n, o)| o.code.clone().map(|c| (n.clone(), c)))
+                .collect(),
+            tests: outcomes
+                .iter()
+                .map(|(n, o)| (n.clone(), o.tests.clone()))
+                .collect(),
+            test_results,
+            all_tests_passed,
+            improvement_history: plan
+                .specs
+                .iter()
+                .filter_map(|s| outcomes.get(&s.name))
+                .flat_map(|o| o.history.iter().cloned())
+                .collect(),
+            documentation: documentation(&meta, &plan),
+            quality,
+            metrics: JobMetrics {
+                generation_ms,
+                execution_ms,
+                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
+                model_calls,
+                tokens,
+                cache: "miss".into(),
+            },
+            failure,
+            validation: "tested".into(),
+            manual_review_recommended: status != JobStatus::Succeeded,
+        };
+        self.jobs.put_result(job, &result).await.map_err(retry)?;
+        self.jobs.set_status(job, status).await.map_err(retry)?;
+        if let (Some((cache, _)), Some(key), JobStatus::Succeeded) =
+            (&self.cache, &meta.cache_key, status)
+            && let Err(e) = cache.put_cached_solution(key, &result).await
+        {
+            tracing::warn!(error = %e, "cannot cache the solution");
+        }
+        self.progress(
+            job,
+            json!({"event": "finished", "status": status, "all_tests_passed": result.all_tests_passed}),
+        )
+        .await;
+        tracing::info!(%job, status = status.as_str(), "job finished");
+        self.emit(Event::Integrated { job_id: job }).await
+    }
+
+    async fn quality(
+        &self,
+        module: &str,
+        outcomes: &BTreeMap<String, FunctionOutcome>,
+        results: &[TestResult],
+    ) -> Result<Quality, Error> {
+        let tests_total = u32::try_from(results.len()).unwrap_or(u32::MAX);
+        let tests_passed = u32::try_from(results.iter().filter(|r| r.passed).count()).unwrap_or(0);
+        let cases: BTreeMap<&String, Vec<Value>> = outcomes
+            .iter()
+            .map(|(n, o)| {
+                (
+                    n,
+                    o.tests
+                        .iter()
+                        .map(|t| json!({"inputs": t.inputs}))
+                        .collect(),
+                )
+            })
+            .collect();
+        let execution = ExecutionRequest {
+            language: Language::Python,
+            code: QUALITY_DRIVER.to_owned(),
+            stdin: None,
+            timeout_ms: self.options.run_timeout_ms,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::from([
+                ("module.py".to_string(), module.to_owned()),
+                (
+                    "cases.json".to_string(),
+                    serde_json::to_string(&cases).unwrap_or_default(),
+                ),
+            ]),
+            return_files: vec![],
+        };
+        let run = self.sandbox.run(&execution).await.map_err(retry)?;
+        let report = run
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("@@codegen-quality@@ "))
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap_or(Value::Null);
+        let coverage = report["coverage"].as_f64().unwrap_or(0.0);
+        let docstrings = report["docstrings"].as_f64().unwrap_or(0.0);
+        let complexity: BTreeMap<String, u32> =
+            serde_json::from_value(report["complexity"].clone()).unwrap_or_default();
+        let dangerous_calls: Vec<String> =
+            serde_json::from_value(report["dangerous_calls"].clone()).unwrap_or_default();
+        let pass_rate = if tests_total == 0 {
+            0.0
+        } else {
+            f64::from(tests_passed) / f64::from(tests_total)
+        };
+        let mean_complexity = if complexity.is_empty() {
+            1.0
+        } else {
+            f64::from(complexity.values().sum::<u32>()) / complexity.len() as f64
+        };
+        let simplicity = if mean_complexity <= 10.0 {
+            1.0
+        } else {
+            10.0 / mean_complexity
+        };
+        let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
+        // Weights (README): tests 0.5, coverage 0.2, docstrings 0.1, simplicity 0.1, safety 0.1.
+        let score =
+            0.5 * pass_rate + 0.2 * coverage + 0.1 * docstrings + 0.1 * simplicity + 0.1 * safety;
+        Ok(Quality {
+            score: (score * 1000.0).round() / 1000.0,
+            tests_passed,
+            tests_total,
+            coverage: (coverage * 1000.0).round() / 1000.0,
+            complexity,
+            docstrings,
+            dangerous_calls,
+        })
+    }
+}
+
+fn account(outcome: &mut FunctionOutcome, usage: &model::Usage, calls: u32) {
+    outcome.tokens.prompt += usage.prompt_tokens;
+    outcome.tokens.completion += usage.completion_tokens;
+    outcome.model_calls += calls;
+}
+
+fn failures<'a>(tests: &'a [TestCase], results: &'a [TestResult]) -> Vec<Failure<'a>> {
+    results
+        .iter()
+        .filter(|r| !r.passed)
+        .filter_map(|r| {
+            let case = tests.iter().find(|t| t.name == r.test)?;
+            Some(Failure {
+                name: &case.name,
+                inputs: &case.inputs,
+                expected_output: &case.expected_output,
+                expected_error: case.expected_error.as_deref(),
+                actual_output: Some(&r.actual_output),
+                error: r.error.as_deref(),
+            })
+        })
+        .collect()
+}
+
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+/// Markdown documentation from the plan: what each function does, how to call it.
+fn documentation(meta: &JobMeta, plan: &Plan) -> String {
+    let mut doc = format!("# Solution\n\n{}\n", meta.request.instruction);
+    for spec in &plan.specs {
+        let args: Vec<String> = spec
+            .inputs
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.ty))
+            .collect();
+        doc.push_str(&format!(
+            "\n## `{}({}) -> {}`\n\n{}\n\nReturns: {}\n",
+            spec.name,
+            args.join(", "),
+            spec.outputs.ty,
+            spec.purpose,
+            spec.outputs.description
+        ));
+        if !spec.dependencies.is_empty() {
+            doc.push_str(&format!("\nUses: {}\n", spec.dependencies.join(", ")));
+        }
+    }
+    doc
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

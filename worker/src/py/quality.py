@@ -1,0 +1,103 @@
+# Static and dynamic quality of an assembled module (stdlib only): line coverage by the
+# test cases, cyclomatic complexity and docstrings per function, and calls that deserve a
+# reviewer's look. Prints one report line. Reported, never a security boundary: the code
+# runs inside the same sandbox as everything else.
+import ast
+import json
+import sys
+
+with open("module.py", encoding="utf-8") as f:
+    source = f.read()
+with open("cases.json", encoding="utf-8") as f:
+    cases = json.load(f)  # {"function": [{"inputs": ...}, ...], ...}
+
+tree = ast.parse(source, "module.py")
+BRANCHES = (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.With,
+            ast.AsyncWith, ast.Assert, ast.comprehension, ast.IfExp, ast.Match)
+DANGEROUS = {"eval", "exec", "compile", "__import__", "os.system", "os.popen", "os.exec",
+             "os.spawn", "subprocess", "socket", "urllib", "http.client", "requests",
+             "shutil.rmtree", "os.remove", "os.unlink", "pickle.loads", "ctypes"}
+
+complexity, documented, functions = {}, 0, []
+for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        functions.append(node.name)
+        if ast.get_docstring(node):
+            documented += 1
+        c = 1
+        for sub in ast.walk(node):
+            if isinstance(sub, BRANCHES):
+                c += 1
+            elif isinstance(sub, ast.BoolOp):
+                c += len(sub.values) - 1
+        complexity[node.name] = c
+
+def dotted(expr):
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        base = dotted(expr.value)
+        return base + "." + expr.attr if base else expr.attr
+    return ""
+
+dangerous = set()
+for node in ast.walk(tree):
+    names = []
+    if isinstance(node, ast.Call):
+        names.append(dotted(node.func))
+    elif isinstance(node, ast.Import):
+        names.extend(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        names.append(node.module)
+    for name in names:
+        for bad in DANGEROUS:
+            if name == bad or name.startswith(bad + "."):
+                dangerous.add(name)
+
+# Executable lines: the first line of every statement outside docstrings.
+executable = set()
+for node in ast.walk(tree):
+    if isinstance(node, ast.stmt):
+        if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant) \
+                and isinstance(node.value.value, str):
+            continue
+        executable.add(node.lineno)
+
+executed = set()
+def tracer(frame, event, arg):
+    if frame.f_code.co_filename == "module.py":
+        if event in ("line", "call"):
+            executed.add(frame.f_lineno)
+        return tracer
+    return None
+
+namespace = {"__name__": "solution"}
+sys.settrace(tracer)
+try:
+    exec(compile(source, "module.py", "exec"), namespace)
+    for name, fn_cases in cases.items():
+        fn = namespace.get(name)
+        if not callable(fn):
+            continue
+        for case in fn_cases:
+            inputs = case.get("inputs")
+            try:
+                if isinstance(inputs, dict):
+                    fn(**inputs)
+                elif isinstance(inputs, list):
+                    fn(*inputs)
+                else:
+                    fn()
+            except BaseException:
+                pass
+finally:
+    sys.settrace(None)
+
+covered = len(executable & executed)
+report = {
+    "coverage": covered / len(executable) if executable else 1.0,
+    "complexity": complexity,
+    "docstrings": documented / len(functions) if functions else 1.0,
+    "dangerous_calls": sorted(dangerous),
+}
+sys.stdout.write("@@codegen-quality@@ " + json.dumps(report) + "\n")
