@@ -763,3 +763,121 @@ pub async fn codegen_cli(args: &[&str], timeout: Duration) -> CliRun {
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// A RabbitMQ node of the test's own (the real server from Debian's package), on its own
+/// ports and data folder, so a test can stop and restart it without disturbing others.
+#[derive(Debug)]
+pub struct PrivateRabbit {
+    pub port: u16,
+    dist_port: u16,
+    dir: tempfile::TempDir,
+    launcher: Option<Child>,
+}
+
+impl PrivateRabbit {
+    pub fn start() -> Self {
+        let mut rabbit = Self {
+            port: free_port(),
+            dist_port: free_port(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            launcher: None,
+        };
+        rabbit.restart();
+        rabbit
+    }
+
+    pub fn url(&self) -> String {
+        format!("amqp://127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.dir.path().join("rabbit.pid")
+    }
+
+    /// (Re)starts the node on the same ports and data; waits until it takes AMQP connections.
+    pub fn restart(&mut self) {
+        assert!(self.launcher.is_none(), "already running");
+        let base = self.dir.path();
+        for sub in ["home", "mnesia", "log"] {
+            std::fs::create_dir_all(base.join(sub)).expect("rabbit folders");
+        }
+        std::fs::write(base.join("enabled_plugins"), "[].").expect("plugins file");
+        std::fs::write(base.join("rabbitmq.conf"), "").expect("config file");
+        std::fs::write(base.join("rabbitmq-env.conf"), "").expect("env file");
+        let _ = std::fs::remove_file(self.pid_file());
+        let log = std::fs::File::create(base.join("server.log")).expect("log");
+        let child = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .current_dir(base)
+            .env("HOME", base.join("home"))
+            .env(
+                "RABBITMQ_NODENAME",
+                format!("rabbit-t{}@localhost", self.port),
+            )
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", base.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", base.join("log"))
+            .env("RABBITMQ_PID_FILE", self.pid_file())
+            .env("RABBITMQ_CONFIG_FILE", base.join("rabbitmq.conf"))
+            .env("RABBITMQ_CONF_ENV_FILE", base.join("rabbitmq-env.conf"))
+            .env(
+                "RABBITMQ_ENABLED_PLUGINS_FILE",
+                base.join("enabled_plugins"),
+            )
+            .env("ERL_EPMD_ADDRESS", "127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("rabbitmq-server is installed (scripts/cluster services installs it)");
+        self.launcher = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "private rabbitmq did not start: {}",
+                std::fs::read_to_string(base.join("server.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the node gracefully (SIGTERM to the Erlang VM) and waits for it to exit.
+    pub fn stop(&mut self) {
+        let Some(mut launcher) = self.launcher.take() else {
+            return;
+        };
+        if let Some(pid) = std::fs::read_to_string(self.pid_file())
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while launcher.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PrivateRabbit {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Cluster {
+    /// Points the processes at another broker (e.g. one the test restarts).
+    pub fn with_broker(mut self, url: String) -> Self {
+        self.extra_env.push(("CODEGEN__BROKER__URL".into(), url));
+        self
+    }
+}

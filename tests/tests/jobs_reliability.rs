@@ -126,3 +126,32 @@ async fn a_model_that_answers_garbage_fails_the_job_with_the_recorded_reason() {
     );
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_broker_restart_mid_batch_loses_no_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rabbit = tests::PrivateRabbit::start();
+    let mut cluster = Cluster::new().with_broker(rabbit.url());
+    let _model = cluster.scripted_model(&slow_script(dir.path(), 300)).await;
+    let _coordinator = cluster.coordinator().await;
+    let (w1, _) = cluster.worker("worker-1").await;
+    let (_w2, _) = cluster.worker("worker-2").await;
+
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let (status, body) = cluster
+            .submit_job(json!({"instruction": format!("sieve, then sum the primes (#{i})")}))
+            .await;
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["job_id"].as_str().unwrap().to_owned());
+    }
+    wait_for_log(&w1, "implement task started", Duration::from_secs(30)).await;
+    rabbit.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rabbit.restart();
+
+    for id in &ids {
+        let result = cluster.wait_job(id, Duration::from_secs(180)).await;
+        assert_eq!(result["status"], "succeeded", "{result:#}");
+    }
+}
