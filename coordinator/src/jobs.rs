@@ -346,6 +346,13 @@ pub(crate) async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
+fn event_function(event: &Event) -> String {
+    match event {
+        Event::FunctionDone { function, .. } => function.clone(),
+        _ => String::new(),
+    }
+}
+
 impl Coordinator {
     pub(crate) async fn publish_task(
         &self,
@@ -450,6 +457,14 @@ impl Coordinator {
         };
         let status = self.jobs.status(id).await.map_err(|e| e.to_string())?;
         if status.is_some_and(JobStatus::is_final) {
+            return Ok(());
+        }
+        if status == Some(JobStatus::Integrating) && matches!(event, Event::FunctionDone { .. }) {
+            // Integration is already under way (a function failed): start nothing new.
+            let _ = self
+                .jobs
+                .complete_function(id, &event_function(event))
+                .await;
             return Ok(());
         }
         match event {

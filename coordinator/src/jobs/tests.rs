@@ -251,3 +251,46 @@ async fn a_plan_failure_from_the_model_is_recorded_as_the_reason() {
     assert_eq!(result.status, JobStatus::Failed);
     assert!(result.failure.unwrap().contains("invalid 3 times"));
 }
+
+#[tokio::test]
+async fn once_integration_started_finishing_functions_release_nothing() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(job, &[spec("a", &[]), spec("b", &[]), spec("c", &["b"])])
+        .await
+        .unwrap();
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: None,
+        },
+    )
+    .await;
+    assert_eq!(published(&broker).await, vec!["a", "b"]);
+    jobs.put_function(job, &outcome("a", false)).await.unwrap();
+    event(
+        &c,
+        &broker,
+        Event::FunctionDone {
+            job_id: job,
+            function: "a".into(),
+        },
+    )
+    .await;
+    assert_eq!(published(&broker).await, vec!["<integrate>"]);
+    // b passes afterwards: c must not start, integration is already assembling the result.
+    jobs.put_function(job, &outcome("b", true)).await.unwrap();
+    event(
+        &c,
+        &broker,
+        Event::FunctionDone {
+            job_id: job,
+            function: "b".into(),
+        },
+    )
+    .await;
+    assert!(published(&broker).await.is_empty());
+}
