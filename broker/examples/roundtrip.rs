@@ -37,7 +37,13 @@ async fn main() {
         })
         .await
         .expect("broker reachable");
-    deliveries.next().await.expect("warm-up delivery").ack().await.ok();
+    deliveries
+        .next()
+        .await
+        .expect("warm-up delivery")
+        .ack()
+        .await
+        .ok();
 
     let consumer = {
         let started_at = started_at.clone();

@@ -248,8 +248,15 @@ impl Inner {
             .saturating_add(64 << 20)
     }
 
+    /// The container's memory (and memory + swap) limit for a program limit of `memory_mb`:
+    /// the runner's reserve on top.
+    fn container_memory(&self, memory_mb: u64) -> i64 {
+        let mib = memory_mb.saturating_add(self.options.runner_memory_mb);
+        i64::try_from(mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX)
+    }
+
     fn container_config(&self, language: Language, memory_mb: u64) -> ContainerCreateBody {
-        let memory = i64::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+        let memory = self.container_memory(memory_mb);
         let tmpfs_opts = format!(
             "rw,nosuid,nodev,noexec,size={}m,uid={PROGRAM_UID},gid={PROGRAM_UID},mode=0700",
             self.options.tmpfs_mb
@@ -476,6 +483,9 @@ impl Inner {
         let this = self.clone();
         self.tasks.spawn(async move {
             match runner.wait_ready(this.options.start_timeout).await {
+                Ok(()) if this.pool(runner.language).counts().1 > this.options.pool_size => {
+                    this.retire(runner, "over the pool size");
+                }
                 Ok(()) => this.pool(runner.language).put_idle(runner),
                 Err(e) => {
                     tracing::warn!(container = runner.short_id(), error = %e, diagnostics = %runner.diagnostics(), "sandbox container not clean after a run");
@@ -494,6 +504,9 @@ impl Inner {
     ) -> Result<Runner, Error> {
         let pool = self.pool(language);
         let deadline = tokio::time::Instant::now() + self.options.checkout_timeout;
+        // After a failed `docker update`, start a container with the right limit even above
+        // the pool size (it is retired when it comes back to a full pool).
+        let mut size = self.options.pool_size;
         loop {
             let notified = pool.changed.notified();
             tokio::pin!(notified);
@@ -501,7 +514,12 @@ impl Inner {
             if self.closing.is_cancelled() {
                 return Err(Error::Unavailable("the sandbox is shutting down".into()));
             }
-            if let Some(mut runner) = pool.take_idle(memory_mb) {
+            let idle = if size > self.options.pool_size {
+                None
+            } else {
+                pool.take_idle(memory_mb)
+            };
+            if let Some(mut runner) = idle {
                 if runner.memory_mb == memory_mb {
                     return Ok(runner);
                 }
@@ -513,11 +531,12 @@ impl Inner {
                     Err(e) => {
                         tracing::debug!(container = runner.short_id(), error = %e, "cannot change the memory limit; replacing the container");
                         self.retire(runner, "memory update failed");
+                        size = self.options.pool_size + 1;
                         continue;
                     }
                 }
             }
-            if pool.reserve(self.options.pool_size) {
+            if pool.reserve(size) {
                 return match self.spawn_runner(language, memory_mb).await {
                     Ok(runner) => Ok(runner),
                     Err(e) => {
@@ -536,7 +555,7 @@ impl Inner {
     }
 
     async fn set_memory(&self, id: &str, memory_mb: u64) -> Result<(), Error> {
-        let memory = i64::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(i64::MAX);
+        let memory = self.container_memory(memory_mb);
         self.docker()
             .await?
             .update_container(
@@ -829,7 +848,11 @@ mod tests {
         assert_eq!(host.network_mode.as_deref(), Some("none"));
         assert_eq!(config.network_disabled, Some(true));
         assert_eq!(host.readonly_rootfs, Some(true));
-        assert_eq!(host.memory, Some(128 * 1024 * 1024));
+        assert_eq!(
+            host.memory,
+            Some((128 + 32) * 1024 * 1024),
+            "the runner's reserve on top"
+        );
         assert_eq!(host.memory_swap, host.memory);
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
         assert_eq!(

@@ -73,6 +73,9 @@ pub struct Options {
     /// Memory limit warm containers start with, in MiB (keep it equal to the coordinator's
     /// `default_memory_mb`: another limit costs a `docker update` at checkout).
     pub pool_memory_mb: u64,
+    /// MiB added to every container's memory limit for the runner's own processes (a Python
+    /// zygote and supervisor, ~25 MiB), so that a program gets the memory it asked for.
+    pub runner_memory_mb: u64,
     /// How long creating a container and starting its runner may take.
     #[serde(with = "humantime_serde")]
     pub start_timeout: Duration,
@@ -98,6 +101,7 @@ impl Default for Options {
             pool_size: 2,
             max_runs_per_container: 200,
             pool_memory_mb: 256,
+            runner_memory_mb: 32,
             start_timeout: Duration::from_secs(30),
             checkout_timeout: Duration::from_secs(120),
         }

@@ -626,7 +626,7 @@ impl TestSandbox {
     /// the container a bomb of `memory_mb` would run in.
     pub async fn require_limits(&self, memory_mb: u64) -> SandboxLimits {
         let limits = self.probe(memory_mb).await;
-        let memory = memory_mb * 1024 * 1024;
+        let memory = (memory_mb + self.options.runner_memory_mb) * 1024 * 1024;
         assert!(
             limits.pids_max > 0 && limits.pids_max <= self.options.pids_limit,
             "refusing to run a bomb: pids.max is {} in the container: {limits:?}",

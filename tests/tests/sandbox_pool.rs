@@ -138,13 +138,24 @@ async fn without_a_pool_every_run_gets_a_fresh_container() {
 async fn the_memory_limit_follows_each_request() {
     let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
     let host = sandbox.hostname().await;
-    for memory_mb in [128, 512, 256] {
+    let reserve = sandbox.options.runner_memory_mb;
+    for memory_mb in [128, 512, 16, 256] {
         let limits = sandbox.probe(memory_mb).await;
-        assert_eq!(limits.memory_bytes, memory_mb << 20);
-        assert_eq!(limits.memsw_bytes, memory_mb << 20);
+        assert_eq!(limits.memory_bytes, (memory_mb + reserve) << 20);
+        assert_eq!(limits.memsw_bytes, (memory_mb + reserve) << 20);
         assert_eq!(limits.hostname, host, "the same warm container, updated");
     }
-    assert_eq!(sandbox.stats().memory_updates, 3);
+    assert_eq!(sandbox.stats().memory_updates, 4);
+    // The smallest limit the API allows still runs a program, and a program gets about what
+    // it asked for.
+    let mut request = TestSandbox::request("print(len(bytearray(12 << 20)))");
+    request.memory_mb = 16;
+    assert_eq!(sandbox.run_request(&request).await.status, Status::Passed);
+    request.code = "x = bytearray(40 << 20)".into();
+    assert_eq!(
+        sandbox.run_request(&request).await.status,
+        Status::MemoryLimit
+    );
     sandbox.stop().await;
 }
 
