@@ -76,54 +76,23 @@ impl crate::RedisStore {
 #[async_trait]
 impl CacheStore for crate::RedisStore {
     async fn cached_solution(&self, key: &str) -> Result<Option<JobResult>, Error> {
-        let full = self.cache_key(&format!("solution:{key}"));
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&full)
+        self.get_msgpack(&self.cache_key(&format!("solution:{key}")))
             .await
-            .map_err(crate::redis::backend)?;
-        bytes
-            .map(|b| {
-                JobResult::decode(&b).map_err(|e| Error::Corrupt {
-                    key: full.clone(),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
     }
 
     async fn put_cached_solution(&self, key: &str, result: &JobResult) -> Result<(), Error> {
-        let full = self.cache_key(&format!("solution:{key}"));
-        self.connection()
-            .set_ex::<_, _, ()>(full, result.encode(), self.ttl_secs())
+        self.set_msgpack(&self.cache_key(&format!("solution:{key}")), result)
             .await
-            .map_err(crate::redis::backend)
     }
 
     async fn cached_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
-        let full = self.cache_key(&format!("function:{key}"));
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&full)
+        self.get_msgpack(&self.cache_key(&format!("function:{key}")))
             .await
-            .map_err(crate::redis::backend)?;
-        bytes
-            .map(|b| {
-                rmp_serde::from_slice(&b).map_err(|e| Error::Corrupt {
-                    key: full.clone(),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
     }
 
     async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error> {
-        let full = self.cache_key(&format!("function:{key}"));
-        let bytes = rmp_serde::to_vec_named(outcome).expect("an outcome always serializes");
-        self.connection()
-            .set_ex::<_, _, ()>(full, bytes, self.ttl_secs())
+        self.set_msgpack(&self.cache_key(&format!("function:{key}")), outcome)
             .await
-            .map_err(crate::redis::backend)
     }
 
     async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error> {

@@ -29,7 +29,6 @@ use proto::generation::FunctionSpec;
 use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use redis::AsyncCommands;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::Error;
 
@@ -93,12 +92,6 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     rmp_serde::to_vec_named(value).expect("job state always serializes")
 }
 
-fn decode<T: DeserializeOwned>(key: &str, bytes: Option<Vec<u8>>) -> Result<Option<T>, Error> {
-    bytes
-        .map(|b| rmp_serde::from_slice(&b).map_err(|e| corrupt(key, e)))
-        .transpose()
-}
-
 /// Keys of one job.
 struct JobKeys {
     base: String,
@@ -151,20 +144,12 @@ impl JobStore for crate::RedisStore {
 
     async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error> {
         let key = JobKeys::new(self.prefix(), id).key("meta");
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
-        decode(&key, bytes)
+        self.get_msgpack(&key).await
     }
 
     async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error> {
         let key = JobKeys::new(self.prefix(), meta.id).key("meta");
-        self.connection()
-            .set_ex::<_, _, ()>(key, encode(meta), self.ttl_secs())
-            .await
-            .map_err(crate::redis::backend)
+        self.set_msgpack(&key, meta).await
     }
 
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
@@ -191,20 +176,12 @@ impl JobStore for crate::RedisStore {
 
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
         let key = JobKeys::new(self.prefix(), id).key("specs");
-        self.connection()
-            .set_ex::<_, _, ()>(key, encode(&specs), self.ttl_secs())
-            .await
-            .map_err(crate::redis::backend)
+        self.set_msgpack(&key, &specs).await
     }
 
     async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
         let key = JobKeys::new(self.prefix(), id).key("specs");
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
-        decode(&key, bytes)
+        self.get_msgpack(&key).await
     }
 
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
@@ -244,30 +221,17 @@ impl JobStore for crate::RedisStore {
 
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
         let key = JobKeys::new(self.prefix(), id).key("plan");
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
-        decode(&key, bytes)
+        self.get_msgpack(&key).await
     }
 
     async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
         let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{}", outcome.name));
-        self.connection()
-            .set_ex::<_, _, ()>(key, encode(outcome), self.ttl_secs())
-            .await
-            .map_err(crate::redis::backend)
+        self.set_msgpack(&key, outcome).await
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
         let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{name}"));
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
-        decode(&key, bytes)
+        self.get_msgpack(&key).await
     }
 
     async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error> {
@@ -382,12 +346,7 @@ impl JobStore for crate::RedisStore {
 
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {
         let key = batch_key(self.prefix(), id);
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
-        decode(&key, bytes)
+        self.get_msgpack(&key).await
     }
 }
 

@@ -98,6 +98,35 @@ impl RedisStore {
         self.inner.connection.clone()
     }
 
+    /// Reads a MessagePack value; a value that does not decode is `Error::Corrupt`.
+    pub(crate) async fn get_msgpack<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, Error> {
+        let bytes: Option<Vec<u8>> = self.connection().get(key).await.map_err(backend)?;
+        bytes
+            .map(|b| {
+                rmp_serde::from_slice(&b).map_err(|e| Error::Corrupt {
+                    key: key.to_owned(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// Writes a MessagePack value (named fields) with the configured time to live.
+    pub(crate) async fn set_msgpack<T: serde::Serialize + ?Sized>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), Error> {
+        let bytes = rmp_serde::to_vec_named(value).expect("stored values always serialize");
+        self.connection()
+            .set_ex::<_, _, ()>(key, bytes, self.ttl_secs())
+            .await
+            .map_err(backend)
+    }
+
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
     }
