@@ -175,6 +175,12 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     // every container once `infra` is cancelled (after the worker has drained).
     let (sandbox, pools) = sandbox::DockerSandbox::build(settings.sandbox.clone());
     let sandbox = Arc::new(sandbox);
+    {
+        let sandbox = sandbox.clone();
+        registry.register(Box::new(worker::PoolCollector::new(move || {
+            sandbox.stats()
+        })))?;
+    }
     let pools = tokio::spawn(pools.run(infra.clone()));
 
     let readiness = {

@@ -1,22 +1,30 @@
-//! HTTP routes of the public API.
+//! HTTP routes of the public API, and the OpenAPI document that describes them.
+//!
+//! The document (`GET /openapi.json`) is generated from the handlers' `#[utoipa::path]`
+//! attributes and the body types' `ToSchema` derives, then given the configured limits, so it
+//! cannot drift from what the routes accept and answer. [`routes`] is the one list the router
+//! is built from; a test checks that every entry is in the document.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use broker::Outgoing;
 use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome, Pending};
 use proto::{
     Envelope, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
 };
 use serde::Deserialize;
+use serde_json::{Value, json};
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
 
 use crate::auth::Tenant;
 use crate::{Coordinator, now_ms};
@@ -57,24 +65,57 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Every API route: method, path (as in the OpenAPI document) and handler. The router is
+/// built from this list and nothing else, so [`routes`] is exactly what it serves.
+fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
+    vec![
+        ("POST", "/v1/executions", post(submit)),
+        ("GET", "/v1/executions/{id}", get(fetch)),
+        ("POST", "/v1/jobs", post(crate::jobs::submit)),
+        ("GET", "/v1/jobs/{id}", get(crate::jobs::fetch)),
+        ("GET", "/v1/jobs/{id}/events", get(crate::jobs::events)),
+        ("POST", "/v1/batches", post(crate::batches::submit)),
+        ("GET", "/v1/batches/{id}", get(crate::batches::fetch)),
+        ("GET", "/v1/cache/stats", get(crate::jobs::cache_stats)),
+        ("DELETE", "/v1/cache", delete(crate::jobs::cache_clear)),
+        ("GET", "/openapi.json", get(openapi_json)),
+    ]
+}
+
+/// The routes [`router`] serves, as (method, path). `/healthz`, `/readyz` and `/metrics`
+/// come from `telemetry::ops_router`, merged in by [`Coordinator::run`].
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    endpoints()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect()
+}
+
+/// Routes that need no API key.
+const OPEN_ROUTES: &[&str] = &["/openapi.json"];
+
 /// The API routes, with request metrics and tracing.
 pub fn router(coordinator: Coordinator) -> Router {
-    Router::new()
-        .route("/v1/executions", post(submit))
-        .route("/v1/executions/{id}", get(fetch))
-        .route("/v1/jobs", post(crate::jobs::submit))
-        .route("/v1/jobs/{id}", get(crate::jobs::fetch))
-        .route("/v1/jobs/{id}/events", get(crate::jobs::events))
-        .route("/v1/batches", post(crate::batches::submit))
-        .route("/v1/batches/{id}", get(crate::batches::fetch))
-        .route("/v1/cache/stats", get(crate::jobs::cache_stats))
-        .route("/v1/cache", axum::routing::delete(crate::jobs::cache_clear))
+    let document: Arc<str> = openapi_document(&coordinator.options).to_string().into();
+    let (open, tenanted): (Vec<_>, Vec<_>) = endpoints()
+        .into_iter()
+        .partition(|(_, path, _)| OPEN_ROUTES.contains(path));
+    let mut api = Router::new();
+    for (_, path, endpoint) in tenanted {
+        api = api.route(path, endpoint);
+    }
+    let mut router = api
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(coordinator.options.max_body_bytes))
         .layer(middleware::from_fn_with_state(
             coordinator.clone(),
             crate::auth::authenticate,
-        ))
+        ));
+    for (_, path, endpoint) in open {
+        router = router.route(path, endpoint);
+    }
+    router
+        .layer(Extension(Document(document)))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
         .layer(TraceLayer::new_for_http())
         .with_state(coordinator)
@@ -99,11 +140,14 @@ async fn observe(State(c): State<Coordinator>, request: Request, next: Next) -> 
     response
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct SubmitParams {
-    /// Wait for the verdict (default) or answer 202 with the id at once.
+    /// Wait for the verdict (default, up to `coordinator.wait`) or answer 202 with the id at
+    /// once.
     #[serde(default = "yes")]
+    #[param(default = true)]
     wait: bool,
 }
 
@@ -200,6 +244,28 @@ pub(crate) fn validate(
     })
 }
 
+/// Runs a program in the sandbox.
+///
+/// Answers with the verdict once a worker stored it, or 202 with the id (and a `Location` to
+/// poll) with `?wait=false` or when the verdict takes longer than `coordinator.wait`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions",
+    operation_id = "submit_execution",
+    tag = "executions",
+    params(SubmitParams),
+    request_body = ExecutionSubmission,
+    responses(
+        (status = 200, description = "The verdict.", body = ExecutionView),
+        (status = 202, description = "Queued: no verdict yet (`status` is `queued`).",
+            body = ExecutionView, headers(("Location" = String, description = "Where to poll."))),
+        (status = 400, description = "Malformed body or query (not JSON, unknown field).", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
+    )
+)]
 async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
@@ -209,7 +275,7 @@ async fn submit(
     let Query(params) =
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let submission: ExecutionSubmission = serde_json::from_slice(&body).map_err(|e| {
+    let submission: ExecutionSubmission = from_json(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("invalid request body: {e}"),
@@ -287,11 +353,27 @@ async fn submit(
     })
 }
 
+/// An execution: its verdict, or `queued` while no worker has finished it.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}",
+    operation_id = "get_execution",
+    tag = "executions",
+    params(("id" = TaskId, Path, description = "Execution id.")),
+    responses(
+        (status = 200, description = "The verdict, or `status: queued`.", body = ExecutionView),
+        (status = 400, description = "Not an execution id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such execution (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 async fn fetch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
     let id: TaskId = id.parse().map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -332,6 +414,258 @@ async fn fetch(
 
 fn view(id: TaskId, outcome: Outcome) -> axum::Json<ExecutionView> {
     axum::Json(ExecutionView { id, outcome })
+}
+
+/// Reads a JSON request body. A number with a zero fraction (`10.0`) counts as an integer, as
+/// JSON Schema (and so the OpenAPI document) counts it.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+    let mut value: Value = serde_json::from_slice(bytes)?;
+    integral(&mut value);
+    serde_json::from_value(value)
+}
+
+/// Rewrites integral floats (exactly representable, |x| <= 2^53) as integers.
+fn integral(value: &mut Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n
+                .as_f64()
+                .filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT)
+            {
+                // Exact: integral and within 2^53.
+                #[allow(clippy::cast_possible_truncation)]
+                let i = f as i64;
+                *value = Value::from(i);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral),
+        Value::Object(fields) => fields.values_mut().for_each(integral),
+        _ => {}
+    }
+}
+
+/// A path that cannot be read (e.g. not UTF-8 once percent-decoded) is a 400 like any other.
+pub(crate) fn path_rejected(rejection: PathRejection) -> ApiError {
+    ApiError::new(rejection.status(), rejection.body_text())
+}
+
+/// The served document, rendered once when the router is built.
+#[derive(Debug, Clone)]
+struct Document(Arc<str>);
+
+/// This document: every route of the API, generated from the handlers and body types.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "The OpenAPI document.", body = Object))
+)]
+async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document.to_string(),
+    )
+        .into_response()
+}
+
+/// The OpenAPI document of the API. Generated from the `#[utoipa::path]` attributes of the
+/// handlers and the `ToSchema` derives of the body types; [`openapi_document`] adds the
+/// configured limits.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "codegen-cluster",
+        description = "Runs untrusted code in a sandbox and turns natural-language requests into tested code. \
+            With API keys configured (`CODEGEN__COORDINATOR__API_KEYS__<TENANT>`), every `/v1/*` request \
+            needs `Authorization: Bearer <key>` (or `X-API-Key`) and sees only its tenant's work; \
+            without keys the API is open. Every 4xx/5xx answer is an `ErrorBody` \
+            (except `/readyz`, whose 503 is a readiness report)."
+    ),
+    paths(
+        submit,
+        fetch,
+        crate::jobs::submit,
+        crate::jobs::fetch,
+        crate::jobs::events,
+        crate::batches::submit,
+        crate::batches::fetch,
+        crate::jobs::cache_stats,
+        crate::jobs::cache_clear,
+        openapi_json,
+        ops::healthz,
+        ops::readyz,
+        ops::metrics,
+    ),
+    modifiers(&Security),
+    security((), ("bearer" = []), ("api_key" = [])),
+    tags(
+        (name = "executions", description = "Run a program in the sandbox."),
+        (name = "jobs", description = "Generate tested code from an instruction."),
+        (name = "batches", description = "Many jobs in one request."),
+        (name = "cache", description = "The solution and function-level caches."),
+        (name = "operations", description = "Health, readiness, metrics and this document; never need a key."),
+    )
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+/// The optional API key, as a bearer token or an `X-API-Key` header.
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            utoipa::openapi::security::SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The tenant's API key; only when keys are configured."))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "api_key",
+            utoipa::openapi::security::SecurityScheme::ApiKey(ApiKey::Header(
+                ApiKeyValue::with_description(
+                    "X-API-Key",
+                    "The tenant's API key; only when keys are configured.",
+                ),
+            )),
+        );
+    }
+}
+
+/// The document as served: [`ApiDoc`] plus the limits of this coordinator's configuration, so
+/// that a request the document allows is one `validate` accepts (byte-size limits excepted:
+/// JSON Schema counts characters).
+pub fn openapi_document(options: &crate::Options) -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+    let schemas = &mut doc["components"]["schemas"];
+    let path_pattern = json!(FILE_PATH_PATTERN);
+    let execution = &mut schemas["ExecutionSubmission"]["properties"];
+    limit(
+        &mut execution["timeout_ms"],
+        json!({"minimum": 1, "maximum": options.max_timeout_ms}),
+    );
+    limit(
+        &mut execution["memory_mb"],
+        json!({"minimum": options.min_memory_mb, "maximum": options.max_memory_mb}),
+    );
+    limit(
+        &mut execution["files"],
+        json!({"maxProperties": proto::execution::MAX_FILES,
+               "propertyNames": {"minLength": 1, "pattern": path_pattern}}),
+    );
+    limit(
+        &mut execution["return_files"],
+        json!({"maxItems": proto::execution::MAX_FILES}),
+    );
+    limit(
+        &mut execution["return_files"]["items"],
+        json!({"minLength": 1, "pattern": path_pattern}),
+    );
+    let job = &mut schemas["JobSubmission"]["properties"];
+    limit(
+        &mut job["instruction"],
+        json!({"pattern": NOT_BLANK_PATTERN}),
+    );
+    limit(
+        &mut job["max_iterations"],
+        json!({"minimum": 1, "maximum": options.max_iterations_limit}),
+    );
+    limit(
+        &mut doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/x-ndjson"]
+            ["schema"],
+        json!({"minItems": 1, "maxItems": options.max_batch_jobs}),
+    );
+    doc
+}
+
+/// Adds `constraints` to a generated schema; for a nullable one (`type: [.., "null"]` or a
+/// `oneOf` with `null`), to its non-null part.
+fn limit(schema: &mut Value, constraints: Value) {
+    assert!(
+        schema.is_object(),
+        "no schema to limit: the document changed"
+    );
+    let target = match schema.get_mut("oneOf") {
+        Some(Value::Array(variants)) => variants
+            .iter_mut()
+            .find(|v| v.get("type") != Some(&json!("null")))
+            .expect("a non-null variant"),
+        _ => schema,
+    };
+    let (Value::Object(target), Value::Object(constraints)) = (target, constraints) else {
+        unreachable!("schemas and constraints are objects")
+    };
+    target.extend(constraints);
+}
+
+/// `proto::execution::check_file_path` as a regular expression: `/`-separated components,
+/// none empty, `.` or `..`, no NUL, not `main.py` (the 1024-byte limit is not expressed).
+const FILE_PATH_PATTERN: &str =
+    r"^(?!main\.py$)(?!(?:[^/]*/)*\.{1,2}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$";
+
+/// An instruction is trimmed (Unicode white space) and must not be empty.
+const NOT_BLANK_PATTERN: &str =
+    r"[^\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]";
+
+/// The `/readyz` body as the document shows it; `telemetry::ReadinessReport` is what is sent
+/// (a test checks that the two agree).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ReadinessReport {
+    ready: bool,
+    /// `"ok"` or the reason, per dependency (`broker`, `redis`, `process` while shutting down).
+    checks: std::collections::BTreeMap<String, String>,
+}
+
+/// The operations routes of `telemetry::ops_router`, served next to the API without a key.
+/// Only their documentation lives here.
+#[allow(dead_code)]
+mod ops {
+    use super::ReadinessReport;
+
+    /// 200 while the process runs.
+    #[utoipa::path(
+        get,
+        path = "/healthz",
+        tag = "operations",
+        security(()),
+        responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+    )]
+    pub(super) fn healthz() {}
+
+    /// 200 when every dependency answers; otherwise 503 naming each failing one.
+    #[utoipa::path(
+        get,
+        path = "/readyz",
+        tag = "operations",
+        security(()),
+        responses(
+            (status = 200, description = "Ready.", body = ReadinessReport),
+            (status = 503, description = "Not ready (or shutting down); `checks` says why.", body = ReadinessReport),
+        )
+    )]
+    pub(super) fn readyz() {}
+
+    /// Prometheus metrics in the text exposition format.
+    #[utoipa::path(
+        get,
+        path = "/metrics",
+        tag = "operations",
+        security(()),
+        responses(
+            (status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
+            (status = 500, description = "The metrics could not be encoded.", body = String, content_type = "text/plain"),
+        )
+    )]
+    pub(super) fn metrics() {}
 }
 
 #[cfg(test)]

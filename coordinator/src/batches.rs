@@ -11,17 +11,18 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Extension, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{StreamExt, TryStreamExt};
 use proto::TaskId;
 use proto::api::ErrorBody;
-use proto::job::{Batch, JobRequest, JobSubmission};
-use serde_json::json;
+use proto::job::{Batch, JobRequest, JobStatus, JobSubmission};
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::api::ApiError;
+use crate::api::{ApiError, from_json, path_rejected};
 use crate::auth::Tenant;
 use crate::jobs::{Created, create_job, validate};
 use crate::{Coordinator, now_ms};
@@ -78,7 +79,7 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
     }
     let mut requests = Vec::with_capacity(lines.len());
     for (number, line) in lines {
-        let submission: JobSubmission = serde_json::from_str(line).map_err(|e| {
+        let submission: JobSubmission = from_json(line.as_bytes()).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("line {number}: invalid job: {e}"),
@@ -92,7 +93,93 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
     Ok(requests)
 }
 
-/// `POST /v1/batches`: 202 `{"batch_id", "jobs": [ids in input order]}`.
+/// The 202 answer of `POST /v1/batches`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BatchAccepted {
+    batch_id: TaskId,
+    /// The jobs' ids, in the order of the lines.
+    jobs: Vec<TaskId>,
+}
+
+/// `GET /v1/batches/{id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BatchView {
+    batch_id: TaskId,
+    status: BatchStatus,
+    /// Jobs by status.
+    counts: BTreeMap<BatchJobStatus, usize>,
+    /// Every job, in input order.
+    jobs: Vec<BatchJob>,
+}
+
+/// `done` once every job is `succeeded`, `failed` or `unknown`.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BatchStatus {
+    Running,
+    Done,
+}
+
+/// One job of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BatchJob {
+    job_id: TaskId,
+    status: BatchJobStatus,
+}
+
+/// A job's status, or `unknown` once its state has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BatchJobStatus {
+    Queued,
+    Planning,
+    Running,
+    Integrating,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl From<Option<JobStatus>> for BatchJobStatus {
+    fn from(status: Option<JobStatus>) -> Self {
+        match status {
+            Some(JobStatus::Queued) => Self::Queued,
+            Some(JobStatus::Planning) => Self::Planning,
+            Some(JobStatus::Running) => Self::Running,
+            Some(JobStatus::Integrating) => Self::Integrating,
+            Some(JobStatus::Succeeded) => Self::Succeeded,
+            Some(JobStatus::Failed) => Self::Failed,
+            None => Self::Unknown,
+        }
+    }
+}
+
+/// Submits many jobs at once: a JSONL body, one `JobSubmission` per line (blank lines are
+/// skipped).
+///
+/// Every line is validated before anything is created: a bad line answers 400 or 422 naming
+/// the line and the field, and no job is created. Each job is then an ordinary job.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    operation_id = "submit_batch",
+    tag = "batches",
+    request_body(
+        content = Vec<JobSubmission>,
+        content_type = "application/x-ndjson",
+        description = "One `JobSubmission` JSON object per line (the array's items, one per line; \
+            not a JSON array), at most `coordinator.max_batch_jobs` lines."
+    ),
+    responses(
+        (status = 202, description = "Every job was created.", body = BatchAccepted,
+            headers(("Location" = String, description = "The batch."))),
+        (status = 400, description = "A line is not a job (not JSON, unknown field) or not UTF-8.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "No jobs, too many, or a value out of range; names the line and field.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker failed; names the jobs already accepted (they run on).", body = ErrorBody),
+    )
+)]
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
@@ -139,19 +226,38 @@ pub(crate) async fn submit(
     Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, format!("/v1/batches/{}", batch.id))],
-        axum::Json(json!({"batch_id": batch.id, "jobs": batch.jobs})),
+        axum::Json(BatchAccepted {
+            batch_id: batch.id,
+            jobs: batch.jobs,
+        }),
     )
         .into_response())
 }
 
-/// `GET /v1/batches/{id}`: `{"batch_id", "status": running|done, "counts": {status: n},
-/// "jobs": [{"job_id", "status"}]}`, jobs in input order. A job whose state has expired counts
-/// as `unknown` (and as done). Another tenant's batch is 404, as an unknown one.
+/// A batch: its jobs in input order with their statuses, and counts by status.
+///
+/// A job whose state has expired counts as `unknown` (and as done). Another tenant's batch is
+/// 404, as an unknown one.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}",
+    operation_id = "get_batch",
+    tag = "batches",
+    params(("id" = TaskId, Path, description = "Batch id.")),
+    responses(
+        (status = 200, description = "The batch's jobs and their statuses.", body = BatchView),
+        (status = 400, description = "Not a batch id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn fetch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
     let id: TaskId = id
         .parse()
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a batch id: {e}")))?;
@@ -171,21 +277,28 @@ pub(crate) async fn fetch(
         .try_collect()
         .await
         .map_err(unavailable)?;
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
     let mut done = true;
     let mut jobs = Vec::with_capacity(batch.jobs.len());
     for (job, status) in batch.jobs.iter().zip(&statuses) {
-        let name = status.map_or("unknown", |s| s.as_str());
         done &= status.is_none_or(|s| s.is_final());
-        *counts.entry(name).or_default() += 1;
-        jobs.push(json!({"job_id": job, "status": name}));
+        let status = BatchJobStatus::from(*status);
+        *counts.entry(status).or_default() += 1;
+        jobs.push(BatchJob {
+            job_id: *job,
+            status,
+        });
     }
-    Ok(axum::Json(json!({
-        "batch_id": batch.id,
-        "status": if done { "done" } else { "running" },
-        "counts": counts,
-        "jobs": jobs,
-    }))
+    Ok(axum::Json(BatchView {
+        batch_id: batch.id,
+        status: if done {
+            BatchStatus::Done
+        } else {
+            BatchStatus::Running
+        },
+        counts,
+        jobs,
+    })
     .into_response())
 }
 

@@ -6,21 +6,24 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use broker::{Delivery, Outgoing, Queue};
 use futures::{Stream, StreamExt};
+use proto::api::{ErrorBody, Pending};
 use proto::job::{
     Event, JobMeta, JobMetrics, JobRequest, JobResult, JobStatus, JobSubmission, JobTask, Quality,
 };
 use proto::{Envelope, Language, Task, TaskId};
+use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
 
-use crate::api::ApiError;
+use crate::api::{ApiError, from_json, path_rejected};
 use crate::auth::Tenant;
 use crate::planning::plan;
 use crate::{Coordinator, now_ms};
@@ -85,15 +88,103 @@ pub(crate) fn validate(
     })
 }
 
-/// `POST /v1/jobs`: accepted jobs answer 202 with their id at once; a solution-cache hit
-/// answers 200 with the result.
+/// The 202 answer of `POST /v1/jobs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JobAccepted {
+    job_id: TaskId,
+    status: Pending,
+}
+
+/// `GET /v1/jobs/{id}`: the result once the job is done, its progress before.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum JobView {
+    Done(Box<JobResult>),
+    Running(JobProgress),
+}
+
+/// A job that is not done yet.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JobProgress {
+    job_id: TaskId,
+    status: JobStatus,
+    /// Every planned function (none before the plan is accepted).
+    functions: BTreeMap<String, FunctionProgress>,
+}
+
+/// Where one function of a running job is.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct FunctionProgress {
+    /// Final: no more attempts will be made.
+    done: bool,
+    /// Its tests pass.
+    passed: bool,
+    /// Implementation attempts so far.
+    attempts: u32,
+}
+
+/// One server-sent event of `GET /v1/jobs/{id}/events` (documentation only: the handler writes
+/// these fields as SSE lines).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct JobEvent {
+    /// Position in the job's progress stream.
+    id: String,
+    /// The event's name: its `event` field (`progress` when it has none).
+    event: String,
+    /// The event as a JSON object.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// `GET /v1/cache/stats`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CacheStats {
+    /// The model identity the cache is keyed on (provider/model@prompt version).
+    model: String,
+    /// Cached solutions.
+    solutions: u64,
+    /// Cached verified functions.
+    functions: u64,
+    /// `solution_hits`, `solution_misses`, `function_hits`, `function_misses`.
+    counters: BTreeMap<String, u64>,
+}
+
+/// `DELETE /v1/cache`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CacheCleared {
+    /// Entries removed (solutions and functions).
+    removed: u64,
+}
+
+/// Submits a generation job.
+///
+/// Accepted jobs answer 202 with their id at once (and a `Location`); a solution-cache hit
+/// answers 200 with the finished result (`metrics.cache: hit`).
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    operation_id = "submit_job",
+    tag = "jobs",
+    request_body = JobSubmission,
+    responses(
+        (status = 200, description = "Answered from the solution cache.", body = JobResult),
+        (status = 202, description = "Accepted.", body = JobAccepted,
+            headers(("Location" = String, description = "The job."))),
+        (status = 400, description = "Malformed body (not JSON, unknown field).", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let submission: JobSubmission = serde_json::from_slice(&body).map_err(|e| {
+    let submission: JobSubmission = from_json(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("invalid request body: {e}"),
@@ -105,7 +196,10 @@ pub(crate) async fn submit(
         Created::Queued(id) => (
             StatusCode::ACCEPTED,
             [(header::LOCATION, format!("/v1/jobs/{id}"))],
-            axum::Json(json!({"job_id": id, "status": "queued"})),
+            axum::Json(JobAccepted {
+                job_id: id,
+                status: Pending::Queued,
+            }),
         )
             .into_response(),
     })
@@ -222,26 +316,52 @@ async fn answer_from_cache(
     Ok(result)
 }
 
-/// `GET /v1/cache/stats`.
+/// Entry counts and hit/miss counters of the solution and function-level caches.
+#[utoipa::path(
+    get,
+    path = "/v1/cache/stats",
+    operation_id = "cache_stats",
+    tag = "cache",
+    responses(
+        (status = 200, description = "The counts.", body = CacheStats),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "This coordinator runs without a cache.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response, ApiError> {
     let Some((cache, model)) = &c.cache else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
     };
     let stats = cache.cache_stats().await.map_err(unavailable)?;
-    Ok(
-        axum::Json(json!({"model": model, "solutions": stats.solutions,
-        "functions": stats.functions, "counters": stats.counters}))
-        .into_response(),
-    )
+    Ok(axum::Json(CacheStats {
+        model: model.clone(),
+        solutions: stats.solutions,
+        functions: stats.functions,
+        counters: stats.counters,
+    })
+    .into_response())
 }
 
-/// `DELETE /v1/cache`.
+/// Empties the solution and function-level caches.
+#[utoipa::path(
+    delete,
+    path = "/v1/cache",
+    operation_id = "clear_cache",
+    tag = "cache",
+    responses(
+        (status = 200, description = "Emptied.", body = CacheCleared),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "This coordinator runs without a cache.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn cache_clear(State(c): State<Coordinator>) -> Result<Response, ApiError> {
     let Some((cache, _)) = &c.cache else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
     };
     let removed = cache.clear_cache().await.map_err(unavailable)?;
-    Ok(axum::Json(json!({"removed": removed})).into_response())
+    Ok(axum::Json(CacheCleared { removed }).into_response())
 }
 
 fn task(job_id: TaskId, function: Option<String>, problem: Option<String>) -> JobTask {
@@ -265,16 +385,31 @@ pub(crate) async fn visible(c: &Coordinator, tenant: &Tenant, id: TaskId) -> Res
     }
 }
 
-/// `GET /v1/jobs/{id}`: the result when done, else the status and per-function progress.
+/// A job: its result when done, else its status and per-function progress.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    operation_id = "get_job",
+    tag = "jobs",
+    params(("id" = TaskId, Path, description = "Job id.")),
+    responses(
+        (status = 200, description = "The result, or the progress while it runs.", body = JobView),
+        (status = 400, description = "Not a job id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn fetch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
     let id = parse_id(&id)?;
     visible(&c, &tenant, id).await?;
     if let Some(result) = c.jobs.result(id).await.map_err(unavailable)? {
-        return Ok(axum::Json(result).into_response());
+        return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
     }
     let Some(status) = c.jobs.status(id).await.map_err(unavailable)? else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
@@ -286,21 +421,54 @@ pub(crate) async fn fetch(
             functions.insert(
                 spec.name.clone(),
                 match outcome {
-                    Some(o) => json!({"done": o.done, "passed": o.passed, "attempts": o.attempts}),
-                    None => json!({"done": false, "passed": false, "attempts": 0}),
+                    Some(o) => FunctionProgress {
+                        done: o.done,
+                        passed: o.passed,
+                        attempts: o.attempts,
+                    },
+                    None => FunctionProgress {
+                        done: false,
+                        passed: false,
+                        attempts: 0,
+                    },
                 },
             );
         }
     }
-    Ok(axum::Json(json!({"job_id": id, "status": status, "functions": functions})).into_response())
+    Ok(axum::Json(JobView::Running(JobProgress {
+        job_id: id,
+        status,
+        functions,
+    }))
+    .into_response())
 }
 
-/// `GET /v1/jobs/{id}/events`: progress as server-sent events, ending with the job.
+/// A job's progress as server-sent events, replayed from the start and ending with the job.
+///
+/// Each event's name is its `event` field (`queued`, `planning`, `planned`, `replanning`,
+/// `function_started`, `attempt`, `function_cached`, `function_done`, `finished`); its data is
+/// the JSON object.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events",
+    operation_id = "job_events",
+    tag = "jobs",
+    params(("id" = TaskId, Path, description = "Job id.")),
+    responses(
+        (status = 200, description = "The event stream; the schema is that of one event.",
+            body = JobEvent, content_type = "text/event-stream"),
+        (status = 400, description = "Not a job id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
 pub(crate) async fn events(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
     let id = parse_id(&id)?;
     visible(&c, &tenant, id).await?;
     if c.jobs.status(id).await.map_err(unavailable)?.is_none() {

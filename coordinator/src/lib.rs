@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use store::{CacheStore, JobStore, Store};
 use tokio_util::sync::CancellationToken;
 
-pub use api::router;
+pub use api::{ApiDoc, openapi_document, router, routes};
 pub use metrics::Metrics;
 
 /// Coordinator settings (`[coordinator]` in `codegen.toml`, `CODEGEN__COORDINATOR__*`).

@@ -1,13 +1,15 @@
 //! Bodies of the HTTP API, shared by the coordinator (server) and the CLI (client).
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::{ExecutionResult, TaskId};
 
 /// `POST /v1/executions` body. Optional limits take the coordinator's configured defaults.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionSubmission {
+    #[schema(value_type = crate::Language)]
     pub language: String,
     pub code: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -28,21 +30,21 @@ pub struct ExecutionSubmission {
 }
 
 /// An execution as the API shows it: its id plus either the verdict or `"status": "queued"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ExecutionView {
     pub id: TaskId,
     #[serde(flatten)]
     pub outcome: Outcome,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Outcome {
     Done(ExecutionResult),
     Pending { status: Pending },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Pending {
     /// Accepted and published; no worker has stored a result yet.
@@ -50,7 +52,7 @@ pub enum Pending {
 }
 
 /// Body of every 4xx/5xx answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: String,
 }

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Languages the sandbox has an image for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,
@@ -99,7 +100,7 @@ pub fn check_file_path(path: &str) -> Result<(), String> {
 }
 
 /// The verdict of one execution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The program ran to completion and exited 0.
@@ -134,7 +135,7 @@ impl Status {
 }
 
 /// Why a `failed` execution failed, from the exception that ended it (or the test harness).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The code does not compile (`SyntaxError`, `IndentationError`).
@@ -162,15 +163,17 @@ impl ErrorKind {
 }
 
 /// What the caller gets back for one execution.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ExecutionResult {
     pub status: Status,
     /// Exit status of the program; `None` when it never ran or was killed by a signal.
+    #[schema(required = true)]
     pub exit_code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
     /// True when stdout or stderr was cut at the capture limit.
     #[serde(default)]
+    #[schema(required = true)]
     pub truncated: bool,
     /// Wall time of the program itself inside the sandbox.
     pub duration_ms: u64,
@@ -178,9 +181,11 @@ pub struct ExecutionResult {
     /// exception of a `failed` run, the limit of a `timeout`/`memory_limit`/`output_limit`,
     /// what went wrong for `sandbox_error` or `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub reason: Option<String>,
     /// For `failed`: what kind of error ended the program.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error_kind: Option<ErrorKind>,
     /// The requested `return_files` that could be read, by path.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

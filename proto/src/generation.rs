@@ -4,9 +4,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// How hard a function is expected to be; used to budget attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Complexity {
     Simple,
@@ -15,7 +16,7 @@ pub enum Complexity {
 }
 
 /// One parameter of a function.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Param {
     /// Parameter name, a valid identifier.
@@ -26,7 +27,7 @@ pub struct Param {
 }
 
 /// What a function returns.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Output {
     #[serde(rename = "type")]
@@ -35,7 +36,7 @@ pub struct Output {
 }
 
 /// The specification of one function of the solution.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionSpec {
     /// Function name, a valid identifier, unique in the solution.
@@ -57,7 +58,7 @@ pub struct FunctionSpecs {
 }
 
 /// Kind of a test case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TestKind {
     Normal,
@@ -66,17 +67,19 @@ pub enum TestKind {
 }
 
 /// One test case of one function.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TestCase {
     /// Short, unique name of the case.
     pub name: String,
     pub kind: TestKind,
     /// Arguments by parameter name.
+    #[schema(value_type = Object)]
     pub inputs: serde_json::Map<String, serde_json::Value>,
     /// The exact expected return value (`null` when an error is expected).
     pub expected_output: serde_json::Value,
     /// Name of the exception type expected (e.g. `ValueError`), or `null`.
+    #[schema(required = true)]
     pub expected_error: Option<String>,
 }
 
@@ -88,7 +91,7 @@ pub struct TestCases {
 }
 
 /// Why an earlier attempt failed, as the model understood it (repairs only).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Analysis {
     /// One of syntax, import, runtime, assertion, wrong_output, timeout, memory_limit.

@@ -8,16 +8,18 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::generation::{Analysis, FunctionSpec, TestCase};
 use crate::{Language, TaskId};
 
 /// `POST /v1/jobs` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSubmission {
     pub instruction: String,
     #[serde(default = "default_language")]
+    #[schema(value_type = Language, default = "python")]
     pub language: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<String>,
@@ -45,7 +47,7 @@ pub struct JobRequest {
 }
 
 /// Where a job is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     Queued,
@@ -155,22 +157,25 @@ impl Plan {
 }
 
 /// One case's outcome in the sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TestResult {
     pub function: String,
     pub test: String,
     pub passed: bool,
     #[serde(default)]
+    #[schema(required = true)]
     pub actual_output: serde_json::Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error_kind: Option<String>,
     pub duration_ms: f64,
 }
 
 /// One implementation attempt that failed, and what the repair changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Improvement {
     pub function: String,
     pub attempt: u32,
@@ -178,16 +183,38 @@ pub struct Improvement {
     pub error: String,
     /// What the next attempt changed, from the model's analysis.
     #[serde(default)]
+    #[schema(required = true)]
     pub fix: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub analysis: Option<Analysis>,
 }
 
 /// Tokens and calls spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Tokens {
     pub prompt: u64,
     pub completion: u64,
+}
+
+/// How a function's code was checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Validation {
+    /// Its test cases ran in the sandbox and passed.
+    #[default]
+    Tested,
+    /// No sandbox was available: syntax and lint checks only, nothing was run.
+    StaticAnalysisOnly,
+}
+
+impl Validation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Validation::Tested => "tested",
+            Validation::StaticAnalysisOnly => "static_analysis_only",
+        }
+    }
 }
 
 /// A function's state, written after every attempt.
@@ -212,6 +239,8 @@ pub struct FunctionOutcome {
     /// Reused from the function-level cache.
     #[serde(default)]
     pub cached: bool,
+    #[serde(default)]
+    pub validation: Validation,
 }
 
 /// Task payloads of the generation pipeline; everything else is read from Redis.
@@ -262,7 +291,7 @@ impl Event {
 }
 
 /// The quality report of a finished job.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Quality {
     /// 0–1, the weighted sum documented in the README.
     pub score: f64,
@@ -280,7 +309,7 @@ pub struct Quality {
 }
 
 /// Timings and spend of a job.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobMetrics {
     pub generation_ms: u64,
     pub execution_ms: u64,
@@ -292,7 +321,7 @@ pub struct JobMetrics {
 }
 
 /// The result of a job, in design.md's shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobResult {
     pub job_id: TaskId,
     pub status: JobStatus,
@@ -309,6 +338,7 @@ pub struct JobResult {
     pub metrics: JobMetrics,
     /// Why the job failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub failure: Option<String>,
     /// `tested`, or `static_analysis_only` when no sandbox could run the tests.
     pub validation: String,

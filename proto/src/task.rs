@@ -11,7 +11,19 @@ pub const SCHEMA_VERSION: u16 = 1;
 
 /// Identifies one task (and, for plain executions, the execution it carries). It doubles as the
 /// idempotency key: a task delivered twice produces one stored result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(transparent)]
 pub struct TaskId(pub uuid::Uuid);
 

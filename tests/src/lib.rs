@@ -881,3 +881,16 @@ impl Cluster {
         self
     }
 }
+
+impl Cluster {
+    /// Starts a worker with extra settings and does not wait for it to be ready (for workers
+    /// whose dependencies are missing on purpose); returns it and its ops URL.
+    pub fn worker_with(&self, name: &str, env: &[(&str, &str)]) -> (Process, String) {
+        let port = free_port();
+        let mut all: Vec<(&str, String)> =
+            vec![("CODEGEN__WORKER__LISTEN", format!("127.0.0.1:{port}"))];
+        all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let process = self.spawn(name, "worker", &all);
+        (process, format!("http://127.0.0.1:{port}"))
+    }
+}

@@ -77,6 +77,14 @@ async fn round_trip_passes_fails_and_reports_limits() {
     )
     .await;
     assert_eq!(timeouts, 1.0);
+    // The pool reports itself too: every run above went through it.
+    let pooled = metric(
+        &cluster.http,
+        &worker_url,
+        "codegen_sandbox_pooled_runs_total",
+    )
+    .await;
+    assert!(pooled >= 5.0, "pooled runs: {pooled}");
     cluster.cleanup().await;
 }
 

@@ -220,3 +220,53 @@ async fn repeated_requests_hit_the_solution_cache_and_shared_functions_the_funct
     );
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&example_script()).await;
+    let _coordinator = cluster.coordinator().await;
+    // A worker whose Docker endpoint does not exist: no sandbox at all.
+    let (_worker, ops) = cluster.worker_with(
+        "no-docker",
+        &[
+            (
+                "CODEGEN__SANDBOX__DOCKER_HOST",
+                "unix:///nonexistent/docker.sock",
+            ),
+            ("CODEGEN__SANDBOX__CHECKOUT_TIMEOUT", "1s"),
+        ],
+    );
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "Find all primes up to n with a sieve, and sum them."}))
+        .await;
+    let result = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .await;
+    assert_eq!(result["validation"], "static_analysis_only", "{result:#}");
+    assert_eq!(result["manual_review_recommended"], true);
+    assert_eq!(
+        result["all_tests_passed"], false,
+        "never reported as tested"
+    );
+    assert_eq!(result["test_results"], json!([]));
+    assert_eq!(result["quality"]["tests_passed"], 0);
+    assert_eq!(result["quality"]["coverage"], 0.0);
+    assert!(
+        result["implementations"]["sieve"]
+            .as_str()
+            .unwrap()
+            .contains("def sieve")
+    );
+    // The worker says why it is not ready.
+    let (status, ready) = cluster.readyz(&ops).await;
+    assert_eq!(status, 503);
+    assert!(
+        ready["checks"]["docker"]
+            .as_str()
+            .unwrap()
+            .contains("docker"),
+        "{ready}"
+    );
+    cluster.cleanup().await;
+}

@@ -11,6 +11,7 @@
 
 mod metrics;
 pub mod pipeline;
+pub mod static_check;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use store::Store;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use metrics::Metrics;
+pub use metrics::{Metrics, PoolCollector};
 pub use pipeline::Pipeline;
 
 /// Worker settings (`[worker]` in `codegen.toml`, `CODEGEN__WORKER__*` in the environment).

@@ -63,3 +63,153 @@ impl Metrics {
         Ok(metrics)
     }
 }
+
+/// Exposes the sandbox pool's counters and size at scrape time.
+pub struct PoolCollector {
+    stats: Box<dyn Fn() -> sandbox::PoolStats + Send + Sync>,
+    descs: Vec<prometheus::core::Desc>,
+}
+
+impl std::fmt::Debug for PoolCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolCollector").finish_non_exhaustive()
+    }
+}
+
+const POOL_COUNTERS: &[(&str, &str)] = &[
+    (
+        "codegen_sandbox_containers_started_total",
+        "Sandbox containers started (warm and fresh)",
+    ),
+    (
+        "codegen_sandbox_containers_retired_total",
+        "Pool containers removed (breach, error, run limit, shutdown)",
+    ),
+    (
+        "codegen_sandbox_pooled_runs_total",
+        "Executions run in a warm container",
+    ),
+    (
+        "codegen_sandbox_fresh_runs_total",
+        "Executions run in a container of their own",
+    ),
+    (
+        "codegen_sandbox_retries_total",
+        "Executions retried in a fresh container after their warm one failed",
+    ),
+    (
+        "codegen_sandbox_memory_updates_total",
+        "Memory limit updates of warm containers",
+    ),
+];
+
+const POOL_GAUGES: &[(&str, &str)] = &[
+    ("codegen_sandbox_pool_idle", "Warm containers idle now"),
+    (
+        "codegen_sandbox_pool_live",
+        "Pool containers existing now (idle, busy or starting)",
+    ),
+];
+
+impl PoolCollector {
+    pub fn new(stats: impl Fn() -> sandbox::PoolStats + Send + Sync + 'static) -> Self {
+        let descs = POOL_COUNTERS
+            .iter()
+            .chain(POOL_GAUGES)
+            .filter_map(|(name, help)| {
+                prometheus::core::Desc::new(
+                    (*name).into(),
+                    (*help).into(),
+                    vec![],
+                    Default::default(),
+                )
+                .ok()
+            })
+            .collect();
+        Self {
+            stats: Box::new(stats),
+            descs,
+        }
+    }
+}
+
+impl prometheus::core::Collector for PoolCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let s = (self.stats)();
+        let counters = [
+            s.containers_started,
+            s.containers_retired,
+            s.pooled_runs,
+            s.fresh_runs,
+            s.retries,
+            s.memory_updates,
+        ];
+        let gauges = [s.idle as i64, s.live as i64];
+        let mut families = Vec::new();
+        for ((name, help), value) in POOL_COUNTERS.iter().zip(counters) {
+            if let Ok(counter) = prometheus::IntCounter::new(*name, *help) {
+                counter.inc_by(value);
+                families.extend(prometheus::core::Collector::collect(&counter));
+            }
+        }
+        for ((name, help), value) in POOL_GAUGES.iter().zip(gauges) {
+            if let Ok(gauge) = IntGauge::new(*name, *help) {
+                gauge.set(value);
+                families.extend(prometheus::core::Collector::collect(&gauge));
+            }
+        }
+        families
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_stats_appear_in_the_registry_at_scrape_time() {
+        let registry = Registry::new();
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(3));
+        let seen = runs.clone();
+        registry
+            .register(Box::new(PoolCollector::new(move || sandbox::PoolStats {
+                pooled_runs: seen.load(std::sync::atomic::Ordering::SeqCst),
+                idle: 2,
+                ..Default::default()
+            })))
+            .unwrap();
+        let value = |name: &str| {
+            registry
+                .gather()
+                .iter()
+                .find(|f| f.name() == name)
+                .map(|f| f.get_metric()[0].clone())
+        };
+        assert_eq!(
+            value("codegen_sandbox_pooled_runs_total")
+                .unwrap()
+                .get_counter()
+                .get_value(),
+            3.0
+        );
+        runs.store(7, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            value("codegen_sandbox_pooled_runs_total")
+                .unwrap()
+                .get_counter()
+                .get_value(),
+            7.0
+        );
+        assert_eq!(
+            value("codegen_sandbox_pool_idle")
+                .unwrap()
+                .get_gauge()
+                .get_value(),
+            2.0
+        );
+    }
+}

@@ -12,7 +12,7 @@ use model::{Model, Phase};
 use proto::generation::{FunctionSpecs, Implementation, TestCase, TestCases};
 use proto::job::{
     Event, FunctionOutcome, Improvement, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
-    Quality, TestResult, Tokens,
+    Quality, TestResult, Tokens, Validation,
 };
 use proto::{ExecutionRequest, Language, Status, TaskId};
 use sandbox::Sandbox;
@@ -39,6 +39,9 @@ pub struct Options {
     /// How many test cases to ask for.
     pub min_cases: u32,
     pub max_cases: u32,
+    /// When no sandbox is available, finish with syntax and lint checks only (results marked
+    /// `static_analysis_only`, never as tested) instead of waiting for one.
+    pub static_fallback: bool,
 }
 
 impl Default for Options {
@@ -50,6 +53,7 @@ impl Default for Options {
             memory_mb: 512,
             min_cases: 4,
             max_cases: 12,
+            static_fallback: true,
         }
     }
 }
@@ -332,6 +336,7 @@ impl Pipeline {
             generation_ms: 0,
             execution_ms: 0,
             cached: false,
+            validation: Validation::Tested,
         };
         let result = self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
@@ -348,7 +353,8 @@ impl Pipeline {
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
         self.jobs.put_function(job, &outcome).await.map_err(retry)?;
-        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, outcome.passed)
+        let tested = outcome.passed && outcome.validation == Validation::Tested;
+        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
             && let Err(e) = cache.put_cached_function(key, &outcome).await
         {
             tracing::warn!(error = %e, "cannot cache a verified function");
@@ -455,7 +461,38 @@ impl Pipeline {
             }
             outcome.code = Some(code.clone());
             let module = format!("{prelude}{code}");
-            let run = self.run_cases(&module, &spec.name, &outcome.tests).await?;
+            let run = match self.run_cases(&module, &spec.name, &outcome.tests).await {
+                Ok(run) => run,
+                Err(Error::Retry(reason))
+                    if self.options.static_fallback && self.sandbox.health().await.is_err() =>
+                {
+                    tracing::warn!(%job, function = %spec.name, %reason, "no sandbox: static checks only");
+                    match crate::static_check::check(&module, Some((&spec.name, spec.inputs.len())))
+                    {
+                        Ok(_) => {
+                            outcome.validation = Validation::StaticAnalysisOnly;
+                            outcome.passed = true;
+                            outcome.test_results.clear();
+                            self.progress(
+                                job,
+                                json!({"event": "attempt", "function": spec.name, "attempt": attempt,
+                                       "passed": true, "validation": "static_analysis_only"}),
+                            )
+                            .await;
+                            self.jobs.put_function(job, outcome).await.map_err(retry)?;
+                            return Ok(());
+                        }
+                        Err(problem) => CaseRun {
+                            passed: false,
+                            results: vec![],
+                            error_kind: "syntax".into(),
+                            error: problem,
+                            duration_ms: 0,
+                        },
+                    }
+                }
+                Err(e) => return Err(e),
+            };
             outcome.execution_ms += run.duration_ms;
             outcome.test_results = run.results.clone();
             self.progress(
@@ -624,9 +661,14 @@ impl Pipeline {
             .specs
             .iter()
             .all(|s| outcomes.get(&s.name).is_some_and(|o| o.passed));
+        let static_only = outcomes
+            .values()
+            .any(|o| o.validation == Validation::StaticAnalysisOnly);
         let mut test_results = Vec::new();
         let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
-        if all_passed_before {
+        if static_only {
+            // Nothing was run, so nothing is re-run: the result says it is untested.
+        } else if all_passed_before {
             // Every function against the whole module: catches interference between them.
             for spec in &plan.specs {
                 let outcome = &outcomes[&spec.name];
@@ -641,9 +683,15 @@ impl Pipeline {
                 }
             }
         }
-        let quality = self.quality(&module, &outcomes, &test_results).await?;
-        let all_tests_passed =
-            all_passed_before && !test_results.is_empty() && test_results.iter().all(|r| r.passed);
+        let quality = if static_only {
+            static_quality(&module, &outcomes)
+        } else {
+            self.quality(&module, &outcomes, &test_results).await?
+        };
+        let all_tests_passed = !static_only
+            && all_passed_before
+            && !test_results.is_empty()
+            && test_results.iter().all(|r| r.passed);
         let failure = plan
             .specs
             .iter()
@@ -706,13 +754,17 @@ impl Pipeline {
                 cache: "miss".into(),
             },
             failure,
-            validation: "tested".into(),
-            manual_review_recommended: status != JobStatus::Succeeded,
+            validation: if static_only {
+                Validation::StaticAnalysisOnly.as_str().into()
+            } else {
+                Validation::Tested.as_str().into()
+            },
+            manual_review_recommended: static_only || status != JobStatus::Succeeded,
         };
         self.jobs.put_result(job, &result).await.map_err(retry)?;
         self.jobs.set_status(job, status).await.map_err(retry)?;
-        if let (Some((cache, _)), Some(key), JobStatus::Succeeded) =
-            (&self.cache, &meta.cache_key, status)
+        if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
+            (&self.cache, &meta.cache_key, status, static_only)
             && let Err(e) = cache.put_cached_solution(key, &result).await
         {
             tracing::warn!(error = %e, "cannot cache the solution");
@@ -803,6 +855,34 @@ impl Pipeline {
             docstrings,
             dangerous_calls,
         })
+    }
+}
+
+/// The quality report when nothing could run: tests count as not passed, coverage as zero.
+fn static_quality(module: &str, outcomes: &BTreeMap<String, FunctionOutcome>) -> Quality {
+    let report = crate::static_check::check(module, None).unwrap_or_default();
+    let tests_total =
+        u32::try_from(outcomes.values().map(|o| o.tests.len()).sum::<usize>()).unwrap_or(u32::MAX);
+    let docstrings = if report.functions == 0 {
+        0.0
+    } else {
+        report.documented as f64 / report.functions as f64
+    };
+    let safety = if report.dangerous_calls.is_empty() {
+        1.0
+    } else {
+        0.0
+    };
+    // Same weights as a tested module; the untested half scores zero.
+    let score = 0.1 * docstrings + 0.1 * safety;
+    Quality {
+        score: (score * 1000.0).round() / 1000.0,
+        tests_passed: 0,
+        tests_total,
+        coverage: 0.0,
+        complexity: BTreeMap::new(),
+        docstrings,
+        dangerous_calls: report.dangerous_calls.into_iter().collect(),
     }
 }
 

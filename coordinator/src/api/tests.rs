@@ -307,3 +307,13 @@ async fn a_dead_letter_becomes_the_executions_error_result() {
     assert_eq!(result.status, Status::Error);
     assert!(result.reason.unwrap().contains("delivery limit"));
 }
+
+#[test]
+fn print_openapi_tmp() {
+    let doc = crate::openapi_document(&Options::default());
+    std::fs::write(
+        "/tmp/helper-openapi/openapi.json",
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+}

@@ -108,6 +108,7 @@ fn outcome(name: &str, passed: bool) -> FunctionOutcome {
         generation_ms: 0,
         execution_ms: 0,
         cached: false,
+        validation: Default::default(),
     }
 }
 
