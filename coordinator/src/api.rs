@@ -417,14 +417,19 @@ fn view(id: TaskId, outcome: Outcome) -> axum::Json<ExecutionView> {
 }
 
 /// Reads a JSON request body. A number with a zero fraction (`10.0`) counts as an integer, as
-/// JSON Schema (and so the OpenAPI document) counts it.
+/// JSON Schema (and so the OpenAPI document) counts it; any other error is the parser's.
 pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+    let error = match serde_json::from_slice(bytes) {
+        Ok(value) => return Ok(value),
+        Err(e) if e.to_string().starts_with("invalid type: floating point") => e,
+        Err(e) => return Err(e),
+    };
     let mut value: Value = serde_json::from_slice(bytes)?;
     integral(&mut value);
-    serde_json::from_value(value)
+    serde_json::from_value(value).map_err(|_| error)
 }
 
-/// Rewrites integral floats (exactly representable, |x| <= 2^53) as integers.
+/// Rewrites integral floats that are exact (|x| <= 2^53) as integers.
 fn integral(value: &mut Value) {
     const EXACT: f64 = 9_007_199_254_740_992.0;
     match value {
@@ -433,10 +438,7 @@ fn integral(value: &mut Value) {
                 .as_f64()
                 .filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT)
             {
-                // Exact: integral and within 2^53.
-                #[allow(clippy::cast_possible_truncation)]
-                let i = f as i64;
-                *value = Value::from(i);
+                *value = Value::from(f as i64);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(integral),
@@ -511,7 +513,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
 #[derive(Debug)]
 pub struct ApiDoc;
 
-/// The optional API key, as a bearer token or an `X-API-Key` header.
+/// The API key, as a bearer token or an `X-API-Key` header (see [`openapi_document`]).
 struct Security;
 
 impl utoipa::Modify for Security {
@@ -539,11 +541,18 @@ impl utoipa::Modify for Security {
     }
 }
 
-/// The document as served: [`ApiDoc`] plus the limits of this coordinator's configuration, so
+/// The document as served: [`ApiDoc`] plus this coordinator's configuration: its limits, so
 /// that a request the document allows is one `validate` accepts (byte-size limits excepted:
-/// JSON Schema counts characters).
+/// JSON Schema counts characters), and the API key as required when keys are configured
+/// (optional otherwise).
 pub fn openapi_document(options: &crate::Options) -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+    if !options.api_keys.is_empty() {
+        let Value::Array(requirements) = &mut doc["security"] else {
+            panic!("the document has global security requirements")
+        };
+        requirements.retain(|r| r != &json!({}));
+    }
     let schemas = &mut doc["components"]["schemas"];
     let path_pattern = json!(FILE_PATH_PATTERN);
     let execution = &mut schemas["ExecutionSubmission"]["properties"];

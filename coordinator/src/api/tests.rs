@@ -14,6 +14,8 @@ use store::{MemoryStore, Store};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use store::JobStore;
+
 use crate::{Coordinator, Options};
 
 fn coordinator(broker: &MemoryBroker, store: &MemoryStore) -> Coordinator {
@@ -308,12 +310,372 @@ async fn a_dead_letter_becomes_the_executions_error_result() {
     assert!(result.reason.unwrap().contains("delivery limit"));
 }
 
+// The OpenAPI document.
+
+/// Checks `body`, answered by `method path` with `status`, against the document.
+fn conforms(doc: &Value, method: &str, path: &str, status: StatusCode, body: &Value) {
+    let response = &doc["paths"][path][method.to_lowercase()]["responses"][status.as_str()];
+    let schema = &response["content"]["application/json"]["schema"];
+    assert!(
+        schema.is_object(),
+        "{method} {path} does not document a JSON {status}"
+    );
+    let root = json!({"components": doc["components"], "allOf": [schema]});
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {path} {status}: {body} breaks the document: {errors:?}"
+    );
+}
+
+/// Whether `body` is valid for the document's component `schema`.
+fn valid(doc: &Value, schema: &str, body: &Value) -> bool {
+    let root = json!({
+        "components": doc["components"],
+        "$ref": format!("#/components/schemas/{schema}"),
+    });
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(&root)
+        .unwrap()
+        .is_valid(body)
+}
+
 #[test]
-fn print_openapi_tmp() {
+fn the_document_lists_every_route_once_with_its_answers() {
     let doc = crate::openapi_document(&Options::default());
-    std::fs::write(
-        "/tmp/helper-openapi/openapi.json",
-        serde_json::to_string_pretty(&doc).unwrap(),
+    assert_eq!(doc["openapi"], "3.1.0");
+    let ops = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")];
+    let mut served: Vec<(String, String)> = crate::routes()
+        .into_iter()
+        .chain(ops)
+        .map(|(m, p)| (m.to_lowercase(), p.to_owned()))
+        .collect();
+    let mut documented = Vec::new();
+    let mut operation_ids = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            documented.push((method.clone(), path.clone()));
+            let id = operation["operationId"].as_str().unwrap();
+            assert!(
+                operation_ids.insert(id.to_owned()),
+                "operationId {id} twice"
+            );
+            let responses = operation["responses"].as_object().unwrap();
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for status in ["401", "503"] {
+                assert!(
+                    responses.contains_key(status),
+                    "{method} {path}: no {status}"
+                );
+            }
+            for (status, response) in responses {
+                if status.starts_with('4') || status.starts_with('5') {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody",
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+    served.sort();
+    documented.sort();
+    assert_eq!(
+        documented, served,
+        "documented routes differ from served ones"
+    );
+
+    let media_types = |path: &str, method: &str, status: &str| {
+        doc["paths"][path][method]["responses"][status]["content"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        media_types("/v1/jobs/{id}/events", "get", "200"),
+        ["text/event-stream"]
+    );
+    assert_eq!(media_types("/metrics", "get", "200"), ["text/plain"]);
+    let batches = &doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"];
+    assert!(batches["application/x-ndjson"].is_object());
+    let wait = &doc["paths"]["/v1/executions"]["post"]["parameters"][0];
+    assert_eq!(
+        (&wait["name"], &wait["in"]),
+        (&json!("wait"), &json!("query"))
+    );
+    // The key is optional: the empty requirement comes first.
+    assert_eq!(doc["security"][0], json!({}));
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+}
+
+#[test]
+fn the_document_carries_the_configured_limits() {
+    let options = Options {
+        max_timeout_ms: 5000,
+        min_memory_mb: 32,
+        max_memory_mb: 512,
+        max_iterations_limit: 4,
+        max_batch_jobs: 7,
+        ..Options::default()
+    };
+    let doc = crate::openapi_document(&options);
+    let execution = &doc["components"]["schemas"]["ExecutionSubmission"]["properties"];
+    assert_eq!(execution["timeout_ms"]["maximum"], 5000);
+    assert_eq!(execution["memory_mb"]["minimum"], 32);
+    assert_eq!(execution["memory_mb"]["maximum"], 512);
+    let job = &doc["components"]["schemas"]["JobSubmission"]["properties"];
+    assert_eq!(job["max_iterations"]["maximum"], 4);
+    let batch = &doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/x-ndjson"]
+        ["schema"];
+    assert_eq!(
+        (&batch["minItems"], &batch["maxItems"]),
+        (&json!(1), &json!(7))
+    );
+    // Open without keys, a key required with them.
+    assert_eq!(doc["security"][0], json!({}));
+    let keyed = crate::openapi_document(&Options {
+        api_keys: [("acme".to_owned(), "k1".to_owned())].into(),
+        ..Options::default()
+    });
+    assert_eq!(keyed["security"], json!([{"bearer": []}, {"api_key": []}]));
+    assert_eq!(keyed["paths"]["/healthz"]["get"]["security"], json!([{}]));
+}
+
+#[test]
+fn the_documented_limits_agree_with_validation() {
+    let options = Options::default();
+    let doc = crate::openapi_document(&options);
+    let submission = |extra: Value| {
+        let mut body = json!({"language": "python", "code": "print(1)"});
+        let fields = body.as_object_mut().unwrap();
+        fields.extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let cases = [
+        json!({}),
+        json!({"timeout_ms": 0}),
+        json!({"timeout_ms": 1}),
+        json!({"timeout_ms": options.max_timeout_ms}),
+        json!({"timeout_ms": options.max_timeout_ms + 1}),
+        json!({"memory_mb": options.min_memory_mb - 1}),
+        json!({"memory_mb": options.max_memory_mb}),
+        json!({"memory_mb": options.max_memory_mb + 1}),
+        json!({"language": "cobol"}),
+        json!({"stdin": null, "files": null, "return_files": null}),
+    ];
+    let paths = [
+        "a.txt",
+        "pkg/mod.py",
+        ".hidden",
+        "a..b",
+        "...",
+        "main.py/x",
+        "",
+        "/etc/passwd",
+        "../x",
+        "a/../b",
+        "a//b",
+        "./a",
+        "a/",
+        "a/.",
+        "main.py",
+        "a\0b",
+    ];
+    let with_paths = paths.iter().flat_map(|path| {
+        [
+            json!({"files": {*path: "x"}}),
+            json!({"return_files": [path]}),
+        ]
+    });
+    for extra in cases.into_iter().chain(with_paths) {
+        let body = submission(extra);
+        let request = serde_json::from_value(body.clone()).unwrap();
+        assert_eq!(
+            valid(&doc, "ExecutionSubmission", &body),
+            super::validate(&options, request).is_ok(),
+            "{body}"
+        );
+    }
+    for (instruction, max_iterations) in [
+        ("sum the primes", 3),
+        (" \t\n\u{3000}", 3),
+        ("x", 0),
+        ("x", options.max_iterations_limit),
+        ("x", options.max_iterations_limit + 1),
+    ] {
+        let body = json!({"instruction": instruction, "max_iterations": max_iterations});
+        let request = serde_json::from_value(body.clone()).unwrap();
+        assert_eq!(
+            valid(&doc, "JobSubmission", &body),
+            crate::jobs::validate(&options, request).is_ok(),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn the_readiness_report_is_documented_as_telemetry_sends_it() {
+    let doc = crate::openapi_document(&Options::default());
+    let report = telemetry::ReadinessReport {
+        ready: false,
+        checks: [("redis".to_owned(), "refused".to_owned())].into(),
+    };
+    let body = serde_json::to_value(&report).unwrap();
+    conforms(
+        &doc,
+        "GET",
+        "/readyz",
+        StatusCode::SERVICE_UNAVAILABLE,
+        &body,
+    );
+    // Every field the document names is sent, and nothing else.
+    let _: super::ReadinessReport = serde_json::from_value(body).unwrap();
+}
+
+#[test]
+fn integral_numbers_count_as_integers() {
+    let body = br#"{"language": "python", "code": "1", "timeout_ms": 500.0}"#;
+    let submission: proto::api::ExecutionSubmission = super::from_json(body).unwrap();
+    assert_eq!(submission.timeout_ms, Some(500));
+    let fractional = br#"{"language": "python", "code": "1", "timeout_ms": 500.5}"#;
+    let error = super::from_json::<proto::api::ExecutionSubmission>(fractional).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("`500.5`, expected u64 at line 1"),
+        "{error}"
+    );
+    let twice = br#"{"language": "python", "code": "1", "code": "2"}"#;
+    assert!(super::from_json::<proto::api::ExecutionSubmission>(twice).is_err());
+}
+
+#[tokio::test]
+async fn the_api_answers_as_documented() {
+    let doc = crate::openapi_document(&Options::default());
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let jobs = store::MemoryJobs::new();
+    let c = Coordinator::build(
+        Options {
+            wait: Duration::from_secs(5),
+            ..Options::default()
+        },
+        Arc::new(broker.clone()),
+        Arc::new(store.clone()),
+        Arc::new(jobs.clone()),
+        &prometheus::Registry::new(),
     )
     .unwrap();
+
+    // Executions: a verdict, a queued one, one with every optional field, errors.
+    tokio::spawn(fake_worker(broker.clone(), store.clone()));
+    let body = r#"{"language": "python", "code": "print(1)"}"#;
+    let (status, answer) = call(&c, "POST", "/v1/executions", body).await;
+    assert_eq!(status, StatusCode::OK);
+    conforms(&doc, "POST", "/v1/executions", status, &answer);
+    let (status, answer) = call(&c, "POST", "/v1/executions?wait=false", body).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    conforms(&doc, "POST", "/v1/executions", status, &answer);
+    let id = answer["id"].as_str().unwrap().to_owned();
+    let (status, answer) = call(&c, "GET", &format!("/v1/executions/{id}"), "").await;
+    conforms(&doc, "GET", "/v1/executions/{id}", status, &answer);
+    let failed = ExecutionResult {
+        error_kind: Some(proto::ErrorKind::Runtime),
+        files: [("out.txt".to_owned(), "x".to_owned())].into(),
+        file_errors: [("gone.txt".to_owned(), "missing".to_owned())].into(),
+        ..ExecutionResult::error(Status::Failed, "ValueError: nope")
+    };
+    let task: proto::TaskId = id.parse().unwrap();
+    store.complete_execution(task, &failed).await.unwrap();
+    let (status, answer) = call(&c, "GET", &format!("/v1/executions/{id}"), "").await;
+    assert_eq!(answer["error_kind"], "runtime");
+    conforms(&doc, "GET", "/v1/executions/{id}", status, &answer);
+    let unknown = format!("/v1/executions/{}", proto::TaskId::new());
+    let cobol = r#"{"language": "cobol", "code": ""}"#;
+    for (method, uri, body, path) in [
+        ("POST", "/v1/executions", "{", "/v1/executions"),
+        ("POST", "/v1/executions?wait=maybe", body, "/v1/executions"),
+        ("POST", "/v1/executions", cobol, "/v1/executions"),
+        ("GET", "/v1/executions/nope", "", "/v1/executions/{id}"),
+        ("GET", "/v1/executions/%FF", "", "/v1/executions/{id}"),
+        ("GET", &unknown, "", "/v1/executions/{id}"),
+        ("GET", "/v1/jobs/%FF/events", "", "/v1/jobs/{id}/events"),
+        ("GET", "/v1/batches/%FF", "", "/v1/batches/{id}"),
+        ("GET", "/v1/cache/stats", "", "/v1/cache/stats"),
+        ("POST", "/v1/batches", "", "/v1/batches"),
+    ] {
+        let (status, answer) = call(&c, method, uri, body).await;
+        assert!(status.is_client_error(), "{method} {uri}: {status}");
+        conforms(&doc, method, path, status, &answer);
+    }
+
+    // Jobs and batches: accepted, in progress, finished.
+    let instruction = r#"{"instruction": "sum primes"}"#;
+    let (status, answer) = call(&c, "POST", "/v1/jobs", instruction).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    conforms(&doc, "POST", "/v1/jobs", status, &answer);
+    let job: proto::TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
+    let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
+    assert_eq!(answer["status"], "queued");
+    conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);
+    let spec = json!({
+        "name": "sieve", "purpose": "primes up to n", "inputs": [{"name": "n", "type": "int"}],
+        "outputs": {"type": "list[int]", "description": "the primes"}, "dependencies": [],
+        "complexity": "simple"});
+    let plan = proto::job::Plan {
+        specs: vec![serde_json::from_value(spec.clone()).unwrap()],
+        dependants: Default::default(),
+    };
+    jobs.put_plan(job, &plan).await.unwrap();
+    let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
+    assert_eq!(answer["functions"]["sieve"]["attempts"], 0);
+    conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);
+    let result = json!({
+        "job_id": job, "status": "failed", "instruction": "sum primes", "language": "python",
+        "function_specs": [spec], "implementations": {"sieve": "def sieve(n): ..."},
+        "tests": {"sieve": [{"name": "ten", "kind": "normal", "inputs": {"n": 10},
+                             "expected_output": [2, 3, 5, 7], "expected_error": null}]},
+        "test_results": [
+            {"function": "sieve", "test": "ten", "passed": true, "actual_output": [2, 3, 5, 7],
+             "duration_ms": 0.5},
+            {"function": "sieve", "test": "one", "passed": false, "actual_output": null,
+             "error": "boom", "error_kind": "runtime", "duration_ms": 1.0}],
+        "all_tests_passed": false,
+        "improvement_history": [{"function": "sieve", "attempt": 1, "error_kind": "runtime",
+            "error": "boom", "fix": "guard n < 2",
+            "analysis": {"error_kind": "runtime", "root_cause": "n < 2", "changes": "guard"}}],
+        "documentation": "# Solution",
+        "quality": {"score": 0.5, "tests_passed": 1, "tests_total": 2, "coverage": 0.9,
+            "complexity": {"sieve": 3}, "docstrings": 1.0, "dangerous_calls": ["eval"]},
+        "metrics": {"generation_ms": 1, "execution_ms": 2, "total_ms": 3, "model_calls": 4,
+            "tokens": {"prompt": 5, "completion": 6}, "cache": "miss"},
+        "failure": "sieve: 1 of 2 cases failed", "validation": "tested",
+        "manual_review_recommended": true});
+    let result = serde_json::from_value(result).unwrap();
+    jobs.put_result(job, &result).await.unwrap();
+    let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
+    assert_eq!(answer["failure"], "sieve: 1 of 2 cases failed");
+    conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);
+
+    let lines = "{\"instruction\": \"a\"}\n\n{\"instruction\": \"b\"}\n";
+    let (status, answer) = call(&c, "POST", "/v1/batches", lines).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    conforms(&doc, "POST", "/v1/batches", status, &answer);
+    let batch = answer["batch_id"].as_str().unwrap();
+    let (status, answer) = call(&c, "GET", &format!("/v1/batches/{batch}"), "").await;
+    assert_eq!(answer["counts"]["queued"], 2);
+    conforms(&doc, "GET", "/v1/batches/{id}", status, &answer);
 }
