@@ -26,27 +26,17 @@ impl Anthropic {
     /// `base_url` falls back to `ANTHROPIC_BASE_URL`, then the public endpoint; the key to
     /// `ANTHROPIC_API_KEY`.
     pub fn new(options: &Options) -> Result<Self, Error> {
-        let base = Some(options.base_url.clone())
-            .filter(|s| !s.is_empty())
-            .or_else(|| {
-                std::env::var("ANTHROPIC_BASE_URL")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| "https://api.anthropic.com".into());
-        let api_key = options
-            .api_key
-            .clone()
-            .or_else(|| std::env::var("ANTHROPIC_API_KEY").ok())
-            .filter(|k| !k.is_empty());
-        let http = reqwest::Client::builder()
-            .timeout(options.timeout)
-            .build()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let connection = crate::http::connection(
+            options,
+            "ANTHROPIC_BASE_URL",
+            "https://api.anthropic.com",
+            "ANTHROPIC_API_KEY",
+            "/v1/messages",
+        )?;
         Ok(Self {
-            http,
-            endpoint: format!("{}/v1/messages", base.trim_end_matches('/')),
-            api_key,
+            http: connection.http,
+            endpoint: connection.endpoint,
+            api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
             max_tokens: options.max_tokens,

@@ -7,6 +7,43 @@ use reqwest::header::HeaderMap;
 
 use crate::CallError;
 
+/// What both HTTP providers resolve the same way: the endpoint (configured base URL, else the
+/// environment's, else the public one, joined with `path`), the API key (configured, else the
+/// environment's) and a client with the per-call timeout.
+pub(crate) struct Connection {
+    pub http: reqwest::Client,
+    pub endpoint: String,
+    pub api_key: Option<String>,
+}
+
+pub(crate) fn connection(
+    options: &crate::Options,
+    base_env: &str,
+    public_base: &str,
+    key_env: &str,
+    path: &str,
+) -> Result<Connection, crate::Error> {
+    let from_env = |name: &str| std::env::var(name).ok().filter(|s| !s.is_empty());
+    let base = Some(options.base_url.clone())
+        .filter(|s| !s.is_empty())
+        .or_else(|| from_env(base_env))
+        .unwrap_or_else(|| public_base.to_owned());
+    let api_key = options
+        .api_key
+        .clone()
+        .or_else(|| std::env::var(key_env).ok())
+        .filter(|k| !k.is_empty());
+    let http = reqwest::Client::builder()
+        .timeout(options.timeout)
+        .build()
+        .map_err(|e| crate::Error::Config(e.to_string()))?;
+    Ok(Connection {
+        http,
+        endpoint: format!("{}{path}", base.trim_end_matches('/')),
+        api_key,
+    })
+}
+
 /// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` in seconds.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let read = |name: &str| {

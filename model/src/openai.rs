@@ -28,26 +28,17 @@ impl OpenAi {
     /// `base_url` falls back to `OPENAI_BASE_URL`, then the public endpoint; the key to
     /// `OPENAI_API_KEY`.
     pub fn new(options: &Options) -> Result<Self, Error> {
-        let base = non_empty(&options.base_url)
-            .or_else(|| {
-                std::env::var("OPENAI_BASE_URL")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            })
-            .unwrap_or_else(|| "https://api.openai.com/v1".into());
-        let api_key = options
-            .api_key
-            .clone()
-            .or_else(|| std::env::var("OPENAI_API_KEY").ok())
-            .filter(|k| !k.is_empty());
-        let http = reqwest::Client::builder()
-            .timeout(options.timeout)
-            .build()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let connection = crate::http::connection(
+            options,
+            "OPENAI_BASE_URL",
+            "https://api.openai.com/v1",
+            "OPENAI_API_KEY",
+            "/chat/completions",
+        )?;
         Ok(Self {
-            http,
-            endpoint: format!("{}/chat/completions", base.trim_end_matches('/')),
-            api_key,
+            http: connection.http,
+            endpoint: connection.endpoint,
+            api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
             max_tokens: options.max_tokens,
@@ -93,10 +84,6 @@ pub(crate) fn prompted_schema(request: &ChatRequest) -> String {
          (named `{}`):\n{}",
         request.schema.name, request.schema.schema
     )
-}
-
-fn non_empty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_owned())
 }
 
 #[async_trait]
