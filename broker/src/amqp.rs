@@ -488,21 +488,21 @@ fn convert(delivery: lapin::message::Delivery, channel: Channel) -> Delivery {
             AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
             _ => None,
         });
-    Delivery {
-        message_id: delivery
+    Delivery::new(
+        delivery.data.clone(),
+        delivery
             .properties
             .message_id()
             .as_ref()
             .map(|m| m.as_str().to_owned()),
-        redelivered: delivery.redelivered,
+        delivery.redelivered,
         delivery_count,
         death_reason,
-        body: delivery.data.clone(),
-        acker: Box::new(LapinAcker {
+        Box::new(LapinAcker {
             acker: delivery.acker.clone(),
             _channel: channel,
         }),
-    }
+    )
 }
 
 fn as_u32(value: &AMQPValue) -> Option<u32> {

@@ -103,7 +103,8 @@ pub struct Delivery {
     pub delivery_count: u32,
     /// For dead letters: why the broker dead-lettered it (`rejected`, `delivery_limit`, ...).
     pub death_reason: Option<String>,
-    acker: Box<dyn Acker>,
+    /// `None` once settled.
+    acker: Option<Box<dyn Acker>>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -119,19 +120,67 @@ impl std::fmt::Debug for Delivery {
 }
 
 impl Delivery {
+    pub(crate) fn new(
+        body: Vec<u8>,
+        message_id: Option<String>,
+        redelivered: bool,
+        delivery_count: u32,
+        death_reason: Option<String>,
+        acker: Box<dyn Acker>,
+    ) -> Self {
+        Self {
+            body,
+            message_id,
+            redelivered,
+            delivery_count,
+            death_reason,
+            acker: Some(acker),
+        }
+    }
+
     /// Done: the broker forgets the message.
     pub async fn ack(self) -> Result<(), Error> {
-        self.acker.settle(Settle::Ack).await
+        self.settle(Settle::Ack).await
     }
 
     /// Never processable: route it to the dead-letter queue now.
     pub async fn dead_letter(self) -> Result<(), Error> {
-        self.acker.settle(Settle::DeadLetter).await
+        self.settle(Settle::DeadLetter).await
     }
 
     /// Not processed: give it back for another delivery (counts towards the delivery limit).
     pub async fn requeue(self) -> Result<(), Error> {
-        self.acker.settle(Settle::Requeue).await
+        self.settle(Settle::Requeue).await
+    }
+
+    async fn settle(mut self, how: Settle) -> Result<(), Error> {
+        match self.acker.take() {
+            Some(acker) => acker.settle(how).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// A delivery dropped unsettled (its handler panicked or was aborted) goes back to the queue
+/// at once instead of staying unacked until the connection closes: a task that keeps
+/// crashing its handler is then dead-lettered by the delivery limit like any poison message.
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        let Some(acker) = self.acker.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = acker.settle(Settle::Requeue).await {
+                        tracing::warn!(error = %e, "cannot requeue a dropped delivery; the broker will redeliver it");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!("delivery dropped outside a runtime; the broker will redeliver it")
+            }
+        }
     }
 }
 

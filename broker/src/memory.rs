@@ -185,18 +185,18 @@ impl Broker for MemoryBroker {
                     return None;
                 }
                 if let Some(message) = broker.pop(queue) {
-                    let delivery = Delivery {
-                        body: message.body.clone(),
-                        message_id: Some(message.message_id.clone()),
-                        redelivered: message.delivery_count > 0,
-                        delivery_count: message.delivery_count,
-                        death_reason: message.death_reason.clone(),
-                        acker: Box::new(MemoryAcker {
+                    let delivery = Delivery::new(
+                        message.body.clone(),
+                        Some(message.message_id.clone()),
+                        message.delivery_count > 0,
+                        message.delivery_count,
+                        message.death_reason.clone(),
+                        Box::new(MemoryAcker {
                             broker: broker.clone(),
                             queue,
                             message,
                         }),
-                    };
+                    );
                     return Some((delivery, (broker, cancel)));
                 }
                 tokio::select! {
@@ -244,6 +244,28 @@ mod tests {
         let d = dead.next().await.unwrap();
         assert_eq!(d.death_reason.as_deref(), Some("delivery_limit"));
         assert_eq!(d.message_id.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn a_delivery_dropped_unsettled_comes_back_and_counts() {
+        let broker = MemoryBroker::new(5);
+        broker.publish(outgoing("p")).await.unwrap();
+        let mut stream = broker.consume(Queue::Tasks, 1, CancellationToken::new());
+        // A handler that panics drops its delivery without settling it.
+        let d = stream.next().await.unwrap();
+        let handler = tokio::spawn(async move {
+            let _held = d;
+            panic!("handler bug");
+        });
+        assert!(handler.await.unwrap_err().is_panic());
+        let again = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+            .await
+            .expect("requeued at once")
+            .unwrap();
+        assert_eq!(again.message_id.as_deref(), Some("p"));
+        assert_eq!(again.delivery_count, 1);
+        again.ack().await.unwrap();
+        assert_eq!(broker.len(Queue::Tasks), 0);
     }
 
     #[tokio::test]

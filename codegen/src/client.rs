@@ -200,6 +200,45 @@ pub struct BatchArgs {
     pub api_key: Option<String>,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub action: CacheAction,
+    /// Coordinator URL.
+    #[arg(
+        long,
+        global = true,
+        env = "CODEGEN_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, global = true, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::Subcommand)]
+pub enum CacheAction {
+    /// Entries and hit/miss counters of both caches, as JSON.
+    Stats,
+    /// Remove every cached solution and function.
+    Clear,
+}
+
+/// `codegen cache stats|clear`.
+pub async fn cache(args: CacheArgs) -> anyhow::Result<u8> {
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let answer = match args.action {
+        CacheAction::Stats => api.get("/v1/cache/stats").await?,
+        CacheAction::Clear => {
+            let response = api.send(api.http.delete(api.url("/v1/cache"))).await?;
+            read_json(response).await?.1
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(0)
+}
+
 /// The coordinator's HTTP API.
 struct Api {
     http: reqwest::Client,

@@ -44,6 +44,8 @@ enum Command {
     Status(client::StatusArgs),
     /// Run a JSONL file of jobs as one batch and write one result per line, in input order.
     Batch(client::BatchArgs),
+    /// Show or empty the solution and function-level caches.
+    Cache(client::CacheArgs),
     /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
     ModelServer(ModelServerArgs),
 }
@@ -86,6 +88,7 @@ fn main() -> std::process::ExitCode {
             Command::Submit(args) => client::submit(args).await,
             Command::Status(args) => client::status(args).await,
             Command::Batch(args) => client::batch(args).await,
+            Command::Cache(args) => client::cache(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });

@@ -50,6 +50,10 @@ pub struct Entry {
     /// Simulated latency.
     #[serde(default)]
     pub latency_ms: u64,
+    /// Fail with this HTTP status instead of answering (e.g. 503 to script an outage);
+    /// `answer` and `text` are then left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
 }
 
 type GroupKey = (Phase, Option<String>, Option<String>);
@@ -64,9 +68,14 @@ pub struct Scripted {
 impl Scripted {
     pub fn new(script: Script) -> Result<Self, Error> {
         for (i, entry) in script.answers.iter().enumerate() {
-            if entry.answer.is_some() == entry.text.is_some() {
+            let given = [
+                entry.answer.is_some(),
+                entry.text.is_some(),
+                entry.status.is_some(),
+            ];
+            if given.iter().filter(|g| **g).count() != 1 {
                 return Err(Error::Config(format!(
-                    "scripted answer #{i} ({}): give exactly one of `answer` and `text`",
+                    "scripted answer #{i} ({}): give exactly one of `answer`, `text` and `status`",
                     entry.phase.as_str()
                 )));
             }
@@ -128,6 +137,19 @@ impl Scripted {
     }
 }
 
+/// What a scripted `status` entry fails with, classified as a real provider's answer would be.
+fn scripted_failure(status: u16) -> CallError {
+    let message = format!("scripted failure: HTTP {status}");
+    if status == 429 || status >= 500 {
+        CallError::Retryable {
+            message,
+            retry_after: None,
+        }
+    } else {
+        CallError::Rejected { status, message }
+    }
+}
+
 /// A rough token count for scripted answers (about four characters a token); real providers
 /// report exact counts.
 pub(crate) fn approx_tokens(text: &str) -> u64 {
@@ -160,6 +182,9 @@ impl Provider for Scripted {
             })?;
         if entry.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(entry.latency_ms)).await;
+        }
+        if let Some(status) = entry.status {
+            return Err(scripted_failure(status));
         }
         let (text, json) = match (&entry.answer, &entry.text) {
             (Some(answer), _) => (answer.to_string(), Some(answer.clone())),

@@ -83,6 +83,13 @@ async fn complete(
     if entry.latency_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(entry.latency_ms)).await;
     }
+    if let Some(status) = entry.status {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error(
+            status,
+            format!("scripted failure: HTTP {}", status.as_u16()),
+        );
+    }
     let content = match (&entry.answer, &entry.text) {
         (Some(answer), _) => answer.to_string(),
         (None, Some(text)) => text.clone(),

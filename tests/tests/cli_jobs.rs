@@ -198,5 +198,24 @@ async fn submit_and_batch_through_the_cli() {
     .await;
     assert_eq!(run.code, Some(2), "{run}");
     assert!(run.stderr.contains("404"), "{run}");
+
+    // `codegen cache`: the batch filled both caches; clearing empties them.
+    let run = codegen_cli(&["cache", "stats", "--url", &url], LONG).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let stats: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(stats["solutions"].as_u64().unwrap() >= 3, "{run}");
+    assert!(stats["functions"].as_u64().unwrap() >= 7, "{run}");
+    let run = codegen_cli(&["cache", "clear", "--url", &url], LONG).await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let cleared: Value = serde_json::from_str(&run.stdout).unwrap();
+    let removed = cleared["removed"].as_u64().unwrap();
+    let before = stats["solutions"].as_u64().unwrap() + stats["functions"].as_u64().unwrap();
+    assert_eq!(removed, before, "{run}");
+    let run = codegen_cli(&["cache", "stats", "--url", &url], LONG).await;
+    let stats: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        (stats["solutions"].as_u64(), stats["functions"].as_u64()),
+        (Some(0), Some(0))
+    );
     cluster.cleanup().await;
 }

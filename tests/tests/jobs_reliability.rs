@@ -155,3 +155,60 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
         assert_eq!(result["status"], "succeeded", "{result:#}");
     }
 }
+
+#[tokio::test]
+async fn a_poison_task_is_dead_lettered_after_the_delivery_limit_and_fails_only_its_job() {
+    // The example script, plus an outage for one request: every plan call whose prompt
+    // mentions POISON answers HTTP 503, so its plan task can never finish and keeps coming back.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(tests::root().join("examples/scripted-model.json")).unwrap();
+    let mut script: Value = serde_json::from_str(&text).unwrap();
+    script["answers"].as_array_mut().unwrap().insert(
+        0,
+        json!({"phase": "plan", "prompt_contains": "POISON", "status": 503}),
+    );
+    let path = dir.path().join("poison.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+
+    let mut cluster = Cluster::new()
+        .with_env("CODEGEN__BROKER__DELIVERY_LIMIT", "2")
+        .with_env("CODEGEN__MODEL__MAX_ATTEMPTS", "2")
+        .with_env("CODEGEN__MODEL__MIN_BACKOFF", "10ms");
+    let _model = cluster.scripted_model(&path).await;
+    let coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker").await;
+
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "POISON: sieve, then sum the primes"}))
+        .await;
+    let poison = body["job_id"].as_str().unwrap().to_owned();
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    let healthy = body["job_id"].as_str().unwrap().to_owned();
+
+    let result = cluster.wait_job(&poison, Duration::from_secs(120)).await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("dead-lettered") && failure.contains("delivery limit"),
+        "{failure}"
+    );
+    // First delivery plus two redeliveries, each handed back after the model outage.
+    assert_eq!(
+        worker
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("pipeline task handed back") && l.contains(&poison))
+            .count(),
+        3,
+        "{}",
+        worker.log_text()
+    );
+    assert!(coordinator.log_text().contains("task dead-lettered"));
+
+    let result = cluster.wait_job(&healthy, Duration::from_secs(120)).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["all_tests_passed"], true);
+    cluster.cleanup().await;
+}

@@ -199,18 +199,35 @@ impl Worker {
             }
         };
         let kind = envelope.task.kind();
+        let queue_ms = now_ms().saturating_sub(envelope.submitted_at_ms);
+        self.metrics
+            .queue_wait_seconds
+            .with_label_values(&[kind])
+            .observe(queue_ms as f64 / 1000.0);
         let outcome = match envelope.task {
             Task::Plan(task) | Task::Implement(task) | Task::Integrate(task) => {
-                self.pipeline_task(kind, &task, delivery).await
+                let (outcome, sandbox_ms) = pipeline::SANDBOX_MS
+                    .scope(std::cell::Cell::new(0), async {
+                        let outcome = self.pipeline_task(kind, &task, delivery).await;
+                        (outcome, pipeline::SANDBOX_MS.with(std::cell::Cell::get))
+                    })
+                    .await;
+                // One line per pipeline task: what `bench/tasks` reads the per-task overhead from.
+                tracing::info!(
+                    kind,
+                    job = %task.job_id,
+                    function = task.function.as_deref().unwrap_or("-"),
+                    queue_ms,
+                    run_ms = started.elapsed().as_millis() as u64,
+                    sandbox_ms,
+                    outcome = outcome.as_str(),
+                    "task finished"
+                );
+                outcome
             }
             Task::Execute(request) => {
-                self.execute_task(
-                    envelope.task_id,
-                    envelope.submitted_at_ms,
-                    &request,
-                    delivery,
-                )
-                .await
+                self.execute_task(envelope.task_id, &request, delivery)
+                    .await
             }
         };
         self.finish(kind, outcome, started)
@@ -232,14 +249,9 @@ impl Worker {
     async fn execute_task(
         &self,
         id: TaskId,
-        submitted_at_ms: u64,
         request: &ExecutionRequest,
         delivery: Delivery,
     ) -> Outcome {
-        let wait_ms = now_ms().saturating_sub(submitted_at_ms);
-        self.metrics
-            .queue_wait_seconds
-            .observe(wait_ms as f64 / 1000.0);
         // A redelivered task whose result is already stored must not run again.
         match self.store.execution_result(id).await {
             Ok(Some(_)) => {
@@ -251,7 +263,7 @@ impl Worker {
                 tracing::warn!(%id, error = %e, "cannot check for an earlier result; running")
             }
         }
-        tracing::info!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
+        tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
         let result = self.run_sandboxed(id, request).await;
         let store = self.store.clone();
         let stored = (|| {

@@ -1,11 +1,11 @@
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The worker's Prometheus metrics.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pub tasks: IntCounterVec,
     pub task_seconds: HistogramVec,
-    pub queue_wait_seconds: Histogram,
+    pub queue_wait_seconds: HistogramVec,
     pub in_flight: IntGauge,
     pub sandbox_runs: IntCounterVec,
     pub sandbox_seconds: HistogramVec,
@@ -30,12 +30,13 @@ impl Metrics {
                 .buckets(buckets.clone()),
                 &["kind"],
             )?,
-            queue_wait_seconds: Histogram::with_opts(
+            queue_wait_seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "codegen_worker_queue_wait_seconds",
-                    "Time from acceptance by the coordinator to the start of work",
+                    "Time from publication by the coordinator to the start of work, by kind",
                 )
                 .buckets(buckets.clone()),
+                &["kind"],
             )?,
             in_flight: IntGauge::new("codegen_worker_tasks_in_flight", "Tasks being worked on")?,
             sandbox_runs: IntCounterVec::new(

@@ -69,8 +69,27 @@ pub enum Error {
     Drop(String),
 }
 
+tokio::task_local! {
+    /// Milliseconds the current task spent in sandbox runs, for its `task finished` log line.
+    pub static SANDBOX_MS: std::cell::Cell<u64>;
+}
+
 fn retry(e: impl std::fmt::Display) -> Error {
     Error::Retry(e.to_string())
+}
+
+/// A model that is unreachable (or too slow) may answer later: the task is handed back and
+/// the broker's delivery limit bounds how long the job waits. Anything else fails for good.
+fn model_error(what: Option<&str>, e: &model::Error) -> Error {
+    let reason = match what {
+        Some(what) => format!("{what} failed: {e}"),
+        None => e.to_string(),
+    };
+    if e.is_retryable() {
+        Error::Retry(reason)
+    } else {
+        Error::Drop(reason)
+    }
 }
 
 /// Handles plan, implement and integrate tasks.
@@ -187,13 +206,13 @@ impl Pipeline {
         let _ = self.jobs.set_status(job, JobStatus::Planning).await;
         self.progress(job, json!({"event": "planning"})).await;
         let outcome = async {
-            let model = self.model()?;
+            let model = self.model().map_err(Error::Drop)?;
             let mut prompt = prompts::plan(&prompts::PlanContext {
                 instruction: &meta.request.instruction,
                 language: meta.request.language.as_str(),
                 constraints: meta.request.constraints.as_deref(),
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Error::Drop(e.to_string()))?;
             if let Some(problem) = &task.problem {
                 prompt.user.push_str(&format!(
                     "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
@@ -202,7 +221,7 @@ impl Pipeline {
             model
                 .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| model_error(None, &e))
         }
         .await;
         match outcome {
@@ -221,7 +240,9 @@ impl Pipeline {
                 })
                 .await
             }
-            Err(reason) => {
+            // The model is down: hand the task back; the delivery limit bounds the waiting.
+            Err(Error::Retry(reason)) => Err(Error::Retry(reason)),
+            Err(Error::Drop(reason)) => {
                 self.emit(Event::Planned {
                     job_id: job,
                     failure: Some(reason),
@@ -391,7 +412,7 @@ impl Pipeline {
         let tests = model
             .generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline)
             .await
-            .map_err(|e| Error::Drop(format!("writing tests failed: {e}")))?;
+            .map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
         self.jobs.put_function(job, outcome).await.map_err(retry)?;
@@ -450,7 +471,7 @@ impl Pipeline {
             let generated = model
                 .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
                 .await
-                .map_err(|e| Error::Drop(format!("{} failed: {e}", phase.as_str())))?;
+                .map_err(|e| model_error(Some(phase.as_str()), &e))?;
             account(outcome, &generated.usage, generated.calls);
             let code = generated.value.code;
             if let (Some(analysis), Some(previous)) =
@@ -524,6 +545,19 @@ impl Pipeline {
         )))
     }
 
+    /// A sandbox run, its wall time added to the task's [`SANDBOX_MS`].
+    async fn sandboxed(
+        &self,
+        execution: &ExecutionRequest,
+    ) -> Result<proto::ExecutionResult, sandbox::Error> {
+        let started = Instant::now();
+        let result = self.sandbox.run(execution).await;
+        let _ = SANDBOX_MS.try_with(|ms| {
+            ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+        });
+        result
+    }
+
     /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
     async fn run_cases(
         &self,
@@ -558,7 +592,7 @@ impl Pipeline {
             ]),
             return_files: vec![],
         };
-        let result = self.sandbox.run(&execution).await.map_err(retry)?;
+        let result = self.sandboxed(&execution).await.map_err(retry)?;
         let duration_ms = result.duration_ms;
         let report = result
             .stdout
@@ -814,7 +848,7 @@ impl Pipeline {
             ]),
             return_files: vec![],
         };
-        let run = self.sandbox.run(&execution).await.map_err(retry)?;
+        let run = self.sandboxed(&execution).await.map_err(retry)?;
         let report = run
             .stdout
             .lines()

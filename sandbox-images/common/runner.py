@@ -1,8 +1,10 @@
-"""In-container fork-server runner for the codegen python sandbox (stdlib only, Python 3.11).
+"""In-container fork-server runner of the codegen sandbox images (stdlib only, Python 3.11).
 
-One long-lived runner per warm container. It starts as uid 0 inside the container with only
-CAP_SETUID, CAP_SETGID and CAP_KILL (every other capability dropped, no-new-privileges) and
-refuses to start with more or fewer. Programs run as PROGRAM_UID (10002) with no capabilities.
+The same file serves every language image; /opt/codegen/language.json says how programs run
+(see LANGUAGE below; absent: Python in-process). One long-lived runner per warm container. It
+starts as uid 0 inside the container with only CAP_SETUID, CAP_SETGID and CAP_KILL (every
+other capability dropped, no-new-privileges) and refuses to start with more or fewer.
+Programs run as PROGRAM_UID (10002) with no capabilities.
 
 Protocol (version 2) over the container's attached stdin/stdout. Every message is a frame: a
 4-byte big-endian length, then that many bytes of JSON (an object). The runner's frames are
@@ -17,21 +19,45 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    read and discarded ("*_truncated")
                        "output_limit_bytes": int,  hard cap on stdout+stderr: past it the
                                                    program is killed ("output_limited")
-                       "files": {relpath: str},    optional, written to /work before the run
+                       "test": str|null,           optional test script, run after the code
+                                                   in the same namespace / scope / shell
+                       "files": {relpath: str},    optional, written to /work before the run;
+                                                   the language's main and test file names
+                                                   are reserved (an "error" answer)
                        "return_files": [relpath],  optional, read back after the run
-                       "harness": null | object}   optional, run by harness.py (see there)
+                       "harness": null | object}   optional, Python in-process only: run by
+                                                   harness.py (see there); not with "test"
   runner -> worker  {"type": "result", "exit_code": int|null, "signal": int|null,
                      "timed_out": bool, "oom_killed": bool, "output_limited": bool,
                      "stdout": str, "stderr": str, "stdout_truncated": bool,
                      "stderr_truncated": bool, "duration_ms": int,
                      "exception": null | {"type", "module", "message",
                                           "kind": "syntax"|"import"|"assertion"|"runtime"},
+                                  (only with exit_code 1: the uncaught exception that ended it)
+                     "phase": null | "code" | "test",
+                                  where the exception, or with a test an early exit, happened
+                     "test_finished": null | bool,
+                                  null without a test; true only when the code and the test
+                                  both ran to their natural end (no uncaught exception, no
+                                  exit before the test's end); the verdict still needs
+                                  exit_code 0
                      "harness": null | object,
                      "files": {relpath: str|null}, "file_errors": {relpath: str}}
                     or {"type": "error", "message": str} for a request it cannot run.
   runner -> worker  {"type": "fatal", "message": str, "oom_killed": bool}: the runner cannot
                     vouch for a clean container (a scrub failed, a process survived, a
                     supervisor died); it exits and the container must be discarded.
+
+Language modes (language.json: {"name", "main", "test", "mode", "command"}):
+
+  in_process  (Python) P runs the code as __main__ of its already-warm interpreter (no exec:
+              a run costs about a millisecond), file `main`; a test is then compiled (file
+              `test`) and run in the same namespace, as HumanEval concatenates them.
+  exec        P writes the code to /work/<main> (and the test to /work/<test>), forks a child
+              with a report pipe as fd 3 and execs `command + [main path] + [test path]`.
+              The harness behind `command` runs the program and writes at most one JSON line
+              to fd 3: {"exception": ..., "phase": ..., "test_finished": ...}. exit_code /
+              signal are the child's; the rest of the result as above.
 
 Process model (who holds what):
 
@@ -52,16 +78,15 @@ Process model (who holds what):
      stdio pipes, closes every other descriptor, resets environment and signals, and scrubs
      what the previous program left: /work, /tmp, /dev/shm, /dev/mqueue and SysV IPC objects
      (every process of that program is already dead). Then it reads the request from C and
-     runs the code as __main__ of this already-warm interpreter (no exec: a run costs about a
-     millisecond instead of an interpreter start), reads back the requested files without
-     following symlinks, and sends C its final report (framed, with its pid) before exiting
-     the way the interpreter would.
+     runs it (in-process, or an exec'd child in its session), reads back the requested files
+     without following symlinks, and sends C its final report (framed, with its pid) before
+     exiting the way the interpreter would.
 
 P can neither signal nor ptrace nor read Z or C (different uid, no capabilities), cannot reach
 the container's stdin/stdout (never inherited; /proc of root processes is closed to it), and
 starts from Z's start-up state: no earlier request was ever in the memory it came from.
 
-`--selftest` checks the privileges the runner needs and exits.
+`--selftest` checks the privileges and the language configuration and exits.
 """
 
 import errno
@@ -81,6 +106,7 @@ PROGRAM_GID = 10002
 WORKDIR = "/work"
 SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
 HARNESS_PATH = "/opt/codegen/harness.py"
+LANGUAGE_PATH = "/opt/codegen/language.json"
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"
 MAX_FRAME = 256 << 20
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
@@ -89,6 +115,8 @@ MAX_RETURN_FILES = 64
 CHUNK = 1 << 16
 # Bytes of the program's status report (exception, harness results, files) C reads at most.
 MAX_STATUS_BYTES = 32 << 20
+# Bytes of an exec-mode harness report (fd 3) P keeps: the last ones, where the report is.
+MAX_HARNESS_REPORT = 64 << 10
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": WORKDIR,
@@ -103,6 +131,10 @@ PRELOAD = (
     "linecache", "math", "numbers", "operator", "random", "re", "statistics", "string",
     "struct", "textwrap", "threading", "traceback", "types", "typing", "unittest",
 )
+DEFAULT_LANGUAGE = {"name": "python", "main": "main.py", "test": "test.py", "mode": "in_process"}
+# The image's language (language.json), read once by Z at start-up: no request is in it.
+LANGUAGE = dict(DEFAULT_LANGUAGE)
+EXCEPTION_KINDS = ("syntax", "import", "assertion", "runtime")
 
 
 class RequestError(Exception):
@@ -189,6 +221,54 @@ def prctl(option, arg):
     return libc().prctl(option, arg, 0, 0, 0) == 0
 
 
+# ----------------------------------------------------------------------------- language
+
+
+def load_language(path=LANGUAGE_PATH):
+    """The image's language.json, validated: (config, problems). Absent: Python in-process."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 16)
+    except FileNotFoundError:
+        return dict(DEFAULT_LANGUAGE), []
+    except OSError as e:
+        return None, ["cannot read %s: %s" % (path, e.strerror)]
+    try:
+        cfg = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, ["%s is not valid JSON: %s" % (path, e)]
+    if not isinstance(cfg, dict):
+        return None, ["%s must hold an object" % path]
+    problems = []
+    for key in ("name", "main", "test"):
+        v = cfg.get(key)
+        if not isinstance(v, str) or not v or "/" in v or v in (".", "..") or "\0" in v:
+            problems.append("language.json: %r must be a plain file name" % key)
+    if not problems and cfg["main"] == cfg["test"]:
+        problems.append("language.json: 'main' and 'test' must differ")
+    mode = cfg.get("mode")
+    if mode == "exec":
+        cmd = cfg.get("command")
+        if (not isinstance(cmd, list) or not cmd
+                or not all(isinstance(a, str) and a and "\0" not in a for a in cmd)
+                or not cmd[0].startswith("/")):
+            problems.append("language.json: 'command' must be a list of strings, "
+                            "the first an absolute path")
+        elif not os.access(cmd[0], os.X_OK):
+            problems.append("language.json: %s is not executable" % cmd[0])
+    elif mode != "in_process":
+        problems.append("language.json: 'mode' must be 'in_process' or 'exec'")
+    return (cfg if not problems else None), problems
+
+
+def exec_mode():
+    return LANGUAGE["mode"] == "exec"
+
+
+def work_path(name):
+    return os.path.join(WORKDIR, LANGUAGE[name])
+
+
 # ----------------------------------------------------------------------------- request
 
 
@@ -224,6 +304,8 @@ def parse_request(raw):
     out["output_limit_bytes"] = integer(
         "output_limit_bytes", 0, 1 << 62, default=max(2 * out["max_output_bytes"], 100 << 20)
     )
+    test = req.get("test")
+    out["test"] = None if test is None else text("'test'", test)
     files = req.get("files")
     files = {} if files is None else files
     if not isinstance(files, dict):
@@ -242,19 +324,26 @@ def parse_request(raw):
     harness = req.get("harness")
     if harness is not None and not isinstance(harness, dict):
         raise RequestError("'harness' must be an object or null")
+    if harness is not None and exec_mode():
+        raise RequestError("'harness' is not available for %s: use 'test'" % LANGUAGE["name"])
+    if harness is not None and out["test"] is not None:
+        raise RequestError("'harness' and 'test' cannot be combined")
     out["harness"] = harness
     return out
 
 
 def check_relpath(path):
-    """A plain relative path below the work directory: no '..', '.', '//', absolute or NUL."""
+    """A plain relative path below the work directory: no '..', '.', '//', absolute or NUL,
+    and not the program's own main or test file."""
     if not isinstance(path, str) or not path or len(path) > 1024:
         raise RequestError("file paths must be non-empty strings of at most 1024 characters")
     parts = path.split("/")
     if path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
         raise RequestError("file path %r must be relative, without '.', '..' or '//'" % path)
-    if path == "main.py":
-        raise RequestError("file path 'main.py' is the program itself")
+    if path == LANGUAGE["main"]:
+        raise RequestError("file path %r is the program itself" % path)
+    if path == LANGUAGE["test"]:
+        raise RequestError("file path %r is reserved for the test" % path)
     return parts
 
 
@@ -596,7 +685,7 @@ def program_main(fds):
         reset_signals()
         if "random" in sys.modules:  # the zygote's generator state must not repeat across runs
             sys.modules["random"].seed()
-        main = prepare_interpreter()
+        main = None if exec_mode() else prepare_interpreter()
         problems = scrub()
         write_frame(status_w, {"prepared": not problems, "problems": problems})
         if problems:
@@ -607,7 +696,10 @@ def program_main(fds):
         os.close(req_r)
         req = json.loads(raw.decode("utf-8"))
         del raw
-        code = run_program(req, main, status_w)
+        if exec_mode():
+            code = run_exec(req, status_w)
+        else:
+            code = run_program(req, main, status_w)
     except BaseException:
         try:
             import traceback
@@ -627,46 +719,65 @@ def write_files(files):
             f.write(content)
 
 
-MAIN_PATH = os.path.join(WORKDIR, "main.py")
+def write_text(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def prepare_interpreter():
     """Everything of a fresh `python3 /work/main.py` that does not depend on the request."""
     import types
 
+    main_path = work_path("main")
     fresh_stdio()
-    sys.argv = [MAIN_PATH]
+    sys.argv = [main_path]
     sys.path.insert(0, WORKDIR)
     sys.dont_write_bytecode = True
     main = types.ModuleType("__main__")
-    main.__file__ = MAIN_PATH
+    main.__file__ = main_path
     main.__builtins__ = __builtins__
     main.__cached__ = None
     sys.modules["__main__"] = main
     return main
 
 
+# Bound before any program runs: a program rebinding builtins.exec cannot skip its test.
+_exec, _compile = exec, compile
+
+
 def run_program(req, main, status_w):
-    """The program as __main__ of this interpreter, then an interpreter-like exit."""
+    """The program as __main__ of this interpreter (then its test in the same namespace),
+    then an interpreter-like exit."""
     import atexit
 
-    main_path = MAIN_PATH
-    with open(main_path, "w", encoding="utf-8") as f:
-        f.write(req["code"])
+    main_path = work_path("main")
+    write_text(main_path, req["code"])
+    test = req.get("test")
+    if test is not None:
+        test_path = work_path("test")
+        write_text(test_path, test)  # for tracebacks; the test runs from the request
     write_files(req.get("files") or {})
 
-    report = {"exception": None, "harness": None}
+    report = {"exception": None, "harness": None, "phase": None, "test_finished": None}
     code = 0
+    phase = "code"
     harness = req.get("harness")
     try:
         if harness is not None:
             report["harness"] = run_harness(harness, req["code"], main)
         else:
-            exec(compile(req["code"], main_path, "exec", dont_inherit=True), main.__dict__)
+            _exec(_compile(req["code"], main_path, "exec", dont_inherit=True), main.__dict__)
+            if test is not None:
+                phase = "test"
+                _exec(_compile(test, test_path, "exec", dont_inherit=True), main.__dict__)
+                report["test_finished"] = True
     except SystemExit as e:
         code = exit_code_of(e)
+        if test is not None:
+            report["phase"] = phase
     except BaseException as e:
         report["exception"] = describe(e)
+        report["phase"] = phase
         code = 1
         tb = e.__traceback__
         if tb is not None and tb.tb_frame.f_code is run_program.__code__:
@@ -675,6 +786,8 @@ def run_program(req, main, status_w):
             sys.excepthook(type(e), e.with_traceback(tb), tb)
         except BaseException:
             pass
+    if test is not None and report["test_finished"] is None:
+        report["test_finished"] = False
     # What the interpreter does at exit: join non-daemon threads, atexit, flush.
     try:
         import threading
@@ -726,6 +839,146 @@ def run_harness(spec, code, main):
     if harness is None:
         raise RuntimeError("the test harness is not installed in this image")
     return harness.run_in_process(spec, code, main.__dict__)
+
+
+def run_exec(req, status_w):
+    """Exec mode: the language's harness as a child of P (same session, so C's group kill
+    takes it), with a report pipe as fd 3; then P's final report."""
+    main_path = work_path("main")
+    write_text(main_path, req["code"])
+    argv = list(LANGUAGE["command"]) + [main_path]
+    test = req.get("test")
+    if test is not None:
+        test_path = work_path("test")
+        write_text(test_path, test)
+        argv.append(test_path)
+    write_files(req.get("files") or {})
+
+    report_r, report_w = os.pipe()  # both close-on-exec
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if report_w != 3:
+                os.dup2(report_w, 3)
+            os.set_inheritable(3, True)
+            close_other_fds(keep=(3,))
+            # Python ignores these at start-up; an ignored signal would survive the exec.
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execve(argv[0], argv, dict(os.environ))
+        except BaseException as e:
+            try:
+                os.write(2, ("runner: cannot start %s: %s\n" % (argv[0], e)).encode())
+            except BaseException:
+                pass
+        os._exit(127)
+    os.close(report_w)
+    data, status = read_report(report_r, pid)
+    os.close(report_r)
+
+    harness = parse_harness_report(data)
+    report = {"exception": None, "harness": None, "phase": None, "test_finished": None}
+    if os.WIFSIGNALED(status):
+        code, report["signal"] = None, os.WTERMSIG(status)
+    else:
+        code = os.WEXITSTATUS(status)
+    report["exception"] = harness_exception(harness.get("exception"))
+    if harness.get("phase") in ("code", "test"):
+        report["phase"] = harness["phase"]
+    if test is not None:
+        report["test_finished"] = harness.get("test_finished") is True
+    if req.get("return_files"):
+        report["files"], report["file_errors"] = collect_files(
+            req["return_files"], req.get("max_output_bytes", 1 << 20)
+        )
+    report["pid"] = os.getpid()
+    report["exit"] = code
+    try:
+        write_frame(status_w, report)
+    except BaseException:
+        pass
+    return code if code is not None else 128 + report["signal"]
+
+
+def read_report(fd, pid):
+    """What the child writes to fd 3 (the last MAX_HARNESS_REPORT bytes), and its wait status.
+    Reading stops when the child has exited even if a grandchild still holds the pipe."""
+    buf = bytearray()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None  # seccomp or an old kernel: poll for the exit instead
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    pipe_open = True
+
+    def drain(budget):
+        # Bounded: a grandchild holding the pipe may keep writing after the child is gone.
+        nonlocal pipe_open
+        while pipe_open and budget > 0:
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
+                return
+            except InterruptedError:
+                continue
+            if not chunk:
+                pipe_open = False
+                poller.unregister(fd)
+                return
+            budget -= len(chunk)
+            buf.extend(chunk)
+            if len(buf) > MAX_HARNESS_REPORT:
+                del buf[:-MAX_HARNESS_REPORT]
+
+    status = None
+    while status is None:
+        if pipe_open or pidfd is not None:
+            for ready, _ in poller.poll(None if pidfd is not None else 20):
+                if ready == fd:
+                    drain(1 << 20)
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            status = st
+        elif not pipe_open and pidfd is None:
+            status = os.waitpid(pid, 0)[1]  # the pipe is closed: only the exit is left
+    drain(2 * MAX_HARNESS_REPORT)
+    if pidfd is not None:
+        os.close(pidfd)
+    return bytes(buf), status
+
+
+def parse_harness_report(data):
+    """The harness's report: the last non-empty line of fd 3, a JSON object, or {}."""
+    for line in reversed(data.split(b"\n")):
+        if line.strip():
+            try:
+                obj = json.loads(line.decode("utf-8", errors="replace"))
+            except ValueError:
+                return {}
+            return obj if isinstance(obj, dict) else {}
+    return {}
+
+
+def harness_exception(exc):
+    """An exception as a harness reported it, in the shape describe() gives, or None."""
+    if not isinstance(exc, dict):
+        return None
+
+    def field(name, limit):
+        v = exc.get(name)
+        return v[:limit] if isinstance(v, str) else ""
+
+    kind = exc.get("kind")
+    return {
+        "type": field("type", 200) or "Error",
+        "module": field("module", 200),
+        "message": field("message", 2000),
+        "kind": kind if kind in EXCEPTION_KINDS else "runtime",
+    }
 
 
 # ----------------------------------------------------------------------------- supervisor (C)
@@ -981,6 +1234,8 @@ class Supervisor:
         wait_status = self.exit_status
         if report is not None and isinstance(report.get("exit"), int) and not timed_out:
             exit_code, sig = report["exit"], None
+        elif report is not None and isinstance(report.get("signal"), int) and not timed_out:
+            exit_code, sig = None, report["signal"]  # exec mode: the child's signal
         elif wait_status is None:
             exit_code, sig = None, None
         elif os.WIFSIGNALED(wait_status):
@@ -996,6 +1251,11 @@ class Supervisor:
         if req["return_files"] and not isinstance(files, dict):
             files = {p: None for p in req["return_files"]}
             file_errors = {p: "the program did not finish normally" for p in req["return_files"]}
+        phase = report.get("phase")
+        test_finished = None
+        if req["test"] is not None:
+            # No report (os._exit, a kill) means the test did not finish.
+            test_finished = report.get("test_finished") is True and not timed_out
         return {
             "type": "result",
             "exit_code": exit_code,
@@ -1011,6 +1271,8 @@ class Supervisor:
             "stderr_truncated": err.truncated,
             "duration_ms": int(round((end - t0) * 1000)),
             "exception": exception,
+            "phase": phase if phase in ("code", "test") else None,
+            "test_finished": test_finished,
             "harness": report.get("harness"),
             "files": files if isinstance(files, dict) else {},
             "file_errors": file_errors if isinstance(file_errors, dict) else {},
@@ -1094,6 +1356,8 @@ def preload():
     import importlib
 
     libc()  # ctypes, loaded once here rather than in every run
+    if exec_mode():
+        return  # programs are other executables: nothing of Python to warm up
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -1114,8 +1378,17 @@ def preload():
             traceback.print_exc()
 
 
+def configure():
+    """Reads the image's language once (Z, before anything is forked); the problems."""
+    cfg, problems = load_language()
+    if cfg is not None:
+        LANGUAGE.clear()
+        LANGUAGE.update(cfg)
+    return problems
+
+
 def serve():
-    problems = check_privileges()
+    problems = check_privileges() + configure()
     if problems:
         write_frame(1, {"type": "fatal", "message": "; ".join(problems), "oom_killed": False})
         return 2
@@ -1246,7 +1519,7 @@ def supervisor_gone(cpid):
 
 def main(argv):
     if argv == ["--selftest"]:
-        problems = check_privileges()
+        problems = check_privileges() + configure()
         print("ok" if not problems else "; ".join(problems))
         return 0 if not problems else 1
     if argv:

@@ -1,95 +1,27 @@
 """Tests for runner.py (benign programs only; the hostile suite is tests/tests/sandbox_*.rs).
 
 Run from the repository root:
-    python3 -m unittest discover -s sandbox-images/python -p 'test_*.py'
+    python3 -m unittest discover -s sandbox-images/common -p 'test_*.py'
 
 Pure functions are tested on the host. The protocol and the process model are tested in a
-real hardened container of the sandbox image (sandbox-images/build) with THIS folder's
-runner.py and harness.py mounted over the image's, so the tests follow the working tree.
-Those tests are skipped when Docker or the image is missing.
+real hardened container of the Python sandbox image (sandbox-images/build) with the working
+tree's runner.py, harness.py and language.json mounted over the image's (testlib.py). Those
+tests are skipped when Docker or the image is missing. What each language image does with
+"test" is tested in the language folders (test_<language>.py).
 """
 
 import json
 import os
-import shutil
 import struct
-import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import runner  # noqa: E402
-
-IMAGE = os.environ.get("CODEGEN_SANDBOX_IMAGE", "codegen-sandbox-python:latest")
-HARDENING = [
-    "--network", "none", "--read-only", "--init", "--ipc", "private", "--log-driver", "none",
-    "--memory", "256m", "--memory-swap", "256m", "--pids-limit", "64", "--cpus", "1",
-    "--cap-drop", "ALL", "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "KILL",
-    "--security-opt", "no-new-privileges", "--user", "0:0",
-    "--tmpfs", "/work:rw,nosuid,nodev,noexec,size=64m,uid=10002,gid=10002,mode=0700",
-    "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m,uid=10002,gid=10002,mode=0700",
-    "--ulimit", "nofile=256:256", "--ulimit", "core=0:0",
-]
-
-
-def docker_ready():
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "image", "inspect", IMAGE], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def frame(obj):
-    body = json.dumps(obj).encode()
-    return struct.pack(">I", len(body)) + body
-
-
-class Container:
-    """A hardened container running the working tree's runner, attached over stdin/stdout."""
-
-    def __init__(self, extra=(), hardening=HARDENING):
-        mounts = ["-v", "%s:/opt/codegen/runner.py:ro" % os.path.join(HERE, "runner.py")]
-        harness = os.path.join(HERE, "harness.py")
-        if os.path.exists(harness):
-            mounts += ["-v", "%s:/opt/codegen/harness.py:ro" % harness]
-        self.proc = subprocess.Popen(
-            ["docker", "run", "-i", "--rm", *hardening, *mounts, *extra, IMAGE],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def send(self, obj):
-        self.proc.stdin.write(frame(obj) if not isinstance(obj, bytes) else obj)
-        self.proc.stdin.flush()
-
-    def recv(self):
-        header = self.proc.stdout.read(4)
-        if len(header) < 4:
-            return None
-        (n,) = struct.unpack(">I", header)
-        return json.loads(self.proc.stdout.read(n))
-
-    def run(self, code, **fields):
-        request = {"code": code, "stdin": None, "timeout_ms": 5000,
-                   "max_output_bytes": 1 << 20, "output_limit_bytes": 100 << 20}
-        request.update(fields)
-        self.send(request)
-        result = self.recv()
-        ready = self.recv()
-        assert ready and ready["type"] == "ready", ready
-        return result
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=20)
-        except Exception:
-            self.proc.kill()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
+from testlib import HARDENING, IMAGES, Container, frame, skip_without_image  # noqa: E402
 
 
 # ------------------------------------------------------------------------------- host
@@ -116,6 +48,102 @@ class PureFunctionTest(unittest.TestCase):
             with self.subTest(payload=bad):
                 with self.assertRaises(runner.RequestError):
                     runner.parse_request(bad)
+
+    def test_a_test_is_optional_text_and_excludes_the_harness(self):
+        base = {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}
+        self.assertIsNone(runner.parse_request(json.dumps(base).encode())["test"])
+        ok = runner.parse_request(json.dumps(dict(base, test="assert x")).encode())
+        self.assertEqual(ok["test"], "assert x")
+        for bad in ({"test": 5}, {"test": "\ud800"},
+                    {"test": "t", "harness": {"mode": "cases"}},
+                    {"files": {"test.py": ""}}, {"return_files": ["main.py"]}):
+            with self.subTest(bad=bad), self.assertRaises(runner.RequestError):
+                runner.parse_request(json.dumps(dict(base, **bad)).encode())
+
+    def test_exec_languages_reserve_their_own_names_and_have_no_harness(self):
+        saved = dict(runner.LANGUAGE)
+        runner.LANGUAGE.update({"name": "javascript", "main": "main.js", "test": "test.js",
+                                "mode": "exec", "command": ["/usr/bin/node", "h.js"]})
+        try:
+            base = {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}
+            runner.check_relpath("main.py")
+            for name in ("main.js", "test.js"):
+                with self.subTest(name=name), self.assertRaises(runner.RequestError):
+                    runner.check_relpath(name)
+            with self.assertRaises(runner.RequestError):
+                runner.parse_request(json.dumps(dict(base, harness={"mode": "cases"})).encode())
+        finally:
+            runner.LANGUAGE.clear()
+            runner.LANGUAGE.update(saved)
+
+    def test_language_config_is_validated(self):
+        self.assertEqual(runner.load_language("/nonexistent/language.json"),
+                         (runner.DEFAULT_LANGUAGE, []))
+        shipped = {}
+        for lang in ("python", "javascript", "bash"):
+            path = os.path.join(IMAGES, lang, "language.json")
+            with open(path) as f:
+                shipped[lang] = json.load(f)
+        self.assertEqual(shipped["python"], runner.DEFAULT_LANGUAGE)
+        good = {"name": "sh", "main": "main.sh", "test": "test.sh", "mode": "exec",
+                "command": ["/bin/sh", "/opt/codegen/harness.sh"]}
+        bad = [
+            "not json", "[]", dict(good, mode="fork"), dict(good, command=[]),
+            dict(good, command=["sh"]), dict(good, command=["/nonexistent/x"]),
+            dict(good, main="a/main.sh"), dict(good, test="main.sh"), dict(good, name=""),
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "language.json")
+            for cfg in [good, dict(shipped["bash"], command=["/bin/sh"])] + bad:
+                with open(path, "w") as f:
+                    f.write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+                loaded, problems = runner.load_language(path)
+                with self.subTest(cfg=cfg):
+                    if cfg is good or cfg not in bad:
+                        self.assertEqual((loaded, problems), (cfg, []))
+                    else:
+                        self.assertIsNone(loaded)
+                        self.assertTrue(problems)
+
+    def test_harness_reports_are_read_defensively(self):
+        parse = runner.parse_harness_report
+        self.assertEqual(parse(b'noise\n{"test_finished": true}\n\n'), {"test_finished": True})
+        self.assertEqual(parse(b'{"test_finished": true}\nnot json'), {})
+        self.assertEqual(parse(b"[1]\n"), {})
+        self.assertEqual(parse(b""), {})
+        self.assertEqual(parse(b'{"m": "\xff"}')["m"], "\ufffd")
+        self.assertIsNone(runner.harness_exception("boom"))
+        self.assertEqual(runner.harness_exception({"type": 5, "kind": "odd", "message": "m" * 3000}),
+                         {"type": "Error", "module": "", "message": "m" * 2000, "kind": "runtime"})
+
+    def test_the_report_is_read_until_the_child_exits_even_if_a_grandchild_holds_it(self):
+        def run(without_pidfd):
+            r, w = os.pipe()
+            os.set_inheritable(w, True)
+            script = ('sleep 30 >/dev/null 2>&1 & printf \'noise\\n{"sleeper": %%d}\\n\' $! >&%d; exit 4'
+                      % w)
+            pid = os.posix_spawn("/bin/bash", ["bash", "-c", script], dict(os.environ))
+            os.close(w)
+            saved = getattr(os, "pidfd_open", None)
+            if without_pidfd:
+                def refuse(_pid):
+                    raise OSError(1, "blocked")
+                os.pidfd_open = refuse
+            try:
+                t = time.monotonic()
+                data, status = runner.read_report(r, pid)
+                elapsed = time.monotonic() - t
+            finally:
+                os.close(r)
+                if without_pidfd and saved is not None:
+                    os.pidfd_open = saved
+            report = runner.parse_harness_report(data)
+            os.kill(report["sleeper"], 9)
+            self.assertLess(elapsed, 5)
+            self.assertEqual((os.WIFEXITED(status), os.WEXITSTATUS(status)), (True, 4))
+
+        run(without_pidfd=False)
+        run(without_pidfd=True)
 
     def test_paths_stay_below_the_work_directory(self):
         for good in ("a.txt", "pkg/mod.py", ".hidden"):
@@ -156,7 +184,7 @@ class PureFunctionTest(unittest.TestCase):
 # ------------------------------------------------------------------------------- container
 
 
-@unittest.skipUnless(docker_ready(), "needs Docker and the sandbox image (sandbox-images/build)")
+@skip_without_image("python")
 class RunnerInContainerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -296,7 +324,6 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertEqual(self.c.recv()["type"], "ready")
         self.assertEqual(self.run_code("print(1)")["stdout"], "1\n")
 
-    @unittest.skipUnless(os.path.exists(os.path.join(HERE, "harness.py")), "no harness.py")
     def test_harness_cases_and_program_test(self):
         r = self.run_code("def add(a, b):\n    return a + b\n", harness={
             "mode": "cases", "function": "add",
@@ -313,7 +340,7 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertTrue(r["harness"]["passed"], r["harness"])
 
 
-@unittest.skipUnless(docker_ready(), "needs Docker and the sandbox image (sandbox-images/build)")
+@skip_without_image("python")
 class RunnerRefusesWeakHardeningTest(unittest.TestCase):
     def refused(self, hardening):
         c = Container(hardening=hardening)

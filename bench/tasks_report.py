@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Per-task timings from the workers' `task finished` log lines, for the jobs of RESULTS.jsonl
+(every one must have succeeded): the queue wait (publication to start of work) and the handling
+time minus the time the task spent in sandbox runs. With a zero-latency model that remainder is
+orchestration: Redis reads and writes, prompt rendering, the loopback model round trip, events,
+the ack.
+Usage: tasks_report.py RESULTS.jsonl WORKER.log...
+"""
+import json
+import re
+import sys
+
+FIELD = re.compile(r'(\w+)=("[^"]*"|\S+)')
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+jobs = set()
+for line in open(sys.argv[1], encoding="utf-8"):
+    result = json.loads(line)
+    assert result["status"] == "succeeded", result.get("failure")
+    jobs.add(result["job_id"])
+
+rows = {"plan": [], "implement": [], "integrate": []}
+for path in sys.argv[2:]:
+    for line in open(path, encoding="utf-8", errors="replace"):
+        if "task finished" not in line:
+            continue
+        f = {k: v.strip('"') for k, v in FIELD.findall(line)}
+        if f.get("job") not in jobs:
+            continue
+        queue, run, sandbox = int(f["queue_ms"]), int(f["run_ms"]), int(f["sandbox_ms"])
+        rows[f["kind"]].append((queue, run - sandbox, queue + run - sandbox))
+rows["every task"] = [r for kind in ("plan", "implement", "integrate") for r in rows[kind]]
+print(f"{'task kind':12s} {'n':>5s}  {'queue wait p50/p99':>20s}  {'handling - sandbox p50/p99':>28s}  {'overhead p50/p99':>18s}")
+for kind in ("plan", "implement", "integrate", "every task"):
+    values = rows[kind]
+    if not values:
+        continue
+    cols = []
+    for i in range(3):
+        column = [v[i] for v in values]
+        cols.append(f"{pct(column, 50)} / {pct(column, 99)} ms")
+    print(f"{kind:12s} {len(values):5d}  {cols[0]:>20s}  {cols[1]:>28s}  {cols[2]:>18s}")

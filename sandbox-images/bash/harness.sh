@@ -1,0 +1,57 @@
+# Runs a Bash program, and optionally its test, for the codegen runner (exec mode):
+#
+#   bash /opt/codegen/harness.sh MAIN [TEST]        (cwd /work, uid 10002, fd 3 = report)
+#
+# First `bash -n` on MAIN (and TEST): a syntax error is printed as bash prints it and
+# reported on fd 3 as {"exception": {"type": "SyntaxError", "kind": "syntax", ...},
+# "phase": "code"|"test", "test_finished": false}, exit status 1.
+# Without TEST: exactly `bash MAIN` (exec'd, fd 3 closed, exit status preserved).
+# With TEST: one shell ($0 = MAIN) sources MAIN, then TEST; only after both returned it
+# writes {"test_finished": true} and exits with the status of the test's last command. An
+# `exit` (or errexit) in either ends it early: the EXIT trap reports test_finished false
+# and the phase it stopped in (a program that replaces the trap leaves no report, which
+# the runner counts as not finished).
+main=$1
+test=${2-}
+
+json_string() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\t'/\\t}
+  s=${s//[$'\001'-$'\037']/ }
+  printf '"%s"' "$s"
+}
+
+syntax_check() {
+  local err
+  if ! err=$(/bin/bash -n "$1" 2>&1); then
+    printf '%s\n' "$err" >&2
+    printf '{"exception": {"type": "SyntaxError", "module": "", "message": %s, "kind": "syntax"}, "phase": "%s", "test_finished": false}\n' \
+      "$(json_string "${err%%$'\n'*}")" "$2" >&3 2>/dev/null
+    exit 1
+  fi
+}
+
+syntax_check "$main" code
+if [ -z "$test" ]; then
+  exec 3>&-
+  exec /bin/bash "$main"
+fi
+syntax_check "$test" test
+
+# The report fd moves above 9: programs use 3..9 for their own redirections.
+# shellcheck disable=SC2016  # expanded by the program's shell
+exec /bin/bash -c '
+exec {__codegen_fd}>&3 3>&-
+__codegen_phase=code
+builtin trap '\''[[ $__codegen_phase == done ]] || builtin printf "{\"test_finished\": false, \"phase\": \"%s\"}\n" "$__codegen_phase" >&"$__codegen_fd" 2>/dev/null'\'' EXIT
+builtin source '"$(printf '%q' "$main")"'
+__codegen_phase=test
+builtin source '"$(printf '%q' "$test")"'
+__codegen_status=$?
+__codegen_phase=done
+builtin printf "{\"test_finished\": true}\n" >&"$__codegen_fd" 2>/dev/null
+builtin exit "$__codegen_status"
+' "$main"
