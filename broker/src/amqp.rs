@@ -293,6 +293,13 @@ async fn declare(
             task_args.clone(),
         )
         .await?;
+    channel
+        .queue_declare(
+            ShortString::from(topology.executions.clone()),
+            durable,
+            task_args.clone(),
+        )
+        .await?;
     // Events get the same guarantees: a poison event is dead-lettered, not looped on.
     channel
         .queue_declare(
@@ -357,6 +364,11 @@ impl Broker for AmqpBroker {
         self.publish_to(&queue, message).await
     }
 
+    async fn publish_execution(&self, message: Outgoing) -> Result<(), Error> {
+        let queue = self.inner.topology.executions.clone();
+        self.publish_to(&queue, message).await
+    }
+
     async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
         let queue = self.inner.topology.events.clone();
         self.publish_to(&queue, message).await
@@ -372,6 +384,7 @@ impl Broker for AmqpBroker {
         let broker = self.clone();
         let name = match queue {
             Queue::Tasks => broker.inner.topology.tasks.clone(),
+            Queue::Executions => broker.inner.topology.executions.clone(),
             Queue::DeadLetters => broker.inner.topology.dead_letters.clone(),
             Queue::Events => broker.inner.topology.events.clone(),
         };

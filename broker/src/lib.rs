@@ -60,7 +60,10 @@ impl Default for Options {
 /// Which queue to consume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
+    /// Pipeline tasks (plan, implement, integrate).
     Tasks,
+    /// Plain executions.
+    Executions,
     DeadLetters,
     /// Pipeline events from workers to coordinators.
     Events,
@@ -201,6 +204,9 @@ pub(crate) trait Acker: Send + Sync {
 pub trait Broker: Send + Sync + 'static {
     /// Publishes one task durably; returns once the broker has confirmed it.
     async fn publish(&self, message: Outgoing) -> Result<(), Error>;
+
+    /// Publishes one plain execution durably (confirmed) to the executions queue.
+    async fn publish_execution(&self, message: Outgoing) -> Result<(), Error>;
 
     /// Publishes one pipeline event durably (confirmed) to the events queue.
     async fn publish_event(&self, message: Outgoing) -> Result<(), Error>;

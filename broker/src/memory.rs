@@ -24,6 +24,7 @@ struct Message {
 #[derive(Debug, Default)]
 struct State {
     tasks: VecDeque<Message>,
+    executions: VecDeque<Message>,
     dead: VecDeque<Message>,
     events: VecDeque<Message>,
     down: Option<String>,
@@ -61,6 +62,7 @@ impl MemoryBroker {
         let state = self.state.lock().expect("poisoned");
         match queue {
             Queue::Tasks => state.tasks.len(),
+            Queue::Executions => state.executions.len(),
             Queue::DeadLetters => state.dead.len(),
             Queue::Events => state.events.len(),
         }
@@ -84,11 +86,28 @@ impl MemoryBroker {
             let mut state = self.state.lock().expect("poisoned");
             match queue {
                 Queue::Tasks => state.tasks.push_back(message),
+                Queue::Executions => state.executions.push_back(message),
                 Queue::DeadLetters => state.dead.push_back(message),
                 Queue::Events => state.events.push_back(message),
             }
         }
         self.notify.notify_waiters();
+    }
+
+    fn publish_on(&self, queue: Queue, message: Outgoing) -> Result<(), Error> {
+        if let Some(reason) = &self.state.lock().expect("poisoned").down {
+            return Err(Error::Unavailable(reason.clone()));
+        }
+        self.push(
+            queue,
+            Message {
+                message_id: message.message_id,
+                body: message.body,
+                delivery_count: 0,
+                death_reason: None,
+            },
+        );
+        Ok(())
     }
 
     fn pop(&self, queue: Queue) -> Option<Message> {
@@ -98,6 +117,7 @@ impl MemoryBroker {
         }
         match queue {
             Queue::Tasks => state.tasks.pop_front(),
+            Queue::Executions => state.executions.pop_front(),
             Queue::DeadLetters => state.dead.pop_front(),
             Queue::Events => state.events.pop_front(),
         }
@@ -139,35 +159,15 @@ impl Acker for MemoryAcker {
 #[async_trait]
 impl Broker for MemoryBroker {
     async fn publish(&self, message: Outgoing) -> Result<(), Error> {
-        if let Some(reason) = &self.state.lock().expect("poisoned").down {
-            return Err(Error::Unavailable(reason.clone()));
-        }
-        self.push(
-            Queue::Tasks,
-            Message {
-                message_id: message.message_id,
-                body: message.body,
-                delivery_count: 0,
-                death_reason: None,
-            },
-        );
-        Ok(())
+        self.publish_on(Queue::Tasks, message)
+    }
+
+    async fn publish_execution(&self, message: Outgoing) -> Result<(), Error> {
+        self.publish_on(Queue::Executions, message)
     }
 
     async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
-        if let Some(reason) = &self.state.lock().expect("poisoned").down {
-            return Err(Error::Unavailable(reason.clone()));
-        }
-        self.push(
-            Queue::Events,
-            Message {
-                message_id: message.message_id,
-                body: message.body,
-                delivery_count: 0,
-                death_reason: None,
-            },
-        );
-        Ok(())
+        self.publish_on(Queue::Events, message)
     }
 
     fn consume(

@@ -10,9 +10,13 @@ use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome};
 pub struct ExecArgs {
     /// Program to run (`-` reads it from standard input).
     pub file: PathBuf,
-    /// Language of the program.
-    #[arg(long, default_value = "python")]
-    pub language: String,
+    /// A test to run after the program in the same namespace (HumanEval style): the verdict is
+    /// `passed` only when both run to their end.
+    #[arg(long)]
+    pub test: Option<PathBuf>,
+    /// Language of the program (default: from the file's extension, else python).
+    #[arg(long)]
+    pub language: Option<String>,
     /// File whose contents become the program's standard input.
     #[arg(long)]
     pub stdin: Option<PathBuf>,
@@ -25,28 +29,44 @@ pub struct ExecArgs {
     /// Coordinator URL.
     #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
     /// Print the whole result as JSON instead of the program's output.
     #[arg(long)]
     pub json: bool,
 }
 
+fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        return std::io::read_to_string(std::io::stdin()).context("reading standard input");
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The language named, or the one the file's extension says, or python.
+fn language_of(named: Option<&str>, file: &std::path::Path) -> String {
+    if let Some(named) = named {
+        return named.to_owned();
+    }
+    file.extension()
+        .and_then(|e| e.to_str())
+        .and_then(proto::Language::from_extension)
+        .unwrap_or(proto::Language::Python)
+        .as_str()
+        .to_owned()
+}
+
 /// Runs one program; exits 0 when it passed, 1 when it did not, 2 when the cluster failed us.
 pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
-    let code = if args.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading the program from stdin")?
-    } else {
-        std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?
-    };
-    let stdin = match &args.stdin {
-        Some(path) => Some(
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        ),
-        None => None,
-    };
+    let code = read_text(&args.file)?;
+    let test = args.test.as_deref().map(read_text).transpose()?;
+    let stdin = args.stdin.as_deref().map(read_text).transpose()?;
     let submission = ExecutionSubmission {
-        language: args.language.clone(),
+        id: None,
+        language: language_of(args.language.as_deref(), &args.file),
         code,
+        test,
         stdin,
         timeout_ms: args.timeout_ms,
         memory_mb: args.memory_mb,
@@ -54,23 +74,20 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         files: Default::default(),
         return_files: Default::default(),
     };
-    let client = reqwest::Client::new();
-    let base = args.url.trim_end_matches('/');
-    let response = client
-        .post(format!("{base}/v1/executions"))
-        .json(&submission)
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the coordinator at {base}"))?;
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let response = api
+        .send(api.http.post(api.url("/v1/executions")).json(&submission))
+        .await?;
     let mut view = read_view(response).await?;
     // The coordinator answers 202 when the verdict takes longer than its wait; keep polling.
     while matches!(view.outcome, Outcome::Pending { .. }) {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        let response = client
-            .get(format!("{base}/v1/executions/{}", view.id))
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the coordinator at {base}"))?;
+        let response = api
+            .send(
+                api.http
+                    .get(api.url(&format!("/v1/executions/{}", view.id))),
+            )
+            .await?;
         view = read_view(response).await?;
     }
     let Outcome::Done(result) = &view.outcome else {
@@ -90,6 +107,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
                 .unwrap_or_else(|| "-".into()),
             result.duration_ms
         );
+        if let Some(kind) = result.error_kind {
+            summary.push_str(&format!(" error_kind={}", kind.as_str()));
+        }
         if result.truncated {
             summary.push_str(" truncated=true");
         }
@@ -103,6 +123,178 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         Status::SandboxError | Status::Error => 2,
         _ => 1,
     })
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExecBatchArgs {
+    /// JSONL file, one program per line: `{"id", "language", "code", "test"?, "stdin"?,
+    /// "timeout_ms"?, "memory_mb"?}` (`-` reads standard input).
+    pub input: PathBuf,
+    /// Where the results go, one per line (`-` is stdout). Lines are written as results
+    /// arrive; at the end the file is rewritten in input order.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Programs per request to `POST /v1/executions/batch`.
+    #[arg(long, default_value_t = 64)]
+    pub chunk: usize,
+    /// Requests in flight at once (so at most chunk × in-flight programs are queued).
+    #[arg(long, default_value_t = 4)]
+    pub in_flight: usize,
+    /// Coordinator URL.
+    #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
+    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+/// `codegen exec-batch`: exits 0 when every program got a verdict of its own (passed or not),
+/// 1 when some could not be run (`error`, `sandbox_error`), 2 on client errors.
+pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
+    use futures::StreamExt;
+    use std::io::{IsTerminal, Write};
+
+    let started = std::time::Instant::now();
+    let text = read_text(&args.input)?;
+    let mut items = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut item: ExecutionSubmission = serde_json::from_str(line)
+            .with_context(|| format!("{}: line {}", args.input.display(), n + 1))?;
+        // Without an id, a result still says which line it answers.
+        item.id.get_or_insert_with(|| (n + 1).to_string());
+        items.push(item);
+    }
+    let total = items.len();
+    anyhow::ensure!(total > 0, "{}: no programs", args.input.display());
+    let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let to_stdout = args.output.as_os_str() == "-";
+    let mut live = if to_stdout {
+        None
+    } else {
+        Some(std::io::BufWriter::new(
+            std::fs::File::create(&args.output)
+                .with_context(|| format!("creating {}", args.output.display()))?,
+        ))
+    };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} programs  {per_sec}  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+
+    let chunks: Vec<(usize, Vec<ExecutionSubmission>)> = items
+        .chunks(args.chunk.max(1))
+        .enumerate()
+        .map(|(i, c)| (i * args.chunk.max(1), c.to_vec()))
+        .collect();
+    let mut results: Vec<Option<String>> = vec![None; total];
+    let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut finished = 0usize;
+    let mut last_print = std::time::Instant::now();
+    let api = &api;
+    let mut stream = futures::stream::iter(chunks)
+        .map(|(offset, chunk)| async move { (offset, run_chunk(api, chunk).await) })
+        .buffer_unordered(args.in_flight.max(1));
+    while let Some((offset, answer)) = stream.next().await {
+        let views = answer?;
+        for (i, view) in views.into_iter().enumerate() {
+            let status = view["status"].as_str().unwrap_or("unknown").to_owned();
+            *by_status.entry(status).or_default() += 1;
+            let line = serde_json::to_string(&view)?;
+            if let Some(out) = live.as_mut() {
+                writeln!(out, "{line}").context("writing a result")?;
+            }
+            results[offset + i] = Some(line);
+            finished += 1;
+        }
+        if let Some(out) = live.as_mut() {
+            out.flush().context("writing the results")?;
+        }
+        let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        match &bar {
+            Some(bar) => {
+                bar.set_position(finished as u64);
+                bar.set_message(counts.join(", "));
+            }
+            None if last_print.elapsed().as_secs() >= 5 || finished == total => {
+                eprintln!(
+                    "[{:>6.1}s] {finished}/{total} programs ({})",
+                    started.elapsed().as_secs_f64(),
+                    counts.join(", ")
+                );
+                last_print = std::time::Instant::now();
+            }
+            None => {}
+        }
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    drop(live);
+    // Everything is in: the file again, in input order.
+    let ordered: String = results
+        .into_iter()
+        .map(|l| l.unwrap_or_default() + "\n")
+        .collect();
+    if to_stdout {
+        std::io::stdout()
+            .write_all(ordered.as_bytes())
+            .context("writing the results")?;
+    } else {
+        let partial = args.output.with_extension("jsonl.partial");
+        std::fs::write(&partial, &ordered)
+            .with_context(|| format!("writing {}", partial.display()))?;
+        std::fs::rename(&partial, &args.output)
+            .with_context(|| format!("writing {}", args.output.display()))?;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    eprintln!(
+        "{total} programs in {wall:.2}s ({:.0}/s): {} -> {}",
+        total as f64 / wall.max(1e-9),
+        counts.join(", "),
+        args.output.display()
+    );
+    let unrun = by_status
+        .iter()
+        .any(|(s, _)| s == "error" || s == "sandbox_error" || s == "unknown");
+    Ok(if unrun { 1 } else { 0 })
+}
+
+/// One `POST /v1/executions/batch`; items still queued when it answers are polled one by one.
+async fn run_chunk(
+    api: &Api,
+    chunk: Vec<ExecutionSubmission>,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let body = serde_json::json!({ "items": chunk });
+    let response = api
+        .send(api.http.post(api.url("/v1/executions/batch")).json(&body))
+        .await?;
+    let (_, answer) = read_json(response).await?;
+    let mut views: Vec<serde_json::Value> = answer["results"]
+        .as_array()
+        .context("the coordinator's answer has no results")?
+        .clone();
+    for view in &mut views {
+        while view["status"] == "queued" {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let id = view["execution_id"].as_str().unwrap_or_default().to_owned();
+            let mut fresh = api.get(&format!("/v1/executions/{id}")).await?;
+            // The single-execution view carries the execution id as `id`: keep the label.
+            fresh["execution_id"] = serde_json::Value::String(id);
+            fresh["id"] = view["id"].clone();
+            *view = fresh;
+        }
+    }
+    Ok(views)
 }
 
 async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView> {

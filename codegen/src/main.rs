@@ -36,8 +36,10 @@ enum Command {
     Worker,
     /// Print the effective configuration (defaults, file and environment merged) as TOML.
     Config,
-    /// Run a program on the cluster and print its output.
+    /// Run a program (optionally with a test) on the cluster and print its output.
     Exec(client::ExecArgs),
+    /// Run a JSONL file of programs on the cluster; one result per line, in input order.
+    ExecBatch(client::ExecBatchArgs),
     /// Submit a generation job; with --wait, follow it and print the tested code.
     Submit(client::SubmitArgs),
     /// Print a job's result, or its progress while it runs.
@@ -85,6 +87,7 @@ fn main() -> std::process::ExitCode {
                 Ok(0)
             }
             Command::Exec(args) => client::exec(args).await,
+            Command::ExecBatch(args) => client::exec_batch(args).await,
             Command::Submit(args) => client::submit(args).await,
             Command::Status(args) => client::status(args).await,
             Command::Batch(args) => client::batch(args).await,
@@ -176,6 +179,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     tokio::spawn(listener.run(infra.clone()));
     // The pool service reaps orphaned containers, keeps the warm pools filled and removes
     // every container once `infra` is cancelled (after the worker has drained).
+    settings.sandbox.languages()?;
     let (sandbox, pools) = sandbox::DockerSandbox::build(settings.sandbox.clone());
     let sandbox = Arc::new(sandbox);
     {

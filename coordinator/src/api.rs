@@ -17,7 +17,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
 use broker::Outgoing;
-use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome, Pending};
+use proto::api::{
+    BatchItemView, ErrorBody, ExecutionBatch, ExecutionBatchView, ExecutionSubmission,
+    ExecutionView, Outcome, Pending,
+};
 use proto::{
     Envelope, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
 };
@@ -45,6 +48,11 @@ impl ApiError {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -70,6 +78,7 @@ impl IntoResponse for ApiError {
 fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
     vec![
         ("POST", "/v1/executions", post(submit)),
+        ("POST", "/v1/executions/batch", post(submit_batch)),
         ("GET", "/v1/executions/{id}", get(fetch)),
         ("POST", "/v1/jobs", post(crate::jobs::submit)),
         ("GET", "/v1/jobs/{id}", get(crate::jobs::fetch)),
@@ -78,6 +87,7 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
         ("GET", "/v1/batches/{id}", get(crate::batches::fetch)),
         ("GET", "/v1/cache/stats", get(crate::jobs::cache_stats)),
         ("DELETE", "/v1/cache", delete(crate::jobs::cache_clear)),
+        ("POST", "/run_code", post(crate::fusion::run_code)),
         ("GET", "/openapi.json", get(openapi_json)),
     ]
 }
@@ -91,6 +101,9 @@ pub fn routes() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
+/// Routes whose body limit is `max_batch_body_bytes`.
+const BATCH_ROUTES: &[&str] = &["/v1/executions/batch"];
+
 /// Routes that need no API key.
 const OPEN_ROUTES: &[&str] = &["/openapi.json"];
 
@@ -102,6 +115,14 @@ pub fn router(coordinator: Coordinator) -> Router {
         .partition(|(_, path, _)| OPEN_ROUTES.contains(path));
     let mut api = Router::new();
     for (_, path, endpoint) in tenanted {
+        // Batches of thousands of programs are bigger than any single request.
+        let endpoint = if BATCH_ROUTES.contains(&path) {
+            endpoint.layer(DefaultBodyLimit::max(
+                coordinator.options.max_batch_body_bytes,
+            ))
+        } else {
+            endpoint
+        };
         api = api.route(path, endpoint);
     }
     let mut router = api
@@ -221,13 +242,16 @@ pub(crate) fn validate(
         proto::execution::check_file_path(path)
             .map_err(|e| ApiError::invalid("return_files", e))?;
     }
-    // Files are code too: the program and its files share the code size limit.
-    let code_bytes = submission.code.len() + files.values().map(String::len).sum::<usize>();
+    // Files and the test are code too: all of it shares the code size limit.
+    let test_bytes = submission.test.as_ref().map_or(0, String::len);
+    let code_bytes =
+        submission.code.len() + test_bytes + files.values().map(String::len).sum::<usize>();
     if code_bytes > options.max_code_bytes {
+        let field = if test_bytes > 0 { "test" } else { "files" };
         return Err(ApiError::invalid(
-            "files",
+            field,
             format!(
-                "code and files together are {code_bytes} bytes, over the limit of {} bytes",
+                "code, test and files together are {code_bytes} bytes, over the limit of {} bytes",
                 options.max_code_bytes
             ),
         ));
@@ -236,6 +260,7 @@ pub(crate) fn validate(
         language,
         code: submission.code,
         stdin: submission.stdin,
+        test: submission.test,
         timeout_ms,
         memory_mb,
         fresh_container: submission.fresh_container.unwrap_or(false),
@@ -281,43 +306,16 @@ async fn submit(
             format!("invalid request body: {e}"),
         )
     })?;
+    if submission.id.is_some() {
+        return Err(ApiError::invalid(
+            "id",
+            "only items of POST /v1/executions/batch take an id",
+        ));
+    }
     let request = validate(&c.options, submission)?;
     let language = request.language;
     let id = TaskId::new();
-    let submitted_at_ms = now_ms();
-
-    // Record first, so whatever a worker does with the task is visible under this id.
-    let meta = ExecutionMeta {
-        tenant: tenant.0.clone(),
-        submitted_at_ms,
-        language,
-    };
-    c.store
-        .create_execution(id, &meta)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    let envelope = Envelope::new(
-        id,
-        tenant.0.clone(),
-        submitted_at_ms,
-        Task::Execute(request),
-    );
-    let published = c
-        .broker
-        .publish(Outgoing {
-            message_id: id.to_string(),
-            body: envelope.encode(),
-        })
-        .await;
-    if let Err(e) = published {
-        let reason = format!("not queued: {e}");
-        // Leave no "queued" record behind for a task that no worker will ever see.
-        let _ = c
-            .store
-            .complete_execution(id, &ExecutionResult::error(Status::Error, reason.clone()))
-            .await;
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
-    }
+    enqueue(&c, &tenant, id, now_ms(), request).await?;
     tracing::debug!(%id, %language, "execution queued");
 
     let result = if params.wait {
@@ -351,6 +349,204 @@ async fn submit(
         )
             .into_response(),
     })
+}
+
+/// Runs many programs at once, fanned out across every worker.
+///
+/// Every item is checked before anything is queued (a bad item is a 422 naming
+/// `items[i].field`). Answers with every result in input order once all are in, or 202 with
+/// the results so far (the rest `queued`, each pollable at `/v1/executions/{execution_id}`)
+/// with `?wait=false` or when they take longer than `coordinator.wait`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/batch",
+    operation_id = "submit_execution_batch",
+    tag = "executions",
+    params(SubmitParams),
+    request_body = ExecutionBatch,
+    responses(
+        (status = 200, description = "Every verdict, in input order.", body = ExecutionBatchView),
+        (status = 202, description = "Not all verdicts yet: the others are `queued`.", body = ExecutionBatchView),
+        (status = 400, description = "Malformed body or query; the message names the field.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_batch_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "An item out of range (`items[i].field`), no items or too many.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
+    )
+)]
+async fn submit_batch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    params: Result<Query<SubmitParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    use futures::StreamExt;
+
+    let Query(params) =
+        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let batch: ExecutionBatch = from_json(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
+    let total = batch.items.len();
+    if total == 0 || total > c.options.max_batch_executions {
+        return Err(ApiError::invalid(
+            "items",
+            format!(
+                "{total} items: a batch holds 1 to {}",
+                c.options.max_batch_executions
+            ),
+        ));
+    }
+    // Check everything first: a bad item queues nothing.
+    let mut prepared = Vec::with_capacity(total);
+    for (i, mut item) in batch.items.into_iter().enumerate() {
+        let label = item.id.take();
+        if label.as_ref().is_some_and(|l| l.len() > MAX_LABEL_BYTES) {
+            return Err(ApiError::invalid(
+                &format!("items[{i}].id"),
+                format!("longer than {MAX_LABEL_BYTES} bytes"),
+            ));
+        }
+        let request = validate(&c.options, item).map_err(|e| ApiError {
+            status: e.status,
+            message: format!("items[{i}].{}", e.message),
+        })?;
+        let id = TaskId::new();
+        prepared.push((label.unwrap_or_else(|| id.to_string()), id, request));
+    }
+    let submitted_at_ms = now_ms();
+    let work: Vec<(TaskId, ExecutionRequest)> = prepared
+        .iter()
+        .map(|(_, id, request)| (*id, request.clone()))
+        .collect();
+    let queued: Vec<Result<(), ApiError>> = futures::stream::iter(work)
+        .map(|(id, request)| {
+            let (c, tenant) = (c.clone(), tenant.clone());
+            async move { enqueue(&c, &tenant, id, submitted_at_ms, request).await }
+        })
+        .buffered(64)
+        .collect()
+        .await;
+    if queued.iter().all(Result::is_err)
+        && let Some(Err(e)) = queued.into_iter().next()
+    {
+        return Err(e);
+    }
+    let ids: Vec<TaskId> = prepared.iter().map(|(_, id, _)| *id).collect();
+    tracing::debug!(items = total, "execution batch queued");
+
+    let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
+    if params.wait {
+        let deadline = tokio::time::Instant::now() + c.options.wait;
+        // Poll the unfinished ones with one MGET per round, backing off to 50 ms.
+        let mut nap = std::time::Duration::from_millis(2);
+        loop {
+            let pending: Vec<usize> = (0..total).filter(|i| results[*i].is_none()).collect();
+            if pending.is_empty() {
+                break;
+            }
+            let pending_ids: Vec<TaskId> = pending.iter().map(|i| ids[*i]).collect();
+            match c.store.execution_results(&pending_ids).await {
+                Ok(found) => {
+                    for (i, result) in pending.into_iter().zip(found) {
+                        results[i] = result;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read batch results yet"),
+            }
+            if results.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(nap.min(deadline - tokio::time::Instant::now())).await;
+            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+    let mut done = 0;
+    let views: Vec<BatchItemView> = prepared
+        .into_iter()
+        .zip(results)
+        .map(|((label, id, request), result)| BatchItemView {
+            id: label,
+            execution_id: id,
+            outcome: match result {
+                Some(result) => {
+                    done += 1;
+                    c.metrics
+                        .executions
+                        .with_label_values(&[request.language.as_str(), result.status.as_str()])
+                        .inc();
+                    Outcome::Done(result)
+                }
+                None => Outcome::Pending {
+                    status: Pending::Queued,
+                },
+            },
+        })
+        .collect();
+    let status = if done == total {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((
+        status,
+        axum::Json(ExecutionBatchView {
+            done,
+            total,
+            results: views,
+        }),
+    )
+        .into_response())
+}
+
+/// Longest `id` of a batch item.
+const MAX_LABEL_BYTES: usize = 256;
+
+/// Records an execution and publishes its task. When publishing fails the record says so
+/// (`error`, "not queued"), so that nothing waits on a task no worker will ever see.
+pub(crate) async fn enqueue(
+    c: &Coordinator,
+    tenant: &Tenant,
+    id: TaskId,
+    submitted_at_ms: u64,
+    request: ExecutionRequest,
+) -> Result<(), ApiError> {
+    // Record first, so whatever a worker does with the task is visible under this id.
+    let meta = ExecutionMeta {
+        tenant: tenant.0.clone(),
+        submitted_at_ms,
+        language: request.language,
+    };
+    c.store
+        .create_execution(id, &meta)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let envelope = Envelope::new(
+        id,
+        tenant.0.clone(),
+        submitted_at_ms,
+        Task::Execute(request),
+    );
+    let published = c
+        .broker
+        .publish_execution(Outgoing {
+            message_id: id.to_string(),
+            body: envelope.encode(),
+        })
+        .await;
+    if let Err(e) = published {
+        let reason = format!("not queued: {e}");
+        let _ = c
+            .store
+            .complete_execution(id, &ExecutionResult::error(Status::Error, reason.clone()))
+            .await;
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    Ok(())
 }
 
 /// An execution: its verdict, or `queued` while no worker has finished it.
@@ -417,16 +613,31 @@ fn view(id: TaskId, outcome: Outcome) -> axum::Json<ExecutionView> {
 }
 
 /// Reads a JSON request body. A number with a zero fraction (`10.0`) counts as an integer, as
-/// JSON Schema (and so the OpenAPI document) counts it; any other error is the parser's.
-pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
-    let error = match serde_json::from_slice(bytes) {
-        Ok(value) => return Ok(value),
-        Err(e) if e.to_string().starts_with("invalid type: floating point") => e,
-        Err(e) => return Err(e),
-    };
-    let mut value: Value = serde_json::from_slice(bytes)?;
+/// JSON Schema (and so the OpenAPI document) counts it. Errors name the field they are about
+/// (`items[3].timeout_ms: invalid type: …`).
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let error =
+        match serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes)) {
+            Ok(value) => return Ok(value),
+            Err(e)
+                if e.inner()
+                    .to_string()
+                    .starts_with("invalid type: floating point") =>
+            {
+                e
+            }
+            Err(e) => return Err(describe(&e)),
+        };
+    let mut value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     integral(&mut value);
-    serde_json::from_value(value).map_err(|_| error)
+    serde_path_to_error::deserialize(value).map_err(|_| describe(&error))
+}
+
+fn describe<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> String {
+    match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        path => format!("{path}: {}", e.inner()),
+    }
 }
 
 /// Rewrites integral floats that are exact (|x| <= 2^53) as integers.
@@ -487,6 +698,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
     ),
     paths(
         submit,
+        submit_batch,
         fetch,
         crate::jobs::submit,
         crate::jobs::fetch,
@@ -495,6 +707,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::batches::fetch,
         crate::jobs::cache_stats,
         crate::jobs::cache_clear,
+        crate::fusion::run_code,
         openapi_json,
         ops::healthz,
         ops::readyz,
@@ -505,6 +718,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
     tags(
         (name = "executions", description = "Run a program in the sandbox."),
         (name = "jobs", description = "Generate tested code from an instruction."),
+        (name = "sandbox-fusion", description = "SandboxFusion's `/run_code`, for its clients and the tools built on them."),
         (name = "batches", description = "Many jobs in one request."),
         (name = "cache", description = "The solution and function-level caches."),
         (name = "operations", description = "Health, readiness, metrics and this document; never need a key."),
@@ -554,8 +768,13 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         requirements.retain(|r| r != &json!({}));
     }
     let schemas = &mut doc["components"]["schemas"];
-    let path_pattern = json!(FILE_PATH_PATTERN);
+    let path_pattern = json!(file_path_pattern());
     let execution = &mut schemas["ExecutionSubmission"]["properties"];
+    let languages: Vec<&str> = Language::ALL
+        .iter()
+        .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
+        .collect();
+    limit(&mut execution["language"], json!({"enum": languages}));
     limit(
         &mut execution["timeout_ms"],
         json!({"minimum": 1, "maximum": options.max_timeout_ms}),
@@ -576,6 +795,10 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     limit(
         &mut execution["return_files"]["items"],
         json!({"minLength": 1, "pattern": path_pattern}),
+    );
+    limit(
+        &mut schemas["ExecutionBatch"]["properties"]["items"],
+        json!({"minItems": 1, "maxItems": options.max_batch_executions}),
     );
     let job = &mut schemas["JobSubmission"]["properties"];
     limit(
@@ -615,9 +838,17 @@ fn limit(schema: &mut Value, constraints: Value) {
 }
 
 /// `proto::execution::check_file_path` as a regular expression: `/`-separated components,
-/// none empty, `.` or `..`, no NUL, not `main.py` (the 1024-byte limit is not expressed).
-const FILE_PATH_PATTERN: &str =
-    r"^(?!main\.py$)(?!(?:[^/]*/)*\.{1,2}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$";
+/// none empty, `.` or `..`, no NUL, not a reserved program or test file name (the 1024-byte
+/// limit is not expressed).
+fn file_path_pattern() -> String {
+    let reserved: Vec<String> = Language::reserved_files()
+        .map(|f| f.replace('.', "\\."))
+        .collect();
+    format!(
+        r"^(?!(?:{})$)(?!(?:[^/]*/)*\.{{1,2}}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$",
+        reserved.join("|")
+    )
+}
 
 /// An instruction is trimmed (Unicode white space) and must not be empty.
 const NOT_BLANK_PATTERN: &str =

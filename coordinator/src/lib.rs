@@ -14,6 +14,7 @@
 mod api;
 pub mod auth;
 mod batches;
+mod fusion;
 mod jobs;
 mod metrics;
 pub mod planning;
@@ -68,6 +69,10 @@ pub struct Options {
     pub max_functions: usize,
     /// Most jobs one `POST /v1/batches` may hold.
     pub max_batch_jobs: usize,
+    /// Most programs one `POST /v1/executions/batch` may hold.
+    pub max_batch_executions: usize,
+    /// Largest body of `POST /v1/executions/batch`, in bytes.
+    pub max_batch_body_bytes: usize,
     /// How long shutdown waits for open requests.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -92,6 +97,8 @@ impl Default for Options {
             max_iterations_limit: 10,
             max_functions: 16,
             max_batch_jobs: 1000,
+            max_batch_executions: 10_000,
+            max_batch_body_bytes: 64 << 20,
             drain_timeout: Duration::from_secs(30),
         }
     }

@@ -9,9 +9,17 @@ use crate::{ExecutionResult, TaskId};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionSubmission {
-    #[schema(value_type = crate::Language)]
+    /// Your label for a batch item, echoed back as its result's `id` (only in batches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `python`, `javascript` or `bash` (also accepted: `nodejs`, `node`, `js`, `sh`, `python3`).
+    #[schema(value_type = String)]
     pub language: String,
     pub code: String,
+    /// A test run after the code in the same namespace (HumanEval style); the verdict is
+    /// `passed` only when both ran to their end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +57,33 @@ pub enum Outcome {
 pub enum Pending {
     /// Accepted and published; no worker has stored a result yet.
     Queued,
+}
+
+/// `POST /v1/executions/batch` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionBatch {
+    pub items: Vec<ExecutionSubmission>,
+}
+
+/// One item of a batch: its label, its execution and the verdict (or `queued`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BatchItemView {
+    /// The item's `id`, or its execution id when it had none.
+    pub id: String,
+    /// Where the verdict can be polled: `GET /v1/executions/{execution_id}`.
+    pub execution_id: TaskId,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// The answer to a batch: every item's result in input order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecutionBatchView {
+    /// Items with a verdict.
+    pub done: usize,
+    pub total: usize,
+    pub results: Vec<BatchItemView>,
 }
 
 /// Body of every 4xx/5xx answer.

@@ -5,20 +5,79 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Languages the sandbox has an image for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+/// Languages the sandbox has an image for. Adding one: a folder under `sandbox-images/` and an
+/// entry in [`Language::ALL`] and [`Language::spec`].
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,
+    Javascript,
+    Bash,
+}
+
+/// What the rest of the system needs to know about a language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LanguageSpec {
+    /// Its name in the API and in image names (`codegen-sandbox-{name}`).
+    pub name: &'static str,
+    /// Other names accepted on input (SandboxFusion's `nodejs`, …).
+    pub aliases: &'static [&'static str],
+    /// The program's file in the work directory.
+    pub main_file: &'static str,
+    /// The test's file (the program + test form).
+    pub test_file: &'static str,
+    /// File extension of programs (for `codegen exec` to infer the language).
+    pub extension: &'static str,
 }
 
 impl Language {
-    pub const ALL: &'static [Language] = &[Language::Python];
+    pub const ALL: &'static [Language] = &[Language::Python, Language::Javascript, Language::Bash];
+
+    pub const fn spec(self) -> LanguageSpec {
+        match self {
+            Language::Python => LanguageSpec {
+                name: "python",
+                aliases: &["python3", "py"],
+                main_file: "main.py",
+                test_file: "test.py",
+                extension: "py",
+            },
+            Language::Javascript => LanguageSpec {
+                name: "javascript",
+                aliases: &["nodejs", "node", "js"],
+                main_file: "main.js",
+                test_file: "test.js",
+                extension: "js",
+            },
+            Language::Bash => LanguageSpec {
+                name: "bash",
+                aliases: &["sh", "shell"],
+                main_file: "main.sh",
+                test_file: "test.sh",
+                extension: "sh",
+            },
+        }
+    }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Language::Python => "python",
-        }
+        self.spec().name
+    }
+
+    /// The language whose programs end in `.{extension}`.
+    pub fn from_extension(extension: &str) -> Option<Language> {
+        Language::ALL
+            .iter()
+            .copied()
+            .find(|l| l.spec().extension == extension)
+    }
+
+    /// File names no language lets `files` use: every language's program and test files.
+    pub fn reserved_files() -> impl Iterator<Item = &'static str> {
+        Language::ALL
+            .iter()
+            .flat_map(|l| [l.spec().main_file, l.spec().test_file])
     }
 }
 
@@ -34,7 +93,7 @@ impl std::str::FromStr for Language {
         Language::ALL
             .iter()
             .copied()
-            .find(|l| l.as_str() == s)
+            .find(|l| l.as_str() == s || l.spec().aliases.contains(&s))
             .ok_or_else(|| {
                 let known: Vec<_> = Language::ALL.iter().map(|l| l.as_str()).collect();
                 format!("unknown language {s:?} (supported: {})", known.join(", "))
@@ -50,6 +109,10 @@ pub struct ExecutionRequest {
     pub code: String,
     #[serde(default)]
     pub stdin: Option<String>,
+    /// A test run after the program in the same namespace (HumanEval style: the program
+    /// defines, the test asserts). With a test, `passed` means both ran to their end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<String>,
     /// Wall-clock limit for the program, in milliseconds.
     pub timeout_ms: u64,
     /// Memory limit (RAM and swap together), in MiB.
@@ -76,8 +139,8 @@ fn is_false(b: &bool) -> bool {
 pub const MAX_FILES: usize = 64;
 
 /// Checks a path of `files` or `return_files`: relative to the work directory, `/`-separated,
-/// no empty, `.` or `..` component, no NUL, at most 1024 bytes, and not `main.py` (the
-/// program itself).
+/// no empty, `.` or `..` component, no NUL, at most 1024 bytes, and not a program or test file
+/// name of any language ([`Language::reserved_files`]).
 pub fn check_file_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.len() > 1024 {
         return Err(format!("{path:?}: must be 1 to 1024 bytes long"));
@@ -93,8 +156,11 @@ pub fn check_file_path(path: &str) -> Result<(), String> {
             "{path:?}: no empty, \".\" or \"..\" components allowed"
         ));
     }
-    if path == "main.py" {
-        return Err("\"main.py\" is the program itself".into());
+    if Language::reserved_files().any(|reserved| reserved == path) {
+        return Err(format!(
+            "{path:?} is reserved for the program and its test (reserved: {})",
+            Language::reserved_files().collect::<Vec<_>>().join(", ")
+        ));
     }
     Ok(())
 }
@@ -229,6 +295,13 @@ mod tests {
     #[test]
     fn language_parses_and_names_the_supported_ones_on_error() {
         assert_eq!("python".parse::<Language>().unwrap(), Language::Python);
+        assert_eq!("nodejs".parse::<Language>().unwrap(), Language::Javascript);
+        assert_eq!("bash".parse::<Language>().unwrap(), Language::Bash);
+        assert_eq!(Language::from_extension("js"), Some(Language::Javascript));
+        assert_eq!(
+            serde_json::to_string(&Language::Javascript).unwrap(),
+            "\"javascript\""
+        );
         let err = "cobol".parse::<Language>().unwrap_err();
         assert!(err.contains("cobol") && err.contains("python"), "{err}");
     }
@@ -262,7 +335,13 @@ mod tests {
 
     #[test]
     fn file_paths_stay_inside_the_work_directory() {
-        for ok in ["a.txt", "pkg/mod.py", "out/data.json", ".hidden"] {
+        for ok in [
+            "a.txt",
+            "pkg/mod.py",
+            "out/data.json",
+            ".hidden",
+            "pkg/main.py",
+        ] {
             assert!(check_file_path(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -274,6 +353,8 @@ mod tests {
             "./a",
             "a/",
             "main.py",
+            "test.js",
+            "main.sh",
             "a\0b",
         ] {
             assert!(check_file_path(bad).is_err(), "{bad:?}");

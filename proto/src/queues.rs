@@ -4,8 +4,11 @@
 /// Names of the exchanges and queues of one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
-    /// Durable quorum queue that workers consume tasks from.
+    /// Durable quorum queue that workers consume pipeline tasks from.
     pub tasks: String,
+    /// Durable quorum queue of plain executions, apart from pipeline tasks so that a burst of
+    /// generation jobs never delays an evaluation run (and the other way round).
+    pub executions: String,
     /// Dead-letter exchange the task queue routes rejected and over-delivered messages to.
     pub dead_letter_exchange: String,
     /// Durable quorum queue bound to the dead-letter exchange.
@@ -18,6 +21,7 @@ impl Topology {
     pub fn new(prefix: &str) -> Self {
         Self {
             tasks: format!("{prefix}.tasks"),
+            executions: format!("{prefix}.executions"),
             dead_letter_exchange: format!("{prefix}.dlx"),
             dead_letters: format!("{prefix}.tasks.dead"),
             events: format!("{prefix}.events"),

@@ -142,6 +142,7 @@ mod tests {
                 language: Language::Python,
                 code: "print('hi')".into(),
                 stdin: Some("in".into()),
+                test: None,
                 timeout_ms: 1000,
                 memory_mb: 128,
                 fresh_container: false,

@@ -35,7 +35,8 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                           "kind": "syntax"|"import"|"assertion"|"runtime"},
                                   (only with exit_code 1: the uncaught exception that ended it)
                      "phase": null | "code" | "test",
-                                  where the exception, or with a test an early exit, happened
+                                  where the uncaught exception happened, or (only with a
+                                  test) the exit that ended it before the test's end
                      "test_finished": null | bool,
                                   null without a test; true only when the code and the test
                                   both ran to their natural end (no uncaught exception, no
@@ -61,9 +62,10 @@ Language modes (language.json: {"name", "main", "test", "mode", "command"}):
 
 Process model (who holds what):
 
-  Z  the zygote (this process after start-up): imports what programs commonly need, forks C
-     once, and from then on only forks program processes when C asks (over a socketpair),
-     hands C their pipe ends (SCM_RIGHTS), reaps them and tells C how they ended. It never
+  Z  the zygote (this process after start-up): imports what Python programs commonly need
+     (nothing in exec mode), forks C once, and from then on only forks program processes
+     when C asks (over a socketpair), hands C their pipe ends (SCM_RIGHTS), reaps them and
+     tells C how they ended. It reads language.json once at start-up, but never
      reads a request: nothing of any execution is ever in its memory, so nothing of one can
      be in a program forked from it.
   C  the supervisor, long-lived, forked once by Z; it never forks. It asks Z for the next P,

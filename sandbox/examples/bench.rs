@@ -76,6 +76,7 @@ fn request(code: &str, fresh: bool) -> ExecutionRequest {
         language: Language::Python,
         code: code.into(),
         stdin: None,
+        test: None,
         timeout_ms: 10_000,
         memory_mb: Options::default().pool_memory_mb,
         fresh_container: fresh,
@@ -116,7 +117,7 @@ async fn docker_exec(runs: usize) -> Vec<Duration> {
         .create_container(
             None::<CreateContainerOptions>,
             ContainerCreateBody {
-                image: Some(Options::default().python_image),
+                image: Some(Options::default().image(Language::Python)),
                 cmd: Some(vec!["sleep".into(), "infinity".into()]),
                 user: Some("10002:10002".into()),
                 host_config: Some(HostConfig {

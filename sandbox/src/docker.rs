@@ -109,10 +109,14 @@ impl DockerSandbox {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "unknown".into());
         let inner = Arc::new(Inner {
-            options,
+            options: options.clone(),
             docker: OnceCell::new(),
             owner: format!("{host}:{}", std::process::id()),
-            pools: Language::ALL.iter().map(|l| (*l, Pool::new(*l))).collect(),
+            pools: options
+                .served()
+                .iter()
+                .map(|l| (*l, Pool::new(*l)))
+                .collect(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
             counters: Counters::default(),
@@ -218,14 +222,18 @@ impl Inner {
             .await
     }
 
-    fn image(&self, language: Language) -> &str {
-        match language {
-            Language::Python => &self.options.python_image,
-        }
+    fn image(&self, language: Language) -> String {
+        self.options.image(language)
     }
 
-    fn pool(&self, language: Language) -> &Pool {
-        &self.pools[&language]
+    /// The pool of `language`, or why this sandbox runs none.
+    fn pool(&self, language: Language) -> Result<&Pool, Error> {
+        self.pools.get(&language).ok_or_else(|| {
+            Error::Config(format!(
+                "this worker runs no {language} programs (sandbox.languages is {:?})",
+                self.options.languages
+            ))
+        })
     }
 
     fn start_error(&self) -> Option<String> {
@@ -298,7 +306,7 @@ impl Inner {
             ..Default::default()
         };
         ContainerCreateBody {
-            image: Some(self.image(language).to_owned()),
+            image: Some(self.image(language)),
             // The runner starts as root with three capabilities and runs every program as
             // PROGRAM_UID without any (see runner.py).
             user: Some("0:0".into()),
@@ -415,14 +423,12 @@ impl Inner {
 
     /// Starts containers in the background until every pool has `pool_size`.
     fn top_up(self: &Arc<Self>) {
-        for language in Language::ALL {
-            while !self.closing.is_cancelled()
-                && self.pool(*language).reserve(self.options.pool_size)
-            {
+        for (language, pool) in &self.pools {
+            while !self.closing.is_cancelled() && pool.reserve(self.options.pool_size) {
                 let this = self.clone();
                 let language = *language;
                 self.tasks.spawn(async move {
-                    let pool = this.pool(language);
+                    let pool = &this.pools[&language];
                     match this
                         .spawn_runner(language, this.options.pool_memory_mb)
                         .await
@@ -461,7 +467,7 @@ impl Inner {
         );
         self.counters.retired.fetch_add(1, Ordering::Relaxed);
         // The replacement starts right away, in parallel with the removal.
-        self.pool(runner.language).unreserve();
+        self.pools[&runner.language].unreserve();
         self.top_up();
         let this = self.clone();
         self.tasks
@@ -483,10 +489,10 @@ impl Inner {
         let this = self.clone();
         self.tasks.spawn(async move {
             match runner.wait_ready(this.options.start_timeout).await {
-                Ok(()) if this.pool(runner.language).counts().1 > this.options.pool_size => {
+                Ok(()) if this.pools[&runner.language].counts().1 > this.options.pool_size => {
                     this.retire(runner, "over the pool size");
                 }
-                Ok(()) => this.pool(runner.language).put_idle(runner),
+                Ok(()) => this.pools[&runner.language].put_idle(runner),
                 Err(e) => {
                     tracing::warn!(container = runner.short_id(), error = %e, diagnostics = %runner.diagnostics(), "sandbox container not clean after a run");
                     this.retire(runner, "not ready after a run");
@@ -502,7 +508,7 @@ impl Inner {
         language: Language,
         memory_mb: u64,
     ) -> Result<Runner, Error> {
-        let pool = self.pool(language);
+        let pool = self.pool(language)?;
         let deadline = tokio::time::Instant::now() + self.options.checkout_timeout;
         // After a failed `docker update`, start a container with the right limit even above
         // the pool size (it is retired when it comes back to a full pool).
@@ -636,7 +642,12 @@ impl Inner {
         let runner = lease.take();
         match outcome {
             Ok(raw) => {
-                let result = verdict(raw, self.options.output_limit_bytes, request.memory_mb);
+                let result = verdict(
+                    raw,
+                    self.options.output_limit_bytes,
+                    request.memory_mb,
+                    request.test.is_some(),
+                );
                 self.release(runner, is_breach(result.status));
                 Ok(result)
             }
@@ -682,6 +693,7 @@ impl Inner {
                 raw,
                 self.options.output_limit_bytes,
                 request.memory_mb,
+                request.test.is_some(),
             )),
             Err(Failure::Refused(message)) => Err(Error::Runner(format!(
                 "the runner refused the request: {message}"
@@ -817,14 +829,15 @@ impl Sandbox for DockerSandbox {
             .await
             .map_err(|e| format!("docker: {e}"))?;
         docker.ping().await.map_err(|e| format!("docker: {e}"))?;
-        for language in Language::ALL {
+        for (language, pool) in &self.inner.pools {
             let image = self.inner.image(*language);
-            if docker.inspect_image(image).await.is_err() {
+            if docker.inspect_image(&image).await.is_err() {
                 return Err(format!(
-                    "docker: sandbox image {image} missing (build it with sandbox-images/build)"
+                    "docker: sandbox image {image} missing (build it with sandbox-images/build, \
+                     or leave {language} out of sandbox.languages)"
                 ));
             }
-            let (_, live) = self.inner.pool(*language).counts();
+            let (_, live) = pool.counts();
             if live == 0
                 && self.inner.options.pool_size > 0
                 && let Some(e) = self.inner.start_error()

@@ -28,7 +28,7 @@ pub mod scripted;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::{ExecutionRequest, ExecutionResult};
+use proto::{ExecutionRequest, ExecutionResult, Language};
 use serde::{Deserialize, Serialize};
 
 pub use docker::{DockerSandbox, PoolService, PoolStats};
@@ -43,8 +43,11 @@ pub const LABEL_SANDBOX: &str = "org.codegen.sandbox";
 pub struct Options {
     /// Docker endpoint; empty means the local default (`DOCKER_HOST` or the Unix socket).
     pub docker_host: String,
-    /// Image with the Python runner (built by `sandbox-images/build`).
-    pub python_image: String,
+    /// Languages this worker runs, comma-separated (`python,javascript,bash`); each needs its
+    /// image, `{image_prefix}{language}:{image_tag}` (built by `sandbox-images/build`).
+    pub languages: String,
+    pub image_prefix: String,
+    pub image_tag: String,
     /// Value of the sandbox label, so clusters sharing a Docker engine reap only their own.
     pub cluster: String,
     /// CPU quota per container, in CPUs.
@@ -88,7 +91,13 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             docker_host: String::new(),
-            python_image: "codegen-sandbox-python:latest".into(),
+            languages: Language::ALL
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            image_prefix: "codegen-sandbox-".into(),
+            image_tag: "latest".into(),
             cluster: "codegen".into(),
             cpus: 1.0,
             pids_limit: 64,
@@ -105,6 +114,43 @@ impl Default for Options {
             start_timeout: Duration::from_secs(30),
             checkout_timeout: Duration::from_secs(120),
         }
+    }
+}
+
+impl Options {
+    /// The languages of `languages`, or which entry is not one.
+    pub fn languages(&self) -> Result<Vec<Language>, Error> {
+        let mut languages = Vec::new();
+        for name in self
+            .languages
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            let language: Language = name
+                .parse()
+                .map_err(|e| Error::Config(format!("sandbox.languages: {e}")))?;
+            if !languages.contains(&language) {
+                languages.push(language);
+            }
+        }
+        Ok(languages)
+    }
+
+    /// The languages served; an unreadable list serves none (the worker refuses to start
+    /// with one, see [`Options::languages`]).
+    pub(crate) fn served(&self) -> Vec<Language> {
+        self.languages().unwrap_or_default()
+    }
+
+    /// The image of `language`.
+    pub fn image(&self, language: Language) -> String {
+        format!(
+            "{}{}:{}",
+            self.image_prefix,
+            language.as_str(),
+            self.image_tag
+        )
     }
 }
 

@@ -1,5 +1,5 @@
 //! The runner protocol (version 2) spoken over a container's attached stdin/stdout, and the
-//! mapping of what the runner saw to a verdict. See `sandbox-images/python/runner.py` for the
+//! mapping of what the runner saw to a verdict. See `sandbox-images/common/runner.py` for the
 //! other side.
 //!
 //! Every message is a frame: a 4-byte big-endian length, then that many bytes of JSON.
@@ -17,6 +17,8 @@ pub const PROTOCOL: u32 = 2;
 pub(crate) struct RunnerRequest<'a> {
     pub code: &'a str,
     pub stdin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test: Option<&'a str>,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
     pub output_limit_bytes: u64,
@@ -31,6 +33,7 @@ impl<'a> RunnerRequest<'a> {
         Self {
             code: &request.code,
             stdin: request.stdin.as_deref(),
+            test: request.test.as_deref(),
             timeout_ms: request.timeout_ms,
             max_output_bytes,
             output_limit_bytes: output_limit,
@@ -76,6 +79,10 @@ pub(crate) struct RunnerResult {
     pub stderr_truncated: bool,
     pub duration_ms: u64,
     pub exception: Option<RunnerException>,
+    /// With a test: whether the program and its test both ran to their end.
+    pub test_finished: Option<bool>,
+    /// Where the exception or early exit happened: `code` or `test`.
+    pub phase: Option<String>,
     pub files: BTreeMap<String, Option<String>>,
     pub file_errors: BTreeMap<String, String>,
 }
@@ -153,14 +160,22 @@ pub(crate) fn is_breach(status: Status) -> bool {
 /// Maps what the runner saw to a verdict. Order matters: a program killed for its output is
 /// `output_limit` even if it also ran out of time; the OOM counter of the container's memory
 /// cgroup decides `memory_limit` (a SIGKILL alone does not: the program may send it itself).
-pub(crate) fn verdict(result: RunnerResult, output_limit: u64, memory_mb: u64) -> ExecutionResult {
+/// With a test (`with_test`), exiting 0 is not enough: the test must have run to its end, so a
+/// program that exits early to skip its test fails.
+pub(crate) fn verdict(
+    result: RunnerResult,
+    output_limit: u64,
+    memory_mb: u64,
+    with_test: bool,
+) -> ExecutionResult {
+    let skipped_test = with_test && result.test_finished != Some(true);
     let status = if result.output_limited {
         Status::OutputLimit
     } else if result.oom_killed {
         Status::MemoryLimit
     } else if result.timed_out {
         Status::Timeout
-    } else if result.exit_code == Some(0) {
+    } else if result.exit_code == Some(0) && !skipped_test {
         Status::Passed
     } else {
         Status::Failed
@@ -177,6 +192,13 @@ pub(crate) fn verdict(result: RunnerResult, output_limit: u64, memory_mb: u64) -
             Some(format!("killed at the memory limit of {memory_mb} MiB")),
         ),
         Status::Timeout => (None, Some("killed at the wall-clock limit".into())),
+        Status::Failed if result.exit_code == Some(0) => (
+            Some(ErrorKind::Runtime),
+            Some(format!(
+                "exited with status 0 in the {} before the test finished",
+                result.phase.as_deref().unwrap_or("code")
+            )),
+        ),
         Status::Failed => failure(&result),
         _ => (None, None),
     };
@@ -273,13 +295,13 @@ mod tests {
 
     #[test]
     fn verdicts_follow_the_runner_and_the_oom_counter() {
-        assert_eq!(verdict(result(), 1, 64).status, Status::Passed);
+        assert_eq!(verdict(result(), 1, 64, false).status, Status::Passed);
         let killed_by_itself = RunnerResult {
             exit_code: None,
             signal: Some(9),
             ..result()
         };
-        let v = verdict(killed_by_itself, 1, 64);
+        let v = verdict(killed_by_itself, 1, 64, false);
         assert_eq!(v.status, Status::Failed, "SIGKILL alone is not an OOM");
         assert_eq!(v.error_kind, Some(ErrorKind::Runtime));
         assert_eq!(v.reason.as_deref(), Some("killed by signal 9"));
@@ -289,19 +311,19 @@ mod tests {
             oom_killed: true,
             ..result()
         };
-        assert_eq!(verdict(oom, 1, 64).status, Status::MemoryLimit);
+        assert_eq!(verdict(oom, 1, 64, false).status, Status::MemoryLimit);
         let timeout = RunnerResult {
             timed_out: true,
             ..result()
         };
-        assert_eq!(verdict(timeout, 1, 64).status, Status::Timeout);
+        assert_eq!(verdict(timeout, 1, 64, false).status, Status::Timeout);
         let flood = RunnerResult {
             output_limited: true,
             timed_out: true,
             stdout_truncated: true,
             ..result()
         };
-        let v = verdict(flood, 100, 64);
+        let v = verdict(flood, 100, 64, false);
         assert_eq!(v.status, Status::OutputLimit);
         assert!(v.truncated && v.reason.unwrap().contains("100 bytes"));
         for status in [Status::Timeout, Status::MemoryLimit, Status::OutputLimit] {
@@ -328,7 +350,7 @@ mod tests {
                 }),
                 ..result()
             };
-            let v = verdict(r, 1, 64);
+            let v = verdict(r, 1, 64, false);
             assert_eq!(v.status, Status::Failed);
             assert_eq!(v.error_kind, Some(expected));
             assert_eq!(v.reason.as_deref(), Some("E: boom"));
@@ -337,11 +359,45 @@ mod tests {
             exit_code: Some(3),
             ..result()
         };
-        let v = verdict(exit3, 1, 64);
+        let v = verdict(exit3, 1, 64, false);
         assert_eq!(
             (v.error_kind, v.reason.as_deref()),
             (Some(ErrorKind::Runtime), Some("exited with status 3"))
         );
+    }
+
+    #[test]
+    fn with_a_test_only_a_finished_test_passes() {
+        let finished = RunnerResult {
+            test_finished: Some(true),
+            ..result()
+        };
+        assert_eq!(verdict(finished, 1, 64, true).status, Status::Passed);
+        // `sys.exit(0)` / `process.exit(0)` / `exit 0` before the test ran: not a pass.
+        let skipped = RunnerResult {
+            test_finished: Some(false),
+            phase: Some("code".into()),
+            ..result()
+        };
+        let v = verdict(skipped, 1, 64, true);
+        assert_eq!(v.status, Status::Failed);
+        assert_eq!(v.error_kind, Some(ErrorKind::Runtime));
+        assert!(v.reason.unwrap().contains("before the test finished"));
+        // No report at all (os._exit(0)) is no better.
+        assert_eq!(verdict(result(), 1, 64, true).status, Status::Failed);
+        let failing = RunnerResult {
+            exit_code: Some(1),
+            test_finished: Some(false),
+            phase: Some("test".into()),
+            exception: Some(RunnerException {
+                ty: "AssertionError".into(),
+                kind: "assertion".into(),
+                ..RunnerException::default()
+            }),
+            ..result()
+        };
+        let v = verdict(failing, 1, 64, true);
+        assert_eq!(v.error_kind, Some(ErrorKind::Assertion));
     }
 
     #[test]
@@ -354,7 +410,7 @@ mod tests {
             file_errors: BTreeMap::from([("link".to_string(), "a symbolic link".to_string())]),
             ..result()
         };
-        let v = verdict(r, 1, 64);
+        let v = verdict(r, 1, 64, false);
         assert_eq!(v.files.get("ok.txt").map(String::as_str), Some("fine"));
         assert!(!v.files.contains_key("link"));
         assert_eq!(v.file_errors["link"], "a symbolic link");

@@ -88,6 +88,18 @@ pub trait Store: Send + Sync + 'static {
 
     async fn execution_result(&self, id: TaskId) -> Result<Option<ExecutionResult>, Error>;
 
+    /// The results of many executions at once (`None` where there is none yet), in order.
+    async fn execution_results(
+        &self,
+        ids: &[TaskId],
+    ) -> Result<Vec<Option<ExecutionResult>>, Error> {
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            results.push(self.execution_result(*id).await?);
+        }
+        Ok(results)
+    }
+
     /// Stores `result` unless a result already exists and notifies waiters. Returns whether
     /// this call stored it (false: an earlier delivery of the same task got there first).
     async fn complete_execution(&self, id: TaskId, result: &ExecutionResult)

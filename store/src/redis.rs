@@ -235,6 +235,37 @@ impl Store for RedisStore {
         }
     }
 
+    async fn execution_results(
+        &self,
+        ids: &[TaskId],
+    ) -> Result<Vec<Option<ExecutionResult>>, Error> {
+        let mut results = Vec::with_capacity(ids.len());
+        // One round trip per chunk instead of one per execution.
+        for chunk in ids.chunks(512) {
+            let keys: Vec<String> = chunk
+                .iter()
+                .map(|id| self.inner.keys.execution_result(*id))
+                .collect();
+            let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                .arg(&keys)
+                .query_async(&mut self.connection())
+                .await
+                .map_err(backend)?;
+            for (key, value) in keys.into_iter().zip(values) {
+                results.push(match value {
+                    None => None,
+                    Some(bytes) => {
+                        Some(ExecutionResult::decode(&bytes).map_err(|e| Error::Corrupt {
+                            key,
+                            reason: e.to_string(),
+                        })?)
+                    }
+                });
+            }
+        }
+        Ok(results)
+    }
+
     async fn complete_execution(
         &self,
         id: TaskId,

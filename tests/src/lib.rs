@@ -319,6 +319,7 @@ impl Cluster {
         if let Ok(channel) = connection.create_channel().await {
             for queue in [
                 format!("{}.tasks", self.prefix),
+                format!("{}.executions", self.prefix),
                 format!("{}.tasks.dead", self.prefix),
                 format!("{}.events", self.prefix),
             ] {
@@ -569,6 +570,7 @@ impl TestSandbox {
             language: proto::Language::Python,
             code: code.into(),
             stdin: None,
+            test: None,
             timeout_ms: 20_000,
             memory_mb: sandbox::Options::default().pool_memory_mb,
             fresh_container: false,

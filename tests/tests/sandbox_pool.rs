@@ -173,7 +173,7 @@ async fn orphans_of_dead_workers_are_reaped_at_start() {
             &format!("{}={}", sandbox::LABEL_SANDBOX, options.cluster),
             "--label",
             &format!("{}={owner}", sandbox::docker::LABEL_OWNER),
-            &options.python_image,
+            &options.image(proto::Language::Python),
             "true",
         ])
     };
@@ -262,7 +262,7 @@ open("out.txt", "w").write("written ✓")
 #[tokio::test]
 async fn a_missing_image_is_a_configuration_error() {
     let (sandbox, _service) = sandbox::DockerSandbox::build(sandbox::Options {
-        python_image: "codegen-sandbox-python:does-not-exist".into(),
+        image_tag: "does-not-exist".into(),
         ..TestSandbox::options(1)
     });
     let error = sandbox::Sandbox::run(&sandbox, &TestSandbox::request("pass"))

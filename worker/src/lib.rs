@@ -35,8 +35,11 @@ pub use pipeline::Pipeline;
 pub struct Options {
     /// Address of the worker's `/healthz`, `/readyz` and `/metrics`.
     pub listen: std::net::SocketAddr,
-    /// Tasks run at the same time (also the broker prefetch).
+    /// Pipeline tasks run at the same time (also their queue's prefetch).
     pub concurrency: u16,
+    /// Plain executions run at the same time (also their queue's prefetch). Executions wait
+    /// for a warm container, so a little more than the pool size hides the broker hop.
+    pub execution_concurrency: u16,
     /// How long a shutdown waits for in-flight tasks before leaving them to redelivery.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
@@ -54,6 +57,7 @@ impl Default for Options {
         Self {
             listen: ([127, 0, 0, 1], 9090).into(),
             concurrency: 2,
+            execution_concurrency: 4,
             drain_timeout: Duration::from_secs(30),
             sandbox_retries: 2,
             store_retry_for: Duration::from_secs(30),
@@ -136,17 +140,27 @@ impl Worker {
         self
     }
 
-    /// Consumes until `cancel` fires, then drains.
+    /// Consumes pipeline tasks and executions (each queue with its own slots) until `cancel`
+    /// fires, then drains.
     pub async fn run(self, cancel: CancellationToken) {
         let this = Arc::new(self);
-        let consume_cancel = cancel.child_token();
-        let mut deliveries = this.broker.consume(
-            Queue::Tasks,
-            this.options.concurrency,
-            consume_cancel.clone(),
+        let tasks = this.options.concurrency;
+        let executions = this.options.execution_concurrency;
+        tokio::join!(
+            this.clone().consume(Queue::Tasks, tasks, cancel.clone()),
+            this.clone().consume(Queue::Executions, executions, cancel),
         );
+        tracing::info!("worker stopped");
+    }
+
+    async fn consume(self: Arc<Self>, queue: Queue, slots: u16, cancel: CancellationToken) {
+        if slots == 0 {
+            return;
+        }
+        let consume_cancel = cancel.child_token();
+        let mut deliveries = self.broker.consume(queue, slots, consume_cancel.clone());
         let mut in_flight = JoinSet::new();
-        let limit = usize::from(this.options.concurrency);
+        let limit = usize::from(slots);
         loop {
             // Prefetch already bounds deliveries; this bounds the fake broker too.
             while in_flight.len() >= limit {
@@ -157,7 +171,7 @@ impl Worker {
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 delivery = deliveries.next() => match delivery {
                     Some(delivery) => {
-                        let this = this.clone();
+                        let this = self.clone();
                         in_flight.spawn(async move { this.handle(delivery).await });
                     }
                     None => break,
@@ -168,20 +182,20 @@ impl Worker {
         drop(deliveries);
         let pending = in_flight.len();
         if pending > 0 {
-            tracing::info!(pending, "draining in-flight tasks");
+            tracing::info!(pending, ?queue, "draining in-flight tasks");
         }
-        let drained = tokio::time::timeout(this.options.drain_timeout, async {
+        let drained = tokio::time::timeout(self.options.drain_timeout, async {
             while in_flight.join_next().await.is_some() {}
         })
         .await;
         if drained.is_err() {
             tracing::warn!(
                 left = in_flight.len(),
+                ?queue,
                 "drain deadline passed; unfinished tasks go back to the queue"
             );
             in_flight.abort_all();
         }
-        tracing::info!("worker stopped");
     }
 
     /// Processes one delivery and settles it.

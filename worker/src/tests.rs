@@ -36,6 +36,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             language: Language::Python,
             code: code.into(),
             stdin: None,
+            test: None,
             timeout_ms: 1000,
             memory_mb: 64,
             fresh_container: false,

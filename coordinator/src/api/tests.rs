@@ -49,7 +49,7 @@ async fn call(c: &Coordinator, method: &str, uri: &str, body: &str) -> (StatusCo
 
 /// Plays a worker: takes one task and stores a verdict derived from the code.
 async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
-    let mut tasks = broker.consume(Queue::Tasks, 1, CancellationToken::new());
+    let mut tasks = broker.consume(Queue::Executions, 1, CancellationToken::new());
     let delivery = tasks.next().await.unwrap();
     let envelope = Envelope::decode(&delivery.body).unwrap();
     let Task::Execute(request) = envelope.task else {
@@ -117,7 +117,7 @@ async fn submit_without_wait_is_queued_with_defaults_filled_in() {
     );
 
     let delivery = broker
-        .consume(Queue::Tasks, 1, CancellationToken::new())
+        .consume(Queue::Executions, 1, CancellationToken::new())
         .next()
         .await
         .unwrap();
@@ -144,7 +144,7 @@ async fn files_and_fresh_container_are_passed_on() {
     let (status, answer) = call(&c, "POST", "/v1/executions?wait=false", &body.to_string()).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
     let delivery = broker
-        .consume(Queue::Tasks, 1, CancellationToken::new())
+        .consume(Queue::Executions, 1, CancellationToken::new())
         .next()
         .await
         .unwrap();
@@ -231,7 +231,11 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
         answer["error"].as_str().unwrap().contains("files"),
         "{answer}"
     );
-    assert_eq!(broker.len(Queue::Tasks), 0, "nothing invalid was published");
+    assert_eq!(
+        broker.len(Queue::Executions),
+        0,
+        "nothing invalid was published"
+    );
 }
 
 #[tokio::test]
@@ -295,7 +299,7 @@ async fn a_dead_letter_becomes_the_executions_error_result() {
     .await;
     let id: proto::TaskId = body["id"].as_str().unwrap().parse().unwrap();
     let cancel = CancellationToken::new();
-    let mut tasks = broker.consume(Queue::Tasks, 1, cancel.clone());
+    let mut tasks = broker.consume(Queue::Executions, 1, cancel.clone());
     // A worker that keeps crashing: the task comes back until the delivery limit.
     tasks.next().await.unwrap().requeue().await.unwrap();
     tasks.next().await.unwrap().requeue().await.unwrap();

@@ -188,7 +188,7 @@ async fn a_bad_line_is_named_and_nothing_is_created() {
         (
             "{\"instruction\": \"a\"}\n{\"instruction\": \"b\", \"colour\": \"blue\"}",
             StatusCode::BAD_REQUEST,
-            "line 2: invalid job: unknown field `colour`",
+            "line 2: invalid job: colour: unknown field `colour`",
         ),
         (
             "{\"instruction\": \"a\"}\nnot json",

@@ -1,0 +1,376 @@
+//! `POST /run_code`: SandboxFusion's request and response, so its client (PyPI
+//! `sandbox-fusion`) and the evaluation tools built on it run against the cluster unchanged.
+//!
+//! Mapping: `python`, `nodejs` and `bash` (and this API's own names); `run_timeout` (seconds)
+//! becomes `timeout_ms`, `memory_limit_MB` (when positive) `memory_mb`; `files` are base64 as
+//! in SandboxFusion and must decode to UTF-8 text; `fetch_files` come back base64. Verdicts:
+//! `passed` → `Success` / `Finished` with return code 0; `failed` → `Failed` / `Finished`
+//! with the exit status (a signal as `-N`, as Python's subprocess reports it); `timeout` →
+//! `Failed` / `TimeLimitExceeded`; `memory_limit` and `output_limit` → `Failed` / `Finished`
+//! with `-9` (the sandbox kills with SIGKILL) and the reason on stderr; `sandbox_error` and
+//! `error` → `SandboxError` (which the client retries). Unknown request fields are ignored,
+//! as SandboxFusion's server does.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use proto::api::ExecutionSubmission;
+use proto::{ExecutionResult, Status, TaskId};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::api::{ApiError, enqueue, from_json, validate};
+use crate::auth::Tenant;
+use crate::{Coordinator, now_ms};
+
+/// SandboxFusion's `RunCodeRequest`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct RunCodeRequest {
+    /// The program.
+    code: String,
+    /// `python`, `nodejs` or `bash`.
+    language: String,
+    #[serde(default)]
+    stdin: Option<String>,
+    /// Seconds (SandboxFusion's default: 10).
+    #[serde(default = "ten")]
+    #[schema(default = 10.0)]
+    run_timeout: f64,
+    /// Accepted and ignored: every supported language is interpreted.
+    #[serde(default = "ten")]
+    #[schema(default = 10.0)]
+    #[allow(dead_code)]
+    compile_timeout: f64,
+    /// MiB; zero or negative takes the cluster's default.
+    #[serde(default, rename = "memory_limit_MB")]
+    memory_limit_mb: Option<i64>,
+    /// Path → base64 content (must decode to UTF-8 text); `null` entries are skipped.
+    #[serde(default)]
+    files: BTreeMap<String, Option<String>>,
+    /// Paths to return, base64-encoded, after the run.
+    #[serde(default)]
+    fetch_files: Vec<String>,
+}
+
+fn ten() -> f64 {
+    10.0
+}
+
+/// SandboxFusion's `RunStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub(crate) enum RunStatus {
+    Success,
+    Failed,
+    SandboxError,
+}
+
+/// SandboxFusion's `CommandRunStatus` (its `Error`, a command that could not be started, has
+/// no counterpart here: that is a `SandboxError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub(crate) enum CommandRunStatus {
+    Finished,
+    TimeLimitExceeded,
+}
+
+/// SandboxFusion's `CommandRunResult`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CommandRunResult {
+    status: CommandRunStatus,
+    /// Seconds.
+    execution_time: f64,
+    #[schema(required = true)]
+    return_code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// SandboxFusion's `RunCodeResponse`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunCodeResponse {
+    status: RunStatus,
+    message: String,
+    /// Always null: no supported language is compiled.
+    #[schema(required = true)]
+    compile_result: Option<CommandRunResult>,
+    #[schema(required = true)]
+    run_result: Option<CommandRunResult>,
+    #[schema(required = true)]
+    executor_pod_name: Option<String>,
+    /// The fetched files, base64.
+    files: BTreeMap<String, String>,
+}
+
+/// Runs a program: SandboxFusion's `/run_code`.
+#[utoipa::path(
+    post,
+    path = "/run_code",
+    operation_id = "run_code",
+    tag = "sandbox-fusion",
+    request_body = RunCodeRequest,
+    responses(
+        (status = 200, description = "The run, in SandboxFusion's shape (also for `SandboxError`).", body = RunCodeResponse),
+        (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = proto::api::ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
+        (status = 422, description = "An unsupported language, a limit out of range or a file that is not base64 text; the message names the field.", body = proto::api::ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = proto::api::ErrorBody),
+    )
+)]
+pub(crate) async fn run_code(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let request: RunCodeRequest = from_json(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
+    let submission = submission(request, &c.options)?;
+    let execution = validate(&c.options, submission)?;
+    let timeout_ms = execution.timeout_ms;
+    let id = TaskId::new();
+    enqueue(&c, &tenant, id, now_ms(), execution).await?;
+    // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
+    let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
+    let result = match c.store.wait_execution(id, wait).await {
+        Ok(Some(result)) => result,
+        Ok(None) => ExecutionResult::error(
+            Status::SandboxError,
+            format!("no verdict within {wait:?} (execution {id})"),
+        ),
+        Err(e) => ExecutionResult::error(Status::SandboxError, e.to_string()),
+    };
+    Ok(axum::Json(response(result)).into_response())
+}
+
+/// The request as this API's submission.
+fn submission(
+    request: RunCodeRequest,
+    options: &crate::Options,
+) -> Result<ExecutionSubmission, ApiError> {
+    let language = match request.language.as_str() {
+        "python" | "nodejs" | "bash" => request.language,
+        other => {
+            return Err(ApiError::invalid(
+                "language",
+                format!("{other:?} is not supported here (supported: python, nodejs, bash)"),
+            ));
+        }
+    };
+    let max_s = options.max_timeout_ms as f64 / 1000.0;
+    if !(request.run_timeout > 0.0 && request.run_timeout <= max_s) {
+        return Err(ApiError::invalid(
+            "run_timeout",
+            format!("must be more than 0 and at most {max_s} seconds"),
+        ));
+    }
+    let mut files = BTreeMap::new();
+    for (path, content) in request.files {
+        let Some(content) = content else { continue };
+        let bytes = STANDARD.decode(content.as_bytes()).map_err(|e| {
+            ApiError::invalid(&format!("files[{path:?}]"), format!("not base64: {e}"))
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ApiError::invalid(
+                &format!("files[{path:?}]"),
+                "binary files are not supported (the content must be UTF-8 text)",
+            )
+        })?;
+        files.insert(path, text);
+    }
+    Ok(ExecutionSubmission {
+        id: None,
+        language,
+        code: request.code,
+        test: None,
+        stdin: request.stdin,
+        timeout_ms: Some(((request.run_timeout * 1000.0).ceil() as u64).max(1)),
+        memory_mb: request
+            .memory_limit_mb
+            .filter(|m| *m > 0)
+            .map(|m| m.unsigned_abs()),
+        fresh_container: None,
+        files: Some(files),
+        return_files: Some(request.fetch_files),
+    })
+}
+
+/// A verdict in SandboxFusion's terms (see the module documentation).
+fn response(result: ExecutionResult) -> RunCodeResponse {
+    let files: BTreeMap<String, String> = result
+        .files
+        .iter()
+        .map(|(path, content)| (path.clone(), STANDARD.encode(content.as_bytes())))
+        .collect();
+    let reason = result.reason.clone().unwrap_or_default();
+    let run = |status, return_code, stderr: String| CommandRunResult {
+        status,
+        execution_time: result.duration_ms as f64 / 1000.0,
+        return_code,
+        stdout: result.stdout.clone(),
+        stderr,
+    };
+    let with_reason = |stderr: &str| {
+        if reason.is_empty() {
+            stderr.to_owned()
+        } else {
+            format!("{stderr}\n[codegen sandbox] {reason}\n")
+        }
+    };
+    let (status, run_result) = match result.status {
+        Status::Passed => (
+            RunStatus::Success,
+            Some(run(
+                CommandRunStatus::Finished,
+                Some(0),
+                result.stderr.clone(),
+            )),
+        ),
+        Status::Failed => (
+            RunStatus::Failed,
+            Some(run(
+                CommandRunStatus::Finished,
+                Some(result.exit_code.unwrap_or_else(|| -signal_of(&reason))),
+                result.stderr.clone(),
+            )),
+        ),
+        Status::Timeout => (
+            RunStatus::Failed,
+            Some(run(
+                CommandRunStatus::TimeLimitExceeded,
+                None,
+                result.stderr.clone(),
+            )),
+        ),
+        Status::MemoryLimit | Status::OutputLimit => (
+            RunStatus::Failed,
+            Some(run(
+                CommandRunStatus::Finished,
+                Some(-9),
+                with_reason(&result.stderr),
+            )),
+        ),
+        Status::SandboxError | Status::Error => (RunStatus::SandboxError, None),
+    };
+    RunCodeResponse {
+        status,
+        message: reason,
+        compile_result: None,
+        run_result,
+        executor_pod_name: None,
+        files,
+    }
+}
+
+/// The signal of a "killed by signal N" reason (SIGKILL when it does not say).
+fn signal_of(reason: &str) -> i32 {
+    reason
+        .strip_prefix("killed by signal ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(status: Status, exit_code: Option<i32>, reason: Option<&str>) -> ExecutionResult {
+        ExecutionResult {
+            status,
+            exit_code,
+            stdout: "out".into(),
+            stderr: "err".into(),
+            truncated: false,
+            duration_ms: 1500,
+            reason: reason.map(str::to_owned),
+            error_kind: None,
+            files: BTreeMap::from([("a.txt".to_string(), "hi".to_string())]),
+            file_errors: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn verdicts_map_to_sandbox_fusion_statuses() {
+        let ok = response(result(Status::Passed, Some(0), None));
+        assert_eq!(ok.status, RunStatus::Success);
+        let run = ok.run_result.unwrap();
+        assert_eq!(
+            (run.status, run.return_code),
+            (CommandRunStatus::Finished, Some(0))
+        );
+        assert_eq!(run.execution_time, 1.5);
+        assert_eq!(ok.files["a.txt"], "aGk=");
+
+        let failed = response(result(Status::Failed, Some(3), None));
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.run_result.unwrap().return_code, Some(3));
+        let killed = response(result(Status::Failed, None, Some("killed by signal 15")));
+        assert_eq!(killed.run_result.unwrap().return_code, Some(-15));
+
+        let slow = response(result(
+            Status::Timeout,
+            None,
+            Some("killed at the wall-clock limit"),
+        ));
+        let run = slow.run_result.unwrap();
+        assert_eq!(
+            (run.status, run.return_code),
+            (CommandRunStatus::TimeLimitExceeded, None)
+        );
+
+        let oom = response(result(
+            Status::MemoryLimit,
+            None,
+            Some("killed at the memory limit"),
+        ));
+        let run = oom.run_result.unwrap();
+        assert_eq!(run.return_code, Some(-9));
+        assert!(run.stderr.contains("memory limit"));
+
+        let broken = response(result(Status::SandboxError, None, Some("docker down")));
+        assert_eq!(broken.status, RunStatus::SandboxError);
+        assert!(broken.run_result.is_none() && broken.message == "docker down");
+    }
+
+    #[test]
+    fn requests_map_to_submissions() {
+        let options = crate::Options::default();
+        let request: RunCodeRequest = serde_json::from_value(serde_json::json!({
+            "code": "print(1)", "language": "nodejs", "run_timeout": 2.5,
+            "files": {"data.txt": "aGk=", "skip": null}, "fetch_files": ["out.txt"],
+            "memory_limit_MB": -1, "some_newer_field": true
+        }))
+        .unwrap();
+        let mapped = submission(request, &options).unwrap();
+        assert_eq!(mapped.language, "nodejs");
+        assert_eq!(mapped.timeout_ms, Some(2500));
+        assert_eq!(mapped.memory_mb, None);
+        assert_eq!(mapped.files.unwrap()["data.txt"], "hi");
+        assert_eq!(mapped.return_files.unwrap(), ["out.txt"]);
+
+        let bad = |body: serde_json::Value| {
+            submission(serde_json::from_value(body).unwrap(), &options)
+                .unwrap_err()
+                .message()
+                .to_owned()
+        };
+        assert!(bad(serde_json::json!({"code": "", "language": "cpp"})).starts_with("language:"));
+        assert!(
+            bad(serde_json::json!({"code": "", "language": "python", "run_timeout": 0}))
+                .starts_with("run_timeout:")
+        );
+        let binary =
+            bad(serde_json::json!({"code": "", "language": "bash", "files": {"b": "/w=="}}));
+        assert!(binary.contains("UTF-8"), "{binary}");
+    }
+}

@@ -1,0 +1,288 @@
+//! The execution service for evaluation users, end to end against the real RabbitMQ, Redis and
+//! Docker: every language, the program + test form, and `POST /v1/executions/batch`.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use serde_json::{Value, json};
+use tests::Cluster;
+
+async fn batch(cluster: &Cluster, body: Value) -> (u16, Value) {
+    let response = cluster
+        .http
+        .post(format!("{}/v1/executions/batch", cluster.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn every_language_runs_programs_and_tests_with_their_own_verdicts() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+
+    // (language, code, test, expected status, expected error kind, stdout starts with)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        &'a str,
+        Option<&'a str>,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "javascript",
+            "console.log(6 * 7)",
+            None,
+            "passed",
+            None,
+            "42",
+        ),
+        (
+            "nodejs",
+            "process.exit(3)",
+            None,
+            "failed",
+            Some("runtime"),
+            "",
+        ),
+        (
+            "javascript",
+            "function add(a, b) { return a + b }",
+            Some("const assert = require('node:assert');\nassert.strictEqual(add(2, 3), 5);"),
+            "passed",
+            None,
+            "",
+        ),
+        (
+            "javascript",
+            "function add(a, b) { return a - b }",
+            Some("const assert = require('node:assert');\nassert.strictEqual(add(2, 3), 5);"),
+            "failed",
+            Some("assertion"),
+            "",
+        ),
+        (
+            "javascript",
+            "function add(a, b) { return a + }",
+            Some("add(1, 2)"),
+            "failed",
+            Some("syntax"),
+            "",
+        ),
+        // Exiting 0 before the test runs is not a pass.
+        (
+            "javascript",
+            "function add() { return 0 }\nprocess.exit(0)",
+            Some("throw new Error('never reached')"),
+            "failed",
+            Some("runtime"),
+            "",
+        ),
+        (
+            "bash",
+            "echo hello; echo oops >&2",
+            None,
+            "passed",
+            None,
+            "hello",
+        ),
+        (
+            "bash",
+            "greet() { echo \"hi $1\"; }",
+            Some("[ \"$(greet bob)\" = \"hi bob\" ] || exit 1"),
+            "passed",
+            None,
+            "",
+        ),
+        (
+            "bash",
+            "greet() { echo \"bye $1\"; }",
+            Some("[ \"$(greet bob)\" = \"hi bob\" ] || exit 1"),
+            "failed",
+            Some("runtime"),
+            "",
+        ),
+        (
+            "bash",
+            "greet() { echo hi; }\nexit 0",
+            Some("exit 1"),
+            "failed",
+            Some("runtime"),
+            "",
+        ),
+        ("bash", "if then fi", None, "failed", Some("syntax"), ""),
+        (
+            "python",
+            "def inc(x):\n    return x + 1",
+            Some("assert inc(1) == 2"),
+            "passed",
+            None,
+            "",
+        ),
+        (
+            "python",
+            "def inc(x):\n    return x",
+            Some("assert inc(1) == 2"),
+            "failed",
+            Some("assertion"),
+            "",
+        ),
+        (
+            "python",
+            "import os\ndef inc(x):\n    return x\nos._exit(0)",
+            Some("assert inc(1) == 2"),
+            "failed",
+            Some("runtime"),
+            "",
+        ),
+    ];
+    for (language, code, test, status, kind, stdout) in &cases {
+        let mut body = json!({"language": language, "code": code});
+        if let Some(test) = test {
+            body["test"] = json!(test);
+        }
+        let (got, answer) = cluster.execute("", body).await;
+        assert_eq!(got, 200, "{answer}");
+        assert_eq!(answer["status"], *status, "{language} {code:?}: {answer:#}");
+        assert_eq!(
+            answer["error_kind"].as_str(),
+            *kind,
+            "{language} {code:?}: {answer:#}"
+        );
+        assert!(
+            answer["stdout"].as_str().unwrap().starts_with(stdout),
+            "{answer:#}"
+        );
+    }
+
+    // A JS program that never ends is killed at its limit like any other.
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "javascript", "code": "while (true) {}", "timeout_ms": 500}),
+        )
+        .await;
+    assert_eq!(answer["status"], "timeout", "{answer:#}");
+
+    // Files reserved for the program or its test are refused, naming the field.
+    let (got, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "bash", "code": "true", "files": {"test.sh": "x"}}),
+        )
+        .await;
+    assert_eq!(got, 422, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().starts_with("files:"),
+        "{answer}"
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_batch_fans_out_and_answers_in_input_order() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_w1, _) = cluster.worker("worker-1").await;
+    let (_w2, _) = cluster.worker("worker-2").await;
+
+    // 200 programs that each print their index after a short sleep, so they finish out of
+    // order and only run in reasonable time in parallel.
+    let items: Vec<Value> = (0..200)
+        .map(|i| {
+            let code = format!(
+                "import time\ntime.sleep({})\nprint({i})",
+                (i % 5) as f64 * 0.01
+            );
+            let mut item = json!({"language": "python", "code": code});
+            if i % 2 == 0 {
+                item["id"] = json!(format!("task-{i}"));
+            }
+            if i % 50 == 7 {
+                item["test"] = json!("assert False, 'planted failure'");
+            }
+            item
+        })
+        .collect();
+    let (got, answer) = batch(&cluster, json!({ "items": items })).await;
+    assert_eq!(got, 200, "{answer}");
+    assert_eq!(
+        (answer["done"].as_u64(), answer["total"].as_u64()),
+        (Some(200), Some(200))
+    );
+    let results = answer["results"].as_array().unwrap();
+    for (i, result) in results.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(result["id"], format!("task-{i}"));
+        } else {
+            assert_eq!(
+                result["id"], result["execution_id"],
+                "no label: the execution id"
+            );
+        }
+        assert_eq!(result["stdout"], format!("{i}\n"), "input order: {result}");
+        let expected = if i % 50 == 7 { "failed" } else { "passed" };
+        assert_eq!(result["status"], expected, "{result}");
+    }
+    assert_eq!(results[7]["error_kind"], "assertion");
+    // Each result can also be read on its own.
+    let id = results[3]["execution_id"].as_str().unwrap();
+    let (status, single) = cluster.execution(id).await;
+    assert_eq!(status, 200);
+    assert_eq!(single["stdout"], "3\n");
+
+    // A bad item queues nothing and is named.
+    let (got, answer) = batch(
+        &cluster,
+        json!({"items": [{"language": "python", "code": "1"}, {"language": "cobol", "code": "1"}]}),
+    )
+    .await;
+    assert_eq!(got, 422, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("items[1].language:"),
+        "{answer}"
+    );
+    let (got, answer) = batch(
+        &cluster,
+        json!({"items": [{"language": "python", "code": "1", "timeout_ms": "soon"}]}),
+    )
+    .await;
+    assert_eq!(got, 400, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("items[0].timeout_ms"),
+        "{answer}"
+    );
+    let (got, _) = batch(&cluster, json!({"items": []})).await;
+    assert_eq!(got, 422);
+
+    // Without waiting: 202, every item queued, each pollable.
+    let (got, answer) = cluster
+        .http
+        .post(format!("{}/v1/executions/batch?wait=false", cluster.url()))
+        .json(&json!({"items": [{"language": "bash", "code": "echo later"}]}))
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), r))
+        .unwrap();
+    assert_eq!(got, 202);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["results"][0]["status"], "queued");
+    let verdict = cluster
+        .wait_verdict(
+            answer["results"][0]["execution_id"].as_str().unwrap(),
+            std::time::Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(verdict["stdout"], "later\n");
+    cluster.cleanup().await;
+}
