@@ -226,10 +226,11 @@ impl Coordinator {
             return;
         };
         let explanation = match reason.as_str() {
-            "delivery_limit" => format!(
-                "task dead-lettered: delivered more than the delivery limit ({} times) without finishing",
-                delivery.delivery_count
-            ),
+            // A dead letter's own delivery count says nothing about the task queue's.
+            "delivery_limit" => {
+                "task dead-lettered: delivered more than the broker's delivery limit without finishing"
+                    .to_string()
+            }
             "rejected" => {
                 "task dead-lettered: a worker rejected it as malformed or unsupported".to_string()
             }

@@ -8,7 +8,8 @@ testing makes of it) as a single line.
 Every job a valid batch holds is real work for the cluster under test (a plan task for the
 workers), and generated batches go up to the document's `maxItems` (1000). A valid batch is
 therefore cut to its first few jobs before it is sent: still valid, and the run stays cheap.
-Invalid batches go out whole; they are refused before any job is created.
+Invalid batches go out whole; they are refused before any job is created. Execution batches
+(`POST /v1/executions/batch`, up to 10 000 programs) are cut the same way.
 """
 
 import json
@@ -36,3 +37,13 @@ def before_call(ctx, case, **kwargs):
         and isinstance(case.body, list)
     ):
         case.body = case.body[:MAX_JOBS_PER_VALID_BATCH]
+    # The same for execution batches: up to `maxItems` (10 000) programs each otherwise.
+    if (
+        case.method.upper() == "POST"
+        and case.path == "/v1/executions/batch"
+        and case.meta is not None
+        and case.meta.generation.mode == GenerationMode.POSITIVE
+        and isinstance(case.body, dict)
+        and isinstance(case.body.get("items"), list)
+    ):
+        case.body["items"] = case.body["items"][:MAX_JOBS_PER_VALID_BATCH]
