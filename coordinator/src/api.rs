@@ -800,6 +800,40 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         &mut schemas["ExecutionBatch"]["properties"]["items"],
         json!({"minItems": 1, "maxItems": options.max_batch_executions}),
     );
+    // Only batch items take an `id`: the single route gets the submission without it.
+    let mut item = schemas["ExecutionSubmission"].clone();
+    item["description"] =
+        json!("An item of `POST /v1/executions/batch`: a submission plus its label.");
+    schemas["ExecutionBatchItem"] = item;
+    schemas["ExecutionBatch"]["properties"]["items"]["items"] =
+        json!({"$ref": "#/components/schemas/ExecutionBatchItem"});
+    if let Value::Object(properties) = &mut schemas["ExecutionSubmission"]["properties"] {
+        properties.remove("id");
+    }
+    let run_code = &mut schemas["RunCodeRequest"]["properties"];
+    limit(
+        &mut run_code["language"],
+        json!({"enum": ["python", "nodejs", "bash"]}),
+    );
+    limit(
+        &mut run_code["run_timeout"],
+        json!({"exclusiveMinimum": 0, "maximum": options.max_timeout_ms as f64 / 1000.0}),
+    );
+    limit(
+        &mut run_code["memory_limit_MB"],
+        json!({"anyOf": [{"maximum": 0},
+                         {"minimum": options.min_memory_mb, "maximum": options.max_memory_mb}]}),
+    );
+    limit(
+        &mut run_code["files"],
+        json!({"maxProperties": proto::execution::MAX_FILES,
+               "propertyNames": {"minLength": 1, "pattern": path_pattern}}),
+    );
+    limit(
+        &mut run_code["fetch_files"],
+        json!({"maxItems": proto::execution::MAX_FILES,
+               "items": {"type": "string", "minLength": 1, "pattern": path_pattern}}),
+    );
     let job = &mut schemas["JobSubmission"]["properties"];
     limit(
         &mut job["instruction"],

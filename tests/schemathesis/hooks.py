@@ -47,3 +47,13 @@ def before_call(ctx, case, **kwargs):
         and isinstance(case.body.get("items"), list)
     ):
         case.body["items"] = case.body["items"][:MAX_JOBS_PER_VALID_BATCH]
+    # `/run_code` files are base64 that must decode to UTF-8 text, which JSON Schema cannot
+    # say; valid requests go out without them (tests/eval covers files with the real client).
+    if (
+        case.method.upper() == "POST"
+        and case.path == "/run_code"
+        and case.meta is not None
+        and case.meta.generation.mode == GenerationMode.POSITIVE
+        and isinstance(case.body, dict)
+    ):
+        case.body["files"] = {}
