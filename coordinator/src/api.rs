@@ -299,13 +299,7 @@ async fn submit(
 ) -> Result<Response, ApiError> {
     let Query(params) =
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let submission: ExecutionSubmission = from_json(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request body: {e}"),
-        )
-    })?;
+    let submission: ExecutionSubmission = read_body(body)?;
     if submission.id.is_some() {
         return Err(ApiError::invalid(
             "id",
@@ -384,13 +378,7 @@ async fn submit_batch(
 
     let Query(params) =
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let batch: ExecutionBatch = from_json(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request body: {e}"),
-        )
-    })?;
+    let batch: ExecutionBatch = read_body(body)?;
     let total = batch.items.len();
     if total == 0 || total > c.options.max_batch_executions {
         return Err(ApiError::invalid(
@@ -638,6 +626,19 @@ fn describe<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> String {
         "." => e.inner().to_string(),
         path => format!("{path}: {}", e.inner()),
     }
+}
+
+/// A JSON body, or the 4xx that says what is wrong with it.
+pub(crate) fn read_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    from_json(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })
 }
 
 /// Rewrites integral floats that are exact (|x| <= 2^53) as integers.

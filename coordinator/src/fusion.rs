@@ -17,7 +17,6 @@ use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -26,7 +25,7 @@ use proto::{ExecutionResult, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::{ApiError, enqueue, from_json, validate};
+use crate::api::{ApiError, enqueue, read_body, validate};
 use crate::auth::Tenant;
 use crate::{Coordinator, now_ms};
 
@@ -128,13 +127,7 @@ pub(crate) async fn run_code(
     Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let request: RunCodeRequest = from_json(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request body: {e}"),
-        )
-    })?;
+    let request: RunCodeRequest = read_body(body)?;
     let submission = submission(request, &c.options)?;
     let execution = validate(&c.options, submission)?;
     let timeout_ms = execution.timeout_ms;
