@@ -113,6 +113,8 @@ rmq_env() {
     RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins"
     ERL_EPMD_ADDRESS=127.0.0.1
     ERL_EPMD_PORT="$EPMD_PORT"
+    # an Erlang crash dump (server or CLI node) lands in the state folder, not the work tree
+    ERL_CRASH_DUMP="$RMQ_DIR/erl_crash.dump"
     # distribution (server and CLI nodes) on loopback only
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
     RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
