@@ -68,11 +68,18 @@ fn tests_of<'a>(result: &'a JobResult, name: &str) -> Vec<&'a TestResult> {
         .collect()
 }
 
-/// The verdict line: `✅ succeeded …` or `❌ failed …`.
+/// The verdict line: `✅ succeeded …`, `⚠️ untested …` (static checks only) or `❌ failed …`.
 pub fn verdict(result: &JobResult) -> String {
     let passed = result.test_results.iter().filter(|t| t.passed).count();
     let total = result.test_results.len();
-    if result.status == JobStatus::Succeeded {
+    if result.status == JobStatus::Succeeded && result.validation != "tested" {
+        format!(
+            "⚠️ untested: {} checks pass, nothing was run ({} functions; job {}); manual review recommended",
+            result.validation,
+            function_names(result).len(),
+            result.job_id
+        )
+    } else if result.status == JobStatus::Succeeded {
         format!(
             "✅ succeeded: {passed}/{total} tests pass ({} functions; job {})",
             function_names(result).len(),

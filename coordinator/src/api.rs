@@ -53,6 +53,11 @@ impl ApiError {
         &self.message
     }
 
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
     pub(crate) fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -393,10 +398,13 @@ async fn submit_batch(
     let mut prepared = Vec::with_capacity(total);
     for (i, mut item) in batch.items.into_iter().enumerate() {
         let label = item.id.take();
-        if label.as_ref().is_some_and(|l| l.len() > MAX_LABEL_BYTES) {
+        if label
+            .as_ref()
+            .is_some_and(|l| l.chars().count() > MAX_LABEL_CHARS)
+        {
             return Err(ApiError::invalid(
                 &format!("items[{i}].id"),
-                format!("longer than {MAX_LABEL_BYTES} bytes"),
+                format!("longer than {MAX_LABEL_CHARS} characters"),
             ));
         }
         let request = validate(&c.options, item).map_err(|e| ApiError {
@@ -491,8 +499,8 @@ async fn submit_batch(
         .into_response())
 }
 
-/// Longest `id` of a batch item.
-const MAX_LABEL_BYTES: usize = 256;
+/// Longest `id` of a batch item, in characters (as the document's `maxLength` counts).
+const MAX_LABEL_CHARS: usize = 256;
 
 /// Records an execution and publishes its task. When publishing fails the record says so
 /// (`error`, "not queued"), so that nothing waits on a task no worker will ever see.
@@ -805,6 +813,10 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     let mut item = schemas["ExecutionSubmission"].clone();
     item["description"] =
         json!("An item of `POST /v1/executions/batch`: a submission plus its label.");
+    limit(
+        &mut item["properties"]["id"],
+        json!({"maxLength": MAX_LABEL_CHARS}),
+    );
     schemas["ExecutionBatchItem"] = item;
     schemas["ExecutionBatch"]["properties"]["items"]["items"] =
         json!({"$ref": "#/components/schemas/ExecutionBatchItem"});
@@ -836,6 +848,13 @@ pub fn openapi_document(options: &crate::Options) -> Value {
                "items": {"type": "string", "minLength": 1, "pattern": path_pattern}}),
     );
     let job = &mut schemas["JobSubmission"]["properties"];
+    let generation_languages: Vec<&str> = Language::ALL
+        .iter()
+        .filter(|l| l.spec().generation)
+        .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
+        .collect();
+    job["language"] = json!({"type": "string", "enum": generation_languages, "default": "python",
+        "description": "The language of the generated code (generation jobs: Python)."});
     limit(
         &mut job["instruction"],
         json!({"pattern": NOT_BLANK_PATTERN}),

@@ -29,6 +29,10 @@ use crate::planning::plan;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
 
+/// The integrate task's name in the job's published set (not an identifier, so it cannot be
+/// a function's name).
+const INTEGRATE: &str = "#integrate";
+
 fn unavailable(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
 }
@@ -56,6 +60,21 @@ pub(crate) fn validate(
         .language
         .parse()
         .map_err(|e| ApiError::invalid("language", e))?;
+    if !language.spec().generation {
+        let supported: Vec<&str> = Language::ALL
+            .iter()
+            .filter(|l| l.spec().generation)
+            .map(|l| l.as_str())
+            .collect();
+        return Err(ApiError::invalid(
+            "language",
+            format!(
+                "generation jobs are written in {} only; {language} runs as plain executions \
+                 (POST /v1/executions)",
+                supported.join(", ")
+            ),
+        ));
+    }
     let max_iterations = submission
         .max_iterations
         .unwrap_or(options.default_max_iterations);
@@ -301,17 +320,18 @@ async fn answer_from_cache(
     };
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
     c.jobs.put_result(id, &result).await.map_err(unavailable)?;
+    // The event before the status, as for every finished job.
     c.jobs
-        .set_status(id, result.status)
-        .await
-        .map_err(unavailable)?;
-    let _ = c
-        .jobs
         .push_event(
             id,
             &json!({"event": "finished", "status": result.status, "cache": "hit"}),
         )
-        .await;
+        .await
+        .map_err(unavailable)?;
+    c.jobs
+        .set_status(id, result.status)
+        .await
+        .map_err(unavailable)?;
     c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
     Ok(result)
 }
@@ -574,7 +594,7 @@ impl Coordinator {
         if let Err(e) = self.jobs.put_result(meta.id, &result).await {
             tracing::warn!(job = %meta.id, error = %e, "cannot store failed job result");
         }
-        let _ = self.jobs.set_status(meta.id, JobStatus::Failed).await;
+        // The event before the status: a stream that sees the final status has its last event.
         let _ = self
             .jobs
             .push_event(
@@ -582,6 +602,7 @@ impl Coordinator {
                 &json!({"event": "finished", "status": "failed", "failure": reason}),
             )
             .await;
+        let _ = self.jobs.set_status(meta.id, JobStatus::Failed).await;
         self.metrics.jobs.with_label_values(&["failed"]).inc();
         tracing::info!(job = %meta.id, %reason, "job failed");
     }
@@ -674,15 +695,13 @@ impl Coordinator {
                         .await;
                 }
                 // Functions without dependencies start now; the rest as dependencies finish.
-                for spec in plan.specs.iter().filter(|s| s.dependencies.is_empty()) {
-                    self.publish_task(
-                        Task::Implement(task(id, Some(spec.name.clone()), None)),
-                        meta.tenant.clone(),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                }
-                Ok(())
+                let roots = plan
+                    .specs
+                    .iter()
+                    .filter(|s| s.dependencies.is_empty())
+                    .map(|s| s.name.clone())
+                    .collect();
+                self.publish_functions(&meta, roots, !first).await
             }
             Err(problem) if meta.replans < 1 => {
                 meta.replans += 1;
@@ -740,20 +759,60 @@ impl Coordinator {
             // Either everything is done, or a function cannot be made to pass and its
             // dependants cannot be built on it: integrate what there is.
             let _ = self.jobs.set_status(id, JobStatus::Integrating).await;
+            let integrate = vec![INTEGRATE.to_owned()];
+            if self
+                .jobs
+                .unpublished(id, integrate.clone())
+                .await
+                .map_err(|e| e.to_string())?
+                .is_empty()
+            {
+                return Ok(());
+            }
+            self.publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
+                .await
+                .map_err(|e| e.to_string())?;
             return self
-                .publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
+                .jobs
+                .mark_published(id, &integrate)
                 .await
                 .map_err(|e| e.to_string());
         }
-        for ready in completion.ready {
+        self.publish_functions(meta, completion.ready, !completion.first)
+            .await
+    }
+
+    /// Publishes an implement task for each of `names` and records them as published. The
+    /// store hands a first completion's ready functions to exactly one caller; a repeated
+    /// event (`repeated`) publishes only what a crash left unpublished.
+    async fn publish_functions(
+        &self,
+        meta: &JobMeta,
+        names: Vec<String>,
+        repeated: bool,
+    ) -> Result<(), String> {
+        let names = if repeated {
+            self.jobs
+                .unpublished(meta.id, names)
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            names
+        };
+        for name in &names {
             self.publish_task(
-                Task::Implement(task(id, Some(ready), None)),
+                Task::Implement(task(meta.id, Some(name.clone()), None)),
                 meta.tenant.clone(),
             )
             .await
             .map_err(|e| e.to_string())?;
         }
-        Ok(())
+        // After the confirms: a crash before this line re-publishes on redelivery (the
+        // worker skips a finished function); recording first could lose a task.
+        self.jobs
+            .mark_published(meta.id, &names)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -30,6 +30,9 @@ pub struct LanguageSpec {
     pub test_file: &'static str,
     /// File extension of programs (for `codegen exec` to infer the language).
     pub extension: &'static str,
+    /// Generation jobs may ask for it: the pipeline has its test harness, static checks and
+    /// quality analysis. Executions take every language.
+    pub generation: bool,
 }
 
 impl Language {
@@ -43,6 +46,7 @@ impl Language {
                 main_file: "main.py",
                 test_file: "test.py",
                 extension: "py",
+                generation: true,
             },
             Language::Javascript => LanguageSpec {
                 name: "javascript",
@@ -50,6 +54,7 @@ impl Language {
                 main_file: "main.js",
                 test_file: "test.js",
                 extension: "js",
+                generation: false,
             },
             Language::Bash => LanguageSpec {
                 name: "bash",
@@ -57,6 +62,7 @@ impl Language {
                 main_file: "main.sh",
                 test_file: "test.sh",
                 extension: "sh",
+                generation: false,
             },
         }
     }

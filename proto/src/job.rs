@@ -19,7 +19,9 @@ use crate::{Language, TaskId};
 pub struct JobSubmission {
     pub instruction: String,
     #[serde(default = "default_language")]
-    #[schema(value_type = Language, default = "python")]
+    /// The language of the generated code: one whose `Language::spec().generation` is set
+    /// (the served document lists them).
+    #[schema(default = "python")]
     pub language: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<String>,
@@ -241,6 +243,29 @@ pub struct FunctionOutcome {
     pub cached: bool,
     #[serde(default)]
     pub validation: Validation,
+}
+
+impl FunctionOutcome {
+    /// A function before its first attempt.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            passed: false,
+            done: false,
+            tests: vec![],
+            code: None,
+            test_results: vec![],
+            history: vec![],
+            attempts: 0,
+            failure: None,
+            tokens: Tokens::default(),
+            model_calls: 0,
+            generation_ms: 0,
+            execution_ms: 0,
+            cached: false,
+            validation: Validation::Tested,
+        }
+    }
 }
 
 /// Task payloads of the generation pipeline; everything else is read from Redis.

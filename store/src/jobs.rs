@@ -8,7 +8,9 @@
 //! | `{p}:job:{id}:plan` | MessagePack `Plan` (validated, ordered) |
 //! | `{p}:job:{id}:pending` | hash: function → unfinished dependencies |
 //! | `{p}:job:{id}:done` | set of final functions |
-//! | `{p}:job:{id}:fn:{name}` | MessagePack `FunctionOutcome`, rewritten after every attempt |
+//! | `{p}:job:{id}:fn:{name}` | MessagePack `FunctionOutcome`, rewritten after every attempt until final |
+//! | `{p}:job:{id}:fn:{name}:final` | present once the final outcome is stored: no later write lands |
+//! | `{p}:job:{id}:published` | set of functions (and `#integrate`) whose task was published |
 //! | `{p}:job:{id}:result` | MessagePack `JobResult`, written once |
 //! | `{p}:job:{id}:events` | stream of progress events (JSON), for SSE |
 //! | `{p}:batch:{id}` | MessagePack `Batch`: its jobs in input order |
@@ -18,6 +20,11 @@
 //! one caller. A repeated completion (a redelivered event) changes nothing and returns the
 //! dependants that are ready but not done, so a caller that crashed before publishing them
 //! can publish them again (workers skip a function whose outcome is final).
+//!
+//! Storing the plan and its dependency counters is one script too, so a crash cannot leave a
+//! plan without counters. A function's final outcome is written once: whichever run of a
+//! (redelivered, duplicated) task finishes first is the outcome its dependants were built on,
+//! and a later run cannot replace it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,10 +69,16 @@ pub trait JobStore: Send + Sync + 'static {
     /// Stores the plan and the dependency counters, once; returns false if a plan existed.
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error>;
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error>;
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error>;
+    /// Stores a (partial or final) outcome unless a final one is stored already; returns
+    /// whether it was stored.
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error>;
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error>;
     /// Marks `name` done and returns what became ready (see the module docs).
     async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error>;
+    /// Records that the tasks of `names` were published (after the broker confirmed them).
+    async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error>;
+    /// Of `names`, those not recorded as published: what a repeated event may publish again.
+    async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error>;
     /// Stores the final result unless one exists; returns whether this call stored it.
     async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error>;
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
@@ -127,6 +140,27 @@ if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then all = 1 end
 return {first, all, ready}
 "#;
 
+/// Stores the plan and its dependency counters, once.
+/// KEYS: plan, pending, done. ARGV: plan bytes, ttl, (function, counter)...
+const PUT_PLAN: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"#;
+
+/// Stores an outcome unless the final one is stored. KEYS: outcome, final marker.
+/// ARGV: outcome bytes, ttl, "1" when this outcome is final.
+const PUT_FUNCTION: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+if ARGV[3] == '1' then redis.call('SET', KEYS[2], '1', 'EX', ARGV[2]) end
+return 1
+"#;
+
 #[async_trait]
 impl JobStore for crate::RedisStore {
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error> {
@@ -186,37 +220,23 @@ impl JobStore for crate::RedisStore {
 
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let ttl = self.ttl_secs();
-        let mut connection = self.connection();
-        let stored: Option<String> = redis::cmd("SET")
-            .arg(keys.key("plan"))
+        let script = redis::Script::new(PUT_PLAN);
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(keys.key("plan"))
+            .key(keys.key("pending"))
+            .key(keys.key("done"))
             .arg(encode(plan))
-            .arg("NX")
-            .arg("EX")
-            .arg(ttl)
-            .query_async(&mut connection)
-            .await
-            .map_err(crate::redis::backend)?;
-        if stored.is_none() {
-            return Ok(false);
+            .arg(self.ttl_secs());
+        for spec in &plan.specs {
+            let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
+            invocation.arg(&spec.name).arg(unique.len());
         }
-        let counters: Vec<(String, usize)> = plan
-            .specs
-            .iter()
-            .map(|s| {
-                let unique: std::collections::BTreeSet<&String> = s.dependencies.iter().collect();
-                (s.name.clone(), unique.len())
-            })
-            .collect();
-        let mut pipe = redis::pipe();
-        pipe.del(keys.key("pending")).ignore();
-        pipe.hset_multiple(keys.key("pending"), &counters).ignore();
-        pipe.expire(keys.key("pending"), ttl as i64).ignore();
-        pipe.del(keys.key("done")).ignore();
-        pipe.query_async::<()>(&mut connection)
+        let stored: i64 = invocation
+            .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
-        Ok(true)
+        Ok(stored == 1)
     }
 
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
@@ -224,9 +244,18 @@ impl JobStore for crate::RedisStore {
         self.get_msgpack(&key).await
     }
 
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{}", outcome.name));
-        self.set_msgpack(&key, outcome).await
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let stored: i64 = redis::Script::new(PUT_FUNCTION)
+            .key(keys.key(&format!("fn:{}", outcome.name)))
+            .key(keys.key(&format!("fn:{}:final", outcome.name)))
+            .arg(encode(outcome))
+            .arg(self.ttl_secs())
+            .arg(if outcome.done { "1" } else { "0" })
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(stored == 1)
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
@@ -264,6 +293,39 @@ impl JobStore for crate::RedisStore {
             all_done: all == 1,
             first: first == 1,
         })
+    }
+
+    async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let key = JobKeys::new(self.prefix(), id).key("published");
+        redis::pipe()
+            .sadd(&key, names)
+            .ignore()
+            .expire(&key, self.ttl_secs() as i64)
+            .ignore()
+            .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error> {
+        if names.is_empty() {
+            return Ok(names);
+        }
+        let key = JobKeys::new(self.prefix(), id).key("published");
+        let member: Vec<bool> = redis::cmd("SMISMEMBER")
+            .arg(&key)
+            .arg(&names)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(names
+            .into_iter()
+            .zip(member)
+            .filter_map(|(name, published)| (!published).then_some(name))
+            .collect())
     }
 
     async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
@@ -365,6 +427,7 @@ struct MemoryState {
     pending: HashMap<(TaskId, String), i64>,
     done: HashMap<TaskId, std::collections::BTreeSet<String>>,
     functions: HashMap<(TaskId, String), FunctionOutcome>,
+    published: HashMap<TaskId, std::collections::BTreeSet<String>>,
     results: HashMap<TaskId, JobResult>,
     events: HashMap<TaskId, Vec<serde_json::Value>>,
     batches: HashMap<TaskId, Batch>,
@@ -425,11 +488,14 @@ impl JobStore for MemoryJobs {
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
         Ok(self.state().plans.get(&id).cloned())
     }
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
-        self.state()
-            .functions
-            .insert((id, outcome.name.clone()), outcome.clone());
-        Ok(())
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
+        let mut s = self.state();
+        let key = (id, outcome.name.clone());
+        if s.functions.get(&key).is_some_and(|o| o.done) {
+            return Ok(false);
+        }
+        s.functions.insert(key, outcome.clone());
+        Ok(true)
     }
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
         Ok(self.state().functions.get(&(id, name.to_owned())).cloned())
@@ -461,6 +527,22 @@ impl JobStore for MemoryJobs {
             all_done,
             first,
         })
+    }
+    async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error> {
+        self.state()
+            .published
+            .entry(id)
+            .or_default()
+            .extend(names.iter().cloned());
+        Ok(())
+    }
+    async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error> {
+        let s = self.state();
+        let published = s.published.get(&id);
+        Ok(names
+            .into_iter()
+            .filter(|n| !published.is_some_and(|p| p.contains(n)))
+            .collect())
     }
     async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
         let mut s = self.state();

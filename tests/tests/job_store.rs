@@ -110,3 +110,52 @@ async fn events_are_read_in_order_after_a_cursor() {
     let ns: Vec<_> = rest.iter().map(|e| e.data["n"].as_i64().unwrap()).collect();
     assert_eq!(ns, vec![1, 2]);
 }
+
+#[tokio::test]
+async fn a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it() {
+    let store = store();
+    let job = TaskId::new();
+    let mut partial = proto::job::FunctionOutcome::new("a");
+    partial.attempts = 1;
+    assert!(store.put_function(job, &partial).await.unwrap());
+    partial.attempts = 2;
+    assert!(
+        store.put_function(job, &partial).await.unwrap(),
+        "partial outcomes are rewritten"
+    );
+    // Two runs of the same task (a redelivery racing the original) finish differently.
+    let mut first = partial.clone();
+    first.done = true;
+    first.passed = true;
+    first.code = Some("def a(): return 1".into());
+    let mut second = first.clone();
+    second.code = Some("def a(): return 2".into());
+    let mut late_partial = partial.clone();
+    late_partial.attempts = 3;
+    assert!(store.put_function(job, &first).await.unwrap());
+    assert!(!store.put_function(job, &second).await.unwrap());
+    assert!(!store.put_function(job, &late_partial).await.unwrap());
+    let stored = store.function(job, "a").await.unwrap().unwrap();
+    assert_eq!(stored.code.as_deref(), Some("def a(): return 1"));
+    assert_eq!(stored.attempts, 2);
+}
+
+#[tokio::test]
+async fn published_functions_are_remembered() {
+    let store = store();
+    let job = TaskId::new();
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        store.unpublished(job, names(&["a", "b"])).await.unwrap(),
+        names(&["a", "b"])
+    );
+    store.mark_published(job, &names(&["a"])).await.unwrap();
+    assert_eq!(
+        store
+            .unpublished(job, names(&["a", "b", "c"]))
+            .await
+            .unwrap(),
+        names(&["b", "c"])
+    );
+    assert!(store.unpublished(job, vec![]).await.unwrap().is_empty());
+}

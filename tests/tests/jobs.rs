@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tests::Cluster;
 
 fn example_script() -> std::path::PathBuf {
@@ -244,6 +244,9 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
         .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
         .await;
     assert_eq!(result["validation"], "static_analysis_only", "{result:#}");
+    // It finished: the static checks pass, and no test is claimed to have run or failed.
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["failure"], Value::Null, "{result:#}");
     assert_eq!(result["manual_review_recommended"], true);
     assert_eq!(
         result["all_tests_passed"], false,

@@ -12,7 +12,7 @@ use model::{Model, Phase};
 use proto::generation::{FunctionSpecs, Implementation, TestCase, TestCases};
 use proto::job::{
     Event, FunctionOutcome, Improvement, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
-    Quality, TestResult, Tokens, Validation,
+    Quality, TestResult, Validation,
 };
 use proto::{ExecutionRequest, Language, Status, TaskId};
 use sandbox::Sandbox;
@@ -180,6 +180,19 @@ impl Pipeline {
         }
     }
 
+    /// Stores a partial outcome; `Drop` when another run of the task (a redelivery or a
+    /// duplicate) already stored the final one, which then stands.
+    async fn save(&self, job: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
+        if self.jobs.put_function(job, outcome).await.map_err(retry)? {
+            Ok(())
+        } else {
+            Err(Error::Drop(format!(
+                "{} was finished by another run of its task",
+                outcome.name
+            )))
+        }
+    }
+
     fn model(&self) -> Result<&Model, String> {
         self.model
             .as_ref()
@@ -302,9 +315,20 @@ impl Pipeline {
             match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
                 Some(code) => dependency_code.push((dep, code)),
                 None => {
-                    return Err(Error::Drop(format!(
-                        "{function} was started before its dependency {dep} passed"
-                    )));
+                    // Never by the coordinator's ordering; if it happens, the job fails with
+                    // the reason instead of waiting for this function forever.
+                    let reason =
+                        format!("{function} was started before its dependency {dep} passed");
+                    let mut failed = FunctionOutcome::new(&function);
+                    failed.done = true;
+                    failed.failure = Some(reason);
+                    self.jobs.put_function(job, &failed).await.map_err(retry)?;
+                    return self
+                        .emit(Event::FunctionDone {
+                            job_id: job,
+                            function,
+                        })
+                        .await;
                 }
             }
         }
@@ -317,6 +341,7 @@ impl Pipeline {
                     let _ = cache.count_lookup("function", true).await;
                     cached.cached = true;
                     cached.name = function.clone();
+                    // Not stored when another run finished first: that outcome stands.
                     self.jobs.put_function(job, &cached).await.map_err(retry)?;
                     self.progress(
                         job,
@@ -342,23 +367,7 @@ impl Pipeline {
             json!({"event": "function_started", "function": function}),
         )
         .await;
-        let mut outcome = FunctionOutcome {
-            name: function.clone(),
-            passed: false,
-            done: false,
-            tests: vec![],
-            code: None,
-            test_results: vec![],
-            history: vec![],
-            attempts: 0,
-            failure: None,
-            tokens: Tokens::default(),
-            model_calls: 0,
-            generation_ms: 0,
-            execution_ms: 0,
-            cached: false,
-            validation: Validation::Tested,
-        };
+        let mut outcome = FunctionOutcome::new(&function);
         let result = self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
             .await;
@@ -373,7 +382,15 @@ impl Pipeline {
         outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
-        self.jobs.put_function(job, &outcome).await.map_err(retry)?;
+        if !self.jobs.put_function(job, &outcome).await.map_err(retry)? {
+            tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
+            return self
+                .emit(Event::FunctionDone {
+                    job_id: job,
+                    function,
+                })
+                .await;
+        }
         let tested = outcome.passed && outcome.validation == Validation::Tested;
         if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
             && let Err(e) = cache.put_cached_function(key, &outcome).await
@@ -415,7 +432,7 @@ impl Pipeline {
             .map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
-        self.jobs.put_function(job, outcome).await.map_err(retry)?;
+        self.save(job, outcome).await?;
         let deps: Vec<DependencyCode<'_>> = dependency_code
             .iter()
             .map(|(name, code)| DependencyCode { name, code })
@@ -500,7 +517,7 @@ impl Pipeline {
                                        "passed": true, "validation": "static_analysis_only"}),
                             )
                             .await;
-                            self.jobs.put_function(job, outcome).await.map_err(retry)?;
+                            self.save(job, outcome).await?;
                             return Ok(());
                         }
                         Err(problem) => CaseRun {
@@ -524,7 +541,7 @@ impl Pipeline {
             .await;
             if run.passed {
                 outcome.passed = true;
-                self.jobs.put_function(job, outcome).await.map_err(retry)?;
+                self.save(job, outcome).await?;
                 return Ok(());
             }
             outcome.history.push(Improvement {
@@ -535,7 +552,7 @@ impl Pipeline {
                 fix: String::new(),
                 analysis: None,
             });
-            self.jobs.put_function(job, outcome).await.map_err(retry)?;
+            self.save(job, outcome).await?;
             last = Some((code, run));
         }
         let (_, run) = last.unwrap_or_default();
@@ -740,7 +757,9 @@ impl Pipeline {
                 _ => None,
             })
             .or_else(|| {
-                (!all_tests_passed).then(|| "tests fail when the module is assembled".into())
+                // Static-only modules were never run: no test failed, none passed either.
+                (!static_only && !all_tests_passed)
+                    .then(|| "tests fail when the module is assembled".into())
             });
         let mut tokens = meta.plan_tokens;
         let mut model_calls = meta.plan_model_calls;
@@ -797,18 +816,20 @@ impl Pipeline {
             manual_review_recommended: static_only || status != JobStatus::Succeeded,
         };
         self.jobs.put_result(job, &result).await.map_err(retry)?;
-        self.jobs.set_status(job, status).await.map_err(retry)?;
         if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
             (&self.cache, &meta.cache_key, status, static_only)
             && let Err(e) = cache.put_cached_solution(key, &result).await
         {
             tracing::warn!(error = %e, "cannot cache the solution");
         }
+        // The event before the status: a stream that sees the final status has its last event.
         self.progress(
             job,
-            json!({"event": "finished", "status": status, "all_tests_passed": result.all_tests_passed}),
+            json!({"event": "finished", "status": status, "all_tests_passed": result.all_tests_passed,
+                   "validation": result.validation}),
         )
         .await;
+        self.jobs.set_status(job, status).await.map_err(retry)?;
         tracing::info!(%job, status = status.as_str(), "job finished");
         self.emit(Event::Integrated { job_id: job }).await
     }

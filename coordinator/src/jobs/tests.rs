@@ -295,3 +295,77 @@ async fn once_integration_started_finishing_functions_release_nothing() {
     .await;
     assert!(published(&broker).await.is_empty());
 }
+
+#[tokio::test]
+async fn redelivered_events_publish_only_what_a_crash_left_unpublished() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    let specs = [spec("a", &[]), spec("b", &["a"]), spec("c", &["a"])];
+    jobs.put_specs(job, &specs).await.unwrap();
+    let planned = Event::Planned {
+        job_id: job,
+        failure: None,
+    };
+    event(&c, &broker, planned.clone()).await;
+    assert_eq!(published(&broker).await, vec!["a"]);
+    // The same event again (its ack was lost): a is running already, nothing new.
+    event(&c, &broker, planned).await;
+    assert!(published(&broker).await.is_empty());
+
+    // A coordinator released b and c in Redis, then died before publishing them.
+    jobs.put_function(job, &outcome("a", true)).await.unwrap();
+    let completion = jobs.complete_function(job, "a").await.unwrap();
+    assert_eq!((completion.first, completion.ready.len()), (true, 2));
+    let done = Event::FunctionDone {
+        job_id: job,
+        function: "a".into(),
+    };
+    // Its event is redelivered to another coordinator: b and c are published, once.
+    event(&c, &broker, done.clone()).await;
+    assert_eq!(published(&broker).await, vec!["b", "c"]);
+    event(&c, &broker, done).await;
+    assert!(published(&broker).await.is_empty(), "never twice");
+}
+
+#[tokio::test]
+async fn a_plan_stored_by_a_coordinator_that_died_still_starts_its_roots() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    let specs = vec![spec("a", &[]), spec("b", &[]), spec("c", &["a", "b"])];
+    jobs.put_specs(job, &specs).await.unwrap();
+    let plan = crate::planning::plan(specs, 16).unwrap();
+    assert!(jobs.put_plan(job, &plan).await.unwrap());
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: None,
+        },
+    )
+    .await;
+    assert_eq!(published(&broker).await, vec!["a", "b"]);
+}
+
+#[tokio::test]
+async fn generation_jobs_take_only_languages_the_pipeline_supports() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    for language in ["javascript", "bash", "sh"] {
+        let submission =
+            serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
+                .unwrap();
+        let error = crate::jobs::validate(&c.options, submission).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            error.message().starts_with("language: ") && error.message().contains("python only"),
+            "{}",
+            error.message()
+        );
+    }
+    let submission =
+        serde_json::from_value(serde_json::json!({"instruction": "x", "language": "py"})).unwrap();
+    assert!(crate::jobs::validate(&c.options, submission).is_ok());
+}
