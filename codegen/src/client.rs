@@ -157,6 +157,7 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
     let started = std::time::Instant::now();
     let text = read_text(&args.input)?;
     let mut items = Vec::new();
+    let mut line_numbers = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -166,6 +167,7 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
         // Without an id, a result still says which line it answers.
         item.id.get_or_insert_with(|| (n + 1).to_string());
         items.push(item);
+        line_numbers.push(n + 1);
     }
     let total = items.len();
     anyhow::ensure!(total > 0, "{}: no programs", args.input.display());
@@ -190,51 +192,78 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
         bar
     });
 
+    let chunk_size = args.chunk.max(1);
     let chunks: Vec<(usize, Vec<ExecutionSubmission>)> = items
-        .chunks(args.chunk.max(1))
+        .chunks(chunk_size)
         .enumerate()
-        .map(|(i, c)| (i * args.chunk.max(1), c.to_vec()))
+        .map(|(i, c)| (i * chunk_size, c.to_vec()))
         .collect();
     let mut results: Vec<Option<String>> = vec![None; total];
     let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
     let mut finished = 0usize;
     let mut last_print = std::time::Instant::now();
-    let api = &api;
-    let mut stream = futures::stream::iter(chunks)
-        .map(|(offset, chunk)| async move { (offset, run_chunk(api, chunk).await) })
-        .buffer_unordered(args.in_flight.max(1));
-    while let Some((offset, answer)) = stream.next().await {
-        let views = answer?;
-        for (i, view) in views.into_iter().enumerate() {
+    // Requests stream their verdicts (`?stream=true`); every verdict is written as it arrives.
+    let (verdicts, mut arrived) =
+        tokio::sync::mpsc::channel::<anyhow::Result<(usize, serde_json::Value)>>(1024);
+    let (api, input, line_numbers) = (&api, &args.input, &line_numbers);
+    let requests = async move {
+        futures::stream::iter(chunks)
+            .for_each_concurrent(args.in_flight.max(1), |(offset, chunk)| {
+                let verdicts = verdicts.clone();
+                async move {
+                    if let Err(e) = run_chunk(api, offset, chunk, &verdicts).await {
+                        let e = anyhow::anyhow!(
+                            "{}: {}",
+                            input.display(),
+                            name_lines(&format!("{e:#}"), offset, line_numbers)
+                        );
+                        let _ = verdicts.send(Err(e)).await;
+                    }
+                }
+            })
+            .await;
+    };
+    let collect = async {
+        while let Some(verdict) = arrived.recv().await {
+            let (index, view) = verdict?;
             let status = view["status"].as_str().unwrap_or("unknown").to_owned();
             *by_status.entry(status).or_default() += 1;
             let line = serde_json::to_string(&view)?;
             if let Some(out) = live.as_mut() {
                 writeln!(out, "{line}").context("writing a result")?;
+                if arrived.is_empty() {
+                    out.flush().context("writing the results")?;
+                }
             }
-            results[offset + i] = Some(line);
-            finished += 1;
-        }
-        if let Some(out) = live.as_mut() {
-            out.flush().context("writing the results")?;
-        }
-        let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        match &bar {
-            Some(bar) => {
-                bar.set_position(finished as u64);
-                bar.set_message(counts.join(", "));
+            if let Some(slot) = results.get_mut(index).filter(|s| s.is_none()) {
+                *slot = Some(line);
+                finished += 1;
             }
-            None if last_print.elapsed().as_secs() >= 5 || finished == total => {
-                eprintln!(
-                    "[{:>6.1}s] {finished}/{total} programs ({})",
-                    started.elapsed().as_secs_f64(),
-                    counts.join(", ")
-                );
-                last_print = std::time::Instant::now();
+            let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+            match &bar {
+                Some(bar) => {
+                    bar.set_position(finished as u64);
+                    bar.set_message(counts.join(", "));
+                }
+                None if last_print.elapsed().as_secs() >= 5 || finished == total => {
+                    eprintln!(
+                        "[{:>6.1}s] {finished}/{total} programs ({})",
+                        started.elapsed().as_secs_f64(),
+                        counts.join(", ")
+                    );
+                    last_print = std::time::Instant::now();
+                }
+                None => {}
             }
-            None => {}
         }
-    }
+        anyhow::Ok(())
+    };
+    let ((), collected) = tokio::join!(requests, collect);
+    collected?;
+    anyhow::ensure!(
+        finished == total,
+        "the coordinator answered {finished} of {total} programs"
+    );
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -269,21 +298,68 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
     Ok(if unrun { 1 } else { 0 })
 }
 
-/// One `POST /v1/executions/batch`; items still queued when it answers are polled one by one.
+/// One streamed `POST /v1/executions/batch?stream=true`: sends `(offset + index, result)` for
+/// each verdict as the coordinator streams it; items it gives up on (`queued`) are polled one
+/// by one.
 async fn run_chunk(
     api: &Api,
+    offset: usize,
     chunk: Vec<ExecutionSubmission>,
-) -> anyhow::Result<Vec<serde_json::Value>> {
+    verdicts: &tokio::sync::mpsc::Sender<anyhow::Result<(usize, serde_json::Value)>>,
+) -> anyhow::Result<()> {
     let body = serde_json::json!({ "items": chunk });
-    let response = api
-        .send(api.http.post(api.url("/v1/executions/batch")).json(&body))
+    let mut response = api
+        .send(
+            api.http
+                .post(api.url("/v1/executions/batch?stream=true"))
+                .json(&body),
+        )
         .await?;
-    let (_, answer) = read_json(response).await?;
-    let mut views: Vec<serde_json::Value> = answer["results"]
-        .as_array()
-        .context("the coordinator's answer has no results")?
-        .clone();
-    for view in &mut views {
+    if !response.status().is_success() {
+        read_json(response).await?;
+        bail!("the coordinator refused the batch");
+    }
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut queued = Vec::new();
+    let mut seen = 0;
+    loop {
+        let chunk = response
+            .chunk()
+            .await
+            .context("reading the coordinator's streamed answer")?;
+        let end = chunk.is_none();
+        if let Some(bytes) = chunk {
+            buffer.extend_from_slice(&bytes);
+        }
+        while let Some(newline) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=newline).collect();
+            let mut view: serde_json::Value =
+                serde_json::from_slice(&line).context("unreadable line from the coordinator")?;
+            let index = view["index"]
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|i| *i < chunk_len(&body))
+                .context("a streamed result without a valid index")?;
+            if let serde_json::Value::Object(fields) = &mut view {
+                fields.remove("index");
+            }
+            seen += 1;
+            if view["status"] == "queued" {
+                queued.push((index, view));
+            } else if verdicts.send(Ok((offset + index, view))).await.is_err() {
+                return Ok(()); // the collector stopped (an error elsewhere)
+            }
+        }
+        if end {
+            break;
+        }
+    }
+    anyhow::ensure!(
+        seen == chunk_len(&body),
+        "the coordinator's stream ended after {seen} of {} results",
+        chunk_len(&body)
+    );
+    for (index, mut view) in queued {
         while view["status"] == "queued" {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             let id = view["execution_id"].as_str().unwrap_or_default().to_owned();
@@ -291,10 +367,65 @@ async fn run_chunk(
             // The single-execution view carries the execution id as `id`: keep the label.
             fresh["execution_id"] = serde_json::Value::String(id);
             fresh["id"] = view["id"].clone();
-            *view = fresh;
+            view = fresh;
+        }
+        if verdicts.send(Ok((offset + index, view))).await.is_err() {
+            return Ok(());
         }
     }
-    Ok(views)
+    Ok(())
+}
+
+fn chunk_len(body: &serde_json::Value) -> usize {
+    body["items"].as_array().map_or(0, Vec::len)
+}
+
+/// The coordinator names a bad item by its place in the request (`items[3].language: …`);
+/// the user knows it by its line in the input file.
+fn name_lines(message: &str, offset: usize, line_numbers: &[usize]) -> String {
+    let Some(start) = message.find("items[") else {
+        return message.to_owned();
+    };
+    let rest = &message[start + "items[".len()..];
+    let Some(close) = rest.find(']') else {
+        return message.to_owned();
+    };
+    match rest[..close]
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| line_numbers.get(offset + i))
+    {
+        Some(line) => format!(
+            "{}line {line}{}",
+            &message[..start],
+            rest[close + 1..].replacen('.', ": ", 1)
+        ),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_lines;
+
+    #[test]
+    fn a_bad_item_is_named_by_its_line_in_the_input() {
+        // Lines 1, 2, 4, 7 hold programs; the second request starts at program 2 (line 4).
+        let lines = [1, 2, 4, 7];
+        assert_eq!(
+            name_lines(
+                "the coordinator answered 422: items[1].language: unknown language \"cobol\"",
+                2,
+                &lines
+            ),
+            "the coordinator answered 422: line 7: language: unknown language \"cobol\""
+        );
+        assert_eq!(name_lines("no item named", 0, &lines), "no item named");
+        assert_eq!(
+            name_lines("items[9].code: x", 0, &lines),
+            "items[9].code: x"
+        );
+    }
 }
 
 async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView> {

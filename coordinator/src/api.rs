@@ -19,7 +19,7 @@ use axum::routing::{MethodRouter, delete, get, post};
 use broker::Outgoing;
 use proto::api::{
     BatchItemView, ErrorBody, ExecutionBatch, ExecutionBatchView, ExecutionSubmission,
-    ExecutionView, Outcome, Pending,
+    ExecutionView, Outcome, Pending, StreamedItemView,
 };
 use proto::{
     Envelope, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
@@ -179,6 +179,22 @@ struct SubmitParams {
 
 fn yes() -> bool {
     true
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct BatchParams {
+    /// Wait for the verdicts (default, up to `coordinator.wait`) or answer 202 at once.
+    #[serde(default = "yes")]
+    #[param(default = true)]
+    wait: bool,
+    /// Answer `application/x-ndjson`: one line per item as its verdict comes in (completion
+    /// order, each with its `index`), until every item has one or none came for
+    /// `coordinator.wait`; items still without one then follow as `queued`.
+    #[serde(default)]
+    #[param(default = false)]
+    stream: bool,
 }
 
 /// Checks a submission against the configured limits and fills in defaults.
@@ -355,16 +371,19 @@ async fn submit(
 /// Every item is checked before anything is queued (a bad item is a 422 naming
 /// `items[i].field`). Answers with every result in input order once all are in, or 202 with
 /// the results so far (the rest `queued`, each pollable at `/v1/executions/{execution_id}`)
-/// with `?wait=false` or when they take longer than `coordinator.wait`.
+/// with `?wait=false` or when they take longer than `coordinator.wait`. With `?stream=true`
+/// the answer is `application/x-ndjson`, one `StreamedItemView` line per item as soon as its
+/// verdict is in.
 #[utoipa::path(
     post,
     path = "/v1/executions/batch",
     operation_id = "submit_execution_batch",
     tag = "executions",
-    params(SubmitParams),
+    params(BatchParams),
     request_body = ExecutionBatch,
     responses(
-        (status = 200, description = "Every verdict, in input order.", body = ExecutionBatchView),
+        (status = 200, description = "Every verdict, in input order; with `?stream=true`, one line per item as its verdict comes in.",
+         content((ExecutionBatchView = "application/json"), (StreamedItemView = "application/x-ndjson"))),
         (status = 202, description = "Not all verdicts yet: the others are `queued`.", body = ExecutionBatchView),
         (status = 400, description = "Malformed body or query; the message names the field.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
@@ -376,7 +395,7 @@ async fn submit(
 async fn submit_batch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
-    params: Result<Query<SubmitParams>, QueryRejection>,
+    params: Result<Query<BatchParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     use futures::StreamExt;
@@ -432,28 +451,21 @@ async fn submit_batch(
     {
         return Err(e);
     }
-    let ids: Vec<TaskId> = prepared.iter().map(|(_, id, _)| *id).collect();
     tracing::debug!(items = total, "execution batch queued");
+    let items: Vec<(String, TaskId, Language)> = prepared
+        .into_iter()
+        .map(|(label, id, request)| (label, id, request.language))
+        .collect();
+    if params.stream {
+        return Ok(stream_batch(c, items));
+    }
 
     let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
     if params.wait {
         let deadline = tokio::time::Instant::now() + c.options.wait;
-        // Poll the unfinished ones with one MGET per round, backing off to 50 ms.
         let mut nap = std::time::Duration::from_millis(2);
         loop {
-            let pending: Vec<usize> = (0..total).filter(|i| results[*i].is_none()).collect();
-            if pending.is_empty() {
-                break;
-            }
-            let pending_ids: Vec<TaskId> = pending.iter().map(|i| ids[*i]).collect();
-            match c.store.execution_results(&pending_ids).await {
-                Ok(found) => {
-                    for (i, result) in pending.into_iter().zip(found) {
-                        results[i] = result;
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read batch results yet"),
-            }
+            poll_results(&c, &items, &mut results).await;
             if results.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
                 break;
             }
@@ -461,27 +473,11 @@ async fn submit_batch(
             nap = (nap * 2).min(std::time::Duration::from_millis(50));
         }
     }
-    let mut done = 0;
-    let views: Vec<BatchItemView> = prepared
+    let done = results.iter().filter(|r| r.is_some()).count();
+    let views: Vec<BatchItemView> = items
         .into_iter()
         .zip(results)
-        .map(|((label, id, request), result)| BatchItemView {
-            id: label,
-            execution_id: id,
-            outcome: match result {
-                Some(result) => {
-                    done += 1;
-                    c.metrics
-                        .executions
-                        .with_label_values(&[request.language.as_str(), result.status.as_str()])
-                        .inc();
-                    Outcome::Done(result)
-                }
-                None => Outcome::Pending {
-                    status: Pending::Queued,
-                },
-            },
-        })
+        .map(|((label, id, _), result)| item_view(label, id, result))
         .collect();
     let status = if done == total {
         StatusCode::OK
@@ -497,6 +493,110 @@ async fn submit_batch(
         }),
     )
         .into_response())
+}
+
+/// Reads the verdicts of the items still without one (one MGET); returns the indexes that got
+/// theirs, each counted in the executions metric once.
+async fn poll_results(
+    c: &Coordinator,
+    items: &[(String, TaskId, Language)],
+    results: &mut [Option<ExecutionResult>],
+) -> Vec<usize> {
+    let pending: Vec<usize> = (0..items.len()).filter(|i| results[*i].is_none()).collect();
+    if pending.is_empty() {
+        return pending;
+    }
+    let pending_ids: Vec<TaskId> = pending.iter().map(|i| items[*i].1).collect();
+    let found = match c.store.execution_results(&pending_ids).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read batch results yet");
+            return vec![];
+        }
+    };
+    let mut arrived = Vec::new();
+    for (i, result) in pending.into_iter().zip(found) {
+        if let Some(result) = result {
+            c.metrics
+                .executions
+                .with_label_values(&[items[i].2.as_str(), result.status.as_str()])
+                .inc();
+            results[i] = Some(result);
+            arrived.push(i);
+        }
+    }
+    arrived
+}
+
+fn item_view(label: String, id: TaskId, result: Option<ExecutionResult>) -> BatchItemView {
+    BatchItemView {
+        id: label,
+        execution_id: id,
+        outcome: match result {
+            Some(result) => Outcome::Done(result),
+            None => Outcome::Pending {
+                status: Pending::Queued,
+            },
+        },
+    }
+}
+
+/// The `?stream=true` answer: a line per item as its verdict arrives; when none arrived for
+/// `coordinator.wait`, the rest as `queued` (a client polls those by `execution_id`).
+fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Response {
+    let (lines, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let line = |index: usize, label: &str, id: TaskId, result: Option<ExecutionResult>| {
+            let view = StreamedItemView {
+                index,
+                item: item_view(label.to_owned(), id, result),
+            };
+            let mut text = serde_json::to_vec(&view).expect("a view serializes");
+            text.push(b'\n');
+            Bytes::from(text)
+        };
+        let mut results: Vec<Option<ExecutionResult>> = vec![None; items.len()];
+        let mut idle_until = tokio::time::Instant::now() + c.options.wait;
+        let mut nap = std::time::Duration::from_millis(2);
+        while results.iter().any(Option::is_none) && tokio::time::Instant::now() < idle_until {
+            let arrived = poll_results(&c, &items, &mut results).await;
+            if !arrived.is_empty() {
+                idle_until = tokio::time::Instant::now() + c.options.wait;
+                nap = std::time::Duration::from_millis(2);
+            }
+            for i in arrived {
+                let (label, id, _) = &items[i];
+                if lines
+                    .send(line(i, label, *id, results[i].clone()))
+                    .await
+                    .is_err()
+                {
+                    return; // the client went away; the executions run on regardless
+                }
+            }
+            if results.iter().all(Option::is_some) {
+                break;
+            }
+            tokio::time::sleep(nap).await;
+            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+        }
+        for (i, (label, id, _)) in items.iter().enumerate() {
+            if results[i].is_none() && lines.send(line(i, label, *id, None)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// Longest `id` of a batch item, in characters (as the document's `maxLength` counts).

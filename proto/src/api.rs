@@ -77,6 +77,16 @@ pub struct BatchItemView {
     pub outcome: Outcome,
 }
 
+/// One line of a streamed batch answer (`?stream=true`, `application/x-ndjson`): an item's
+/// result as soon as it is in, with its place in the input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamedItemView {
+    /// The item's position in `items` (from 0).
+    pub index: usize,
+    #[serde(flatten)]
+    pub item: BatchItemView,
+}
+
 /// The answer to a batch: every item's result in input order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ExecutionBatchView {

@@ -8,12 +8,27 @@ fn cluster_url() -> String {
 }
 
 fn exec(program: &str, extra: &[&str]) -> (i32, String, String) {
+    exec_file("program.py", program, None, extra)
+}
+
+/// `codegen exec NAME [--test TEST_NAME] EXTRA…` with the files written to a scratch folder.
+fn exec_file(
+    name: &str,
+    program: &str,
+    test: Option<(&str, &str)>,
+    extra: &[&str],
+) -> (i32, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("program.py");
+    let file = dir.path().join(name);
     std::fs::write(&file, program).expect("program written");
-    let output = Command::new(tests::binary())
-        .arg("exec")
-        .arg(&file)
+    let mut command = Command::new(tests::binary());
+    command.arg("exec").arg(&file);
+    if let Some((test_name, test)) = test {
+        let test_file = dir.path().join(test_name);
+        std::fs::write(&test_file, test).expect("test written");
+        command.arg("--test").arg(test_file);
+    }
+    let output = command
         .args(extra)
         .env("CODEGEN_URL", cluster_url())
         .output()
@@ -58,10 +73,112 @@ async fn the_script_cluster_runs_programs_for_the_cli() {
     let view: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(view["status"], "timeout");
 
+    // The language follows the extension; --test runs the test after the program.
+    let solution = "function add(a, b) { return a + b; }";
+    let (code, _, stderr) = exec_file(
+        "solution.js",
+        solution,
+        Some((
+            "test.js",
+            "if (add(2, 3) !== 5) throw new Error('wrong sum');",
+        )),
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = exec_file(
+        "solution.js",
+        solution,
+        Some((
+            "test.js",
+            "if (add(2, 2) !== 5) throw new Error('wrong sum');",
+        )),
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("wrong sum"), "{stderr}");
+    let (code, stdout, stderr) = exec_file("hello.sh", "echo \"bash $BASH_VERSION\"", None, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("bash 5"), "{stdout}");
+    // --language wins over the extension.
+    let (code, stdout, stderr) = exec_file(
+        "script.txt",
+        "echo from-bash",
+        None,
+        &["--language", "bash"],
+    );
+    assert_eq!((code, stdout.as_str()), (0, "from-bash\n"), "{stderr}");
+
     let (code, _, stderr) = exec("print(1)", &["--language", "cobol"]);
     assert_eq!(code, 2);
     assert!(
         stderr.contains("422") && stderr.contains("language"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn exec_batch_writes_every_result_in_input_order_and_names_bad_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.jsonl");
+    let output = dir.path().join("out.jsonl");
+    let mut lines: Vec<String> = (0..40)
+        .map(|i| {
+            // Later lines finish first: the file is still in input order at the end.
+            let code = format!(
+                "import time\ntime.sleep({})\nprint({i})",
+                (40 - i) as f64 / 400.0
+            );
+            serde_json::json!({"id": format!("p{i}"), "language": "python", "code": code})
+                .to_string()
+        })
+        .collect();
+    lines[5] = serde_json::json!({"id": "bad", "language": "bash", "code": "exit 3"}).to_string();
+    lines.insert(10, String::new()); // blank lines are skipped
+    std::fs::write(&input, lines.join("\n")).expect("input written");
+    let run = |chunk: &str| {
+        Command::new(tests::binary())
+            .args(["exec-batch"])
+            .arg(&input)
+            .arg("-o")
+            .arg(&output)
+            .args(["--chunk", chunk, "--in-flight", "3"])
+            .env("CODEGEN_URL", cluster_url())
+            .output()
+            .expect("codegen runs")
+    };
+    let out = run("7");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("40 programs in") && stderr.contains("1 failed, 39 passed"),
+        "{stderr}"
+    );
+    let written = std::fs::read_to_string(&output).expect("output");
+    let results: Vec<serde_json::Value> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(results.len(), 40);
+    for (i, result) in results.iter().enumerate() {
+        if i == 5 {
+            assert_eq!(result["id"], "bad");
+            assert_eq!(result["exit_code"], 3);
+            continue;
+        }
+        assert_eq!(result["id"], format!("p{i}"), "input order");
+        assert_eq!(result["stdout"], format!("{i}\n"));
+    }
+
+    // A line the coordinator refuses is named by its line in the file (line 34 is the 33rd
+    // program, in the fifth request of 7).
+    let mut bad: Vec<String> = lines.clone();
+    bad[33] = serde_json::json!({"language": "cobol", "code": "x"}).to_string();
+    std::fs::write(&input, bad.join("\n")).expect("input written");
+    let out = run("7");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 34: language: unknown language \"cobol\""),
         "{stderr}"
     );
 }

@@ -286,3 +286,53 @@ async fn a_batch_fans_out_and_answers_in_input_order() {
     assert_eq!(verdict["stdout"], "later\n");
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn thousands_of_programs_in_one_request_stream_back_from_every_worker() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_w1, ops1) = cluster.worker("worker-1").await;
+    let (_w2, ops2) = cluster.worker("worker-2").await;
+
+    const N: usize = 2000;
+    let items: Vec<Value> = (0..N)
+        .map(
+            |i| json!({"id": format!("p{i}"), "language": "python", "code": format!("print({i})")}),
+        )
+        .collect();
+    let response = cluster
+        .http
+        .post(format!("{}/v1/executions/batch?stream=true", cluster.url()))
+        .json(&json!({ "items": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/x-ndjson",
+        "one line per verdict"
+    );
+    let text = response.text().await.unwrap();
+    let mut seen = vec![false; N];
+    for line in text.lines() {
+        let view: Value = serde_json::from_str(line).unwrap();
+        let index = usize::try_from(view["index"].as_u64().unwrap()).unwrap();
+        assert!(!seen[index], "index {index} streamed twice");
+        seen[index] = true;
+        assert_eq!(view["id"], format!("p{index}"), "{view}");
+        assert_eq!(view["status"], "passed", "{view}");
+        assert_eq!(view["stdout"], format!("{index}\n"), "{view}");
+    }
+    assert!(seen.iter().all(|s| *s), "every item has a line");
+
+    // Fanned out: both workers ran a share of the one request.
+    let sample = "codegen_worker_tasks_total{kind=\"execute\",outcome=\"completed\"}";
+    let (ran1, ran2) = (
+        tests::metric(&cluster.http, &ops1, sample).await,
+        tests::metric(&cluster.http, &ops2, sample).await,
+    );
+    assert_eq!(ran1 + ran2, N as f64);
+    assert!(ran1 >= 100.0 && ran2 >= 100.0, "{ran1} / {ran2}");
+    cluster.cleanup().await;
+}

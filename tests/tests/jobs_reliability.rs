@@ -137,14 +137,28 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
     let (w1, _) = cluster.worker("worker-1").await;
     let (_w2, _) = cluster.worker("worker-2").await;
 
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        let (status, body) = cluster
-            .submit_job(json!({"instruction": format!("sieve, then sum the primes (#{i})")}))
-            .await;
-        assert_eq!(status, 202, "{body}");
-        ids.push(body["job_id"].as_str().unwrap().to_owned());
-    }
+    // One batch of three jobs (POST /v1/batches, JSONL).
+    let lines: Vec<String> = (0..3)
+        .map(|i| json!({"instruction": format!("sieve, then sum the primes (#{i})")}).to_string())
+        .collect();
+    let response = cluster
+        .http
+        .post(format!("{}/v1/batches", cluster.url()))
+        .header("content-type", "application/x-ndjson")
+        .body(lines.join("\n"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let batch: Value = response.json().await.unwrap();
+    let batch_id = batch["batch_id"].as_str().unwrap().to_owned();
+    let ids: Vec<String> = batch["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 3);
     wait_for_log(&w1, "implement task started", Duration::from_secs(30)).await;
     rabbit.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -154,6 +168,14 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
         let result = cluster.wait_job(id, Duration::from_secs(180)).await;
         assert_eq!(result["status"], "succeeded", "{result:#}");
     }
+    let (_, batch) = tests::get_json(
+        &cluster.http,
+        &format!("{}/v1/batches/{batch_id}", cluster.url()),
+    )
+    .await;
+    assert_eq!(batch["status"], "done", "{batch}");
+    assert_eq!(batch["counts"]["succeeded"], 3, "{batch}");
+    // No cleanup: the queues live on the private node, which goes with `rabbit`.
 }
 
 #[tokio::test]
