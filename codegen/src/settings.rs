@@ -62,6 +62,21 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_lists_every_default() {
+        let example = include_str!("../../deploy/codegen.example.toml");
+        let body: String = example
+            .lines()
+            .skip_while(|l| l.starts_with('#') || l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            body,
+            Settings::default().to_toml().unwrap(),
+            "deploy/codegen.example.toml is stale: regenerate it with `codegen config`"
+        );
+    }
+
+    #[test]
     fn defaults_then_file_then_environment() {
         let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
         writeln!(

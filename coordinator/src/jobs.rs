@@ -372,11 +372,21 @@ pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response
     responses(
         (status = 200, description = "Emptied.", body = CacheCleared),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 403, description = "The caches are shared by every tenant: only `coordinator.admin_tenants` may empty them.", body = ErrorBody),
         (status = 404, description = "This coordinator runs without a cache.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
 )]
-pub(crate) async fn cache_clear(State(c): State<Coordinator>) -> Result<Response, ApiError> {
+pub(crate) async fn cache_clear(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Response, ApiError> {
+    if !c.options.is_admin(&tenant) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the caches are shared by every tenant: only coordinator.admin_tenants may empty them",
+        ));
+    }
     let Some((cache, _)) = &c.cache else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
     };

@@ -60,6 +60,10 @@ pub struct Options {
     /// (`CODEGEN__COORDINATOR__API_KEYS__<TENANT>=key`). Empty: the API is open.
     #[serde(skip_serializing)]
     pub api_keys: std::collections::BTreeMap<String, String>,
+    /// Tenants that may empty the caches every tenant shares (`DELETE /v1/cache`),
+    /// comma-separated. With API keys configured, any other tenant gets 403; without keys the
+    /// API is open.
+    pub admin_tenants: String,
     /// Largest job instruction, in bytes.
     pub max_instruction_bytes: usize,
     /// Implementation attempts per function when a job gives none, and the most it may ask.
@@ -78,6 +82,19 @@ pub struct Options {
     pub drain_timeout: Duration,
 }
 
+impl Options {
+    /// Whether `tenant` may act on what every tenant shares (the caches).
+    pub fn is_admin(&self, tenant: &auth::Tenant) -> bool {
+        self.api_keys.is_empty()
+            || tenant.0.as_deref().is_some_and(|t| {
+                self.admin_tenants
+                    .split(',')
+                    .map(str::trim)
+                    .any(|admin| !admin.is_empty() && admin.eq_ignore_ascii_case(t))
+            })
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -92,6 +109,7 @@ impl Default for Options {
             max_memory_mb: 4096,
             wait: Duration::from_secs(60),
             api_keys: Default::default(),
+            admin_tenants: String::new(),
             max_instruction_bytes: 16 * 1024,
             default_max_iterations: 3,
             max_iterations_limit: 10,

@@ -203,6 +203,20 @@ impl Cluster {
         )
     }
 
+    /// Starts one more coordinator of this cluster on a port of its own; returns it and its URL.
+    /// Coordinators share everything through the broker and Redis, so either answers for any job.
+    pub async fn another_coordinator(&self, name: &str) -> (Process, String) {
+        let port = free_port();
+        let process = self.spawn(
+            name,
+            "coordinator",
+            &[("CODEGEN__COORDINATOR__LISTEN", format!("127.0.0.1:{port}"))],
+        );
+        let url = format!("http://127.0.0.1:{port}");
+        self.wait_ready(&url, &process).await;
+        (process, url)
+    }
+
     /// Starts a worker and waits until it is ready; returns it and its ops URL.
     pub async fn worker(&self, name: &str) -> (Process, String) {
         let port = free_port();

@@ -234,3 +234,100 @@ async fn a_poison_task_is_dead_lettered_after_the_delivery_limit_and_fails_only_
     assert_eq!(result["all_tests_passed"], true);
     cluster.cleanup().await;
 }
+
+/// A scripted (FAKE) model for a diamond `a → (b, c, d) → e`, every answer after `latency_ms`.
+fn diamond_script(dir: &std::path::Path, latency_ms: u64) -> std::path::PathBuf {
+    let deps: [(&str, &[&str]); 5] = [
+        ("a", &[]),
+        ("b", &["a"]),
+        ("c", &["a"]),
+        ("d", &["a"]),
+        ("e", &["b", "c", "d"]),
+    ];
+    let functions: Vec<Value> = deps
+        .iter()
+        .map(|(name, d)| {
+            json!({"name": name, "purpose": "return x plus one", "inputs": [{"name": "x", "type": "int"}],
+                   "outputs": {"type": "int", "description": "x + 1"}, "dependencies": d,
+                   "complexity": "simple"})
+        })
+        .collect();
+    let mut answers = vec![
+        json!({"phase": "plan", "latency_ms": latency_ms, "answer": {"functions": functions}}),
+    ];
+    for (name, _) in deps {
+        answers.push(
+            json!({"phase": "tests", "function": name, "latency_ms": latency_ms,
+            "answer": {"cases": [{"name": "one", "kind": "normal", "inputs": {"x": 1},
+                                  "expected_output": 2, "expected_error": null}]}}),
+        );
+        answers.push(json!({"phase": "implement", "function": name, "latency_ms": latency_ms,
+            "answer": {"code": format!("def {name}(x: int) -> int:\n    \"\"\"x plus one.\"\"\"\n    return x + 1\n"),
+                       "analysis": null}}));
+    }
+    let path = dir.join("diamond.json");
+    std::fs::write(&path, json!({ "answers": answers }).to_string()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn with_two_coordinators_every_function_is_published_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Later jobs may reuse functions from the function-level cache; their tasks are still
+    // published (and logged as started) once per job and function.
+    let mut cluster = Cluster::new();
+    let _model = cluster
+        .scripted_model(&diamond_script(dir.path(), 150))
+        .await;
+    let _c1 = cluster.coordinator().await;
+    let (_c2, second) = cluster.another_coordinator("coordinator-2").await;
+    let (w1, _) = cluster.worker("worker-1").await;
+    let (w2, _) = cluster.worker("worker-2").await;
+
+    // Jobs through both coordinators; their events are shared out between both, so b, c and
+    // d finish on either and race to release e.
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let base = if i % 2 == 0 {
+            cluster.url()
+        } else {
+            second.clone()
+        };
+        let response = cluster
+            .http
+            .post(format!("{base}/v1/jobs"))
+            .json(&json!({"instruction": format!("a diamond of adders (#{i})")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
+        let body: Value = response.json().await.unwrap();
+        ids.push(body["job_id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let result = cluster.wait_job(id, Duration::from_secs(180)).await;
+        assert_eq!(result["status"], "succeeded", "{result:#}");
+        assert_eq!(result["test_results"].as_array().unwrap().len(), 5);
+    }
+    // Every implement task was published once: each (job, function) was started once in all.
+    let logs = format!("{}{}", w1.log_text(), w2.log_text());
+    for id in &ids {
+        for name in ["a", "b", "c", "d", "e"] {
+            let started = logs
+                .lines()
+                .filter(|l| {
+                    l.contains("implement task started")
+                        && l.contains(&format!("job={id}"))
+                        && l.contains(&format!("function=Some(\"{name}\")"))
+                })
+                .count();
+            assert_eq!(started, 1, "job {id}, function {name}:\n{logs}");
+        }
+        let integrations = logs
+            .lines()
+            .filter(|l| l.contains("integrate task started") && l.contains(&format!("job={id}")))
+            .count();
+        assert_eq!(integrations, 1, "job {id}");
+    }
+    cluster.cleanup().await;
+}

@@ -33,7 +33,9 @@ async fn call(
 async fn tenants_see_only_their_own_work() {
     let cluster = Cluster::new()
         .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
-        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__OPS", "key-ops")
+        .with_env("CODEGEN__COORDINATOR__ADMIN_TENANTS", "ops");
     let coordinator = cluster.coordinator().await;
     assert!(!coordinator.log_text().contains("API is open"));
 
@@ -140,6 +142,46 @@ async fn tenants_see_only_their_own_work() {
         .0,
         404
     );
+
+    // Batches: the same.
+    let response = cluster
+        .http
+        .post(format!("{}/v1/batches", cluster.url()))
+        .bearer_auth("key-acme")
+        .header("content-type", "application/x-ndjson")
+        .body("{\"instruction\": \"reverse a string\"}\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let batch: serde_json::Value = response.json().await.unwrap();
+    let batch_path = format!("/v1/batches/{}", batch["batch_id"].as_str().unwrap());
+    for (key, expected) in [("key-acme", 200), ("key-globex", 404)] {
+        let (status, body) =
+            call(&cluster, reqwest::Method::GET, &batch_path, Some(key), None).await;
+        assert_eq!(status, expected, "{key}: {body}");
+    }
+
+    // The caches are shared: only an admin tenant may empty them.
+    let (status, body) = call(
+        &cluster,
+        reqwest::Method::DELETE,
+        "/v1/cache",
+        Some("key-globex"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("admin_tenants"));
+    let (status, body) = call(
+        &cluster,
+        reqwest::Method::DELETE,
+        "/v1/cache",
+        Some("key-ops"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
 
     // Health and metrics stay open for probes and scrapers.
     let (status, _) = tests::get_json(&cluster.http, &format!("{}/healthz", cluster.url())).await;
