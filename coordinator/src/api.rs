@@ -926,7 +926,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     let run_code = &mut schemas["RunCodeRequest"]["properties"];
     limit(
         &mut run_code["language"],
-        json!({"enum": ["python", "nodejs", "bash"]}),
+        json!({"enum": crate::fusion::LANGUAGES}),
     );
     limit(
         &mut run_code["run_timeout"],

@@ -1,7 +1,7 @@
 //! `POST /run_code`: SandboxFusion's request and response, so its client (PyPI
 //! `sandbox-fusion`) and the evaluation tools built on it run against the cluster unchanged.
 //!
-//! Mapping: `python`, `nodejs` and `bash` (and this API's own names); `run_timeout` (seconds)
+//! Mapping: SandboxFusion's `python`, `nodejs` and `bash` ([`LANGUAGES`]); `run_timeout` (seconds)
 //! becomes `timeout_ms`, `memory_limit_MB` (when positive) `memory_mb`; `files` are base64 as
 //! in SandboxFusion and must decode to UTF-8 text; `fetch_files` come back base64. Verdicts:
 //! `passed` → `Success` / `Finished` with return code 0; `failed` → `Failed` / `Finished`
@@ -146,20 +146,26 @@ pub(crate) async fn run_code(
     Ok(axum::Json(response(result)).into_response())
 }
 
+/// SandboxFusion's names of the languages served here (each an alias of a `proto::Language`);
+/// the OpenAPI document lists the same.
+pub(crate) const LANGUAGES: &[&str] = &["python", "nodejs", "bash"];
+
 /// The request as this API's submission.
 fn submission(
     request: RunCodeRequest,
     options: &crate::Options,
 ) -> Result<ExecutionSubmission, ApiError> {
-    let language = match request.language.as_str() {
-        "python" | "nodejs" | "bash" => request.language,
-        other => {
-            return Err(ApiError::invalid(
-                "language",
-                format!("{other:?} is not supported here (supported: python, nodejs, bash)"),
-            ));
-        }
-    };
+    if !LANGUAGES.contains(&request.language.as_str()) {
+        return Err(ApiError::invalid(
+            "language",
+            format!(
+                "{:?} is not supported here (supported: {})",
+                request.language,
+                LANGUAGES.join(", ")
+            ),
+        ));
+    }
+    let language = request.language;
     let max_s = options.max_timeout_ms as f64 / 1000.0;
     if !(request.run_timeout > 0.0 && request.run_timeout <= max_s) {
         return Err(ApiError::invalid(
@@ -333,6 +339,15 @@ mod tests {
         let broken = response(result(Status::SandboxError, None, Some("docker down")));
         assert_eq!(broken.status, RunStatus::SandboxError);
         assert!(broken.run_result.is_none() && broken.message == "docker down");
+    }
+
+    #[test]
+    fn every_sandbox_fusion_language_is_one_the_sandbox_runs() {
+        let languages: std::collections::BTreeSet<proto::Language> = LANGUAGES
+            .iter()
+            .map(|name| name.parse::<proto::Language>().unwrap())
+            .collect();
+        assert_eq!(languages.len(), LANGUAGES.len(), "one name per language");
     }
 
     #[test]
