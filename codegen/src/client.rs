@@ -222,6 +222,7 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
                 }
             })
             .await;
+        anyhow::Ok(())
     };
     let collect = async {
         while let Some(verdict) = arrived.recv().await {
@@ -258,8 +259,9 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
         }
         anyhow::Ok(())
     };
-    let ((), collected) = tokio::join!(requests, collect);
-    collected?;
+    // The first error ends both: requests still streaming are dropped, not left blocked on a
+    // channel nobody reads.
+    tokio::try_join!(requests, collect)?;
     anyhow::ensure!(
         finished == total,
         "the coordinator answered {finished} of {total} programs"

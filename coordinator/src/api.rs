@@ -562,7 +562,9 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
             let arrived = poll_results(&c, &items, &mut results).await;
             if !arrived.is_empty() {
                 idle_until = tokio::time::Instant::now() + c.options.wait;
-                nap = std::time::Duration::from_millis(2);
+                // While verdicts flow, one read per 10 ms at most: each read is an MGET of
+                // every pending id of the batch.
+                nap = std::time::Duration::from_millis(10);
             }
             for i in arrived {
                 let (label, id, _) = &items[i];

@@ -288,7 +288,9 @@ pub(crate) async fn create_job(
         .await
     {
         let reason = format!("not queued: {e}");
-        c.fail_job(&meta, &reason).await;
+        if let Err(e) = c.fail_job(&meta, &reason).await {
+            tracing::warn!(job = %id, error = %e, "cannot record that the job was not queued");
+        }
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }
     c.metrics.jobs.with_label_values(&["accepted"]).inc();
@@ -319,17 +321,12 @@ async fn answer_from_cache(
         ..JobMetrics::default()
     };
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
-    c.jobs.put_result(id, &result).await.map_err(unavailable)?;
-    // The event before the status, as for every finished job.
     c.jobs
-        .push_event(
+        .finish_job(
             id,
+            &result,
             &json!({"event": "finished", "status": result.status, "cache": "hit"}),
         )
-        .await
-        .map_err(unavailable)?;
-    c.jobs
-        .set_status(id, result.status)
         .await
         .map_err(unavailable)?;
     c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
@@ -567,8 +564,9 @@ impl Coordinator {
             .await
     }
 
-    /// Ends a job as failed with `reason`, keeping whatever it produced.
-    pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) {
+    /// Ends a job as failed with `reason`, keeping whatever it produced; a job that already
+    /// finished keeps its result.
+    pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) -> Result<(), store::Error> {
         let specs = match self.jobs.plan(meta.id).await {
             Ok(Some(plan)) => plan.specs,
             _ => self
@@ -601,20 +599,21 @@ impl Coordinator {
             validation: "none".into(),
             manual_review_recommended: true,
         };
-        if let Err(e) = self.jobs.put_result(meta.id, &result).await {
-            tracing::warn!(job = %meta.id, error = %e, "cannot store failed job result");
-        }
-        // The event before the status: a stream that sees the final status has its last event.
-        let _ = self
+        let finished = self
             .jobs
-            .push_event(
+            .finish_job(
                 meta.id,
+                &result,
                 &json!({"event": "finished", "status": "failed", "failure": reason}),
             )
-            .await;
-        let _ = self.jobs.set_status(meta.id, JobStatus::Failed).await;
-        self.metrics.jobs.with_label_values(&["failed"]).inc();
-        tracing::info!(job = %meta.id, %reason, "job failed");
+            .await?;
+        if finished {
+            self.metrics.jobs.with_label_values(&["failed"]).inc();
+            tracing::info!(job = %meta.id, %reason, "job failed");
+        } else {
+            tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");
+        }
+        Ok(())
     }
 
     /// Consumes pipeline events until `cancel` fires.
@@ -658,6 +657,9 @@ impl Coordinator {
         if status.is_some_and(JobStatus::is_final) {
             return Ok(());
         }
+        if status == Some(JobStatus::Integrating) && matches!(event, Event::Planned { .. }) {
+            return Ok(()); // a redelivered plan event: the job is past planning
+        }
         if status == Some(JobStatus::Integrating) && matches!(event, Event::FunctionDone { .. }) {
             // Integration is already under way (a function failed): start nothing new.
             let _ = self
@@ -672,7 +674,8 @@ impl Coordinator {
                 ..
             } => {
                 self.fail_job(&meta, &format!("planning failed: {failure}"))
-                    .await;
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             Event::Planned { failure: None, .. } => self.planned(meta).await?,
             Event::FunctionDone { function, .. } => self.function_done(&meta, function).await?,
@@ -734,11 +737,10 @@ impl Coordinator {
                 .await
                 .map_err(|e| e.to_string())
             }
-            Err(problem) => {
-                self.fail_job(&meta, &format!("the plan was rejected: {problem}"))
-                    .await;
-                Ok(())
-            }
+            Err(problem) => self
+                .fail_job(&meta, &format!("the plan was rejected: {problem}"))
+                .await
+                .map_err(|e| e.to_string()),
         }
     }
 
@@ -809,20 +811,23 @@ impl Coordinator {
         } else {
             names
         };
-        for name in &names {
+        for name in names {
             self.publish_task(
                 Task::Implement(task(meta.id, Some(name.clone()), None)),
                 meta.tenant.clone(),
             )
             .await
             .map_err(|e| e.to_string())?;
+            // After its confirm: a crash (or a failed publish of the next one) before this
+            // line re-publishes it on redelivery, which the worker absorbs (a finished
+            // function is not run again, a duplicate run cannot replace its outcome);
+            // recording first could lose the task.
+            self.jobs
+                .mark_published(meta.id, &[name])
+                .await
+                .map_err(|e| e.to_string())?;
         }
-        // After the confirms: a crash before this line re-publishes on redelivery (the
-        // worker skips a finished function); recording first could lose a task.
-        self.jobs
-            .mark_published(meta.id, &names)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(())
     }
 }
 

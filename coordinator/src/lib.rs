@@ -260,8 +260,7 @@ impl Coordinator {
             let recorded = match self.jobs.job_meta(job).await {
                 Ok(Some(meta)) => {
                     self.fail_job(&meta, &format!("{what}: {explanation}"))
-                        .await;
-                    Ok(())
+                        .await
                 }
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),

@@ -62,6 +62,8 @@ pub trait JobStore: Send + Sync + 'static {
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error>;
     async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error>;
     async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error>;
+    /// Sets the status unless it is final already (`succeeded`, `failed`): a late writer
+    /// cannot revive a finished job.
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error>;
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error>;
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error>;
@@ -79,8 +81,16 @@ pub trait JobStore: Send + Sync + 'static {
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error>;
     /// Of `names`, those not recorded as published: what a repeated event may publish again.
     async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error>;
-    /// Stores the final result unless one exists; returns whether this call stored it.
-    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error>;
+    /// Finishes the job, atomically: stores `result` unless one exists, and with it appends
+    /// `event` (the `finished` progress event) and sets the final status. Returns whether this
+    /// call finished it; a job finishes once, with one result, one `finished` event and the
+    /// status of that result.
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        result: &JobResult,
+        event: &serde_json::Value,
+    ) -> Result<bool, Error>;
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
     async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error>;
     /// Events after `after` (stream id; `None`: from the start).
@@ -152,6 +162,24 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 1
 "#;
 
+/// Sets a status unless the current one is final. KEYS: status. ARGV: status, ttl.
+const SET_STATUS: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if current == 'succeeded' or current == 'failed' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"#;
+
+/// Stores the result once, with its `finished` event and final status.
+/// KEYS: result, events, status. ARGV: result bytes, ttl, event JSON, status.
+const FINISH_JOB: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'data', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
+return 1
+"#;
+
 /// Stores an outcome unless the final one is stored. KEYS: outcome, final marker.
 /// ARGV: outcome bytes, ttl, "1" when this outcome is final.
 const PUT_FUNCTION: &str = r#"
@@ -188,9 +216,13 @@ impl JobStore for crate::RedisStore {
 
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
         let key = JobKeys::new(self.prefix(), id).key("status");
-        self.connection()
-            .set_ex::<_, _, ()>(key, status.as_str(), self.ttl_secs())
+        redis::Script::new(SET_STATUS)
+            .key(key)
+            .arg(status.as_str())
+            .arg(self.ttl_secs())
+            .invoke_async::<i64>(&mut self.connection())
             .await
+            .map(drop)
             .map_err(crate::redis::backend)
     }
 
@@ -328,18 +360,25 @@ impl JobStore for crate::RedisStore {
             .collect())
     }
 
-    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("result");
-        let stored: Option<String> = redis::cmd("SET")
-            .arg(&key)
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        result: &JobResult,
+        event: &serde_json::Value,
+    ) -> Result<bool, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let finished: i64 = redis::Script::new(FINISH_JOB)
+            .key(keys.key("result"))
+            .key(keys.key("events"))
+            .key(keys.key("status"))
             .arg(result.encode())
-            .arg("NX")
-            .arg("EX")
             .arg(self.ttl_secs())
-            .query_async(&mut self.connection())
+            .arg(event.to_string())
+            .arg(result.status.as_str())
+            .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
-        Ok(stored.is_some())
+        Ok(finished == 1)
     }
 
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
@@ -459,7 +498,10 @@ impl JobStore for MemoryJobs {
         Ok(())
     }
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
-        self.state().status.insert(id, status);
+        let mut s = self.state();
+        if !s.status.get(&id).is_some_and(|current| current.is_final()) {
+            s.status.insert(id, status);
+        }
         Ok(())
     }
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
@@ -544,12 +586,19 @@ impl JobStore for MemoryJobs {
             .filter(|n| !published.is_some_and(|p| p.contains(n)))
             .collect())
     }
-    async fn put_result(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        result: &JobResult,
+        event: &serde_json::Value,
+    ) -> Result<bool, Error> {
         let mut s = self.state();
         if s.results.contains_key(&id) {
             return Ok(false);
         }
         s.results.insert(id, result.clone());
+        s.events.entry(id).or_default().push(event.clone());
+        s.status.insert(id, result.status);
         Ok(true)
     }
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proto::TaskId;
 use proto::generation::{Complexity, FunctionSpec, Output};
-use proto::job::Plan;
+use proto::job::{JobResult, JobStatus, Plan};
 use store::{JobStore, RedisStore};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
@@ -158,4 +158,40 @@ async fn published_functions_are_remembered() {
         names(&["b", "c"])
     );
     assert!(store.unpublished(job, vec![]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
+    let store = store();
+    let job = TaskId::new();
+    store.set_status(job, JobStatus::Integrating).await.unwrap();
+    let mut result: JobResult = serde_json::from_value(serde_json::json!({
+        "job_id": job, "status": "succeeded", "instruction": "x", "language": "python",
+        "function_specs": [], "implementations": {}, "tests": {}, "test_results": [],
+        "all_tests_passed": true, "improvement_history": [], "documentation": "",
+        "quality": {"score": 1.0, "tests_passed": 0, "tests_total": 0, "coverage": 0.0,
+                    "complexity": {}, "docstrings": 1.0, "dangerous_calls": []},
+        "metrics": {"generation_ms": 0, "execution_ms": 0, "total_ms": 0, "model_calls": 0,
+                    "tokens": {"prompt": 0, "completion": 0}, "cache": "miss"},
+        "validation": "tested", "manual_review_recommended": false}))
+    .unwrap();
+    let finished = serde_json::json!({"event": "finished", "status": "succeeded"});
+    assert!(store.finish_job(job, &result, &finished).await.unwrap());
+    // A late failure (a dead letter, a duplicate integration) changes nothing.
+    result.status = JobStatus::Failed;
+    let failed = serde_json::json!({"event": "finished", "status": "failed"});
+    assert!(!store.finish_job(job, &result, &failed).await.unwrap());
+    store.set_status(job, JobStatus::Running).await.unwrap();
+    assert_eq!(
+        store.status(job).await.unwrap(),
+        Some(JobStatus::Succeeded),
+        "a final status is never overwritten"
+    );
+    assert_eq!(
+        store.result(job).await.unwrap().unwrap().status,
+        JobStatus::Succeeded
+    );
+    let events = store.events(job, None).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].data, finished);
 }

@@ -270,6 +270,10 @@ fn diamond_script(dir: &std::path::Path, latency_ms: u64) -> std::path::PathBuf 
     path
 }
 
+/// Two coordinators share the events of the same jobs, so completions of b, c and d race on
+/// different processes to release e: each function must still be published exactly once (the
+/// store's completion script hands a dependant to one caller). Redelivered events are covered
+/// by the coordinator's unit tests.
 #[tokio::test]
 async fn with_two_coordinators_every_function_is_published_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -309,25 +313,32 @@ async fn with_two_coordinators_every_function_is_published_exactly_once() {
         assert_eq!(result["status"], "succeeded", "{result:#}");
         assert_eq!(result["test_results"].as_array().unwrap().len(), 5);
     }
-    // Every implement task was published once: each (job, function) was started once in all.
+    // Every implement task was published once: each (job, function) was settled once in all
+    // (a task handed back after an infrastructure blip is `requeued`, not counted; a
+    // duplicate would be settled twice, `completed` or `duplicate`).
     let logs = format!("{}{}", w1.log_text(), w2.log_text());
+    let settled = |id: &str, function: &str| {
+        logs.lines()
+            .filter(|l| {
+                l.contains("task finished")
+                    && l.contains(&format!("job={id}"))
+                    && (l.contains(&format!("function=\"{function}\""))
+                        || l.contains(&format!("function={function} ")))
+                    && !l.contains("outcome=\"requeued\"")
+                    && !l.contains("outcome=requeued")
+            })
+            .count()
+    };
     for id in &ids {
         for name in ["a", "b", "c", "d", "e"] {
-            let started = logs
-                .lines()
-                .filter(|l| {
-                    l.contains("implement task started")
-                        && l.contains(&format!("job={id}"))
-                        && l.contains(&format!("function=Some(\"{name}\")"))
-                })
-                .count();
-            assert_eq!(started, 1, "job {id}, function {name}:\n{logs}");
+            assert_eq!(settled(id, name), 1, "job {id}, function {name}:\n{logs}");
         }
-        let integrations = logs
-            .lines()
-            .filter(|l| l.contains("integrate task started") && l.contains(&format!("job={id}")))
-            .count();
-        assert_eq!(integrations, 1, "job {id}");
+        // The integrate task (and the plan task) carry no function.
+        assert_eq!(
+            settled(id, "-"),
+            2,
+            "job {id}: one plan, one integrate\n{logs}"
+        );
     }
     cluster.cleanup().await;
 }

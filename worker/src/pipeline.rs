@@ -815,21 +815,29 @@ impl Pipeline {
             },
             manual_review_recommended: static_only || status != JobStatus::Succeeded,
         };
-        self.jobs.put_result(job, &result).await.map_err(retry)?;
+        // Result, `finished` event and final status in one step: whoever finishes first (this
+        // run, a duplicate of it, or a coordinator failing the job) is the job's end.
+        let finished = self
+            .jobs
+            .finish_job(
+                job,
+                &result,
+                &json!({"event": "finished", "status": status,
+                        "all_tests_passed": result.all_tests_passed,
+                        "validation": result.validation}),
+            )
+            .await
+            .map_err(retry)?;
+        if !finished {
+            tracing::info!(%job, "the job had finished already; its result stands");
+            return self.emit(Event::Integrated { job_id: job }).await;
+        }
         if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
             (&self.cache, &meta.cache_key, status, static_only)
             && let Err(e) = cache.put_cached_solution(key, &result).await
         {
             tracing::warn!(error = %e, "cannot cache the solution");
         }
-        // The event before the status: a stream that sees the final status has its last event.
-        self.progress(
-            job,
-            json!({"event": "finished", "status": status, "all_tests_passed": result.all_tests_passed,
-                   "validation": result.validation}),
-        )
-        .await;
-        self.jobs.set_status(job, status).await.map_err(retry)?;
         tracing::info!(%job, status = status.as_str(), "job finished");
         self.emit(Event::Integrated { job_id: job }).await
     }
