@@ -383,7 +383,7 @@ async fn submit(
     request_body = ExecutionBatch,
     responses(
         (status = 200, description = "Every verdict, in input order; with `?stream=true`, one line per item as its verdict comes in.",
-         content((ExecutionBatchView = "application/json"), (StreamedItemView = "application/x-ndjson"))),
+         content((ExecutionBatchView = "application/json"), (Vec<StreamedItemView> = "application/x-ndjson"))),
         (status = 202, description = "Not all verdicts yet: the others are `queued`.", body = ExecutionBatchView),
         (status = 400, description = "Malformed body or query; the message names the field.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),

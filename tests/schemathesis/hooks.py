@@ -10,6 +10,9 @@ workers), and generated batches go up to the document's `maxItems` (1000). A val
 therefore cut to its first few jobs before it is sent: still valid, and the run stays cheap.
 Invalid batches go out whole; they are refused before any job is created. Execution batches
 (`POST /v1/executions/batch`, up to 10 000 programs) are cut the same way.
+
+Streamed execution batches answer JSON Lines too; the deserializer below reads them as the
+array of their lines, which is how the document describes them.
 """
 
 import json
@@ -25,6 +28,14 @@ def ndjson(ctx, value):
     if isinstance(value, list):
         return "".join(json.dumps(item) + "\n" for item in value).encode()
     return (json.dumps(value) + "\n").encode()
+
+
+@schemathesis.deserializer("application/x-ndjson")
+def ndjson_response(ctx, response):
+    """A streamed answer (`POST /v1/executions/batch?stream=true`) is described as the array of
+    its lines, as a JSON Lines request body is."""
+    text = response.content.decode(response.encoding or "utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @schemathesis.hook
