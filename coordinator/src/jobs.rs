@@ -616,6 +616,45 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Fails every job still unfinished `job_deadline` after its submission, until `cancel`
+    /// fires. Every coordinator runs it; a job finishes once, so two doing the same is harmless.
+    pub(crate) async fn reap_overdue_jobs(self, cancel: CancellationToken) {
+        let period = (self.options.job_deadline / 10)
+            .clamp(Duration::from_millis(200), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+            if let Err(e) = self.reap_overdue_once().await {
+                tracing::debug!(error = %e, "cannot look for overdue jobs now");
+            }
+        }
+    }
+
+    /// One pass of [`Self::reap_overdue_jobs`]; returns how many jobs it failed.
+    pub(crate) async fn reap_overdue_once(&self) -> Result<usize, store::Error> {
+        let deadline = self.options.job_deadline;
+        let cutoff =
+            now_ms().saturating_sub(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX));
+        let mut failed = 0;
+        for id in self.jobs.unfinished_before(cutoff, 100).await? {
+            match self.jobs.job_meta(id).await? {
+                Some(meta) => {
+                    let reason = format!(
+                        "deadline exceeded: not finished within {} of its submission \
+                         (coordinator.job_deadline)",
+                        humantime_serde::re::humantime::format_duration(deadline)
+                    );
+                    self.fail_job(&meta, &reason).await?;
+                    failed += 1;
+                }
+                None => self.jobs.forget_job(id).await?,
+            }
+        }
+        Ok(failed)
+    }
+
     /// Consumes pipeline events until `cancel` fires.
     pub(crate) async fn consume_events(self, cancel: CancellationToken) {
         let mut deliveries = self.broker.consume(Queue::Events, 16, cancel);

@@ -80,6 +80,10 @@ pub struct Options {
     /// How long shutdown waits for open requests.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// A generation job not finished this long after its submission fails with that reason
+    /// (a safety net: a job waiting for a model, a sandbox or a lost task ends, never hangs).
+    #[serde(with = "humantime_serde")]
+    pub job_deadline: Duration,
 }
 
 impl Options {
@@ -118,6 +122,7 @@ impl Default for Options {
             max_batch_executions: 10_000,
             max_batch_body_bytes: 64 << 20,
             drain_timeout: Duration::from_secs(30),
+            job_deadline: Duration::from_secs(6 * 3600),
         }
     }
 }
@@ -204,6 +209,7 @@ impl Coordinator {
         tracing::info!(%addr, "coordinator listening");
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
         let events = tokio::spawn(self.clone().consume_events(cancel.clone()));
+        let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
         let app = router(self.clone()).merge(ops);
         let drain = self.options.drain_timeout;
         let served = telemetry::serve(listener, app, cancel.clone());
@@ -214,6 +220,7 @@ impl Coordinator {
         };
         let _ = dead_letters.await;
         let _ = events.await;
+        let _ = reaper.await;
         result.map_err(|source| Error::Listen { addr, source })
     }
 

@@ -14,6 +14,7 @@
 //! | `{p}:job:{id}:result` | MessagePack `JobResult`, written once |
 //! | `{p}:job:{id}:events` | stream of progress events (JSON), for SSE |
 //! | `{p}:batch:{id}` | MessagePack `Batch`: its jobs in input order |
+//! | `{p}:jobs:unfinished` | sorted set: every unfinished job, scored by submission time (ms) |
 //!
 //! Invariant: completing a function is one Lua script: the function joins `done` and each
 //! dependant's counter drops by one; the dependants that reach zero are returned to exactly
@@ -59,7 +60,12 @@ pub struct StoredEvent {
 
 #[async_trait]
 pub trait JobStore: Send + Sync + 'static {
+    /// Records a new job, `queued`, among the unfinished ones.
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error>;
+    /// Unfinished jobs submitted before `before_ms`, oldest first, at most `limit`.
+    async fn unfinished_before(&self, before_ms: u64, limit: usize) -> Result<Vec<TaskId>, Error>;
+    /// Drops `id` from the unfinished jobs (its state expired: nothing left to finish).
+    async fn forget_job(&self, id: TaskId) -> Result<(), Error>;
     async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error>;
     async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error>;
     /// Sets the status unless it is final already (`succeeded`, `failed`): a late writer
@@ -171,14 +177,19 @@ return 1
 "#;
 
 /// Stores the result once, with its `finished` event and final status.
-/// KEYS: result, events, status. ARGV: result bytes, ttl, event JSON, status.
+/// KEYS: result, events, status, unfinished. ARGV: result bytes, ttl, event JSON, status, id.
 const FINISH_JOB: &str = r#"
+redis.call('ZREM', KEYS[4], ARGV[5])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'data', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
 return 1
 "#;
+
+fn unfinished_key(prefix: &str) -> String {
+    format!("{prefix}:jobs:unfinished")
+}
 
 /// Stores an outcome unless the final one is stored. KEYS: outcome, final marker.
 /// ARGV: outcome bytes, ttl, "1" when this outcome is final.
@@ -195,11 +206,43 @@ impl JobStore for crate::RedisStore {
         let keys = JobKeys::new(self.prefix(), meta.id);
         let ttl = self.ttl_secs();
         redis::pipe()
+            .atomic()
             .set_ex(keys.key("meta"), encode(meta), ttl)
             .ignore()
             .set_ex(keys.key("status"), JobStatus::Queued.as_str(), ttl)
             .ignore()
+            .zadd(
+                unfinished_key(self.prefix()),
+                meta.id.to_string(),
+                meta.submitted_at_ms,
+            )
+            .ignore()
             .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn unfinished_before(&self, before_ms: u64, limit: usize) -> Result<Vec<TaskId>, Error> {
+        let key = unfinished_key(self.prefix());
+        let ids: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(format!("({before_ms}"))
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        ids.iter()
+            .map(|id| id.parse().map_err(|e| corrupt(&key, e)))
+            .collect()
+    }
+
+    async fn forget_job(&self, id: TaskId) -> Result<(), Error> {
+        self.connection()
+            .zrem::<_, _, ()>(unfinished_key(self.prefix()), id.to_string())
             .await
             .map_err(crate::redis::backend)
     }
@@ -371,10 +414,12 @@ impl JobStore for crate::RedisStore {
             .key(keys.key("result"))
             .key(keys.key("events"))
             .key(keys.key("status"))
+            .key(unfinished_key(self.prefix()))
             .arg(result.encode())
             .arg(self.ttl_secs())
             .arg(event.to_string())
             .arg(result.status.as_str())
+            .arg(id.to_string())
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
@@ -467,6 +512,7 @@ struct MemoryState {
     done: HashMap<TaskId, std::collections::BTreeSet<String>>,
     functions: HashMap<(TaskId, String), FunctionOutcome>,
     published: HashMap<TaskId, std::collections::BTreeSet<String>>,
+    unfinished: HashMap<TaskId, u64>,
     results: HashMap<TaskId, JobResult>,
     events: HashMap<TaskId, Vec<serde_json::Value>>,
     batches: HashMap<TaskId, Batch>,
@@ -488,6 +534,22 @@ impl JobStore for MemoryJobs {
         let mut s = self.state();
         s.meta.insert(meta.id, meta.clone());
         s.status.insert(meta.id, JobStatus::Queued);
+        s.unfinished.insert(meta.id, meta.submitted_at_ms);
+        Ok(())
+    }
+    async fn unfinished_before(&self, before_ms: u64, limit: usize) -> Result<Vec<TaskId>, Error> {
+        let s = self.state();
+        let mut old: Vec<(u64, TaskId)> = s
+            .unfinished
+            .iter()
+            .filter(|(_, at)| **at < before_ms)
+            .map(|(id, at)| (*at, *id))
+            .collect();
+        old.sort();
+        Ok(old.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+    async fn forget_job(&self, id: TaskId) -> Result<(), Error> {
+        self.state().unfinished.remove(&id);
         Ok(())
     }
     async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error> {
@@ -593,6 +655,7 @@ impl JobStore for MemoryJobs {
         event: &serde_json::Value,
     ) -> Result<bool, Error> {
         let mut s = self.state();
+        s.unfinished.remove(&id);
         if s.results.contains_key(&id) {
             return Ok(false);
         }

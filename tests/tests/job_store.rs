@@ -40,6 +40,19 @@ fn fan_in() -> Plan {
     Plan { specs, dependants }
 }
 
+fn succeeded(job: TaskId) -> JobResult {
+    serde_json::from_value(serde_json::json!({
+        "job_id": job, "status": "succeeded", "instruction": "x", "language": "python",
+        "function_specs": [], "implementations": {}, "tests": {}, "test_results": [],
+        "all_tests_passed": true, "improvement_history": [], "documentation": "",
+        "quality": {"score": 1.0, "tests_passed": 0, "tests_total": 0, "coverage": 0.0,
+                    "complexity": {}, "docstrings": 1.0, "dangerous_calls": []},
+        "metrics": {"generation_ms": 0, "execution_ms": 0, "total_ms": 0, "model_calls": 0,
+                    "tokens": {"prompt": 0, "completion": 0}, "cache": "miss"},
+        "validation": "tested", "manual_review_recommended": false}))
+    .unwrap()
+}
+
 fn store() -> RedisStore {
     let options = store::Options {
         url: tests::redis_url(),
@@ -165,16 +178,7 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
     let store = store();
     let job = TaskId::new();
     store.set_status(job, JobStatus::Integrating).await.unwrap();
-    let mut result: JobResult = serde_json::from_value(serde_json::json!({
-        "job_id": job, "status": "succeeded", "instruction": "x", "language": "python",
-        "function_specs": [], "implementations": {}, "tests": {}, "test_results": [],
-        "all_tests_passed": true, "improvement_history": [], "documentation": "",
-        "quality": {"score": 1.0, "tests_passed": 0, "tests_total": 0, "coverage": 0.0,
-                    "complexity": {}, "docstrings": 1.0, "dangerous_calls": []},
-        "metrics": {"generation_ms": 0, "execution_ms": 0, "total_ms": 0, "model_calls": 0,
-                    "tokens": {"prompt": 0, "completion": 0}, "cache": "miss"},
-        "validation": "tested", "manual_review_recommended": false}))
-    .unwrap();
+    let mut result = succeeded(job);
     let finished = serde_json::json!({"event": "finished", "status": "succeeded"});
     assert!(store.finish_job(job, &result, &finished).await.unwrap());
     // A late failure (a dead letter, a duplicate integration) changes nothing.
@@ -194,4 +198,54 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
     let events = store.events(job, None).await.unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].data, finished);
+}
+
+#[tokio::test]
+async fn unfinished_jobs_are_listed_oldest_first_until_they_finish() {
+    let store = store();
+    let meta = |at: u64| proto::job::JobMeta {
+        id: TaskId::new(),
+        tenant: None,
+        request: proto::job::JobRequest {
+            instruction: "x".into(),
+            language: proto::Language::Python,
+            constraints: None,
+            test_requirements: None,
+            max_iterations: 1,
+        },
+        submitted_at_ms: at,
+        replans: 0,
+        plan_tokens: Default::default(),
+        plan_model_calls: 0,
+        cache_key: None,
+    };
+    let (old, older, new) = (meta(2_000), meta(1_000), meta(9_000));
+    for m in [&old, &older, &new] {
+        store.create_job(m).await.unwrap();
+    }
+    assert_eq!(
+        store.unfinished_before(5_000, 10).await.unwrap(),
+        vec![older.id, old.id]
+    );
+    assert_eq!(
+        store.unfinished_before(5_000, 1).await.unwrap(),
+        vec![older.id]
+    );
+    store.forget_job(older.id).await.unwrap();
+    assert_eq!(
+        store.unfinished_before(5_000, 10).await.unwrap(),
+        vec![old.id]
+    );
+    let event = serde_json::json!({"event": "finished"});
+    assert!(
+        store
+            .finish_job(old.id, &succeeded(old.id), &event)
+            .await
+            .unwrap()
+    );
+    assert!(store.unfinished_before(5_000, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.unfinished_before(10_000, 10).await.unwrap(),
+        vec![new.id]
+    );
 }

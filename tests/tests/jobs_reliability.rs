@@ -342,3 +342,24 @@ async fn with_two_coordinators_every_function_is_published_exactly_once() {
     }
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_job_nothing_works_on_fails_at_its_deadline() {
+    // No worker at all: the plan task waits in the queue; the coordinator's deadline ends it.
+    let cluster = Cluster::new().with_env("CODEGEN__COORDINATOR__JOB_DEADLINE", "2s");
+    let _coordinator = cluster.coordinator().await;
+    let (status, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let result = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("deadline exceeded") && failure.contains("2s"),
+        "{failure}"
+    );
+    cluster.cleanup().await;
+}

@@ -369,3 +369,41 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
         serde_json::from_value(serde_json::json!({"instruction": "x", "language": "py"})).unwrap();
     assert!(crate::jobs::validate(&c.options, submission).is_ok());
 }
+
+#[tokio::test]
+async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_alone() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let options = Options {
+        job_deadline: std::time::Duration::from_secs(60),
+        ..Options::default()
+    };
+    let c = Coordinator::build(
+        options,
+        Arc::new(broker.clone()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(jobs.clone()),
+        &prometheus::Registry::new(),
+    )
+    .unwrap();
+    let overdue = submit(&c).await; // submitted at 0 ms: long past the deadline
+    let mut fresh = jobs.job_meta(submit(&c).await).await.unwrap().unwrap();
+    fresh.submitted_at_ms = crate::now_ms();
+    let fresh_id = fresh.id;
+    jobs.forget_job(fresh_id).await.unwrap();
+    jobs.create_job(&fresh).await.unwrap();
+
+    assert_eq!(c.reap_overdue_once().await.unwrap(), 1);
+    let result = jobs.result(overdue).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(
+        failure.contains("deadline exceeded") && failure.contains("1m"),
+        "{failure}"
+    );
+    assert_eq!(
+        jobs.status(fresh_id).await.unwrap(),
+        Some(JobStatus::Queued)
+    );
+    // Finished jobs are no longer candidates.
+    assert_eq!(c.reap_overdue_once().await.unwrap(), 0);
+}
