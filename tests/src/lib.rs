@@ -912,3 +912,39 @@ impl Cluster {
         (process, format!("http://127.0.0.1:{port}"))
     }
 }
+
+/// A scripted (FAKE) model for a diamond `a → (b, c, d) → e`, every answer after `latency_ms`.
+pub fn diamond_script(dir: &std::path::Path, latency_ms: u64) -> PathBuf {
+    let deps: [(&str, &[&str]); 5] = [
+        ("a", &[]),
+        ("b", &["a"]),
+        ("c", &["a"]),
+        ("d", &["a"]),
+        ("e", &["b", "c", "d"]),
+    ];
+    let functions: Vec<Value> = deps
+        .iter()
+        .map(|(name, d)| {
+            serde_json::json!({"name": name, "purpose": "return x plus one", "inputs": [{"name": "x", "type": "int"}],
+                   "outputs": {"type": "int", "description": "x + 1"}, "dependencies": d,
+                   "complexity": "simple"})
+        })
+        .collect();
+    let mut answers = vec![
+        serde_json::json!({"phase": "plan", "latency_ms": latency_ms, "answer": {"functions": functions}}),
+    ];
+    for (name, _) in deps {
+        answers.push(
+            serde_json::json!({"phase": "tests", "function": name, "latency_ms": latency_ms,
+            "answer": {"cases": [{"name": "one", "kind": "normal", "inputs": {"x": 1},
+                                  "expected_output": 2, "expected_error": null}]}}),
+        );
+        answers.push(serde_json::json!({"phase": "implement", "function": name, "latency_ms": latency_ms,
+            "answer": {"code": format!("def {name}(x: int) -> int:\n    \"\"\"x plus one.\"\"\"\n    return x + 1\n"),
+                       "analysis": null}}));
+    }
+    let path = dir.join("diamond.json");
+    std::fs::write(&path, serde_json::json!({ "answers": answers }).to_string())
+        .expect("script written");
+    path
+}

@@ -273,3 +273,70 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
     );
     cluster.cleanup().await;
 }
+
+/// Functions that do not depend on each other run on different workers at the same time: in
+/// a diamond `a → (b, c, d) → e`, b, c and d all start before any of them is done.
+#[tokio::test]
+async fn independent_functions_run_at_the_same_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster
+        .scripted_model(&tests::diamond_script(dir.path(), 300))
+        .await;
+    let _coordinator = cluster.coordinator().await;
+    let (_w1, _) = cluster.worker("worker-1").await;
+    let (_w2, _) = cluster.worker("worker-2").await;
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "a diamond of adders"}))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, Duration::from_secs(120)).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+
+    // The progress stream, in the order Redis recorded it.
+    let events = cluster
+        .http
+        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let order: Vec<(String, String)> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|e| {
+            Some((
+                e["event"].as_str()?.to_owned(),
+                e["function"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let position = |event: &str, function: &str| {
+        order
+            .iter()
+            .position(|(e, f)| e == event && f == function)
+            .unwrap_or_else(|| panic!("no {event} for {function}: {order:?}"))
+    };
+    let last_start = ["b", "c", "d"]
+        .iter()
+        .map(|f| position("function_started", f))
+        .max()
+        .unwrap();
+    let first_done = ["b", "c", "d"]
+        .iter()
+        .map(|f| position("function_done", f))
+        .min()
+        .unwrap();
+    assert!(last_start < first_done, "b, c and d overlap: {order:?}");
+    assert!(position("function_done", "a") < position("function_started", "b"));
+    let last_middle_done = ["b", "c", "d"]
+        .iter()
+        .map(|f| position("function_done", f))
+        .max()
+        .unwrap();
+    assert!(last_middle_done < position("function_started", "e"));
+    cluster.cleanup().await;
+}

@@ -235,41 +235,6 @@ async fn a_poison_task_is_dead_lettered_after_the_delivery_limit_and_fails_only_
     cluster.cleanup().await;
 }
 
-/// A scripted (FAKE) model for a diamond `a → (b, c, d) → e`, every answer after `latency_ms`.
-fn diamond_script(dir: &std::path::Path, latency_ms: u64) -> std::path::PathBuf {
-    let deps: [(&str, &[&str]); 5] = [
-        ("a", &[]),
-        ("b", &["a"]),
-        ("c", &["a"]),
-        ("d", &["a"]),
-        ("e", &["b", "c", "d"]),
-    ];
-    let functions: Vec<Value> = deps
-        .iter()
-        .map(|(name, d)| {
-            json!({"name": name, "purpose": "return x plus one", "inputs": [{"name": "x", "type": "int"}],
-                   "outputs": {"type": "int", "description": "x + 1"}, "dependencies": d,
-                   "complexity": "simple"})
-        })
-        .collect();
-    let mut answers = vec![
-        json!({"phase": "plan", "latency_ms": latency_ms, "answer": {"functions": functions}}),
-    ];
-    for (name, _) in deps {
-        answers.push(
-            json!({"phase": "tests", "function": name, "latency_ms": latency_ms,
-            "answer": {"cases": [{"name": "one", "kind": "normal", "inputs": {"x": 1},
-                                  "expected_output": 2, "expected_error": null}]}}),
-        );
-        answers.push(json!({"phase": "implement", "function": name, "latency_ms": latency_ms,
-            "answer": {"code": format!("def {name}(x: int) -> int:\n    \"\"\"x plus one.\"\"\"\n    return x + 1\n"),
-                       "analysis": null}}));
-    }
-    let path = dir.join("diamond.json");
-    std::fs::write(&path, json!({ "answers": answers }).to_string()).unwrap();
-    path
-}
-
 /// Two coordinators share the events of the same jobs, so completions of b, c and d race on
 /// different processes to release e: each function must still be published exactly once (the
 /// store's completion script hands a dependant to one caller). Redelivered events are covered
@@ -281,7 +246,7 @@ async fn with_two_coordinators_every_function_is_published_exactly_once() {
     // published (and logged as started) once per job and function.
     let mut cluster = Cluster::new();
     let _model = cluster
-        .scripted_model(&diamond_script(dir.path(), 150))
+        .scripted_model(&tests::diamond_script(dir.path(), 150))
         .await;
     let _c1 = cluster.coordinator().await;
     let (_c2, second) = cluster.another_coordinator("coordinator-2").await;
