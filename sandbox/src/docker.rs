@@ -14,7 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerUpdateBody, HostConfig, HostConfigLogConfig, ResourcesUlimits,
+    ContainerCreateBody, ContainerSummaryStateEnum, ContainerUpdateBody, HostConfig,
+    HostConfigLogConfig, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptions, InspectContainerOptions,
@@ -130,7 +131,8 @@ impl DockerSandbox {
         )
     }
 
-    /// Removes containers of this cluster whose creating process on this host is gone.
+    /// Removes containers of this cluster whose creating process on this host is gone, and
+    /// containers of any host still only created (never started) after twice `start_timeout`.
     pub async fn reap_orphans(&self) -> Result<usize, Error> {
         self.inner.reap_orphans().await
     }
@@ -726,6 +728,11 @@ impl Inner {
             .await
             .map_err(unavailable)?;
         let host = self.owner.split(':').next().unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let abandoned_after =
+            i64::try_from(2 * self.options.start_timeout.as_secs().max(1)).unwrap_or(i64::MAX);
         let mut reaped = 0;
         for container in containers {
             let owner = container
@@ -737,8 +744,15 @@ impl Inner {
             let (owner_host, owner_pid) = owner.split_once(':').unwrap_or(("", ""));
             let ours = owner_pid == std::process::id().to_string();
             let alive = ours || std::path::Path::new(&format!("/proc/{owner_pid}")).exists();
+            // A creator starts its container right after creating it; one still only created
+            // long after is a creator that died in between (any host: started containers
+            // remove themselves when their worker goes, created ones never would).
+            let abandoned = container.state == Some(ContainerSummaryStateEnum::CREATED)
+                && container
+                    .created
+                    .is_some_and(|at| now.saturating_sub(at) > abandoned_after);
             let Some(id) = container.id else { continue };
-            if owner_host == host && !alive {
+            if (owner_host == host && !alive) || abandoned {
                 self.remove(&id).await;
                 reaped += 1;
             }

@@ -323,8 +323,19 @@ impl Cluster {
         let _ = connection.close(200, "done".into()).await;
     }
 
-    /// Deletes this cluster's queues from the shared broker.
+    /// Deletes this cluster's queues from the shared broker, and the sandbox containers its
+    /// workers created but never started (a worker killed in between leaves one; started
+    /// ones remove themselves when their worker goes).
     pub async fn cleanup(self) {
+        let created = Command::new("docker")
+            .args(["ps", "-aq", "--filter", "status=created", "--filter"])
+            .arg(format!("label={}={}", sandbox::LABEL_SANDBOX, self.prefix))
+            .output();
+        if let Ok(created) = created {
+            for id in String::from_utf8_lossy(&created.stdout).split_whitespace() {
+                let _ = Command::new("docker").args(["rm", "-f", id]).output();
+            }
+        }
         let Ok(connection) =
             Connection::connect(&amqp_url(), ConnectionProperties::default()).await
         else {

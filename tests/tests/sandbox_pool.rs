@@ -177,14 +177,29 @@ async fn orphans_of_dead_workers_are_reaped_at_start() {
             "true",
         ])
     };
+    // Created and never started by a worker of another host that died in between: reaped
+    // once it is older than twice the start timeout, whoever owned it.
+    let abandoned = create("another-host:1");
     // pid_max is at most 2^22: this pid cannot exist.
     let orphan = create(&format!("{host}:99999999"));
-    let alive = create(&format!("{host}:1"));
+    // Its owner lives, but it was never started in time: abandoned as well.
+    let stale = create(&format!("{host}:1"));
+    // Docker's creation times are whole seconds: 3.5 s is more than 2 s however they round.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let alive_later = create(&format!("{host}:1"));
+    let options = sandbox::Options {
+        start_timeout: Duration::from_secs(1),
+        ..options
+    };
     let sandbox = TestSandbox::start(options).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let left = loop {
         let left = sandbox_containers(&sandbox.options.cluster);
-        if !left.iter().any(|id| orphan.starts_with(id)) {
+        if !left.iter().any(|id| {
+            [&orphan, &abandoned, &stale]
+                .iter()
+                .any(|c| c.starts_with(id))
+        }) {
             break left;
         }
         assert!(
@@ -194,10 +209,10 @@ async fn orphans_of_dead_workers_are_reaped_at_start() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(
-        left.iter().any(|id| alive.starts_with(id)),
-        "a live owner's stays"
+        left.iter().any(|id| alive_later.starts_with(id)),
+        "a live owner's recent one stays"
     );
-    docker(&["rm", "-f", &alive]);
+    docker(&["rm", "-f", &alive_later]);
     sandbox.stop().await;
 }
 
