@@ -389,10 +389,15 @@ impl Broker for AmqpBroker {
             Queue::Events => broker.inner.topology.events.clone(),
         };
         tokio::spawn(async move {
+            let mut live_rx = broker.inner.live.subscribe();
             'connection: loop {
                 let Some(live) = broker.wait_live(&cancel).await else {
                     break;
                 };
+                let current = live_rx.borrow_and_update().clone();
+                if !current.is_some_and(|c| Arc::ptr_eq(&c, &live)) {
+                    continue 'connection; // replaced while we were getting it
+                }
                 let channel = match open_consumer_channel(&live, prefetch).await {
                     Ok(channel) => channel,
                     Err(e) => {
@@ -430,6 +435,21 @@ impl Broker for AmqpBroker {
                                 .await;
                             tracing::info!(queue = %name, "stopped consuming");
                             break 'connection;
+                        }
+                        changed = live_rx.changed() => {
+                            // The supervisor gave up on this connection (lapin could not
+                            // recover it) and is making another: consume on that one. The old
+                            // consumer may never end on its own; its unacked deliveries go
+                            // back to the queue with its connection.
+                            let current = live_rx.borrow_and_update().clone();
+                            let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &live));
+                            if changed.is_err() {
+                                break 'connection;
+                            }
+                            if !same {
+                                tracing::warn!(queue = %name, "broker connection replaced; consuming on the new one");
+                                continue 'connection;
+                            }
                         }
                         item = consumer.next() => match item {
                             Some(Ok(delivery)) => {
