@@ -515,6 +515,18 @@ impl Cluster {
         (status, response.json().await.expect("json answer"))
     }
 
+    /// The whole progress stream of a finished job (`GET /v1/jobs/{id}/events`), as sent.
+    pub async fn job_events(&self, id: &str) -> String {
+        self.http
+            .get(format!("{}/v1/jobs/{id}/events", self.url()))
+            .send()
+            .await
+            .expect("events answer")
+            .text()
+            .await
+            .expect("events body")
+    }
+
     /// Polls a job until it is final, up to `timeout`.
     pub async fn wait_job(&self, id: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;

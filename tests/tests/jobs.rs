@@ -77,15 +77,7 @@ async fn a_request_becomes_tested_code_with_a_repair() {
     );
 
     // The progress stream replays everything and ends with the job.
-    let events = cluster
-        .http
-        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = cluster.job_events(&id).await;
     for expected in [
         "event: queued",
         "event: planned",
@@ -294,15 +286,7 @@ async fn independent_functions_run_at_the_same_time() {
     assert_eq!(result["status"], "succeeded", "{result:#}");
 
     // The progress stream, in the order Redis recorded it.
-    let events = cluster
-        .http
-        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = cluster.job_events(&id).await;
     let order: Vec<(String, String)> = events
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))

@@ -58,15 +58,7 @@ async fn a_worker_killed_mid_function_loses_nothing_and_applies_nothing_twice() 
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(result["quality"]["tests_total"], 9);
     // Each function finished once in the progress stream.
-    let events = cluster
-        .http
-        .get(format!("{}/v1/jobs/{id}/events", cluster.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let events = cluster.job_events(&id).await;
     assert_eq!(
         events.matches("event: function_done").count(),
         2,
