@@ -435,10 +435,14 @@ pub(crate) async fn fetch(
     let Path(id) = id.map_err(path_rejected)?;
     let id = parse_id(&id)?;
     visible(&c, &tenant, id).await?;
+    // The status before the result: a job finishes atomically (result and final status
+    // together), so a final status read here always finds its result below, and a job that
+    // finishes in between is answered with its result, never as a final status without one.
+    let status = c.jobs.status(id).await.map_err(unavailable)?;
     if let Some(result) = c.jobs.result(id).await.map_err(unavailable)? {
         return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
     }
-    let Some(status) = c.jobs.status(id).await.map_err(unavailable)? else {
+    let Some(status) = status else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     };
     let mut functions = BTreeMap::new();
