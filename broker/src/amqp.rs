@@ -23,7 +23,10 @@ use proto::queues::Topology;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Acker, Broker, Delivery, Error, Options, Outgoing, Queue, Settle};
+use crate::{
+    Acker, Broker, DEATH_REASON_HEADER, Delivery, Error, Options, Outgoing, Queue, RETURNS_HEADER,
+    Settle,
+};
 
 /// Handle to the broker; cheap to clone.
 #[derive(Clone)]
@@ -101,11 +104,13 @@ impl AmqpBroker {
         live: &Live,
         queue: &str,
         message: &Outgoing,
+        headers: &FieldTable,
     ) -> Result<(), lapin::Error> {
         let properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.message_id.clone()))
             .with_content_type("application/msgpack".into())
-            .with_delivery_mode(2);
+            .with_delivery_mode(2)
+            .with_headers(headers.clone());
         let confirm = live
             .publisher
             .basic_publish(
@@ -326,13 +331,24 @@ fn redact(url: &str) -> String {
 impl AmqpBroker {
     /// Publishes to `queue` with a confirm, through reconnects, within `publish_timeout`.
     async fn publish_to(&self, queue: &str, message: Outgoing) -> Result<(), Error> {
+        self.publish_with(queue, message, FieldTable::default())
+            .await
+    }
+
+    /// [`Self::publish_to`] with headers.
+    async fn publish_with(
+        &self,
+        queue: &str,
+        message: Outgoing,
+        headers: FieldTable,
+    ) -> Result<(), Error> {
         let attempt = async {
             let never = CancellationToken::new();
             loop {
                 let Some(live) = self.wait_live(&never).await else {
                     continue;
                 };
-                match self.publish_once(&live, queue, &message).await {
+                match self.publish_once(&live, queue, &message, &headers).await {
                     Ok(()) => return Ok(()),
                     Err(e) => {
                         self.set_error(e.to_string());
@@ -433,6 +449,21 @@ impl Broker for AmqpBroker {
                             let _ = channel
                                 .basic_cancel(consumer.tag(), BasicCancelOptions::default())
                                 .await;
+                            // Deliveries the broker sent before the cancel still reach the
+                            // stream, so the consumer can settle them (e.g. hand them back)
+                            // rather than leave them to a channel close, which counts.
+                            let drained = tokio::time::timeout(Duration::from_secs(2), async {
+                                while let Some(Ok(delivery)) = consumer.next().await {
+                                    let delivery = convert(delivery, channel.clone(), &broker, &name);
+                                    if tx.send(delivery).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            })
+                            .await;
+                            if drained.is_err() {
+                                tracing::debug!(queue = %name, "consumer still open after cancel");
+                            }
                             tracing::info!(queue = %name, "stopped consuming");
                             break 'connection;
                         }
@@ -453,7 +484,18 @@ impl Broker for AmqpBroker {
                         }
                         item = consumer.next() => match item {
                             Some(Ok(delivery)) => {
-                                if tx.send(convert(delivery, channel.clone())).await.is_err() {
+                                let delivery = convert(delivery, channel.clone(), &broker, &name);
+                                let limit = broker.inner.options.delivery_limit;
+                                if queue != Queue::DeadLetters && delivery.past_limit(limit) {
+                                    // Returns carried over a hand-back plus the broker's own:
+                                    // past the limit, as the broker would have decided.
+                                    tracing::warn!(queue = %name, message_id = ?delivery.message_id, count = delivery.delivery_count, "dead-lettering: delivery limit reached");
+                                    if let Err(e) = delivery.settle(Settle::DeadLetterLimit).await {
+                                        tracing::warn!(error = %e, "cannot dead-letter; the broker will redeliver");
+                                    }
+                                    continue;
+                                }
+                                if tx.send(delivery).await.is_err() {
                                     break 'connection;
                                 }
                             }
@@ -506,34 +548,45 @@ async fn open_consumer_channel(live: &Live, prefetch: u16) -> Result<Channel, la
     Ok(channel)
 }
 
-fn convert(delivery: lapin::message::Delivery, channel: Channel) -> Delivery {
+fn convert(
+    delivery: lapin::message::Delivery,
+    channel: Channel,
+    broker: &AmqpBroker,
+    queue: &str,
+) -> Delivery {
     let headers = delivery.properties.headers().clone().unwrap_or_default();
-    let delivery_count = headers
-        .inner()
-        .get("x-delivery-count")
-        .and_then(as_u32)
-        .unwrap_or(0);
-    let death_reason = headers
-        .inner()
-        .get("x-first-death-reason")
-        .and_then(|v| match v {
+    let count = |name: &str| headers.inner().get(name).and_then(as_u32).unwrap_or(0);
+    let carried = count(RETURNS_HEADER);
+    let delivery_count = count("x-delivery-count").saturating_add(carried);
+    let text = |name: &str| {
+        headers.inner().get(name).and_then(|v| match v {
             AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
             AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
             _ => None,
-        });
+        })
+    };
+    let death_reason = text(DEATH_REASON_HEADER).or_else(|| text("x-first-death-reason"));
+    let message_id = delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|m| m.as_str().to_owned());
     Delivery::new(
         delivery.data.clone(),
-        delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|m| m.as_str().to_owned()),
+        message_id.clone(),
         delivery.redelivered,
         delivery_count,
         death_reason,
         Box::new(LapinAcker {
             acker: delivery.acker.clone(),
             _channel: channel,
+            republish: Republish {
+                broker: broker.clone(),
+                queue: queue.to_owned(),
+                message_id: message_id.unwrap_or_default(),
+                body: delivery.data,
+                returns: delivery_count,
+            },
         }),
     )
 }
@@ -556,6 +609,44 @@ struct LapinAcker {
     acker: lapin::Acker,
     /// Settling needs the channel open; it closes when its last handle is dropped.
     _channel: Channel,
+    republish: Republish,
+}
+
+/// What a hand-back needs to put the message back as a new one.
+struct Republish {
+    broker: AmqpBroker,
+    queue: String,
+    message_id: String,
+    body: Vec<u8>,
+    /// The returns the message had so far (carried and the broker's).
+    returns: u32,
+}
+
+impl LapinAcker {
+    /// Publishes a copy of the message to `queue` with `headers`, confirmed, then acks the
+    /// original. If the copy cannot be published, the original goes back to its queue.
+    async fn move_to(&self, queue: &str, headers: FieldTable) -> Result<bool, lapin::Error> {
+        let message = Outgoing {
+            message_id: self.republish.message_id.clone(),
+            body: self.republish.body.clone(),
+        };
+        if let Err(e) = self
+            .republish
+            .broker
+            .publish_with(queue, message, headers)
+            .await
+        {
+            tracing::warn!(error = %e, %queue, "cannot republish; returning the delivery instead");
+            return self
+                .acker
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await;
+        }
+        self.acker.ack(BasicAckOptions::default()).await
+    }
 }
 
 #[async_trait]
@@ -563,6 +654,23 @@ impl Acker for LapinAcker {
     async fn settle(&self, how: Settle) -> Result<(), Error> {
         let result = match how {
             Settle::Ack => self.acker.ack(BasicAckOptions::default()).await,
+            Settle::HandBack => {
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    RETURNS_HEADER.into(),
+                    AMQPValue::LongLongInt(self.republish.returns.into()),
+                );
+                self.move_to(&self.republish.queue, headers).await
+            }
+            Settle::DeadLetterLimit => {
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    DEATH_REASON_HEADER.into(),
+                    AMQPValue::LongString("delivery_limit".into()),
+                );
+                let dead = self.republish.broker.inner.topology.dead_letters.clone();
+                self.move_to(&dead, headers).await
+            }
             Settle::DeadLetter => {
                 self.acker
                     .nack(BasicNackOptions {

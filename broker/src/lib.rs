@@ -11,8 +11,14 @@
 //! - the task queue is a durable quorum queue with an explicit `x-delivery-limit` and a
 //!   dead-letter exchange; a rejected message or one delivered more often than the limit goes
 //!   to the dead-letter queue, never silently away.
-//! - a [`Delivery`] is settled exactly once, by the consumer, with `ack`, `dead_letter` or
-//!   `requeue`; dropping it unsettled leaves it to the broker to redeliver.
+//! - a [`Delivery`] is settled exactly once, by the consumer, with `ack`, `dead_letter`,
+//!   `requeue` or `hand_back`; dropping it unsettled gives it back like `requeue`.
+//! - only a task's own failures count towards the delivery limit: `requeue` (and a crash, which
+//!   closes the channel) counts; `hand_back`, for a task that could not run because a dependency
+//!   was down, republishes it with the count it had so far (header [`RETURNS_HEADER`]), so an
+//!   outage never brings a task closer to the dead-letter queue. A delivery whose carried and
+//!   broker counts together pass the limit is dead-lettered by the consumer with the reason
+//!   `delivery_limit`, as the broker would have.
 
 pub mod amqp;
 pub mod memory;
@@ -151,12 +157,26 @@ impl Delivery {
         self.settle(Settle::DeadLetter).await
     }
 
-    /// Not processed: give it back for another delivery (counts towards the delivery limit).
+    /// Not processed because of the task itself: give it back for another delivery (counts
+    /// towards the delivery limit).
     pub async fn requeue(self) -> Result<(), Error> {
         self.settle(Settle::Requeue).await
     }
 
-    async fn settle(mut self, how: Settle) -> Result<(), Error> {
+    /// Not processed because infrastructure was down: put it back at the end of its queue
+    /// without counting this delivery towards the limit (the message is republished with its
+    /// count so far, then this delivery is acked). A crash between the two leaves a duplicate,
+    /// never a loss; results are written once, so a duplicate is harmless.
+    pub async fn hand_back(self) -> Result<(), Error> {
+        self.settle(Settle::HandBack).await
+    }
+
+    /// Whether this delivery's returns (carried and the broker's) are past `limit`.
+    pub(crate) fn past_limit(&self, limit: u32) -> bool {
+        self.delivery_count > limit
+    }
+
+    pub(crate) async fn settle(mut self, how: Settle) -> Result<(), Error> {
         match self.acker.take() {
             Some(acker) => acker.settle(how).await,
             None => Ok(()),
@@ -192,12 +212,23 @@ pub(crate) enum Settle {
     Ack,
     DeadLetter,
     Requeue,
+    HandBack,
+    /// Past the delivery limit counting carried returns: to the dead-letter queue, named so.
+    DeadLetterLimit,
 }
 
 #[async_trait]
 pub(crate) trait Acker: Send + Sync {
     async fn settle(&self, how: Settle) -> Result<(), Error>;
 }
+
+/// Header carrying the returns a task had before it was handed back (republished), so
+/// the delivery limit still counts them: the broker's own count restarts at 0 on a republish.
+pub const RETURNS_HEADER: &str = "x-codegen-returns";
+
+/// Header naming why a consumer dead-lettered a message itself (the broker's `x-death` headers
+/// name the broker's reasons).
+pub const DEATH_REASON_HEADER: &str = "x-codegen-death-reason";
 
 /// What the rest of the system needs from a message broker.
 #[async_trait]

@@ -140,6 +140,12 @@ impl Acker for MemoryAcker {
                 message.death_reason = Some("rejected".into());
                 self.broker.push(Queue::DeadLetters, message);
             }
+            Settle::DeadLetterLimit => {
+                message.death_reason = Some("delivery_limit".into());
+                self.broker.push(Queue::DeadLetters, message);
+            }
+            // Back at the end of the queue with the count it had: not one more return.
+            Settle::HandBack => self.broker.push(self.queue, message),
             Settle::Requeue => {
                 message.delivery_count += 1;
                 if self.queue != Queue::DeadLetters
@@ -266,6 +272,36 @@ mod tests {
         assert_eq!(again.delivery_count, 1);
         again.ack().await.unwrap();
         assert_eq!(broker.len(Queue::Tasks), 0);
+    }
+
+    #[tokio::test]
+    async fn handing_back_does_not_count_towards_the_limit() {
+        let broker = MemoryBroker::new(1);
+        broker.publish(outgoing("h")).await.unwrap();
+        broker.publish(outgoing("next")).await.unwrap();
+        let mut stream = broker.consume(Queue::Tasks, 1, CancellationToken::new());
+        let d = stream.next().await.unwrap();
+        d.requeue().await.unwrap();
+        // Handed back many times (an outage): it goes to the end of the queue, its count
+        // unchanged, and is never dead-lettered for it.
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            let d = stream.next().await.unwrap();
+            order.push(d.message_id.clone().unwrap());
+            if d.message_id.as_deref() == Some("h") {
+                assert_eq!(d.delivery_count, 1);
+                d.hand_back().await.unwrap();
+            } else {
+                d.ack().await.unwrap();
+            }
+        }
+        assert_eq!(order[..2], ["next".to_string(), "h".to_string()]);
+        assert_eq!(broker.len(Queue::DeadLetters), 0);
+        // One more return of its own is past the limit of 1.
+        let d = stream.next().await.unwrap();
+        assert_eq!(d.delivery_count, 1);
+        d.requeue().await.unwrap();
+        assert_eq!(broker.len(Queue::DeadLetters), 1);
     }
 
     #[tokio::test]

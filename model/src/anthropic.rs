@@ -15,6 +15,7 @@ pub const API_VERSION: &str = "2023-06-01";
 pub struct Anthropic {
     http: reqwest::Client,
     endpoint: String,
+    probe_url: String,
     api_key: Option<String>,
     model: String,
     temperature: f32,
@@ -32,10 +33,12 @@ impl Anthropic {
             "https://api.anthropic.com",
             "ANTHROPIC_API_KEY",
             "/v1/messages",
+            "/v1/models",
         )?;
         Ok(Self {
             http: connection.http,
             endpoint: connection.endpoint,
+            probe_url: connection.probe_url,
             api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
@@ -85,6 +88,17 @@ impl Provider for Anthropic {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    async fn probe(&self) -> Result<(), String> {
+        let mut call = self
+            .http
+            .get(&self.probe_url)
+            .header("anthropic-version", API_VERSION);
+        if let Some(key) = &self.api_key {
+            call = call.header("x-api-key", key);
+        }
+        crate::http::probe(call, &self.probe_url).await
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {

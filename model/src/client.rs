@@ -111,6 +111,11 @@ impl Model {
         }
     }
 
+    /// Whether the provider answers now (`Err` names the endpoint and the failure).
+    pub async fn probe(&self) -> Result<(), String> {
+        self.provider.probe().await
+    }
+
     /// `provider/model`, for results and logs.
     pub fn describe(&self) -> String {
         format!("{}/{}", self.provider.name(), self.provider.model())

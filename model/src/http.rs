@@ -13,6 +13,8 @@ use crate::CallError;
 pub(crate) struct Connection {
     pub http: reqwest::Client,
     pub endpoint: String,
+    /// What [`probe`] asks: the API's model list, cheap and served by every compatible server.
+    pub probe_url: String,
     pub api_key: Option<String>,
 }
 
@@ -22,6 +24,7 @@ pub(crate) fn connection(
     public_base: &str,
     key_env: &str,
     path: &str,
+    probe_path: &str,
 ) -> Result<Connection, crate::Error> {
     let from_env = |name: &str| std::env::var(name).ok().filter(|s| !s.is_empty());
     let base = Some(options.base_url.clone())
@@ -37,11 +40,28 @@ pub(crate) fn connection(
         .timeout(options.timeout)
         .build()
         .map_err(|e| crate::Error::Config(e.to_string()))?;
+    let base = base.trim_end_matches('/');
     Ok(Connection {
         http,
-        endpoint: format!("{}{path}", base.trim_end_matches('/')),
+        endpoint: format!("{base}{path}"),
+        probe_url: format!("{base}{probe_path}"),
         api_key,
     })
+}
+
+/// How long a reachability probe waits for an answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether the server answers at all: any HTTP answer below 500 (even 401 or 404) means it is
+/// up; a refused connection, a timeout or a 5xx means it is not.
+pub(crate) async fn probe(call: reqwest::RequestBuilder, url: &str) -> Result<(), String> {
+    match call.timeout(PROBE_TIMEOUT).send().await {
+        Ok(response) if response.status().is_server_error() => {
+            Err(format!("{url} answers HTTP {}", response.status().as_u16()))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{url}: {}", transport(e))),
+    }
 }
 
 /// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` in seconds.

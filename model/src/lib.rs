@@ -195,6 +195,12 @@ pub trait Provider: Send + Sync + 'static {
     fn model(&self) -> &str;
     /// One attempt, without retries.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError>;
+
+    /// Whether the provider can be reached now (`Err` says why not), without spending
+    /// tokens. Providers that need no network are always reachable.
+    async fn probe(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What identifies the answers a configuration gives, for cache keys: provider, model and

@@ -17,6 +17,7 @@ pub const FUNCTION_HEADER: &str = "x-codegen-function";
 pub struct OpenAi {
     http: reqwest::Client,
     endpoint: String,
+    probe_url: String,
     api_key: Option<String>,
     model: String,
     temperature: f32,
@@ -34,10 +35,12 @@ impl OpenAi {
             "https://api.openai.com/v1",
             "OPENAI_API_KEY",
             "/chat/completions",
+            "/models",
         )?;
         Ok(Self {
             http: connection.http,
             endpoint: connection.endpoint,
+            probe_url: connection.probe_url,
             api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
@@ -94,6 +97,14 @@ impl Provider for OpenAi {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    async fn probe(&self) -> Result<(), String> {
+        let mut call = self.http.get(&self.probe_url);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        crate::http::probe(call, &self.probe_url).await
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {

@@ -82,6 +82,10 @@ impl Provider for Recorder {
         self.inner.model()
     }
 
+    async fn probe(&self) -> Result<(), String> {
+        self.inner.probe().await
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
         let response = self.inner.chat(request).await?;
         let key = key(request);

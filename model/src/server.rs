@@ -11,19 +11,30 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::Phase;
 use crate::openai::{FUNCTION_HEADER, PHASE_HEADER};
 use crate::scripted::{Scripted, approx_tokens};
 
-/// The router: `POST /v1/chat/completions` (and `/chat/completions`).
+/// The router: `POST /v1/chat/completions` (and `/chat/completions`), and `GET /v1/models`
+/// (what a worker probes to see whether the model server is up).
 pub fn router(script: Arc<Scripted>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(complete))
         .route("/chat/completions", post(complete))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
         .with_state(script)
+}
+
+async fn models() -> Response {
+    axum::Json(
+        json!({"object": "list", "data": [{"id": "scripted", "object": "model",
+                                                 "owned_by": "codegen-cluster (FAKE)"}]}),
+    )
+    .into_response()
 }
 
 fn error(status: StatusCode, message: String) -> Response {

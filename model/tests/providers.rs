@@ -398,3 +398,61 @@ async fn anthropic_overload_529_is_retried() {
     let generated = implement(&anthropic(&options(&server))).await.unwrap();
     assert_eq!(generated.calls, 2);
 }
+
+#[tokio::test]
+async fn a_probe_tells_a_reachable_server_from_a_down_one_without_a_chat_call() {
+    // Any answer below 500 is a server that is up, even one that refuses the key.
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/models"))
+        .and(header("authorization", "Bearer test-key"))
+        .respond_with(ResponseTemplate::new(401))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .expect(0)
+        .mount(&server)
+        .await;
+    openai(&options(&server)).probe().await.unwrap();
+
+    let failing = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/models"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&failing)
+        .await;
+    let error = openai(&options(&failing)).probe().await.unwrap_err();
+    assert!(
+        error.contains("503") && error.contains("/v1/models"),
+        "{error}"
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = Options {
+        base_url: format!("http://127.0.0.1:{port}/v1"),
+        ..options(&server)
+    };
+    let error = openai(&unreachable).probe().await.unwrap_err();
+    assert!(error.contains("cannot connect"), "{error}");
+
+    // Anthropic's model list, with its own headers.
+    let anthropic_server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/models"))
+        .and(header("x-api-key", "test-key"))
+        .and(header("anthropic-version", model::anthropic::API_VERSION))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"data": []})))
+        .expect(1)
+        .mount(&anthropic_server)
+        .await;
+    let anthropic_options = Options {
+        base_url: anthropic_server.uri(),
+        ..options(&anthropic_server)
+    };
+    let provider = Anthropic::new(&anthropic_options).unwrap();
+    provider.probe().await.unwrap();
+}
