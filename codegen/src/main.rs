@@ -190,22 +190,6 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     }
     let pools = tokio::spawn(pools.run(infra.clone()));
 
-    let readiness = {
-        let sandbox = sandbox.clone();
-        readiness(&broker, &store).with_check("docker", move || {
-            let sandbox = sandbox.clone();
-            async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
-        })
-    };
-    on_shutdown_signal(shutdown.clone(), readiness.clone());
-    let ops = telemetry::ops_router(registry.clone(), readiness);
-    let tcp = tokio::net::TcpListener::bind(settings.worker.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", settings.worker.listen))?;
-    tracing::info!(addr = %settings.worker.listen, "worker ops endpoint listening");
-    let ops_cancel = infra.clone();
-    let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
-
     let model = match model::Model::from_options(
         &settings.model,
         model::Metrics::register(&registry)?,
@@ -219,6 +203,58 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
             None
         }
     };
+    // Which dependencies are down: the worker takes no work that needs one, and its tasks
+    // wait for it instead of cycling through the queue.
+    let (gate, gate_service) = {
+        let (store, sandbox, broker) = (store.clone(), sandbox.clone(), broker.clone());
+        let mut builder = worker::gate::Gate::builder()
+            .probe(worker::gate::Dependency::Redis, move || {
+                let store = store.clone();
+                async move { store::Store::health(&store).await }
+            })
+            .probe(worker::gate::Dependency::Docker, move || {
+                let sandbox = sandbox.clone();
+                async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
+            })
+            .probe(worker::gate::Dependency::Broker, move || {
+                let health = broker::Broker::health(&broker);
+                async move { health }
+            });
+        if let Some(model) = model.clone() {
+            builder = builder.probe(worker::gate::Dependency::Model, move || {
+                let model = model.clone();
+                async move { model.probe().await }
+            });
+        }
+        builder.build(worker::gate::Intervals {
+            probe: settings.worker.probe_interval,
+            watch: settings.worker.watch_interval,
+        })
+    };
+    tokio::spawn(gate_service.run(infra.clone()));
+
+    let readiness = {
+        let sandbox = sandbox.clone();
+        let gate = gate.clone();
+        readiness(&broker, &store)
+            .with_check("docker", move || {
+                let sandbox = sandbox.clone();
+                async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
+            })
+            .with_check("model", move || {
+                let health = gate.health(worker::gate::Dependency::Model);
+                async move { health }
+            })
+    };
+    on_shutdown_signal(shutdown.clone(), readiness.clone());
+    let ops = telemetry::ops_router(registry.clone(), readiness);
+    let tcp = tokio::net::TcpListener::bind(settings.worker.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.worker.listen))?;
+    tracing::info!(addr = %settings.worker.listen, "worker ops endpoint listening");
+    let ops_cancel = infra.clone();
+    let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
+
     let pipeline = worker::Pipeline::new(
         settings.worker.pipeline.clone(),
         Arc::new(store.clone()),
@@ -234,7 +270,8 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         sandbox,
         &registry,
     )?
-    .with_pipeline(pipeline);
+    .with_pipeline(pipeline)
+    .with_gate(gate);
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;

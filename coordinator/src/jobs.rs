@@ -28,6 +28,30 @@ use crate::auth::Tenant;
 use crate::planning::plan;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
+use backon::{ExponentialBuilder, Retryable};
+
+/// Why an event could not be applied, with the retry decision in the type.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EventError {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Broker(#[from] broker::Error),
+    /// The stored state contradicts the event; waiting will not change it.
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+impl EventError {
+    /// Redis or the broker unreachable: the same event applies once it is back.
+    fn is_retryable(&self) -> bool {
+        match self {
+            EventError::Store(e) => e.is_retryable(),
+            EventError::Broker(e) => e.is_retryable(),
+            EventError::Invalid(_) => false,
+        }
+    }
+}
 
 /// The integrate task's name in the job's published set (not an identifier, so it cannot be
 /// a function's name).
@@ -676,9 +700,30 @@ impl Coordinator {
                 return;
             }
         };
-        match self.apply(&event).await {
+        // Redis or the broker down: wait it out here, retrying with backoff, so the event
+        // neither cycles through its queue (towards the delivery limit) nor lets later events
+        // overtake it. Events are handled one at a time, so this also pauses the consumer.
+        let applied = (|| self.apply(&event))
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_jitter()
+                    .with_total_delay(Some(self.options.outage_wait))
+                    .without_max_times(),
+            )
+            .when(EventError::is_retryable)
+            .notify(|e, after| {
+                tracing::warn!(job = %event.job_id(), error = %e, retry_in = ?after, "cannot apply event yet; waiting");
+            })
+            .await;
+        match applied {
             Ok(()) => {
                 let _ = delivery.ack().await;
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(job = %event.job_id(), error = %e, "dependency still down: event back to its queue (not counted)");
+                let _ = delivery.hand_back().await;
             }
             Err(e) => {
                 tracing::warn!(job = %event.job_id(), error = %e, "cannot apply event; retrying");
@@ -690,13 +735,13 @@ impl Coordinator {
 
     /// What an event changes. Idempotent: a redelivered event publishes at most what a crash
     /// may have left unpublished, and workers skip finished functions.
-    async fn apply(&self, event: &Event) -> Result<(), String> {
+    async fn apply(&self, event: &Event) -> Result<(), EventError> {
         let id = event.job_id();
-        let Some(meta) = self.jobs.job_meta(id).await.map_err(|e| e.to_string())? else {
+        let Some(meta) = self.jobs.job_meta(id).await? else {
             tracing::warn!(job = %id, "event for an unknown job; dropped");
             return Ok(());
         };
-        let status = self.jobs.status(id).await.map_err(|e| e.to_string())?;
+        let status = self.jobs.status(id).await?;
         if status.is_some_and(JobStatus::is_final) {
             return Ok(());
         }
@@ -717,8 +762,7 @@ impl Coordinator {
                 ..
             } => {
                 self.fail_job(&meta, &format!("planning failed: {failure}"))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
             }
             Event::Planned { failure: None, .. } => self.planned(meta).await?,
             Event::FunctionDone { function, .. } => self.function_done(&meta, function).await?,
@@ -727,21 +771,16 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn planned(&self, mut meta: JobMeta) -> Result<(), String> {
+    async fn planned(&self, mut meta: JobMeta) -> Result<(), EventError> {
         let id = meta.id;
         let specs = self
             .jobs
             .specs(id)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("planned event without stored specs")?;
+            .await?
+            .ok_or(EventError::Invalid("planned event without stored specs"))?;
         match plan(specs, self.options.max_functions) {
             Ok(plan) => {
-                let first = self
-                    .jobs
-                    .put_plan(id, &plan)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let first = self.jobs.put_plan(id, &plan).await?;
                 let _ = self.jobs.set_status(id, JobStatus::Running).await;
                 if first {
                     let names: Vec<&str> = plan.specs.iter().map(|s| s.name.as_str()).collect();
@@ -761,10 +800,7 @@ impl Coordinator {
             }
             Err(problem) if meta.replans < 1 => {
                 meta.replans += 1;
-                self.jobs
-                    .put_job_meta(&meta)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                self.jobs.put_job_meta(&meta).await?;
                 tracing::info!(job = %id, %problem, "plan rejected; asking for another");
                 let _ = self
                     .jobs
@@ -777,29 +813,25 @@ impl Coordinator {
                     Task::Plan(task(id, None, Some(problem.to_string()))),
                     meta.tenant.clone(),
                 )
-                .await
-                .map_err(|e| e.to_string())
+                .await?;
+                Ok(())
             }
-            Err(problem) => self
+            Err(problem) => Ok(self
                 .fail_job(&meta, &format!("the plan was rejected: {problem}"))
-                .await
-                .map_err(|e| e.to_string()),
+                .await?),
         }
     }
 
-    async fn function_done(&self, meta: &JobMeta, function: &str) -> Result<(), String> {
+    async fn function_done(&self, meta: &JobMeta, function: &str) -> Result<(), EventError> {
         let id = meta.id;
         let outcome = self
             .jobs
             .function(id, function)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("function event without a stored outcome")?;
-        let completion = self
-            .jobs
-            .complete_function(id, function)
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?
+            .ok_or(EventError::Invalid(
+                "function event without a stored outcome",
+            ))?;
+        let completion = self.jobs.complete_function(id, function).await?;
         if completion.first {
             let _ = self
                 .jobs
@@ -818,20 +850,14 @@ impl Coordinator {
             if self
                 .jobs
                 .unpublished(id, integrate.clone())
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .is_empty()
             {
                 return Ok(());
             }
             self.publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            return self
-                .jobs
-                .mark_published(id, &integrate)
-                .await
-                .map_err(|e| e.to_string());
+                .await?;
+            return Ok(self.jobs.mark_published(id, &integrate).await?);
         }
         self.publish_functions(meta, completion.ready, !completion.first)
             .await
@@ -845,12 +871,9 @@ impl Coordinator {
         meta: &JobMeta,
         names: Vec<String>,
         repeated: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), EventError> {
         let names = if repeated {
-            self.jobs
-                .unpublished(meta.id, names)
-                .await
-                .map_err(|e| e.to_string())?
+            self.jobs.unpublished(meta.id, names).await?
         } else {
             names
         };
@@ -859,16 +882,12 @@ impl Coordinator {
                 Task::Implement(task(meta.id, Some(name.clone()), None)),
                 meta.tenant.clone(),
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             // After its confirm: a crash (or a failed publish of the next one) before this
             // line re-publishes it on redelivery, which the worker absorbs (a finished
             // function is not run again, a duplicate run cannot replace its outcome);
             // recording first could lose the task.
-            self.jobs
-                .mark_published(meta.id, &[name])
-                .await
-                .map_err(|e| e.to_string())?;
+            self.jobs.mark_published(meta.id, &[name]).await?;
         }
         Ok(())
     }

@@ -84,6 +84,10 @@ pub struct Options {
     /// (a safety net: a job waiting for a model, a sandbox or a lost task ends, never hangs).
     #[serde(with = "humantime_serde")]
     pub job_deadline: Duration,
+    /// How long an event or dead letter waits (retrying) for Redis or the broker before it
+    /// goes back to its queue; it is not counted towards the delivery limit either way.
+    #[serde(with = "humantime_serde")]
+    pub outage_wait: Duration,
 }
 
 impl Options {
@@ -123,6 +127,7 @@ impl Default for Options {
             max_batch_body_bytes: 64 << 20,
             drain_timeout: Duration::from_secs(30),
             job_deadline: Duration::from_secs(6 * 3600),
+            outage_wait: Duration::from_secs(300),
         }
     }
 }

@@ -7,8 +7,15 @@
 //! - a sandbox failure is retried a bounded number of times, then stored as a
 //!   `sandbox_error` verdict with its reason: the caller always gets an answer;
 //! - on shutdown the worker stops consuming, lets in-flight tasks finish up to a deadline, and
-//!   leaves anything unfinished unacked so the broker redelivers it to another worker.
+//!   leaves anything unfinished unacked so the broker redelivers it to another worker;
+//! - an outage costs time, never a task: while a dependency a queue needs is down (the
+//!   [`gate::Gate`] says which), the worker takes nothing from that queue; a task that failed
+//!   on a dependency that does not answer its probe waits for it in place, at most
+//!   `outage_wait`, and then goes back to its queue with `hand_back`, which does not count
+//!   towards the delivery limit. Only a failure whose dependency answers is the task's own and
+//!   counts (`requeue`).
 
+pub mod gate;
 mod metrics;
 pub mod pipeline;
 pub mod static_check;
@@ -19,6 +26,8 @@ use std::time::{Duration, Instant};
 use backon::{ExponentialBuilder, Retryable};
 use broker::{Broker, Delivery, Queue};
 use futures::StreamExt;
+use futures::stream::BoxStream;
+use gate::{Dependency, Down, Gate};
 use proto::{Envelope, ExecutionRequest, ExecutionResult, Status, Task, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
@@ -45,9 +54,20 @@ pub struct Options {
     pub drain_timeout: Duration,
     /// Extra attempts after a sandbox infrastructure failure.
     pub sandbox_retries: usize,
-    /// How long storing a result is retried (Redis down) before the task is handed back.
+    /// How long storing a result is retried while Redis answers its probe but not the write
+    /// (an outage is waited out instead, see `outage_wait`).
     #[serde(with = "humantime_serde")]
     pub store_retry_for: Duration,
+    /// How long a task this worker holds waits for a dependency that is down before it goes
+    /// back to its queue (not counted towards the delivery limit).
+    #[serde(with = "humantime_serde")]
+    pub outage_wait: Duration,
+    /// How often a dependency that is down is probed.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+    /// How often Redis, Docker and the broker are probed while they are up.
+    #[serde(with = "humantime_serde")]
+    pub watch_interval: Duration,
     /// The generation pipeline (plan, implement, integrate tasks).
     pub pipeline: pipeline::Options,
 }
@@ -61,6 +81,9 @@ impl Default for Options {
             drain_timeout: Duration::from_secs(30),
             sandbox_retries: 2,
             store_retry_for: Duration::from_secs(30),
+            outage_wait: Duration::from_secs(300),
+            probe_interval: Duration::from_secs(1),
+            watch_interval: Duration::from_secs(2),
             pipeline: pipeline::Options::default(),
         }
     }
@@ -80,6 +103,7 @@ pub struct Worker {
     sandbox: Arc<dyn Sandbox>,
     metrics: Metrics,
     pipeline: Option<Pipeline>,
+    gate: Gate,
 }
 
 impl std::fmt::Debug for Worker {
@@ -96,7 +120,10 @@ pub enum Outcome {
     Completed,
     Duplicate,
     Malformed,
+    /// Its own failure: back to the queue, counted towards the delivery limit.
     Requeued,
+    /// A dependency stayed down: back to the queue, not counted.
+    HandedBack,
 }
 
 impl Outcome {
@@ -106,6 +133,7 @@ impl Outcome {
             Outcome::Duplicate => "duplicate",
             Outcome::Malformed => "malformed",
             Outcome::Requeued => "requeued",
+            Outcome::HandedBack => "handed_back",
         }
     }
 }
@@ -131,13 +159,47 @@ impl Worker {
             sandbox,
             metrics,
             pipeline: None,
+            gate: Gate::default(),
         })
     }
 
     /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
-    pub fn with_pipeline(mut self, pipeline: Pipeline) -> Self {
+    pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
+        pipeline.gate = self.gate.clone();
         self.pipeline = Some(pipeline);
         self
+    }
+
+    /// Which dependencies are down (run its [`gate::GateService`] beside the worker); without
+    /// one nothing is ever considered down.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        if let Some(pipeline) = &mut self.pipeline {
+            pipeline.gate = gate.clone();
+        }
+        self.gate = gate;
+        self
+    }
+
+    /// What work from `queue` needs. Pipeline tasks need Docker too, unless the static
+    /// fallback has taken over after Docker has been down for `sandbox_wait`.
+    fn needs(&self, queue: Queue) -> Vec<Dependency> {
+        match queue {
+            Queue::Executions => vec![Dependency::Redis, Dependency::Docker],
+            _ => {
+                let mut needs = vec![Dependency::Redis, Dependency::Model];
+                let fallback = self.pipeline.as_ref().is_some_and(|p| {
+                    p.options.static_fallback
+                        && self
+                            .gate
+                            .down(Dependency::Docker)
+                            .is_some_and(|d| d.since.elapsed() >= p.options.sandbox_wait)
+                });
+                if !fallback {
+                    needs.push(Dependency::Docker);
+                }
+                needs
+            }
+        }
     }
 
     /// Consumes pipeline tasks and executions (each queue with its own slots) until `cancel`
@@ -157,29 +219,59 @@ impl Worker {
         if slots == 0 {
             return;
         }
-        let consume_cancel = cancel.child_token();
-        let mut deliveries = self.broker.consume(queue, slots, consume_cancel.clone());
         let mut in_flight = JoinSet::new();
         let limit = usize::from(slots);
-        loop {
-            // Prefetch already bounds deliveries; this bounds the fake broker too.
-            while in_flight.len() >= limit {
-                in_flight.join_next().await;
+        let mut changes = self.gate.subscribe();
+        'session: while !cancel.is_cancelled() {
+            // Take nothing while something this queue's work needs is down.
+            let missing = self.gate.missing(&self.needs(queue));
+            if !missing.is_empty() {
+                tokio::select! {
+                    _ = cancel.cancelled() => break 'session,
+                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                    _ = changes.changed() => {}
+                    // `needs` also changes with time (the static fallback taking over).
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue 'session;
             }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
-                delivery = deliveries.next() => match delivery {
-                    Some(delivery) => {
-                        let this = self.clone();
-                        in_flight.spawn(async move { this.handle(delivery).await });
+            let session = cancel.child_token();
+            let mut deliveries = self.broker.consume(queue, slots, session.clone());
+            loop {
+                // Prefetch already bounds deliveries; this bounds the fake broker too.
+                while in_flight.len() >= limit {
+                    in_flight.join_next().await;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => {
+                        session.cancel();
+                        Self::return_unstarted(deliveries, queue).await;
+                        break 'session;
                     }
-                    None => break,
-                },
+                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                    _ = changes.changed() => {
+                        let missing = self.gate.missing(&self.needs(queue));
+                        if !missing.is_empty() {
+                            tracing::warn!(?queue, missing = %describe(&missing), "pausing: taking no work from this queue until it is back");
+                            session.cancel();
+                            // What the broker sent before the pause waits in its handler.
+                            while let Some(delivery) = deliveries.next().await {
+                                let this = self.clone();
+                                in_flight.spawn(async move { this.handle(delivery).await });
+                            }
+                            continue 'session;
+                        }
+                    }
+                    delivery = deliveries.next() => match delivery {
+                        Some(delivery) => {
+                            let this = self.clone();
+                            in_flight.spawn(async move { this.handle(delivery).await });
+                        }
+                        None => break 'session,
+                    },
+                }
             }
         }
-        consume_cancel.cancel();
-        drop(deliveries);
         let pending = in_flight.len();
         if pending > 0 {
             tracing::info!(pending, ?queue, "draining in-flight tasks");
@@ -198,6 +290,45 @@ impl Worker {
         }
     }
 
+    /// At shutdown: deliveries the broker sent but no handler started go back to the queue
+    /// without counting towards the limit (stopping is not the task's fault).
+    async fn return_unstarted(mut deliveries: BoxStream<'static, Delivery>, queue: Queue) {
+        let mut returned = 0;
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(delivery) = deliveries.next().await {
+                if let Err(e) = delivery.hand_back().await {
+                    tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+                }
+                returned += 1;
+            }
+        })
+        .await;
+        if returned > 0 {
+            tracing::info!(returned, ?queue, "unstarted deliveries handed back");
+        }
+    }
+
+    /// A dependency stayed down for `outage_wait`: the task goes back to the end of its
+    /// queue, not counted towards the delivery limit, for whichever worker can run it.
+    async fn hand_back(
+        &self,
+        delivery: Delivery,
+        kind: &str,
+        missing: &[(Dependency, Down)],
+    ) -> Outcome {
+        tracing::warn!(
+            kind,
+            message_id = ?delivery.message_id,
+            missing = %describe(missing),
+            waited = ?self.options.outage_wait,
+            "dependency still down: task back to its queue (not counted towards the delivery limit)"
+        );
+        if let Err(e) = delivery.hand_back().await {
+            tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+        }
+        Outcome::HandedBack
+    }
+
     /// Processes one delivery and settles it.
     pub async fn handle(&self, delivery: Delivery) -> Outcome {
         let started = Instant::now();
@@ -213,6 +344,19 @@ impl Worker {
             }
         };
         let kind = envelope.task.kind();
+        let queue = match envelope.task {
+            Task::Execute(_) => Queue::Executions,
+            _ => Queue::Tasks,
+        };
+        // Taken just before a pause, or while something it needs went down: wait for it here.
+        if let Err(missing) = self
+            .gate
+            .wait_up(&self.needs(queue), self.options.outage_wait)
+            .await
+        {
+            let outcome = self.hand_back(delivery, kind, &missing).await;
+            return self.finish(kind, outcome, started);
+        }
         let queue_ms = now_ms().saturating_sub(envelope.submitted_at_ms);
         self.metrics
             .queue_wait_seconds
@@ -278,31 +422,45 @@ impl Worker {
             }
         }
         tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
-        let result = self.run_sandboxed(id, request).await;
-        let store = self.store.clone();
-        let stored = (|| {
-            let store = store.clone();
-            let result = result.clone();
-            async move { store.complete_execution(id, &result).await }
-        })
-        .retry(
-            ExponentialBuilder::default()
-                .with_jitter()
-                .with_max_delay(Duration::from_secs(2))
-                .with_total_delay(Some(self.options.store_retry_for))
-                .without_max_times(),
-        )
-        .when(|e: &store::Error| e.is_retryable())
-        .notify(
-            |e, after| tracing::warn!(%id, error = %e, retry_in = ?after, "cannot store result"),
-        )
-        .await;
-        match stored {
+        let result = loop {
+            match self.run_sandboxed(id, request).await {
+                Ok(result) => break result,
+                Err(e)
+                    if e.is_retryable()
+                        && self
+                            .gate
+                            .confirm_down(Dependency::Docker, &e.to_string())
+                            .await =>
+                {
+                    tracing::warn!(%id, error = %e, "docker unreachable: the execution waits for it");
+                    if let Err(missing) = self
+                        .gate
+                        .wait_up(&[Dependency::Docker], self.options.outage_wait)
+                        .await
+                    {
+                        return self.hand_back(delivery, "execute", &missing).await;
+                    }
+                }
+                Err(e) => {
+                    self.metrics
+                        .sandbox_runs
+                        .with_label_values(&[
+                            request.language.as_str(),
+                            Status::SandboxError.as_str(),
+                        ])
+                        .inc();
+                    tracing::error!(%id, error = %e, "sandbox failed; reporting sandbox_error");
+                    break ExecutionResult::error(Status::SandboxError, e.to_string());
+                }
+            }
+        };
+        match self.store_result(id, &result).await {
             Ok(first) => {
                 tracing::info!(%id, status = result.status.as_str(), duration_ms = result.duration_ms, first, "execution finished");
                 self.settle(delivery, Outcome::Completed).await
             }
-            Err(e) => {
+            Err(StoreFailure::Down(missing)) => self.hand_back(delivery, "execute", &missing).await,
+            Err(StoreFailure::Store(e)) => {
                 tracing::error!(%id, error = %e, "giving the task back: result could not be stored");
                 if let Err(e) = delivery.requeue().await {
                     tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
@@ -310,6 +468,50 @@ impl Worker {
                 Outcome::Requeued
             }
         }
+    }
+
+    /// Stores an execution's result: while Redis is down it waits for it (at most
+    /// `outage_wait`); while Redis answers its probe but not the write, it retries with
+    /// backoff for `store_retry_for`.
+    async fn store_result(
+        &self,
+        id: TaskId,
+        result: &ExecutionResult,
+    ) -> Result<bool, StoreFailure> {
+        let give_up = tokio::time::Instant::now() + self.options.outage_wait;
+        (|| async {
+            match self.store.complete_execution(id, result).await {
+                Err(e)
+                    if e.is_retryable()
+                        && self
+                            .gate
+                            .confirm_down(Dependency::Redis, &e.to_string())
+                            .await =>
+                {
+                    tracing::warn!(%id, error = %e, "redis unreachable: the result waits for it");
+                    let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+                    self.gate
+                        .wait_up(&[Dependency::Redis], left)
+                        .await
+                        .map_err(StoreFailure::Down)?;
+                    Err(StoreFailure::Store(e))
+                }
+                other => other.map_err(StoreFailure::Store),
+            }
+        })
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_jitter()
+                .with_max_delay(Duration::from_secs(2))
+                .with_total_delay(Some(self.options.store_retry_for))
+                .without_max_times(),
+        )
+        .when(|e| matches!(e, StoreFailure::Store(e) if e.is_retryable()))
+        .notify(
+            |e, after| tracing::warn!(%id, error = %e, retry_in = ?after, "cannot store result"),
+        )
+        .await
     }
 
     async fn pipeline_task(
@@ -323,34 +525,53 @@ impl Worker {
             let _ = delivery.dead_letter().await;
             return Outcome::Malformed;
         };
-        let result = match kind {
-            "plan" => {
-                tracing::info!(job = %task.job_id, "plan task started");
-                pipeline.plan(task).await
-            }
-            "implement" => {
-                tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
-                pipeline.implement(task).await
-            }
-            _ => {
-                tracing::info!(job = %task.job_id, "integrate task started");
-                pipeline.integrate(task).await
-            }
-        };
-        match result {
-            Ok(()) => self.settle(delivery, Outcome::Completed).await,
-            Err(pipeline::Error::Drop(reason)) => {
-                tracing::warn!(kind, job = %task.job_id, %reason, "dropping pipeline task");
-                self.settle(delivery, Outcome::Duplicate).await
-            }
-            Err(pipeline::Error::Retry(reason)) => {
-                tracing::warn!(kind, job = %task.job_id, %reason, "pipeline task handed back");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                if let Err(e) = delivery.requeue().await {
-                    tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
+        let mut own_failures = 0;
+        loop {
+            let result = match kind {
+                "plan" => {
+                    tracing::info!(job = %task.job_id, "plan task started");
+                    pipeline.plan(task).await
                 }
-                Outcome::Requeued
+                "implement" => {
+                    tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
+                    pipeline.implement(task).await
+                }
+                _ => {
+                    tracing::info!(job = %task.job_id, "integrate task started");
+                    pipeline.integrate(task).await
+                }
+            };
+            let (dependency, reason) = match result {
+                Ok(()) => return self.settle(delivery, Outcome::Completed).await,
+                Err(pipeline::Error::Drop(reason)) => {
+                    tracing::warn!(kind, job = %task.job_id, %reason, "dropping pipeline task");
+                    return self.settle(delivery, Outcome::Duplicate).await;
+                }
+                Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
+            };
+            if self.gate.confirm_down(dependency, &reason).await {
+                // An outage: wait for it here, then run the task again (its finished parts
+                // are in Redis and are not redone).
+                tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "dependency unreachable: the task waits for it");
+                let mut needs = self.needs(Queue::Tasks);
+                needs.push(dependency);
+                match self.gate.wait_up(&needs, self.options.outage_wait).await {
+                    Ok(()) => continue,
+                    Err(missing) => return self.hand_back(delivery, kind, &missing).await,
+                }
             }
+            // The dependency answers its probe. Once more in place, in case the blip just
+            // ended; after that the failure is the task's own and counts.
+            own_failures += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if own_failures < 2 {
+                continue;
+            }
+            tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "pipeline task handed back");
+            if let Err(e) = delivery.requeue().await {
+                tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
+            }
+            return Outcome::Requeued;
         }
     }
 
@@ -362,8 +583,12 @@ impl Worker {
         outcome
     }
 
-    /// Runs in the sandbox; infrastructure failures are retried, then become a verdict.
-    async fn run_sandboxed(&self, id: TaskId, request: &ExecutionRequest) -> ExecutionResult {
+    /// Runs in the sandbox; infrastructure failures are retried `sandbox_retries` times.
+    async fn run_sandboxed(
+        &self,
+        id: TaskId,
+        request: &ExecutionRequest,
+    ) -> Result<ExecutionResult, sandbox::Error> {
         let language = request.language.as_str();
         let mut attempt = 0;
         loop {
@@ -379,24 +604,36 @@ impl Worker {
                         .sandbox_runs
                         .with_label_values(&[language, result.status.as_str()])
                         .inc();
-                    return result;
+                    return Ok(result);
                 }
                 Err(e) if e.is_retryable() && attempt < self.options.sandbox_retries => {
                     attempt += 1;
                     tracing::warn!(%id, error = %e, attempt, "sandbox failed; retrying");
                     tokio::time::sleep(Duration::from_millis(200 * attempt as u64)).await;
                 }
-                Err(e) => {
-                    self.metrics
-                        .sandbox_runs
-                        .with_label_values(&[language, Status::SandboxError.as_str()])
-                        .inc();
-                    tracing::error!(%id, error = %e, "sandbox failed; reporting sandbox_error");
-                    return ExecutionResult::error(Status::SandboxError, e.to_string());
-                }
+                Err(e) => return Err(e),
             }
         }
     }
+}
+
+/// Why a result was not stored.
+#[derive(Debug, thiserror::Error)]
+enum StoreFailure {
+    /// Redis stayed down for `outage_wait`.
+    #[error("still down: {}", describe(.0))]
+    Down(Vec<(Dependency, Down)>),
+    #[error(transparent)]
+    Store(store::Error),
+}
+
+/// `redis: why; docker: why`, for logs.
+fn describe(missing: &[(Dependency, Down)]) -> String {
+    missing
+        .iter()
+        .map(|(d, down)| format!("{d}: {}", down.reason))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn now_ms() -> u64 {

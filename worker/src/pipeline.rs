@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{CacheStore, JobStore};
 
+use crate::gate::{Dependency, Gate};
+
 const CASES_DRIVER: &str = include_str!("py/cases.py");
 const QUALITY_DRIVER: &str = include_str!("py/quality.py");
 
@@ -39,9 +41,13 @@ pub struct Options {
     /// How many test cases to ask for.
     pub min_cases: u32,
     pub max_cases: u32,
-    /// When no sandbox is available, finish with syntax and lint checks only (results marked
-    /// `static_analysis_only`, never as tested) instead of waiting for one.
+    /// When no sandbox is available for `sandbox_wait`, finish with syntax and lint checks
+    /// only (results marked `static_analysis_only`, never as tested) instead of waiting longer.
     pub static_fallback: bool,
+    /// How long a sandbox run waits for an unreachable Docker engine before it gives up
+    /// (static checks with `static_fallback`, else the task waits at the worker's level).
+    #[serde(with = "humantime_serde")]
+    pub sandbox_wait: Duration,
 }
 
 impl Default for Options {
@@ -54,6 +60,7 @@ impl Default for Options {
             min_cases: 4,
             max_cases: 12,
             static_fallback: true,
+            sandbox_wait: Duration::from_secs(60),
         }
     }
 }
@@ -61,9 +68,14 @@ impl Default for Options {
 /// Why a pipeline step did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Infrastructure (Redis, broker, Docker) is unavailable: hand the task back.
-    #[error("retry later: {0}")]
-    Retry(String),
+    /// A dependency (Redis, the broker, Docker, the model) failed: the task is worth running
+    /// again once it answers. The worker asks the [`Gate`] whether it is down (then the task
+    /// waits for it) or answers (then the failure is the task's own).
+    #[error("retry later ({dependency}): {reason}")]
+    Retry {
+        dependency: Dependency,
+        reason: String,
+    },
     /// The task refers to something that does not exist (an expired job): drop it.
     #[error("dropped: {0}")]
     Drop(String),
@@ -74,8 +86,12 @@ tokio::task_local! {
     pub static SANDBOX_MS: std::cell::Cell<u64>;
 }
 
-fn retry(e: impl std::fmt::Display) -> Error {
-    Error::Retry(e.to_string())
+/// A store (Redis) failure.
+fn redis(e: impl std::fmt::Display) -> Error {
+    Error::Retry {
+        dependency: Dependency::Redis,
+        reason: e.to_string(),
+    }
 }
 
 /// A model that is unreachable (or too slow) may answer later: the task is handed back and
@@ -86,7 +102,10 @@ fn model_error(what: Option<&str>, e: &model::Error) -> Error {
         None => e.to_string(),
     };
     if e.is_retryable() {
-        Error::Retry(reason)
+        Error::Retry {
+            dependency: Dependency::Model,
+            reason,
+        }
     } else {
         Error::Drop(reason)
     }
@@ -102,6 +121,8 @@ pub struct Pipeline {
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The function-level and solution caches, and the model identity that keys them.
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
+    /// Which dependencies are down; shared with the worker.
+    pub(crate) gate: Gate,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -138,6 +159,7 @@ impl Pipeline {
             broker,
             sandbox,
             cache: None,
+            gate: Gate::default(),
         }
     }
 
@@ -152,7 +174,7 @@ impl Pipeline {
         self.jobs
             .job_meta(job)
             .await
-            .map_err(retry)?
+            .map_err(redis)?
             .ok_or_else(|| Error::Drop(format!("job {job} not found (expired?)")))
     }
 
@@ -160,7 +182,7 @@ impl Pipeline {
         self.jobs
             .plan(job)
             .await
-            .map_err(retry)?
+            .map_err(redis)?
             .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))
     }
 
@@ -171,7 +193,10 @@ impl Pipeline {
                 body: event.encode(),
             })
             .await
-            .map_err(retry)
+            .map_err(|e| Error::Retry {
+                dependency: Dependency::Broker,
+                reason: e.to_string(),
+            })
     }
 
     async fn progress(&self, job: TaskId, event: Value) {
@@ -183,7 +208,7 @@ impl Pipeline {
     /// Stores a partial outcome; `Drop` when another run of the task (a redelivery or a
     /// duplicate) already stored the final one, which then stands.
     async fn save(&self, job: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
-        if self.jobs.put_function(job, outcome).await.map_err(retry)? {
+        if self.jobs.put_function(job, outcome).await.map_err(redis)? {
             Ok(())
         } else {
             Err(Error::Drop(format!(
@@ -207,7 +232,7 @@ impl Pipeline {
     pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
         let mut meta = self.meta(job).await?;
-        if self.jobs.plan(job).await.map_err(retry)?.is_some() {
+        if self.jobs.plan(job).await.map_err(redis)?.is_some() {
             // Already planned (a redelivery): just say so again.
             return self
                 .emit(Event::Planned {
@@ -242,11 +267,11 @@ impl Pipeline {
                 meta.plan_tokens.prompt += generated.usage.prompt_tokens;
                 meta.plan_tokens.completion += generated.usage.completion_tokens;
                 meta.plan_model_calls += generated.calls;
-                self.jobs.put_job_meta(&meta).await.map_err(retry)?;
+                self.jobs.put_job_meta(&meta).await.map_err(redis)?;
                 self.jobs
                     .put_specs(job, &generated.value.functions)
                     .await
-                    .map_err(retry)?;
+                    .map_err(redis)?;
                 self.emit(Event::Planned {
                     job_id: job,
                     failure: None,
@@ -254,7 +279,7 @@ impl Pipeline {
                 .await
             }
             // The model is down: hand the task back; the delivery limit bounds the waiting.
-            Err(Error::Retry(reason)) => Err(Error::Retry(reason)),
+            Err(e @ Error::Retry { .. }) => Err(e),
             Err(Error::Drop(reason)) => {
                 self.emit(Event::Planned {
                     job_id: job,
@@ -298,7 +323,7 @@ impl Pipeline {
             .spec(&function)
             .cloned()
             .ok_or_else(|| Error::Drop(format!("{function} is not in the plan of job {job}")))?;
-        if let Some(existing) = self.jobs.function(job, &function).await.map_err(retry)?
+        if let Some(existing) = self.jobs.function(job, &function).await.map_err(redis)?
             && existing.done
         {
             return self
@@ -311,7 +336,7 @@ impl Pipeline {
         // Verified code of the dependencies, in plan order.
         let mut dependency_code = Vec::new();
         for dep in Self::dependencies(&plan, &function) {
-            let outcome = self.jobs.function(job, &dep).await.map_err(retry)?;
+            let outcome = self.jobs.function(job, &dep).await.map_err(redis)?;
             match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
                 Some(code) => dependency_code.push((dep, code)),
                 None => {
@@ -322,7 +347,7 @@ impl Pipeline {
                     let mut failed = FunctionOutcome::new(&function);
                     failed.done = true;
                     failed.failure = Some(reason);
-                    self.jobs.put_function(job, &failed).await.map_err(retry)?;
+                    self.jobs.put_function(job, &failed).await.map_err(redis)?;
                     return self
                         .emit(Event::FunctionDone {
                             job_id: job,
@@ -342,7 +367,7 @@ impl Pipeline {
                     cached.cached = true;
                     cached.name = function.clone();
                     // Not stored when another run finished first: that outcome stands.
-                    self.jobs.put_function(job, &cached).await.map_err(retry)?;
+                    self.jobs.put_function(job, &cached).await.map_err(redis)?;
                     self.progress(
                         job,
                         json!({"event": "function_cached", "function": function}),
@@ -371,9 +396,9 @@ impl Pipeline {
         let result = self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
             .await;
-        if let Err(Error::Retry(reason)) = result {
+        if let Err(e @ Error::Retry { .. }) = result {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
-            return Err(Error::Retry(reason));
+            return Err(e);
         }
         if let Err(Error::Drop(reason)) = result {
             outcome.failure = Some(reason);
@@ -382,7 +407,7 @@ impl Pipeline {
         outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
-        if !self.jobs.put_function(job, &outcome).await.map_err(retry)? {
+        if !self.jobs.put_function(job, &outcome).await.map_err(redis)? {
             tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
             return self
                 .emit(Event::FunctionDone {
@@ -501,9 +526,10 @@ impl Pipeline {
             let module = format!("{prelude}{code}");
             let run = match self.run_cases(&module, &spec.name, &outcome.tests).await {
                 Ok(run) => run,
-                Err(Error::Retry(reason))
-                    if self.options.static_fallback && self.sandbox.health().await.is_err() =>
-                {
+                Err(Error::Retry {
+                    dependency: Dependency::Docker,
+                    reason,
+                }) if self.options.static_fallback && self.sandbox.health().await.is_err() => {
                     tracing::warn!(%job, function = %spec.name, %reason, "no sandbox: static checks only");
                     match crate::static_check::check(&module, Some((&spec.name, spec.inputs.len())))
                     {
@@ -562,17 +588,39 @@ impl Pipeline {
         )))
     }
 
-    /// A sandbox run, its wall time added to the task's [`SANDBOX_MS`].
+    /// A sandbox run, its wall time added to the task's [`SANDBOX_MS`]. While Docker is down
+    /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
+    /// the model calls the task has already made.
     async fn sandboxed(
         &self,
         execution: &ExecutionRequest,
-    ) -> Result<proto::ExecutionResult, sandbox::Error> {
-        let started = Instant::now();
-        let result = self.sandbox.run(execution).await;
-        let _ = SANDBOX_MS.try_with(|ms| {
-            ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
-        });
-        result
+    ) -> Result<proto::ExecutionResult, Error> {
+        loop {
+            let started = Instant::now();
+            let result = self.sandbox.run(execution).await;
+            let _ = SANDBOX_MS.try_with(|ms| {
+                ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+            });
+            let e = match result {
+                Ok(result) => return Ok(result),
+                Err(e) => e,
+            };
+            let reason = e.to_string();
+            if e.is_retryable()
+                && self.gate.confirm_down(Dependency::Docker, &reason).await
+                && self
+                    .gate
+                    .wait_up(&[Dependency::Docker], self.options.sandbox_wait)
+                    .await
+                    .is_ok()
+            {
+                continue;
+            }
+            return Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason,
+            });
+        }
     }
 
     /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
@@ -610,7 +658,7 @@ impl Pipeline {
             ]),
             return_files: vec![],
         };
-        let result = self.sandboxed(&execution).await.map_err(retry)?;
+        let result = self.sandboxed(&execution).await?;
         let duration_ms = result.duration_ms;
         let report = result
             .stdout
@@ -624,10 +672,10 @@ impl Pipeline {
                 Status::MemoryLimit => "memory_limit",
                 Status::OutputLimit => "output_limit",
                 Status::SandboxError | Status::Error => {
-                    return Err(Error::Retry(format!(
-                        "sandbox: {}",
-                        result.reason.unwrap_or_default()
-                    )));
+                    return Err(Error::Retry {
+                        dependency: Dependency::Docker,
+                        reason: format!("sandbox: {}", result.reason.unwrap_or_default()),
+                    });
                 }
                 _ => "runtime",
             };
@@ -693,13 +741,13 @@ impl Pipeline {
     pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
         let meta = self.meta(job).await?;
-        if self.jobs.result(job).await.map_err(retry)?.is_some() {
+        if self.jobs.result(job).await.map_err(redis)?.is_some() {
             return self.emit(Event::Integrated { job_id: job }).await;
         }
         let plan = self.plan_of(job).await?;
         let mut outcomes = BTreeMap::new();
         for spec in &plan.specs {
-            if let Some(outcome) = self.jobs.function(job, &spec.name).await.map_err(retry)? {
+            if let Some(outcome) = self.jobs.function(job, &spec.name).await.map_err(redis)? {
                 outcomes.insert(spec.name.clone(), outcome);
             }
         }
@@ -827,7 +875,7 @@ impl Pipeline {
                         "validation": result.validation}),
             )
             .await
-            .map_err(retry)?;
+            .map_err(redis)?;
         if !finished {
             tracing::info!(%job, "the job had finished already; its result stands");
             return self.emit(Event::Integrated { job_id: job }).await;
@@ -879,7 +927,7 @@ impl Pipeline {
             ]),
             return_files: vec![],
         };
-        let run = self.sandboxed(&execution).await.map_err(retry)?;
+        let run = self.sandboxed(&execution).await?;
         let report = run
             .stdout
             .lines()

@@ -187,3 +187,170 @@ async fn run_processes_until_cancelled() {
         .expect("worker did not stop")
         .unwrap();
 }
+
+/// A gate whose Redis probe asks `store` and whose Docker probe reads `docker_up`.
+fn gate_over(
+    store: &MemoryStore,
+    docker_up: &Arc<std::sync::atomic::AtomicBool>,
+) -> (Gate, gate::GateService) {
+    let (store, docker_up) = (store.clone(), docker_up.clone());
+    Gate::builder()
+        .probe(Dependency::Redis, move || {
+            let store = store.clone();
+            async move { store.health().await }
+        })
+        .probe(Dependency::Docker, move || {
+            let up = docker_up.load(std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if up {
+                    Ok(())
+                } else {
+                    Err("docker.sock refused".into())
+                }
+            }
+        })
+        .build(gate::Intervals {
+            probe: Duration::from_millis(20),
+            watch: Duration::from_millis(20),
+        })
+}
+
+fn up() -> Arc<std::sync::atomic::AtomicBool> {
+    Arc::new(std::sync::atomic::AtomicBool::new(true))
+}
+
+#[tokio::test]
+async fn a_result_waits_for_redis_instead_of_going_back_to_the_queue() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let docker = up();
+    let (gate, service) = gate_over(&store, &docker);
+    let cancel = CancellationToken::new();
+    tokio::spawn(service.run(cancel.clone()));
+    let options = Options {
+        store_retry_for: Duration::from_millis(50),
+        ..Options::default()
+    };
+    let w = worker(&broker, &store, ScriptedSandbox::new(passing), options).with_gate(gate);
+    let (id, message) = task("x");
+    broker.publish(message).await.unwrap();
+    let delivery = next(&broker).await;
+    // Down after the task was taken: the write fails, the probe confirms, the task waits.
+    store.set_down("redis stopped");
+    let handling = tokio::spawn(async move { w.handle(delivery).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !handling.is_finished(),
+        "the task waits while redis is down"
+    );
+    store.set_up();
+    assert_eq!(handling.await.unwrap(), Outcome::Completed);
+    assert!(store.execution_result(id).await.unwrap().is_some());
+    assert_eq!(broker.len(Queue::Tasks), 0);
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn past_outage_wait_a_task_goes_back_without_counting_towards_the_limit() {
+    let (broker, store) = (MemoryBroker::new(1), MemoryStore::new());
+    let docker = up();
+    let (gate, service) = gate_over(&store, &docker);
+    let cancel = CancellationToken::new();
+    tokio::spawn(service.run(cancel.clone()));
+    let options = Options {
+        outage_wait: Duration::from_millis(100),
+        ..Options::default()
+    };
+    let w = worker(&broker, &store, ScriptedSandbox::new(passing), options).with_gate(gate);
+    let (id, message) = task("x");
+    broker.publish(message).await.unwrap();
+    store.set_down("redis stopped");
+    // Far more hand-backs than the delivery limit of 1 allows returns.
+    for _ in 0..4 {
+        let delivery = next(&broker).await;
+        assert_eq!(delivery.delivery_count, 0);
+        assert_eq!(w.handle(delivery).await, Outcome::HandedBack);
+    }
+    assert_eq!(broker.len(Queue::DeadLetters), 0);
+    store.set_up();
+    let delivery = next(&broker).await;
+    assert_eq!(delivery.delivery_count, 0);
+    assert_eq!(w.handle(delivery).await, Outcome::Completed);
+    assert!(store.execution_result(id).await.unwrap().is_some());
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn an_execution_waits_for_docker_instead_of_reporting_sandbox_error() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let docker = up();
+    let (gate, service) = gate_over(&store, &docker);
+    let cancel = CancellationToken::new();
+    tokio::spawn(service.run(cancel.clone()));
+    let flag = docker.clone();
+    let sandbox = ScriptedSandbox::new(move |request| {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            passing(request)
+        } else {
+            Err(sandbox::Error::Unavailable(
+                "cannot connect to docker".into(),
+            ))
+        }
+    });
+    let w = worker(&broker, &store, sandbox.clone(), Options::default()).with_gate(gate);
+    let (id, message) = task("x");
+    broker.publish(message).await.unwrap();
+    let delivery = next(&broker).await;
+    docker.store(false, std::sync::atomic::Ordering::SeqCst);
+    let handling = tokio::spawn(async move { w.handle(delivery).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !handling.is_finished(),
+        "the execution waits while docker is down"
+    );
+    docker.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(handling.await.unwrap(), Outcome::Completed);
+    let result = store.execution_result(id).await.unwrap().unwrap();
+    assert_eq!(result.status, Status::Passed, "{result:?}");
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_worker_takes_no_work_while_a_dependency_is_down_and_resumes_by_itself() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let docker = up();
+    docker.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (gate, service) = gate_over(&store, &docker);
+    let cancel = CancellationToken::new();
+    tokio::spawn(service.run(cancel.clone()));
+    let w = worker(
+        &broker,
+        &store,
+        ScriptedSandbox::new(passing),
+        Options::default(),
+    )
+    .with_gate(gate.clone());
+    let mut rx = gate.subscribe();
+    rx.wait_for(|down| down.contains_key(&Dependency::Docker))
+        .await
+        .unwrap();
+    let running = tokio::spawn(w.run(cancel.clone()));
+    let (id, message) = task("x");
+    broker.publish_execution(message).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        broker.len(Queue::Executions),
+        1,
+        "not taken while docker is down"
+    );
+    docker.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = store
+        .wait_execution(id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(result.unwrap().status, Status::Passed);
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("worker stops")
+        .unwrap();
+}
