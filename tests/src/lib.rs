@@ -6,6 +6,8 @@
 //! coordinator and worker processes (the binary built by `cargo build --bin codegen`), so tests
 //! can run in parallel and can kill or restart processes without disturbing each other.
 
+pub mod faults;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -405,14 +407,27 @@ pub struct PrivateRedis {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// AOF with fsync on every write, stopped gracefully: a restart keeps every key.
+    persistent: bool,
 }
 
 impl PrivateRedis {
+    /// Without persistence: a restart starts empty.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// With AOF (`appendfsync always`) and a graceful stop: an outage, not a data loss.
+    pub fn start_persistent() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Self {
         let mut redis = Self {
             port: free_port(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
+            persistent,
         };
         redis.restart();
         redis
@@ -425,6 +440,11 @@ impl PrivateRedis {
     /// (Re)starts the server on the same port and data folder; waits until it answers.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
+        let (appendonly, fsync) = if self.persistent {
+            ("yes", "always")
+        } else {
+            ("no", "everysec")
+        };
         let child = Command::new("redis-server")
             .args([
                 "--bind",
@@ -434,7 +454,9 @@ impl PrivateRedis {
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                appendonly,
+                "--appendfsync",
+                fsync,
                 "--dir",
             ])
             .arg(self.dir.path())
@@ -450,8 +472,17 @@ impl PrivateRedis {
         }
     }
 
+    /// Stops the server (SIGTERM when persistent, so it finishes its AOF) and waits until the
+    /// port refuses connections.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if self.persistent {
+                let _ = Command::new("kill").arg(child.id().to_string()).status();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -227,6 +227,9 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
                 "unix:///nonexistent/docker.sock",
             ),
             ("CODEGEN__SANDBOX__CHECKOUT_TIMEOUT", "1s"),
+            // Docker down this long hands the pipeline to the static checks (60 s by default:
+            // a shorter outage is waited out, and the job is tested after all).
+            ("CODEGEN__WORKER__PIPELINE__SANDBOX_WAIT", "1s"),
         ],
     );
     let (_, body) = cluster
