@@ -192,6 +192,13 @@ async fn a_batch_without_faults_succeeds_whole() {
     rig.finish("none", 0).await;
 }
 
+/// The reference for the batch that meets every fault, which is twice as large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_batch_without_faults_succeeds_whole() {
+    let rig = Rig::start(2 * JOBS, false).await;
+    rig.finish("none", 0).await;
+}
+
 async fn redis_down_for(seconds: u64) {
     let mut rig = Rig::start(JOBS, false).await;
     rig.in_flight().await;
@@ -250,7 +257,7 @@ async fn a_model_refusing_connections_for_20s_costs_time_not_jobs() {
     rig.in_flight().await;
     rig.model.stop();
     // A worker that fails a call probes the model, names it in /readyz and pauses.
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(30);
     'named: loop {
         for (_, ops) in &rig.workers {
             let (_, ready): (u16, Value) = rig.cluster.readyz(ops).await;
@@ -296,5 +303,9 @@ async fn every_fault_in_one_batch_costs_time_not_jobs() {
     rig.model.stop();
     pause(20).await;
     rig.model.restart();
-    rig.finish("all of the above, one after another", 57).await;
+    rig.finish(
+        "worker SIGKILL, then all of the above, one after another",
+        57,
+    )
+    .await;
 }
