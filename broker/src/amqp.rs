@@ -3,10 +3,12 @@
 //! One connection per process with lapin's automatic recovery (connection, channels, topology,
 //! consumers, publisher confirms). A small supervisor makes the first connection with backoff
 //! and replaces a connection that lapin gave up on, so a process started while the broker is
-//! down simply waits for it.
+//! down simply waits for it. Given several nodes of one cluster, the supervisor tries them in
+//! turn and lapin's own recovery retries a lost node only a few times before the supervisor
+//! moves on to the next node, so losing a node costs seconds, not the whole backoff.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -37,7 +39,7 @@ pub struct AmqpBroker {
 impl std::fmt::Debug for AmqpBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpBroker")
-            .field("url", &redact(&self.inner.options.url))
+            .field("url", &redact_all(&self.inner.options.url))
             .field("topology", &self.inner.topology)
             .finish()
     }
@@ -147,27 +149,52 @@ impl Supervisor {
     pub async fn run(self, cancel: CancellationToken) {
         let broker = self.broker;
         let options = &broker.inner.options;
+        let urls = options.urls();
+        if urls.is_empty() {
+            broker.set_error("broker.url names no node");
+            tracing::error!("broker.url names no node");
+            cancel.cancelled().await;
+            return;
+        }
         let mut delays = backoff(options.reconnect_max_delay).build();
+        // Index of the next node to try; a failed node passes the turn without a delay until
+        // every node failed once.
+        let mut next = 0usize;
+        let mut failed_in_round = 0usize;
         loop {
             if cancel.is_cancelled() {
                 break;
             }
-            match connect(options, &broker.inner.topology).await {
+            let url = &urls[next % urls.len()];
+            next += 1;
+            match connect(url, urls.len() > 1, options, &broker.inner.topology).await {
                 Ok(live) => {
-                    tracing::info!(url = %redact(&options.url), "connected to broker");
+                    tracing::info!(url = %redact(url), "connected to broker");
+                    failed_in_round = 0;
                     delays = backoff(options.reconnect_max_delay).build();
                     *broker.inner.last_error.lock().expect("poisoned") = None;
                     let live = Arc::new(live);
                     broker.inner.live.send_replace(Some(live.clone()));
-                    // lapin recovers from network failures itself; step in only once it gives up.
+                    // lapin recovers from network failures itself; step in once it gives up or,
+                    // when other nodes could take over, once its node stayed away too long.
+                    let mut away_since: Option<Instant> = None;
                     loop {
                         tokio::select! {
                             _ = cancel.cancelled() => break,
-                            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
                         }
                         let status = live.connection.status();
                         if status.errored() || status.closed() {
                             break;
+                        }
+                        if urls.len() > 1 {
+                            if status.connected() {
+                                away_since = None;
+                            } else if away_since.get_or_insert_with(Instant::now).elapsed()
+                                >= NODE_AWAY_BEFORE_FAILOVER
+                            {
+                                break;
+                            }
                         }
                     }
                     broker.inner.live.send_replace(None);
@@ -175,13 +202,28 @@ impl Supervisor {
                         let _ = live.connection.close(200, "shutdown".into()).await;
                         break;
                     }
-                    broker.set_error("connection lost and not recovered");
-                    tracing::warn!("broker connection lost for good; reconnecting");
+                    // Stop lapin's own recovery of the abandoned node; it may never answer.
+                    let abandoned = live.clone();
+                    tokio::spawn(async move {
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(2),
+                            abandoned.connection.close(200, "failing over".into()),
+                        )
+                        .await;
+                    });
+                    broker.set_error(format!("{}: connection lost", redact(url)));
+                    tracing::warn!(url = %redact(url), "broker connection lost for good; reconnecting");
                 }
                 Err(e) => {
+                    broker.set_error(format!("{}: {e}", redact(url)));
+                    failed_in_round += 1;
+                    if failed_in_round < urls.len() {
+                        tracing::warn!(url = %redact(url), error = %e, "cannot connect to broker node; trying the next");
+                        continue;
+                    }
+                    failed_in_round = 0;
                     let delay = delays.next().unwrap_or(options.reconnect_max_delay);
-                    tracing::warn!(error = %e, retry_in = ?delay, "cannot connect to broker");
-                    broker.set_error(e.to_string());
+                    tracing::warn!(url = %redact(url), error = %e, retry_in = ?delay, "cannot connect to broker");
                     tokio::select! {
                         _ = cancel.cancelled() => break,
                         _ = tokio::time::sleep(delay) => {}
@@ -200,13 +242,32 @@ fn backoff(max_delay: Duration) -> ExponentialBuilder {
         .without_max_times()
 }
 
-async fn connect(options: &Options, topology: &Topology) -> Result<Live, lapin::Error> {
+/// Retries of a lost node by lapin's own recovery when other nodes could take over.
+const NODE_RETRIES_BEFORE_FAILOVER: usize = 3;
+
+/// How long a connection may stay in recovery before the supervisor moves to the next node.
+/// (lapin leaves a connection whose recovery ran out of retries in `Reconnecting` for good.)
+const NODE_AWAY_BEFORE_FAILOVER: Duration = Duration::from_secs(3);
+
+async fn connect(
+    url: &str,
+    failover: bool,
+    options: &Options,
+    topology: &Topology,
+) -> Result<Live, lapin::Error> {
     let max_delay = options.reconnect_max_delay;
     let properties = ConnectionProperties::default()
         .with_connection_name("codegen-cluster".into())
         .enable_auto_recover()
-        .configure_backoff(move |_| backoff(max_delay));
-    let connection = Connection::connect(&options.url, properties).await?;
+        .configure_backoff(move |_| {
+            let delays = backoff(max_delay);
+            if failover {
+                delays.with_max_times(NODE_RETRIES_BEFORE_FAILOVER)
+            } else {
+                delays
+            }
+        });
+    let connection = Connection::connect(url, properties).await?;
     let channel = connection.create_channel().await?;
     declare(&channel, options, topology).await?;
     channel
@@ -317,6 +378,14 @@ async fn declare(
 }
 
 /// The URL without its password, for logs and `/readyz`.
+/// [`redact`] for each address of a comma-separated list.
+fn redact_all(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| redact(u.trim()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
@@ -348,15 +417,28 @@ impl AmqpBroker {
                 let Some(live) = self.wait_live(&never).await else {
                     continue;
                 };
-                match self.publish_once(&live, queue, &message, &headers).await {
-                    Ok(()) => return Ok(()),
-                    Err(e) => {
-                        self.set_error(e.to_string());
-                        tracing::warn!(error = %e, message_id = %message.message_id, "publish failed; retrying");
-                        if live.publisher.wait_for_recovery(e).await.is_err() {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
+                // A connection the supervisor gave up on may never answer again: whatever
+                // waits on it stops once the supervisor replaced it, and the next turn
+                // publishes on the new one.
+                let mut current = self.inner.live.subscribe();
+                let replaced =
+                    current.wait_for(|l| !l.as_ref().is_some_and(|l| Arc::ptr_eq(l, &live)));
+                let once = async {
+                    match self.publish_once(&live, queue, &message, &headers).await {
+                        Ok(()) => true,
+                        Err(e) => {
+                            self.set_error(e.to_string());
+                            tracing::warn!(error = %e, message_id = %message.message_id, "publish failed; retrying");
+                            if live.publisher.wait_for_recovery(e).await.is_err() {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                            false
                         }
                     }
+                };
+                tokio::select! {
+                    published = once => if published { return Ok(()) },
+                    _ = replaced => {}
                 }
             }
         };
@@ -524,11 +606,11 @@ impl Broker for AmqpBroker {
             Some(live) if live.connection.status().connected() => Ok(()),
             Some(_) => Err(format!(
                 "rabbitmq at {}: reconnecting",
-                redact(&self.inner.options.url)
+                redact_all(&self.inner.options.url)
             )),
             None => Err(format!(
                 "rabbitmq at {}: {}",
-                redact(&self.inner.options.url),
+                redact_all(&self.inner.options.url),
                 self.inner
                     .last_error
                     .lock()
@@ -697,6 +779,22 @@ impl Acker for LapinAcker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_node_of_a_list_is_tried_and_redacted() {
+        let options = Options {
+            url: "amqp://u:p@a:5672/%2f, amqp://b:5672/%2f,".into(),
+            ..Options::default()
+        };
+        assert_eq!(
+            options.urls(),
+            vec!["amqp://u:p@a:5672/%2f", "amqp://b:5672/%2f"]
+        );
+        assert_eq!(
+            redact_all(&options.url),
+            "amqp://u:***@a:5672/%2f,amqp://b:5672/%2f,"
+        );
+    }
 
     #[test]
     fn redact_hides_the_password_only() {

@@ -37,7 +37,9 @@ pub use memory::MemoryBroker;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
-    /// AMQP URL of the RabbitMQ node.
+    /// AMQP URL of the RabbitMQ node, or of every node of one cluster as a comma-separated
+    /// list: the client connects to the first that answers and moves to the next when its
+    /// node is lost.
     pub url: String,
     /// Prefix of every exchange and queue name, so clusters can share a broker.
     pub prefix: String,
@@ -49,6 +51,18 @@ pub struct Options {
     /// Upper bound of the reconnect backoff.
     #[serde(with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+}
+
+impl Options {
+    /// The node addresses in `url`, in the order they are tried.
+    pub fn urls(&self) -> Vec<String> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 impl Default for Options {
