@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# Offline image bases: a Debian rootfs made by mmdebstrap from a package list, imported into
+# the Docker engine (no registry needed). Sourced by sandbox-images/build and
+# deploy/images/build, which define die and log.
+
+ROOTFS_SUITE=bookworm
+# Options for mmdebstrap apart from the package list; part of the base hash.
+ROOTFS_OPTS=(
+  --variant=essential
+  # merged /usr via symlinks + usr-is-merged, instead of the usrmerge package
+  # (which would pull in perl, ~55 MB)
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+  --dpkgopt='path-exclude=/usr/share/man/*'
+  --dpkgopt='path-exclude=/usr/share/info/*'
+  --dpkgopt='path-exclude=/usr/share/locale/*'
+  --dpkgopt='path-include=/usr/share/locale/locale.alias'
+  --dpkgopt='path-exclude=/usr/share/doc/*'
+  --dpkgopt='path-include=/usr/share/doc/*/copyright'
+)
+
+rootfs_sha() { sha256sum | cut -c1-16; }
+
+# rootfs_hash PACKAGES_FILE: hash of the mmdebstrap inputs (suite, options, package list).
+rootfs_hash() {
+  { echo "$ROOTFS_SUITE"; printf '%s\n' "${ROOTFS_OPTS[@]}"; tr -s ' \t\n' '\n' <"$1" | sed '/^$/d' | sort -u; } | rootfs_sha
+}
+
+# rootfs_import NAME PACKAGES_FILE TAG WORKDIR: mmdebstrap a rootfs with the packages listed
+# in PACKAGES_FILE under WORKDIR, import it as TAG, delete the tar.
+rootfs_import() {
+  local name="$1" packages="$2" tag="$3" workdir="$4" pkgs tmp
+  command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap not found (apt-get install -y mmdebstrap)"
+  pkgs="$(tr -s ' \t\n' ',' <"$packages" | sed 's/^,//; s/,$//')"
+  [ -n "$pkgs" ] || die "$name: empty packages list"
+  mkdir -p "$workdir"
+  tmp="$(mktemp -d "$workdir/$name-rootfs.XXXXXX")"
+  log "$name: building rootfs with mmdebstrap ($ROOTFS_SUITE, essential + $pkgs)"
+  if ! mmdebstrap --quiet "${ROOTFS_OPTS[@]}" --include="$pkgs" \
+      "$ROOTFS_SUITE" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
+    cat "$tmp/mmdebstrap.log" >&2
+    rm -rf "$tmp"
+    die "$name: mmdebstrap failed"
+  fi
+  log "$name: importing rootfs ($(du -m "$tmp/rootfs.tar" | cut -f1) MB) as $tag"
+  if ! docker import \
+      --change "LABEL org.codegen.base-inputs=${tag##*:}" \
+      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+      "$tmp/rootfs.tar" "$tag" >/dev/null; then
+    rm -rf "$tmp"
+    die "$name: docker import failed"
+  fi
+  rm -rf "$tmp"
+}
