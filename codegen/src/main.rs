@@ -57,7 +57,7 @@ struct ModelServerArgs {
     /// The answers file (see `model::scripted`).
     #[arg(long)]
     script: PathBuf,
-    /// Loopback address to listen on.
+    /// Address to listen on (loopback by default; a private network in deploy/compose).
     #[arg(long, default_value = "127.0.0.1:8090")]
     listen: std::net::SocketAddr,
 }

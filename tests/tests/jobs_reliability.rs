@@ -125,9 +125,9 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
     let mut rabbit = tests::PrivateRabbit::start();
     let mut cluster = Cluster::new().with_broker(rabbit.url());
     let _model = cluster.scripted_model(&slow_script(dir.path(), 300)).await;
-    let _coordinator = cluster.coordinator().await;
+    let coordinator = cluster.coordinator().await;
     let (w1, _) = cluster.worker("worker-1").await;
-    let (_w2, _) = cluster.worker("worker-2").await;
+    let (w2, _) = cluster.worker("worker-2").await;
 
     // One batch of three jobs (POST /v1/batches, JSONL).
     let lines: Vec<String> = (0..3)
@@ -156,8 +156,25 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     rabbit.restart();
 
+    // Without the outage the batch takes ~10 s; a job still running after a minute is stuck,
+    // and the processes' logs say where.
+    let deadline = Instant::now() + Duration::from_secs(60);
     for id in &ids {
-        let result = cluster.wait_job(id, Duration::from_secs(180)).await;
+        let result = loop {
+            let (_, body) =
+                tests::get_json(&cluster.http, &format!("{}/v1/jobs/{id}", cluster.url())).await;
+            if body["status"] == "succeeded" || body["status"] == "failed" {
+                break body;
+            }
+            if Instant::now() > deadline {
+                let logs: String = [&coordinator, &w1, &w2]
+                    .iter()
+                    .map(|p| format!("--- {}\n{}", p.name, p.log_text()))
+                    .collect();
+                panic!("job {id} stuck: {body}\n{logs}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         assert_eq!(result["status"], "succeeded", "{result:#}");
     }
     let (_, batch) = tests::get_json(
