@@ -52,6 +52,14 @@ impl Metrics {
         registry.register(Box::new(metrics.http_seconds.clone()))?;
         registry.register(Box::new(metrics.executions.clone()))?;
         registry.register(Box::new(metrics.dead_letters.clone()))?;
+        // The series alerts watch exist from the start, at zero, so the first dead letter or
+        // failed job is an increase rather than a new series that increase() cannot see.
+        for reason in ["delivery_limit", "rejected"] {
+            metrics.dead_letters.with_label_values(&[reason]);
+        }
+        for outcome in ["accepted", "cache_hit", "failed"] {
+            metrics.jobs.with_label_values(&[outcome]);
+        }
         Ok(metrics)
     }
 }

@@ -61,6 +61,13 @@ impl Metrics {
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.sandbox_runs.clone()))?;
         registry.register(Box::new(metrics.sandbox_seconds.clone()))?;
+        // The series alerts watch exist from the start, at zero, so the first event is an
+        // increase rather than a new series that rate() and increase() cannot see.
+        for kind in ["plan", "implement", "integrate", "execute"] {
+            for outcome in ["completed", "requeued", "handed_back"] {
+                metrics.tasks.with_label_values(&[kind, outcome]);
+            }
+        }
         Ok(metrics)
     }
 }

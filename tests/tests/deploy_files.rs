@@ -1,0 +1,138 @@
+//! The deployment files hold together: the alert rules pass promtool's checks and their own
+//! unit tests, and every metric a rule or dashboard panel names is exported by a running
+//! coordinator or worker (a renamed metric would otherwise leave an alert silently empty).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use tests::{Cluster, root};
+
+/// promtool from `PROMTOOL`, the copy `scripts/test` extracts from Debian's prometheus package,
+/// or PATH.
+fn promtool() -> PathBuf {
+    if let Some(path) = std::env::var_os("PROMTOOL") {
+        return path.into();
+    }
+    let extracted = root().join(".cluster/tools/prometheus/usr/bin/promtool");
+    if extracted.exists() {
+        return extracted;
+    }
+    "promtool".into()
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e} (scripts/test installs promtool)"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{command:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let dir = root().join("deploy/prometheus");
+    let checked = run(Command::new(promtool())
+        .args(["check", "rules", "alerts.yml"])
+        .current_dir(&dir));
+    assert!(checked.contains("SUCCESS"), "{checked}");
+    let tested = run(Command::new(promtool())
+        .args(["test", "rules", "alerts_test.yml"])
+        .current_dir(&dir));
+    assert!(tested.contains("SUCCESS"), "{tested}");
+}
+
+/// Every `codegen_*` name in the files, histogram suffixes removed.
+fn names_in(files: &[PathBuf]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("codegen_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            names.insert(base.to_owned());
+            rest = &tail[end..];
+        }
+    }
+    names
+}
+
+/// The metric families a /metrics answer declares.
+fn exported(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_process() {
+    let mut files = vec![root().join("deploy/prometheus/alerts.yml")];
+    let grafana = root().join("deploy/grafana");
+    if let Ok(entries) = std::fs::read_dir(&grafana) {
+        files.extend(entries.map(|e| e.unwrap().path()));
+    }
+    let wanted = names_in(&files);
+    assert!(
+        wanted.len() >= 5,
+        "too few metrics found in {files:?}: {wanted:?}"
+    );
+
+    // A coordinator and a worker that have done one job and one execution.
+    let mut cluster = Cluster::new();
+    let _model = cluster
+        .scripted_model(&root().join("examples/scripted-model.json"))
+        .await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, worker_ops) = cluster.worker("worker").await;
+    let (status, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let job = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let (status, body) = cluster
+        .execute("", json!({"language": "python", "code": "print(1)"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut have = BTreeSet::new();
+    for url in [cluster.url(), worker_ops] {
+        let text = cluster
+            .http
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        have.extend(exported(&text));
+    }
+    let missing: Vec<_> = wanted.difference(&have).collect();
+    assert!(
+        missing.is_empty(),
+        "named in {files:?} but exported by no process: {missing:?}\nexported: {have:?}"
+    );
+    cluster.cleanup().await;
+}
