@@ -51,6 +51,38 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
 
+#[test]
+fn every_dashboard_query_parses_as_promql() {
+    // promtool parses expressions only inside rule files: one recording rule per panel query.
+    let dir = tempfile::tempdir().unwrap();
+    let mut rules = String::from("groups:\n  - name: dashboards\n    rules:\n");
+    let mut count = 0;
+    for entry in std::fs::read_dir(root().join("deploy/grafana")).unwrap() {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                count += 1;
+                let expr = serde_json::to_string(&target["expr"]).unwrap();
+                rules.push_str(&format!(
+                    "      - record: dashboard:query_{count}\n        expr: {expr}\n"
+                ));
+            }
+        }
+    }
+    assert!(count >= 10, "only {count} dashboard queries");
+    let file = dir.path().join("dashboards.yml");
+    std::fs::write(&file, rules).unwrap();
+    let checked = run(Command::new(promtool())
+        .arg("check")
+        .arg("rules")
+        .arg(&file));
+    assert!(
+        checked.contains(&format!("SUCCESS: {count} rules found")),
+        "{checked}"
+    );
+}
+
 /// Every `codegen_*` name in the files, histogram suffixes removed.
 fn names_in(files: &[PathBuf]) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

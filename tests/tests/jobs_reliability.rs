@@ -177,11 +177,6 @@ async fn a_broker_restart_mid_batch_loses_no_job() {
         };
         assert_eq!(result["status"], "succeeded", "{result:#}");
     }
-    if std::env::var_os("SCRATCH_PRINT_LOGS").is_some() {
-        for p in [&coordinator, &w1, &w2] {
-            println!("--- {}\n{}", p.name, p.log_text());
-        }
-    }
     let (_, batch) = tests::get_json(
         &cluster.http,
         &format!("{}/v1/batches/{batch_id}", cluster.url()),
