@@ -187,6 +187,18 @@ impl Supervisor {
                         if status.errored() || status.closed() {
                             break;
                         }
+                        // A channel the broker closed (a channel-level error) is not recovered
+                        // on a healthy connection, and every publish would fail on it: start
+                        // over on a new connection.
+                        let publisher = live.publisher.status();
+                        if status.connected()
+                            && !(publisher.connected()
+                                || publisher.initializing()
+                                || publisher.closing())
+                        {
+                            tracing::warn!("publisher channel closed by the broker; reconnecting");
+                            break;
+                        }
                         if urls.len() > 1 {
                             if status.connected() {
                                 away_since = None;
