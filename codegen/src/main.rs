@@ -125,7 +125,7 @@ fn on_shutdown_signal(token: CancellationToken, readiness: telemetry::Readiness)
 }
 
 async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
-    telemetry::init_logging(&settings.log);
+    let _log = telemetry::init_logging(&settings.log);
     let registry = prometheus::Registry::new();
     // Infrastructure outlives the service so in-flight requests can finish during shutdown.
     let infra = CancellationToken::new();
@@ -168,7 +168,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn run_worker(settings: Settings) -> anyhow::Result<()> {
-    telemetry::init_logging(&settings.log);
+    let _log = telemetry::init_logging(&settings.log);
     let registry = prometheus::Registry::new();
     let infra = CancellationToken::new();
     let shutdown = CancellationToken::new();
@@ -280,7 +280,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn run_model_server(settings: Settings, args: ModelServerArgs) -> anyhow::Result<()> {
-    telemetry::init_logging(&settings.log);
+    let _log = telemetry::init_logging(&settings.log);
     let script = model::scripted::Scripted::from_file(&args.script)?;
     let tcp = tokio::net::TcpListener::bind(args.listen)
         .await

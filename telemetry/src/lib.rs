@@ -45,21 +45,29 @@ impl Default for LogOptions {
     }
 }
 
-/// Installs the global `tracing` subscriber (logs go to stderr).
-pub fn init_logging(options: &LogOptions) {
+/// Keeps the log writer's thread running; logs still buffered are written when it is dropped,
+/// so hold it until the process exits.
+pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+
+/// Installs the global `tracing` subscriber. Logs go to stderr through a writer thread, so a
+/// slow reader of stderr (a busy container runtime, a full pipe) never stalls the runtime's
+/// threads: past a buffer of lines, lines are dropped instead of blocking the process.
+pub fn init_logging(options: &LogOptions) -> LogGuard {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&options.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     use std::io::IsTerminal;
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let _ = match options.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    guard
 }
 
 type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;

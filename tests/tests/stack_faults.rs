@@ -57,15 +57,26 @@ impl Run {
         }
     }
 
-    /// Waits until some generation work is under way on the workers.
+    /// Waits until generation work is under way: some jobs past planning. (Through the API:
+    /// polling the containers' logs would load the engine that the workers log through.)
     async fn in_flight(&self) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let logs = self.stack.logs(&["worker-1", "worker-2", "worker-3"]);
-            if logs.matches("implement task started").count() >= 3 {
+            let mut running = 0;
+            for id in self.jobs.iter().take(20) {
+                let url = format!("{}/v1/jobs/{id}", self.client.url());
+                if let Ok(response) = self.client.http.get(&url).send().await
+                    && let Ok(body) = response.json::<Value>().await
+                    && body["status"] != "queued"
+                    && body["status"] != "planning"
+                {
+                    running += 1;
+                }
+            }
+            if running >= 3 {
                 return;
             }
-            assert!(Instant::now() < deadline, "no implement task started");
+            assert!(Instant::now() < deadline, "no job got past planning");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
