@@ -220,6 +220,14 @@ async fn pause(seconds: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn the_same_work_without_a_fault() {
+    let run = Run::start().await;
+    run.in_flight().await;
+    run.account("none").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
 async fn a_worker_killed_and_another_paused_past_its_consumer_timeout_lose_nothing() {
     let run = Run::start().await;
     run.in_flight().await;
