@@ -142,12 +142,55 @@ impl Run {
             leftovers.is_empty(),
             "{fault}: sandboxes left over: {leftovers:?}"
         );
+        let redone = self.redone().await;
         println!(
-            "STACK fault={fault:?} jobs={} executions={} all_final_once=true elapsed_s={:.1}",
+            "STACK fault={fault:?} jobs={} executions={} all_final_once=true elapsed_s={:.1} redone={redone}",
             self.jobs.len(),
             self.executions.len(),
             jobs_done.as_secs_f64()
         );
+    }
+}
+
+impl Run {
+    /// Deliveries that did not complete where they first landed, over the whole run, from the
+    /// stack's Prometheus (its `increase` spans the counter resets of restarted workers).
+    async fn redone(&self) -> String {
+        // One more scrape after the last task.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let query = "sum by (outcome) (increase(codegen_worker_tasks_total[1h]))";
+        let url = format!(
+            "http://127.0.0.1:{}/api/v1/query",
+            self.stack.prometheus_port
+        );
+        let Ok(response) = self
+            .client
+            .http
+            .get(&url)
+            .query(&[("query", query)])
+            .send()
+            .await
+        else {
+            return "unknown".into();
+        };
+        let body: Value = response.json().await.unwrap_or_default();
+        let mut parts = Vec::new();
+        for series in body["data"]["result"].as_array().into_iter().flatten() {
+            let outcome = series["metric"]["outcome"].as_str().unwrap_or("?");
+            let value: f64 = series["value"][1]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            if outcome != "completed" {
+                parts.push(format!("{outcome}:{}", value.round()));
+            }
+        }
+        parts.sort();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(",")
+        }
     }
 }
 
