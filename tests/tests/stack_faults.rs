@@ -158,7 +158,7 @@ impl Run {
     async fn redone(&self) -> String {
         // One more scrape after the last task.
         tokio::time::sleep(Duration::from_secs(12)).await;
-        let query = "sum by (outcome) (increase(codegen_worker_tasks_total[1h]))";
+        let query = "sum by (outcome) (increase(codegen_worker_tasks_total[1h])) or label_replace(sum(increase(codegen_worker_redeliveries_total[1h])), \"outcome\", \"redelivered\", \"\", \"\")";
         let url = format!(
             "http://127.0.0.1:{}/api/v1/query",
             self.stack.prometheus_port

@@ -344,6 +344,9 @@ impl Worker {
             }
         };
         let kind = envelope.task.kind();
+        if delivery.redelivered || delivery.delivery_count > 0 {
+            self.metrics.redeliveries.with_label_values(&[kind]).inc();
+        }
         let queue = match envelope.task {
             Task::Execute(_) => Queue::Executions,
             _ => Queue::Tasks,

@@ -4,6 +4,9 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Reg
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pub tasks: IntCounterVec,
+    /// Deliveries of a task that had been delivered before (a worker died or let go of it,
+    /// or a hand-back): work redone somewhere.
+    pub redeliveries: IntCounterVec,
     pub task_seconds: HistogramVec,
     pub queue_wait_seconds: HistogramVec,
     pub in_flight: IntGauge,
@@ -21,6 +24,13 @@ impl Metrics {
                     "Tasks settled, by kind and outcome",
                 ),
                 &["kind", "outcome"],
+            )?,
+            redeliveries: IntCounterVec::new(
+                Opts::new(
+                    "codegen_worker_redeliveries_total",
+                    "Deliveries of tasks delivered before (redone after a crash, a lost connection or a hand-back), by kind",
+                ),
+                &["kind"],
             )?,
             task_seconds: HistogramVec::new(
                 HistogramOpts::new(
@@ -56,6 +66,7 @@ impl Metrics {
             )?,
         };
         registry.register(Box::new(metrics.tasks.clone()))?;
+        registry.register(Box::new(metrics.redeliveries.clone()))?;
         registry.register(Box::new(metrics.task_seconds.clone()))?;
         registry.register(Box::new(metrics.queue_wait_seconds.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
@@ -64,9 +75,10 @@ impl Metrics {
         // The series alerts watch exist from the start, at zero, so the first event is an
         // increase rather than a new series that rate() and increase() cannot see.
         for kind in ["plan", "implement", "integrate", "execute"] {
-            for outcome in ["completed", "requeued", "handed_back"] {
+            for outcome in ["completed", "requeued", "handed_back", "duplicate"] {
                 metrics.tasks.with_label_values(&[kind, outcome]);
             }
+            metrics.redeliveries.with_label_values(&[kind]);
         }
         Ok(metrics)
     }
