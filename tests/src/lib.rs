@@ -366,6 +366,31 @@ impl Cluster {
     }
 }
 
+/// The cluster's sandbox containers go with it, in any state, whether the test passed,
+/// failed or skipped `cleanup`: a worker killed between create and start leaves `Created`
+/// ones, and a killed worker leaves its warm pool.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let listed = Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label={}={}", sandbox::LABEL_SANDBOX, self.prefix))
+            .output();
+        if let Ok(listed) = listed {
+            let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .arg("rm")
+                    .arg("-f")
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
 impl Default for Cluster {
     fn default() -> Self {
         Self::new()
