@@ -637,6 +637,10 @@ impl Coordinator {
             .await?;
         if finished {
             self.metrics.jobs.with_label_values(&["failed"]).inc();
+            self.metrics
+                .job_seconds
+                .with_label_values(&["failed"])
+                .observe(result.metrics.total_ms as f64 / 1000.0);
             tracing::info!(job = %meta.id, %reason, "job failed");
         } else {
             tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");

@@ -8,6 +8,8 @@ pub struct Metrics {
     pub executions: IntCounterVec,
     pub dead_letters: IntCounterVec,
     pub jobs: IntCounterVec,
+    /// Jobs this coordinator failed (planning failed, dead-lettered, overdue, not queued).
+    pub job_seconds: HistogramVec,
 }
 
 impl Metrics {
@@ -46,7 +48,9 @@ impl Metrics {
                 ),
                 &["outcome"],
             )?,
+            job_seconds: telemetry::job_seconds()?,
         };
+        registry.register(Box::new(metrics.job_seconds.clone()))?;
         registry.register(Box::new(metrics.jobs.clone()))?;
         registry.register(Box::new(metrics.http_requests.clone()))?;
         registry.register(Box::new(metrics.http_seconds.clone()))?;

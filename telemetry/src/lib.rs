@@ -209,6 +209,28 @@ pub fn latency_buckets() -> Vec<f64> {
     ]
 }
 
+/// `codegen_job_seconds{status}`: submission to final result of the jobs this process
+/// finished (workers finish the jobs that ran, coordinators the ones they fail). Both kinds
+/// of process export it under one name so a dashboard sums them; cache hits are not in it
+/// (`codegen_jobs_total{outcome="cache_hit"}` counts them). Both statuses exist from the
+/// start, at zero, so the first failure is an increase an alert can see.
+pub fn job_seconds() -> prometheus::Result<prometheus::HistogramVec> {
+    let histogram = prometheus::HistogramVec::new(
+        prometheus::HistogramOpts::new(
+            "codegen_job_seconds",
+            "Time from submission to the final result of jobs that ran, by final status",
+        )
+        .buckets(vec![
+            0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+        ]),
+        &["status"],
+    )?;
+    for status in ["succeeded", "failed"] {
+        histogram.with_label_values(&[status]);
+    }
+    Ok(histogram)
+}
+
 /// Serves `router` on `addr` until `cancel` fires, then finishes in-flight requests.
 pub async fn serve(
     listener: tokio::net::TcpListener,

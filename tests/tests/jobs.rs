@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tests::Cluster;
+use tests::{Cluster, metric};
 
 fn example_script() -> std::path::PathBuf {
     tests::root().join("examples/scripted-model.json")
@@ -18,8 +18,8 @@ async fn a_request_becomes_tested_code_with_a_repair() {
     let mut cluster = Cluster::new();
     let _model = cluster.scripted_model(&example_script()).await;
     let _coordinator = cluster.coordinator().await;
-    let (_w1, _) = cluster.worker("worker-1").await;
-    let (_w2, _) = cluster.worker("worker-2").await;
+    let (_w1, w1_url) = cluster.worker("worker-1").await;
+    let (_w2, w2_url) = cluster.worker("worker-2").await;
 
     let (status, body) = cluster
         .submit_job(json!({
@@ -89,6 +89,27 @@ async fn a_request_becomes_tested_code_with_a_repair() {
             "{expected} missing from:\n{events}"
         );
     }
+
+    // The worker that finished the job timed it, once, under its final status.
+    let mut finished = 0.0;
+    for url in [&w1_url, &w2_url] {
+        finished += metric(
+            &cluster.http,
+            url,
+            "codegen_job_seconds_count{status=\"succeeded\"}",
+        )
+        .await;
+        assert_eq!(
+            metric(
+                &cluster.http,
+                url,
+                "codegen_job_seconds_count{status=\"failed\"}"
+            )
+            .await,
+            0.0
+        );
+    }
+    assert_eq!(finished, 1.0);
     cluster.cleanup().await;
 }
 
@@ -120,6 +141,16 @@ async fn a_plan_with_a_cycle_is_rejected_after_one_replan_with_the_cycle_named()
     assert!(
         failure.contains("dependency cycle: a -> b -> a"),
         "{failure}"
+    );
+    // The coordinator failed it, and timed it under its final status.
+    assert_eq!(
+        metric(
+            &cluster.http,
+            &cluster.url(),
+            "codegen_job_seconds_count{status=\"failed\"}"
+        )
+        .await,
+        1.0
     );
     cluster.cleanup().await;
 }

@@ -166,6 +166,7 @@ impl Worker {
     /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
     pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
         pipeline.gate = self.gate.clone();
+        pipeline.job_seconds = Some(self.metrics.job_seconds.clone());
         self.pipeline = Some(pipeline);
         self
     }

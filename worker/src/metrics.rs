@@ -12,6 +12,8 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     pub sandbox_runs: IntCounterVec,
     pub sandbox_seconds: HistogramVec,
+    /// Jobs this worker finished (integrated), by final status.
+    pub job_seconds: HistogramVec,
 }
 
 impl Metrics {
@@ -64,7 +66,9 @@ impl Metrics {
                 .buckets(buckets),
                 &["language"],
             )?,
+            job_seconds: telemetry::job_seconds()?,
         };
+        registry.register(Box::new(metrics.job_seconds.clone()))?;
         registry.register(Box::new(metrics.tasks.clone()))?;
         registry.register(Box::new(metrics.redeliveries.clone()))?;
         registry.register(Box::new(metrics.task_seconds.clone()))?;

@@ -123,6 +123,8 @@ pub struct Pipeline {
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
     /// Which dependencies are down; shared with the worker.
     pub(crate) gate: Gate,
+    /// `codegen_job_seconds`, once the pipeline belongs to a worker.
+    pub(crate) job_seconds: Option<prometheus::HistogramVec>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -160,6 +162,7 @@ impl Pipeline {
             sandbox,
             cache: None,
             gate: Gate::default(),
+            job_seconds: None,
         }
     }
 
@@ -885,6 +888,11 @@ impl Pipeline {
             && let Err(e) = cache.put_cached_solution(key, &result).await
         {
             tracing::warn!(error = %e, "cannot cache the solution");
+        }
+        if let Some(histogram) = &self.job_seconds {
+            histogram
+                .with_label_values(&[status.as_str()])
+                .observe(result.metrics.total_ms as f64 / 1000.0);
         }
         tracing::info!(%job, status = status.as_str(), "job finished");
         self.emit(Event::Integrated { job_id: job }).await
