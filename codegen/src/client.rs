@@ -3,8 +3,13 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use proto::Status;
+use proto::TaskId;
+use proto::api::{BatchAccepted, BatchStatus, BatchView, JobAccepted, JobView};
 use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome};
+use proto::job::{JobResult, JobStatus};
 
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
@@ -603,8 +608,16 @@ impl Api {
 
     /// `GET path` as JSON; a non-2xx answer is an error carrying the coordinator's message.
     async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+        self.get_as(path).await
+    }
+
+    /// `GET path` as `T`.
+    async fn get_as<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let response = self.send(self.http.get(self.url(path))).await?;
-        Ok(read_json(response).await?.1)
+        let (_, value) = read_json(response).await?;
+        serde_json::from_value(value).with_context(|| {
+            format!("the coordinator's answer to GET {path} has an unexpected shape")
+        })
     }
 }
 
@@ -631,36 +644,29 @@ async fn read_json(
     }
 }
 
-fn is_final(view: &serde_json::Value) -> bool {
-    matches!(view["status"].as_str(), Some("succeeded" | "failed"))
-}
-
 /// Prints a finished job in `format`; returns the exit code (0 succeeded, 1 failed).
-fn print_result(view: &serde_json::Value, format: Format) -> anyhow::Result<u8> {
-    let code = if view["status"] == "succeeded" { 0 } else { 1 };
-    if format == Format::Json {
-        println!("{}", serde_json::to_string_pretty(view)?);
-        return Ok(code);
-    }
-    let result: proto::job::JobResult = serde_json::from_value(view.clone())
-        .context("the coordinator's job result has an unexpected shape")?;
+fn print_result(result: &JobResult, format: Format) -> anyhow::Result<u8> {
+    let code = if result.status == JobStatus::Succeeded {
+        0
+    } else {
+        1
+    };
     match format {
-        Format::Markdown => print!("{}", crate::report::markdown(&result)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(result)?),
+        Format::Markdown => print!("{}", crate::report::markdown(result)),
         Format::Plain => {
-            print!("{}", crate::report::code(&result));
-            eprintln!("{}", crate::report::summary(&result));
+            print!("{}", crate::report::code(result));
+            eprintln!("{}", crate::report::summary(result));
         }
-        Format::Json => unreachable!("handled above"),
     }
     Ok(code)
 }
 
 /// Polls `GET /v1/jobs/{id}` until the job is final.
-async fn wait_final(api: &Api, id: &str) -> anyhow::Result<serde_json::Value> {
+async fn wait_final(api: &Api, id: TaskId) -> anyhow::Result<Box<JobResult>> {
     loop {
-        let view = api.get(&format!("/v1/jobs/{id}")).await?;
-        if is_final(&view) {
-            return Ok(view);
+        if let JobView::Done(result) = api.get_as(&format!("/v1/jobs/{id}")).await? {
+            return Ok(result);
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
@@ -680,32 +686,37 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
     let response = api
         .send(api.http.post(api.url("/v1/jobs")).json(&submission))
         .await?;
-    let (_, answer) = read_json(response).await?;
-    let id = answer["job_id"]
-        .as_str()
-        .context("the coordinator's answer has no job_id")?
-        .to_owned();
+    let (status, answer) = read_json(response).await?;
+    // 202 with the job's id; a solution-cache hit answers 200 with the finished result.
+    let (id, cached) = if status == reqwest::StatusCode::ACCEPTED {
+        let accepted: JobAccepted = serde_json::from_value(answer)
+            .context("the coordinator's answer to POST /v1/jobs has an unexpected shape")?;
+        (accepted.job_id, None)
+    } else {
+        let result: JobResult = serde_json::from_value(answer)
+            .context("the coordinator's answer to POST /v1/jobs has an unexpected shape")?;
+        (result.job_id, Some(result))
+    };
     if !args.wait {
         println!("{id}");
         return Ok(0);
     }
-    // A solution-cache hit answers with the finished result at once.
-    if is_final(&answer) {
+    if let Some(result) = cached {
         eprintln!("job {id}: answered from the solution cache");
-        return print_result(&answer, args.format);
+        return print_result(&result, args.format);
     }
     eprintln!("job {id} accepted");
     let started = std::time::Instant::now();
-    if let Err(e) = follow(&api, &id, started).await {
+    if let Err(e) = follow(&api, id, started).await {
         eprintln!("codegen: progress stream interrupted ({e:#}); polling instead");
     }
-    let view = wait_final(&api, &id).await?;
-    print_result(&view, args.format)
+    let result = wait_final(&api, id).await?;
+    print_result(&result, args.format)
 }
 
 /// Prints one progress line per server-sent event of the job until it finishes.
-async fn follow(api: &Api, id: &str, started: std::time::Instant) -> anyhow::Result<()> {
-    let mut response = api
+async fn follow(api: &Api, id: TaskId, started: std::time::Instant) -> anyhow::Result<()> {
+    let response = api
         .send(
             api.http
                 .get(api.url(&format!("/v1/jobs/{id}/events")))
@@ -716,73 +727,31 @@ async fn follow(api: &Api, id: &str, started: std::time::Instant) -> anyhow::Res
         read_json(response).await?;
         bail!("the events stream is not available");
     }
-    let mut parser = SseParser::default();
-    let mut pending: Vec<u8> = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .context("reading the events stream")?
-    {
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let Some((name, data)) = parser.line(line.trim_end_matches(['\n', '\r'])) else {
-                continue;
-            };
-            let data: serde_json::Value =
-                serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
-            eprintln!(
-                "{}",
-                crate::report::progress_line(started.elapsed(), &name, &data)
-            );
-            if name == "finished" {
-                return Ok(());
-            }
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) = events.next().await {
+        let event = event.context("reading the events stream")?;
+        // An event this CLI does not know (a newer coordinator's) is not printed.
+        let Ok(progress) = serde_json::from_str::<proto::Progress>(&event.data) else {
+            continue;
+        };
+        eprintln!(
+            "{}",
+            crate::report::progress_line(started.elapsed(), &progress)
+        );
+        if matches!(progress, proto::Progress::Finished { .. }) {
+            return Ok(());
         }
     }
     Ok(())
 }
 
-/// A minimal server-sent events parser: feed it lines, it returns `(event, data)` at the
-/// blank line that ends an event. Comments (keep-alives) and ids are skipped.
-#[derive(Debug, Default)]
-pub(crate) struct SseParser {
-    event: Option<String>,
-    data: Vec<String>,
-}
-
-impl SseParser {
-    pub(crate) fn line(&mut self, line: &str) -> Option<(String, String)> {
-        if line.is_empty() {
-            let name = self.event.take();
-            if self.data.is_empty() {
-                return None;
-            }
-            let data = std::mem::take(&mut self.data).join("\n");
-            return Some((name.unwrap_or_else(|| "message".into()), data));
-        }
-        if line.starts_with(':') {
-            return None;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => self.event = Some(value.to_owned()),
-            "data" => self.data.push(value.to_owned()),
-            _ => {}
-        }
-        None
-    }
-}
-
 /// `codegen status`: exits 0 succeeded, 1 failed, 3 not finished yet, 2 on errors.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     let api = Api::new(&args.url, args.api_key.as_deref())?;
-    let view = api.get(&format!("/v1/jobs/{}", args.id)).await?;
-    if is_final(&view) {
-        return print_result(&view, args.format);
-    }
+    let view = match api.get_as(&format!("/v1/jobs/{}", args.id)).await? {
+        JobView::Done(result) => return print_result(&result, args.format),
+        JobView::Running(view) => view,
+    };
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
         Format::Markdown => print!("{}", crate::report::pending_markdown(&view)),
@@ -812,16 +781,8 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
         )
         .await?;
     let (_, answer) = read_json(response).await?;
-    let batch_id = answer["batch_id"]
-        .as_str()
-        .context("the coordinator's answer has no batch_id")?
-        .to_owned();
-    let jobs: Vec<String> = answer["jobs"]
-        .as_array()
-        .context("the coordinator's answer has no jobs")?
-        .iter()
-        .filter_map(|j| j.as_str().map(str::to_owned))
-        .collect();
+    let BatchAccepted { batch_id, jobs } = serde_json::from_value(answer)
+        .context("the coordinator's answer to POST /v1/batches has an unexpected shape")?;
     eprintln!("batch {batch_id}: {} jobs", jobs.len());
 
     let total = jobs.len() as u64;
@@ -840,7 +801,7 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     let mut last_print = std::time::Instant::now();
     let mut failures = 0u32;
     loop {
-        let view = match api.get(&format!("/v1/batches/{batch_id}")).await {
+        let view: BatchView = match api.get_as(&format!("/v1/batches/{batch_id}")).await {
             Ok(view) => {
                 failures = 0;
                 view
@@ -858,20 +819,8 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
             }
             Err(e) => return Err(e),
         };
-        let counts = crate::report::counts(&view["counts"]);
-        let finished: u64 = view["jobs"]
-            .as_array()
-            .map(|jobs| {
-                jobs.iter()
-                    .filter(|j| {
-                        matches!(
-                            j["status"].as_str(),
-                            Some("succeeded" | "failed" | "unknown")
-                        )
-                    })
-                    .count() as u64
-            })
-            .unwrap_or(0);
+        let counts = crate::report::counts(&view.counts);
+        let finished = view.jobs.iter().filter(|j| j.status.is_final()).count() as u64;
         match &bar {
             Some(bar) => {
                 bar.set_position(finished);
@@ -889,7 +838,7 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
                 }
             }
         }
-        if view["status"] == "done" {
+        if view.status == BatchStatus::Done {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(args.poll_ms.max(50))).await;
@@ -901,8 +850,8 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     let mut lines = Vec::with_capacity(jobs.len());
     let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
     for id in &jobs {
-        let result = match api.get(&format!("/v1/jobs/{id}")).await {
-            Ok(result) => result,
+        let result = match api.get_as::<JobView>(&format!("/v1/jobs/{id}")).await {
+            Ok(view) => serde_json::to_value(view)?,
             Err(e) => {
                 serde_json::json!({"job_id": id, "status": "unknown", "failure": format!("{e:#}")})
             }

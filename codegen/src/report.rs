@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use proto::job::{JobResult, JobStatus, TestResult};
-use serde_json::Value;
+use proto::api::{BatchJobStatus, JobProgress};
+use proto::job::{CacheOutcome, JobResult, JobStatus, TestResult, Validation};
+use proto::{ErrorKind, Progress};
 
 /// Milliseconds for people: `850 ms`, `3.2 s`, `2 min 5 s`.
 fn duration(ms: u64) -> String {
@@ -72,7 +73,7 @@ fn tests_of<'a>(result: &'a JobResult, name: &str) -> Vec<&'a TestResult> {
 pub fn verdict(result: &JobResult) -> String {
     let passed = result.test_results.iter().filter(|t| t.passed).count();
     let total = result.test_results.len();
-    if result.status == JobStatus::Succeeded && result.validation != "tested" {
+    if result.status == JobStatus::Succeeded && result.validation != Validation::Tested {
         format!(
             "⚠️ untested: {} checks pass, nothing was run ({} functions; job {}); manual review recommended",
             result.validation,
@@ -107,7 +108,7 @@ pub fn markdown(result: &JobResult) -> String {
     if let Some(failure) = result.failure.as_ref().filter(|f| f.contains('\n')) {
         let _ = writeln!(out, "```text\n{}\n```\n", failure.trim_end());
     }
-    if result.validation != "tested" {
+    if result.validation != Validation::Tested {
         let _ = writeln!(
             out,
             "⚠️ validation: {}{}\n",
@@ -144,7 +145,6 @@ pub fn markdown(result: &JobResult) -> String {
                 let error = test.error.as_deref().map(first_line).unwrap_or_default();
                 let kind = test
                     .error_kind
-                    .as_deref()
                     .map(|k| format!(" ({k})"))
                     .unwrap_or_default();
                 let _ = writeln!(out, "- ✗ `{}`{kind}: {error}", test.test);
@@ -280,47 +280,37 @@ pub fn summary(result: &JobResult) -> String {
     line
 }
 
-/// `{"succeeded": 2, "running": 1}` as `succeeded 2 · running 1`.
-pub fn counts(counts: &Value) -> String {
+/// `{"succeeded": 2, "running": 1}` as `running 1 · succeeded 2`.
+pub fn counts(counts: &BTreeMap<BatchJobStatus, usize>) -> String {
     counts
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(status, n)| format!("{status} {n}"))
-                .collect::<Vec<_>>()
-                .join(" · ")
+        .iter()
+        .map(|(status, n)| {
+            let name = status.job_status().map_or("unknown", JobStatus::as_str);
+            format!("{name} {n}")
         })
-        .unwrap_or_default()
+        .collect::<Vec<_>>()
+        .join(" · ")
 }
 
-fn function_states(view: &Value) -> Vec<(String, String)> {
-    view["functions"]
-        .as_object()
-        .map(|functions| {
-            functions
-                .iter()
-                .map(|(name, f)| {
-                    let attempts = f["attempts"].as_u64().unwrap_or(0);
-                    let state = match (f["done"].as_bool(), f["passed"].as_bool()) {
-                        (Some(true), Some(true)) => format!("✓ passed ({attempts} attempts)"),
-                        (Some(true), _) => format!("✗ failed ({attempts} attempts)"),
-                        _ if attempts > 0 => format!("… attempt {attempts}"),
-                        _ => "… waiting".to_owned(),
-                    };
-                    (name.clone(), state)
-                })
-                .collect()
+fn function_states(view: &JobProgress) -> Vec<(String, String)> {
+    view.functions
+        .iter()
+        .map(|(name, f)| {
+            let attempts = f.attempts;
+            let state = match (f.done, f.passed) {
+                (true, true) => format!("✓ passed ({attempts} attempts)"),
+                (true, false) => format!("✗ failed ({attempts} attempts)"),
+                _ if attempts > 0 => format!("… attempt {attempts}"),
+                _ => "… waiting".to_owned(),
+            };
+            (name.clone(), state)
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// A job that is not finished, as markdown.
-pub fn pending_markdown(view: &Value) -> String {
-    let mut out = format!(
-        "⏳ {}: job {}\n",
-        view["status"].as_str().unwrap_or("unknown"),
-        view["job_id"].as_str().unwrap_or("?")
-    );
+pub fn pending_markdown(view: &JobProgress) -> String {
+    let mut out = format!("⏳ {}: job {}\n", view.status, view.job_id);
     let states = function_states(view);
     if !states.is_empty() {
         out.push_str("\n| function | state |\n| --- | --- |\n");
@@ -332,16 +322,12 @@ pub fn pending_markdown(view: &Value) -> String {
 }
 
 /// A job that is not finished, on one line.
-pub fn pending_plain(view: &Value) -> String {
+pub fn pending_plain(view: &JobProgress) -> String {
     let states: Vec<String> = function_states(view)
         .into_iter()
         .map(|(name, state)| format!("{name}: {state}"))
         .collect();
-    let mut line = format!(
-        "status={} job={}",
-        view["status"].as_str().unwrap_or("unknown"),
-        view["job_id"].as_str().unwrap_or("?")
-    );
+    let mut line = format!("status={} job={}", view.status, view.job_id);
     if !states.is_empty() {
         let _ = write!(line, " ({})", states.join("; "));
     }
@@ -349,56 +335,67 @@ pub fn pending_plain(view: &Value) -> String {
 }
 
 /// One progress line for an event of `GET /v1/jobs/{id}/events`.
-pub fn progress_line(elapsed: Duration, event: &str, data: &Value) -> String {
-    let function = data["function"].as_str().unwrap_or("?");
+pub fn progress_line(elapsed: Duration, event: &Progress) -> String {
     let text = match event {
-        "queued" => "queued".to_owned(),
-        "planning" => "planning: asking the model for the functions".to_owned(),
-        "planned" => {
-            let names: Vec<&str> = data["functions"]
-                .as_array()
-                .map(|f| f.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            format!("planned {} functions: {}", names.len(), names.join(", "))
+        Progress::Queued { .. } => "queued".to_owned(),
+        Progress::Planning => "planning: asking the model for the functions".to_owned(),
+        Progress::Planned { functions } => {
+            format!(
+                "planned {} functions: {}",
+                functions.len(),
+                functions.join(", ")
+            )
         }
-        "replanning" => format!(
-            "plan rejected, asking again: {}",
-            data["problem"].as_str().unwrap_or("?")
-        ),
-        "function_started" => format!("{function}: started"),
-        "function_cached" => format!("{function}: reused a verified function from the cache"),
-        "attempt" => {
-            let attempt = data["attempt"].as_u64().unwrap_or(0);
-            if data["passed"].as_bool() == Some(true) {
-                format!("{function}: attempt {attempt} ✓ tests pass")
-            } else {
-                format!(
-                    "{function}: attempt {attempt} ✗ {}",
-                    data["error_kind"].as_str().unwrap_or("failed")
-                )
-            }
+        Progress::Replanning { problem } => format!("plan rejected, asking again: {problem}"),
+        Progress::FunctionStarted { function } => format!("{function}: started"),
+        Progress::FunctionCached { function } => {
+            format!("{function}: reused a verified function from the cache")
         }
-        "function_done" => format!(
-            "{function}: done {} after {} attempt(s)",
-            if data["passed"].as_bool() == Some(true) {
-                "✓"
-            } else {
-                "✗"
-            },
-            data["attempts"].as_u64().unwrap_or(0)
+        Progress::Attempt {
+            function,
+            attempt,
+            passed: true,
+            validation: Some(validation),
+            ..
+        } => format!("{function}: attempt {attempt} ✓ {validation} (nothing was run)"),
+        Progress::Attempt {
+            function,
+            attempt,
+            passed: true,
+            ..
+        } => format!("{function}: attempt {attempt} ✓ tests pass"),
+        Progress::Attempt {
+            function,
+            attempt,
+            error_kind,
+            ..
+        } => format!(
+            "{function}: attempt {attempt} ✗ {}",
+            error_kind.map_or("failed", ErrorKind::as_str)
         ),
-        "integrating" => "integrating: assembling the module and running every test".to_owned(),
-        "finished" => {
-            let mut text = format!("finished: {}", data["status"].as_str().unwrap_or("?"));
-            if let Some(failure) = data["failure"].as_str() {
+        Progress::FunctionDone {
+            function,
+            passed,
+            attempts,
+        } => format!(
+            "{function}: done {} after {attempts} attempt(s)",
+            if *passed { "✓" } else { "✗" }
+        ),
+        Progress::Finished {
+            status,
+            failure,
+            cache,
+            ..
+        } => {
+            let mut text = format!("finished: {status}");
+            if let Some(failure) = failure {
                 let _ = write!(text, " ({})", first_line(failure));
             }
-            if data["cache"].as_str() == Some("hit") {
+            if *cache == CacheOutcome::Hit {
                 text.push_str(" (solution cache)");
             }
             text
         }
-        other => format!("{other}: {data}"),
     };
     format!("[{:>6.1}s] {text}", elapsed.as_secs_f64())
 }

@@ -17,10 +17,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{StreamExt, TryStreamExt};
 use proto::TaskId;
-use proto::api::ErrorBody;
-use proto::job::{Batch, JobRequest, JobStatus, JobSubmission};
-use serde::Serialize;
-use utoipa::ToSchema;
+use proto::api::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView, ErrorBody};
+use proto::job::{Batch, JobRequest, JobSubmission};
 
 use crate::api::{ApiError, from_json, path_rejected};
 use crate::auth::Tenant;
@@ -91,67 +89,6 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
         }
     }
     Ok(requests)
-}
-
-/// The 202 answer of `POST /v1/batches`.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct BatchAccepted {
-    batch_id: TaskId,
-    /// The jobs' ids, in the order of the lines.
-    jobs: Vec<TaskId>,
-}
-
-/// `GET /v1/batches/{id}`.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct BatchView {
-    batch_id: TaskId,
-    status: BatchStatus,
-    /// Jobs by status.
-    counts: BTreeMap<BatchJobStatus, usize>,
-    /// Every job, in input order.
-    jobs: Vec<BatchJob>,
-}
-
-/// `done` once every job is `succeeded`, `failed` or `unknown`.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum BatchStatus {
-    Running,
-    Done,
-}
-
-/// One job of a batch.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct BatchJob {
-    job_id: TaskId,
-    status: BatchJobStatus,
-}
-
-/// A job's status, or `unknown` once its state has expired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum BatchJobStatus {
-    Queued,
-    Planning,
-    Running,
-    Integrating,
-    Succeeded,
-    Failed,
-    Unknown,
-}
-
-impl From<Option<JobStatus>> for BatchJobStatus {
-    fn from(status: Option<JobStatus>) -> Self {
-        match status {
-            Some(JobStatus::Queued) => Self::Queued,
-            Some(JobStatus::Planning) => Self::Planning,
-            Some(JobStatus::Running) => Self::Running,
-            Some(JobStatus::Integrating) => Self::Integrating,
-            Some(JobStatus::Succeeded) => Self::Succeeded,
-            Some(JobStatus::Failed) => Self::Failed,
-            None => Self::Unknown,
-        }
-    }
 }
 
 /// Submits many jobs at once: a JSONL body, one `JobSubmission` per line (blank lines are
@@ -281,8 +218,8 @@ pub(crate) async fn fetch(
     let mut done = true;
     let mut jobs = Vec::with_capacity(batch.jobs.len());
     for (job, status) in batch.jobs.iter().zip(&statuses) {
-        done &= status.is_none_or(|s| s.is_final());
         let status = BatchJobStatus::from(*status);
+        done &= status.is_final();
         *counts.entry(status).or_default() += 1;
         jobs.push(BatchJob {
             job_id: *job,

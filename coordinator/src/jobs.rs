@@ -13,13 +13,13 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use broker::{Delivery, Outgoing, Queue};
 use futures::{Stream, StreamExt};
-use proto::api::{ErrorBody, Pending};
+use proto::api::{ErrorBody, FunctionProgress, JobAccepted, JobProgress, JobView, Pending};
 use proto::job::{
-    Event, JobMeta, JobMetrics, JobRequest, JobResult, JobStatus, JobSubmission, JobTask, Quality,
+    CacheOutcome, Event, JobMeta, JobMetrics, JobRequest, JobResult, JobStatus, JobSubmission,
+    JobTask, Quality, Validation,
 };
-use proto::{Envelope, Language, Task, TaskId};
+use proto::{Envelope, Language, Progress, Task, TaskId};
 use serde::Serialize;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
@@ -129,55 +129,6 @@ pub(crate) fn validate(
         test_requirements: submission.test_requirements,
         max_iterations,
     })
-}
-
-/// The 202 answer of `POST /v1/jobs`.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct JobAccepted {
-    job_id: TaskId,
-    status: Pending,
-}
-
-/// `GET /v1/jobs/{id}`: the result once the job is done, its progress before.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(untagged)]
-pub(crate) enum JobView {
-    Done(Box<JobResult>),
-    Running(JobProgress),
-}
-
-/// A job that is not done yet.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct JobProgress {
-    job_id: TaskId,
-    status: JobStatus,
-    /// Every planned function (none before the plan is accepted).
-    functions: BTreeMap<String, FunctionProgress>,
-}
-
-/// Where one function of a running job is.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct FunctionProgress {
-    /// Final: no more attempts will be made.
-    done: bool,
-    /// Its tests pass.
-    passed: bool,
-    /// Implementation attempts so far.
-    attempts: u32,
-}
-
-/// One server-sent event of `GET /v1/jobs/{id}/events` (documentation only: the handler writes
-/// these fields as SSE lines).
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct JobEvent {
-    /// Position in the job's progress stream.
-    id: String,
-    /// The event's name: its `event` field (`progress` when it has none).
-    event: String,
-    /// The event as a JSON object.
-    #[schema(content_media_type = "application/json")]
-    data: String,
 }
 
 /// `GET /v1/cache/stats`.
@@ -305,7 +256,7 @@ pub(crate) async fn create_job(
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
     let _ = c
         .jobs
-        .push_event(id, &json!({"event": "queued", "job_id": id}))
+        .push_event(id, &Progress::Queued { job_id: id })
         .await;
     if let Err(e) = c
         .publish_task(Task::Plan(task(id, None, None)), meta.tenant.clone())
@@ -341,18 +292,11 @@ async fn answer_from_cache(
     };
     result.job_id = id;
     result.metrics = JobMetrics {
-        cache: "hit".into(),
+        cache: CacheOutcome::Hit,
         ..JobMetrics::default()
     };
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
-    c.jobs
-        .finish_job(
-            id,
-            &result,
-            &json!({"event": "finished", "status": result.status, "cache": "hit"}),
-        )
-        .await
-        .map_err(unavailable)?;
+    c.jobs.finish_job(id, &result).await.map_err(unavailable)?;
     c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
     Ok(result)
 }
@@ -500,9 +444,10 @@ pub(crate) async fn fetch(
 
 /// A job's progress as server-sent events, replayed from the start and ending with the job.
 ///
-/// Each event's name is its `event` field (`queued`, `planning`, `planned`, `replanning`,
-/// `function_started`, `attempt`, `function_cached`, `function_done`, `finished`); its data is
-/// the JSON object.
+/// Each event's data is one `Progress` object; the event's name is its `event` field
+/// (`queued`, `planning`, `planned`, `replanning`, `function_started`, `attempt`,
+/// `function_cached`, `function_done`, `finished`), its id the position in the job's stream.
+/// `finished` is always the last event.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/events",
@@ -510,8 +455,8 @@ pub(crate) async fn fetch(
     tag = "jobs",
     params(("id" = TaskId, Path, description = "Job id.")),
     responses(
-        (status = 200, description = "The event stream; the schema is that of one event.",
-            body = JobEvent, content_type = "text/event-stream"),
+        (status = 200, description = "The event stream; the schema is that of one event's data.",
+            body = Progress, content_type = "text/event-stream"),
         (status = 400, description = "Not a job id.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
@@ -545,8 +490,8 @@ pub(crate) async fn events(
                 cursor.after = Some(event.id.clone());
                 let sse = SseEvent::default()
                     .id(event.id)
-                    .event(event.data["event"].as_str().unwrap_or("progress"))
-                    .data(event.data.to_string());
+                    .event(event.event.name())
+                    .data(event.event.to_json());
                 return Some((Ok(sse), (c, cursor)));
             }
             if cursor.finished {
@@ -620,21 +565,14 @@ impl Coordinator {
             quality: Quality::default(),
             metrics: JobMetrics {
                 total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
-                cache: "miss".into(),
+                cache: CacheOutcome::Miss,
                 ..JobMetrics::default()
             },
             failure: Some(reason.to_owned()),
-            validation: "none".into(),
+            validation: Validation::NotValidated,
             manual_review_recommended: true,
         };
-        let finished = self
-            .jobs
-            .finish_job(
-                meta.id,
-                &result,
-                &json!({"event": "finished", "status": "failed", "failure": reason}),
-            )
-            .await?;
+        let finished = self.jobs.finish_job(meta.id, &result).await?;
         if finished {
             self.metrics.jobs.with_label_values(&["failed"]).inc();
             self.metrics
@@ -787,10 +725,10 @@ impl Coordinator {
                 let first = self.jobs.put_plan(id, &plan).await?;
                 let _ = self.jobs.set_status(id, JobStatus::Running).await;
                 if first {
-                    let names: Vec<&str> = plan.specs.iter().map(|s| s.name.as_str()).collect();
+                    let names = plan.specs.iter().map(|s| s.name.clone()).collect();
                     let _ = self
                         .jobs
-                        .push_event(id, &json!({"event": "planned", "functions": names}))
+                        .push_event(id, &Progress::Planned { functions: names })
                         .await;
                 }
                 // Functions without dependencies start now; the rest as dependencies finish.
@@ -810,7 +748,9 @@ impl Coordinator {
                     .jobs
                     .push_event(
                         id,
-                        &json!({"event": "replanning", "problem": problem.to_string()}),
+                        &Progress::Replanning {
+                            problem: problem.to_string(),
+                        },
                     )
                     .await;
                 self.publish_task(
@@ -841,8 +781,11 @@ impl Coordinator {
                 .jobs
                 .push_event(
                     id,
-                    &json!({"event": "function_done", "function": function, "passed": outcome.passed,
-                            "attempts": outcome.attempts}),
+                    &Progress::FunctionDone {
+                        function: function.to_owned(),
+                        passed: outcome.passed,
+                        attempts: outcome.attempts,
+                    },
                 )
                 .await;
         }

@@ -321,9 +321,4 @@ fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
         .map(|event| (event.job_id(), "a pipeline event".into()))
 }
 
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use proto::now_ms;

@@ -1,5 +1,10 @@
 //! Bodies of the HTTP API, shared by the coordinator (server) and the CLI (client).
 
+mod batches;
+mod jobs;
+
+pub use batches::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView};
+pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

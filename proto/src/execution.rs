@@ -220,6 +220,13 @@ pub enum ErrorKind {
     WrongOutput,
     /// Any other exception, or a non-zero exit without one.
     Runtime,
+    /// Generation test cases only: the case ran longer than its own timeout, or the run of
+    /// the cases was stopped at the wall-clock limit.
+    Timeout,
+    /// Generation test cases only: the run of the cases hit the memory limit.
+    MemoryLimit,
+    /// Generation test cases only: the run of the cases printed more than the output limit.
+    OutputLimit,
 }
 
 impl ErrorKind {
@@ -230,7 +237,16 @@ impl ErrorKind {
             ErrorKind::Assertion => "assertion",
             ErrorKind::WrongOutput => "wrong_output",
             ErrorKind::Runtime => "runtime",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::MemoryLimit => "memory_limit",
+            ErrorKind::OutputLimit => "output_limit",
         }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -286,11 +302,11 @@ impl ExecutionResult {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("a result always serializes")
+        crate::codec::encode(self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
-        rmp_serde::from_slice(bytes)
+    pub fn decode(bytes: &[u8]) -> Result<Self, crate::codec::DecodeError> {
+        crate::codec::decode(bytes)
     }
 }
 
@@ -438,10 +454,10 @@ pub struct ExecutionMeta {
 
 impl ExecutionMeta {
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("metadata always serializes")
+        crate::codec::encode(self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
-        rmp_serde::from_slice(bytes)
+    pub fn decode(bytes: &[u8]) -> Result<Self, crate::codec::DecodeError> {
+        crate::codec::decode(bytes)
     }
 }

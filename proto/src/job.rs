@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::generation::{Analysis, FunctionSpec, TestCase};
-use crate::{Language, TaskId};
+use crate::{ErrorKind, Language, TaskId};
 
 /// `POST /v1/jobs` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -61,8 +61,12 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    /// The statuses a job ends in; everything else is on the way. The one place the rule
+    /// lives: the store's scripts receive it from here, and clients call [`Self::is_final`].
+    pub const FINAL: [JobStatus; 2] = [JobStatus::Succeeded, JobStatus::Failed];
+
     pub fn is_final(self) -> bool {
-        matches!(self, JobStatus::Succeeded | JobStatus::Failed)
+        Self::FINAL.contains(&self)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +78,12 @@ impl JobStatus {
             JobStatus::Succeeded => "succeeded",
             JobStatus::Failed => "failed",
         }
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -172,7 +182,7 @@ pub struct TestResult {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub error_kind: Option<String>,
+    pub error_kind: Option<ErrorKind>,
     pub duration_ms: f64,
 }
 
@@ -181,7 +191,7 @@ pub struct TestResult {
 pub struct Improvement {
     pub function: String,
     pub attempt: u32,
-    pub error_kind: String,
+    pub error_kind: ErrorKind,
     pub error: String,
     /// What the next attempt changed, from the model's analysis.
     #[serde(default)]
@@ -199,15 +209,19 @@ pub struct Tokens {
     pub completion: u64,
 }
 
-/// How a function's code was checked.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// How code was checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Validation {
-    /// Its test cases ran in the sandbox and passed.
+    /// Its test cases ran in the sandbox.
     #[default]
     Tested,
     /// No sandbox was available: syntax and lint checks only, nothing was run.
     StaticAnalysisOnly,
+    /// Nothing was checked: the job failed before any code was (planning failed, the job
+    /// was dead-lettered or overdue).
+    #[serde(rename = "none")]
+    NotValidated,
 }
 
 impl Validation {
@@ -215,7 +229,38 @@ impl Validation {
         match self {
             Validation::Tested => "tested",
             Validation::StaticAnalysisOnly => "static_analysis_only",
+            Validation::NotValidated => "none",
         }
+    }
+}
+
+impl std::fmt::Display for Validation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a job was answered from the solution cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheOutcome {
+    Hit,
+    #[default]
+    Miss,
+}
+
+impl CacheOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+        }
+    }
+}
+
+impl std::fmt::Display for CacheOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -307,11 +352,11 @@ impl Event {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("an event always serializes")
+        crate::codec::encode(self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
-        rmp_serde::from_slice(bytes)
+    pub fn decode(bytes: &[u8]) -> Result<Self, crate::codec::DecodeError> {
+        crate::codec::decode(bytes)
     }
 }
 
@@ -341,8 +386,8 @@ pub struct JobMetrics {
     pub total_ms: u64,
     pub model_calls: u32,
     pub tokens: Tokens,
-    /// `hit` or `miss` in the solution cache.
-    pub cache: String,
+    /// Whether the solution cache answered the job.
+    pub cache: CacheOutcome,
 }
 
 /// The result of a job, in design.md's shape.
@@ -365,8 +410,9 @@ pub struct JobResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub failure: Option<String>,
-    /// `tested`, or `static_analysis_only` when no sandbox could run the tests.
-    pub validation: String,
+    /// `tested`; `static_analysis_only` when no sandbox could run the tests; `none` when the
+    /// job failed before any code was checked.
+    pub validation: Validation,
     pub manual_review_recommended: bool,
 }
 
@@ -407,11 +453,11 @@ mod tests {
 
 impl JobResult {
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("a result always serializes")
+        crate::codec::encode(self)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
-        rmp_serde::from_slice(bytes)
+    pub fn decode(bytes: &[u8]) -> Result<Self, crate::codec::DecodeError> {
+        crate::codec::decode(bytes)
     }
 }
 
@@ -424,4 +470,93 @@ pub struct Batch {
     /// The jobs, in the order of the submitted lines.
     pub jobs: Vec<TaskId>,
     pub submitted_at_ms: u64,
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    /// Results stored before the strings became enums still decode: the enums write the same
+    /// strings.
+    #[test]
+    fn results_stored_with_string_fields_still_decode() {
+        #[derive(Serialize)]
+        struct OldMetrics {
+            generation_ms: u64,
+            execution_ms: u64,
+            total_ms: u64,
+            model_calls: u32,
+            tokens: Tokens,
+            cache: String,
+        }
+        #[derive(Serialize)]
+        struct OldTestResult {
+            function: String,
+            test: String,
+            passed: bool,
+            actual_output: serde_json::Value,
+            error_kind: Option<String>,
+            duration_ms: f64,
+        }
+        #[derive(Serialize)]
+        struct OldResult {
+            job_id: TaskId,
+            status: JobStatus,
+            instruction: String,
+            language: Language,
+            function_specs: Vec<FunctionSpec>,
+            implementations: BTreeMap<String, String>,
+            tests: BTreeMap<String, Vec<TestCase>>,
+            test_results: Vec<OldTestResult>,
+            all_tests_passed: bool,
+            improvement_history: Vec<Improvement>,
+            documentation: String,
+            quality: Quality,
+            metrics: OldMetrics,
+            failure: Option<String>,
+            validation: String,
+            manual_review_recommended: bool,
+        }
+        let old = OldResult {
+            job_id: TaskId::new(),
+            status: JobStatus::Failed,
+            instruction: "i".into(),
+            language: Language::Python,
+            function_specs: vec![],
+            implementations: BTreeMap::new(),
+            tests: BTreeMap::new(),
+            test_results: vec![OldTestResult {
+                function: "f".into(),
+                test: "t".into(),
+                passed: false,
+                actual_output: serde_json::Value::Null,
+                error_kind: Some("memory_limit".into()),
+                duration_ms: 1.0,
+            }],
+            all_tests_passed: false,
+            improvement_history: vec![],
+            documentation: String::new(),
+            quality: Quality::default(),
+            metrics: OldMetrics {
+                generation_ms: 0,
+                execution_ms: 0,
+                total_ms: 5,
+                model_calls: 0,
+                tokens: Tokens::default(),
+                cache: "hit".into(),
+            },
+            failure: Some("why".into()),
+            validation: "none".into(),
+            manual_review_recommended: true,
+        };
+        let new = JobResult::decode(&rmp_serde::to_vec_named(&old).unwrap()).unwrap();
+        assert_eq!(new.validation, Validation::NotValidated);
+        assert_eq!(new.metrics.cache, CacheOutcome::Hit);
+        assert_eq!(new.test_results[0].error_kind, Some(ErrorKind::MemoryLimit));
+        // And the JSON the API answers is unchanged.
+        let json = serde_json::to_value(&new).unwrap();
+        assert_eq!(json["validation"], "none");
+        assert_eq!(json["metrics"]["cache"], "hit");
+        assert_eq!(json["test_results"][0]["error_kind"], "memory_limit");
+    }
 }

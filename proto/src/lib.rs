@@ -6,14 +6,20 @@
 //! Coordinators and workers of the same schema version can be mixed freely in one cluster.
 
 pub mod api;
+pub mod clock;
+pub mod codec;
 pub mod execution;
 pub mod generation;
+pub mod harness;
 pub mod job;
 pub mod keys;
+pub mod progress;
 pub mod queues;
 pub mod task;
 
+pub use clock::now_ms;
 pub use execution::{
     ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status,
 };
+pub use progress::Progress;
 pub use task::{Envelope, SCHEMA_VERSION, Task, TaskId};

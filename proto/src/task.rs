@@ -96,7 +96,7 @@ pub struct Envelope {
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("malformed envelope: {0}")]
-    Malformed(#[from] rmp_serde::decode::Error),
+    Malformed(#[from] crate::codec::DecodeError),
     #[error("unsupported schema version {found} (this build speaks {SCHEMA_VERSION})")]
     UnsupportedVersion { found: u16 },
 }
@@ -114,11 +114,11 @@ impl Envelope {
 
     /// MessagePack with named fields, so fields can be added without breaking older readers.
     pub fn encode(&self) -> Vec<u8> {
-        rmp_serde::to_vec_named(self).expect("an envelope always serializes")
+        crate::codec::encode(self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let envelope: Envelope = rmp_serde::from_slice(bytes)?;
+        let envelope: Envelope = crate::codec::decode(bytes)?;
         if envelope.schema_version != SCHEMA_VERSION {
             return Err(DecodeError::UnsupportedVersion {
                 found: envelope.schema_version,

@@ -32,11 +32,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::TaskId;
 use proto::generation::FunctionSpec;
 use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use proto::{Progress, TaskId};
 use redis::AsyncCommands;
-use serde::Serialize;
 
 use crate::Error;
 
@@ -55,7 +54,7 @@ pub struct Completion {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     pub id: String,
-    pub data: serde_json::Value,
+    pub event: Progress,
 }
 
 #[async_trait]
@@ -88,18 +87,14 @@ pub trait JobStore: Send + Sync + 'static {
     /// Of `names`, those not recorded as published: what a repeated event may publish again.
     async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error>;
     /// Finishes the job, atomically: stores `result` unless one exists, and with it appends
-    /// `event` (the `finished` progress event) and sets the final status. Returns whether this
-    /// call finished it; a job finishes once, with one result, one `finished` event and the
-    /// status of that result.
-    async fn finish_job(
-        &self,
-        id: TaskId,
-        result: &JobResult,
-        event: &serde_json::Value,
-    ) -> Result<bool, Error>;
+    /// its `finished` progress event and sets the final status. Returns whether this call
+    /// finished it; a job finishes once, with one result, one `finished` event and the status
+    /// of that result.
+    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error>;
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
-    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error>;
-    /// Events after `after` (stream id; `None`: from the start).
+    async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error>;
+    /// Events after `after` (stream id; `None`: from the start). An event this process cannot
+    /// read (written by a newer one) is left out.
     async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error>;
     /// Stores a batch (kept as long as its jobs).
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error>;
@@ -115,10 +110,6 @@ fn corrupt(key: &str, e: impl std::fmt::Display) -> Error {
         key: key.to_owned(),
         reason: e.to_string(),
     }
-}
-
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    rmp_serde::to_vec_named(value).expect("job state always serializes")
 }
 
 /// Keys of one job.
@@ -168,10 +159,13 @@ redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 1
 "#;
 
-/// Sets a status unless the current one is final. KEYS: status. ARGV: status, ttl.
+/// Sets a status unless the current one is final. KEYS: status. ARGV: status, ttl, the final
+/// statuses ([`JobStatus::FINAL`])...
 const SET_STATUS: &str = r#"
 local current = redis.call('GET', KEYS[1])
-if current == 'succeeded' or current == 'failed' then return 0 end
+for i = 3, #ARGV do
+  if current == ARGV[i] then return 0 end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return 1
 "#;
@@ -207,7 +201,7 @@ impl JobStore for crate::RedisStore {
         let ttl = self.ttl_secs();
         redis::pipe()
             .atomic()
-            .set_ex(keys.key("meta"), encode(meta), ttl)
+            .set_ex(keys.key("meta"), proto::codec::encode(meta), ttl)
             .ignore()
             .set_ex(keys.key("status"), JobStatus::Queued.as_str(), ttl)
             .ignore()
@@ -263,6 +257,7 @@ impl JobStore for crate::RedisStore {
             .key(key)
             .arg(status.as_str())
             .arg(self.ttl_secs())
+            .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..])
             .invoke_async::<i64>(&mut self.connection())
             .await
             .map(drop)
@@ -301,7 +296,7 @@ impl JobStore for crate::RedisStore {
             .key(keys.key("plan"))
             .key(keys.key("pending"))
             .key(keys.key("done"))
-            .arg(encode(plan))
+            .arg(proto::codec::encode(plan))
             .arg(self.ttl_secs());
         for spec in &plan.specs {
             let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
@@ -324,7 +319,7 @@ impl JobStore for crate::RedisStore {
         let stored: i64 = redis::Script::new(PUT_FUNCTION)
             .key(keys.key(&format!("fn:{}", outcome.name)))
             .key(keys.key(&format!("fn:{}:final", outcome.name)))
-            .arg(encode(outcome))
+            .arg(proto::codec::encode(outcome))
             .arg(self.ttl_secs())
             .arg(if outcome.done { "1" } else { "0" })
             .invoke_async(&mut self.connection())
@@ -403,12 +398,7 @@ impl JobStore for crate::RedisStore {
             .collect())
     }
 
-    async fn finish_job(
-        &self,
-        id: TaskId,
-        result: &JobResult,
-        event: &serde_json::Value,
-    ) -> Result<bool, Error> {
+    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
         let keys = JobKeys::new(self.prefix(), id);
         let finished: i64 = redis::Script::new(FINISH_JOB)
             .key(keys.key("result"))
@@ -417,7 +407,7 @@ impl JobStore for crate::RedisStore {
             .key(unfinished_key(self.prefix()))
             .arg(result.encode())
             .arg(self.ttl_secs())
-            .arg(event.to_string())
+            .arg(Progress::finished(result).to_json())
             .arg(result.status.as_str())
             .arg(id.to_string())
             .invoke_async(&mut self.connection())
@@ -438,7 +428,7 @@ impl JobStore for crate::RedisStore {
             .transpose()
     }
 
-    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error> {
+    async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error> {
         let key = JobKeys::new(self.prefix(), id).key("events");
         let mut connection = self.connection();
         redis::pipe()
@@ -449,7 +439,7 @@ impl JobStore for crate::RedisStore {
             .arg(1000)
             .arg("*")
             .arg("data")
-            .arg(event.to_string())
+            .arg(event.to_json())
             .ignore()
             .expire(&key, self.ttl_secs() as i64)
             .ignore()
@@ -469,12 +459,18 @@ impl JobStore for crate::RedisStore {
         Ok(reply
             .ids
             .into_iter()
-            .map(|entry| {
-                let data = entry
-                    .get::<String>("data")
-                    .and_then(|s| serde_json::from_str(&s).ok())
-                    .unwrap_or(serde_json::Value::Null);
-                StoredEvent { id: entry.id, data }
+            .filter_map(|entry| {
+                let data = entry.get::<String>("data").unwrap_or_default();
+                match serde_json::from_str(&data) {
+                    Ok(event) => Some(StoredEvent {
+                        id: entry.id,
+                        event,
+                    }),
+                    Err(e) => {
+                        tracing::debug!(%id, error = %e, "skipping a progress event this process cannot read");
+                        None
+                    }
+                }
             })
             .collect())
     }
@@ -483,7 +479,7 @@ impl JobStore for crate::RedisStore {
         self.connection()
             .set_ex::<_, _, ()>(
                 batch_key(self.prefix(), batch.id),
-                encode(batch),
+                proto::codec::encode(batch),
                 self.ttl_secs(),
             )
             .await
@@ -514,7 +510,7 @@ struct MemoryState {
     published: HashMap<TaskId, std::collections::BTreeSet<String>>,
     unfinished: HashMap<TaskId, u64>,
     results: HashMap<TaskId, JobResult>,
-    events: HashMap<TaskId, Vec<serde_json::Value>>,
+    events: HashMap<TaskId, Vec<Progress>>,
     batches: HashMap<TaskId, Batch>,
 }
 
@@ -648,26 +644,24 @@ impl JobStore for MemoryJobs {
             .filter(|n| !published.is_some_and(|p| p.contains(n)))
             .collect())
     }
-    async fn finish_job(
-        &self,
-        id: TaskId,
-        result: &JobResult,
-        event: &serde_json::Value,
-    ) -> Result<bool, Error> {
+    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
         let mut s = self.state();
         s.unfinished.remove(&id);
         if s.results.contains_key(&id) {
             return Ok(false);
         }
         s.results.insert(id, result.clone());
-        s.events.entry(id).or_default().push(event.clone());
+        s.events
+            .entry(id)
+            .or_default()
+            .push(Progress::finished(result));
         s.status.insert(id, result.status);
         Ok(true)
     }
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
         Ok(self.state().results.get(&id).cloned())
     }
-    async fn push_event(&self, id: TaskId, event: &serde_json::Value) -> Result<(), Error> {
+    async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error> {
         self.state()
             .events
             .entry(id)
@@ -688,9 +682,9 @@ impl JobStore for MemoryJobs {
                     .iter()
                     .enumerate()
                     .skip(skip)
-                    .map(|(i, data)| StoredEvent {
+                    .map(|(i, event)| StoredEvent {
                         id: i.to_string(),
-                        data: data.clone(),
+                        event: event.clone(),
                     })
                     .collect()
             })

@@ -106,7 +106,7 @@ impl RedisStore {
         let bytes: Option<Vec<u8>> = self.connection().get(key).await.map_err(backend)?;
         bytes
             .map(|b| {
-                rmp_serde::from_slice(&b).map_err(|e| Error::Corrupt {
+                proto::codec::decode(&b).map_err(|e| Error::Corrupt {
                     key: key.to_owned(),
                     reason: e.to_string(),
                 })
@@ -120,7 +120,7 @@ impl RedisStore {
         key: &str,
         value: &T,
     ) -> Result<(), Error> {
-        let bytes = rmp_serde::to_vec_named(value).expect("stored values always serialize");
+        let bytes = proto::codec::encode(value);
         self.connection()
             .set_ex::<_, _, ()>(key, bytes, self.ttl_secs())
             .await

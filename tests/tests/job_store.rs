@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use proto::TaskId;
 use proto::generation::{Complexity, FunctionSpec, Output};
 use proto::job::{JobResult, JobStatus, Plan};
+use proto::{Progress, TaskId};
 use store::{JobStore, RedisStore};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
@@ -113,15 +113,26 @@ async fn events_are_read_in_order_after_a_cursor() {
     let job = TaskId::new();
     for i in 0..3 {
         store
-            .push_event(job, &serde_json::json!({"n": i}))
+            .push_event(
+                job,
+                &Progress::FunctionStarted {
+                    function: format!("f{i}"),
+                },
+            )
             .await
             .unwrap();
     }
     let all = store.events(job, None).await.unwrap();
     assert_eq!(all.len(), 3);
     let rest = store.events(job, Some(&all[0].id)).await.unwrap();
-    let ns: Vec<_> = rest.iter().map(|e| e.data["n"].as_i64().unwrap()).collect();
-    assert_eq!(ns, vec![1, 2]);
+    let names: Vec<_> = rest
+        .iter()
+        .map(|e| match &e.event {
+            Progress::FunctionStarted { function } => function.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(names, vec!["f1", "f2"]);
 }
 
 #[tokio::test]
@@ -179,12 +190,11 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
     let job = TaskId::new();
     store.set_status(job, JobStatus::Integrating).await.unwrap();
     let mut result = succeeded(job);
-    let finished = serde_json::json!({"event": "finished", "status": "succeeded"});
-    assert!(store.finish_job(job, &result, &finished).await.unwrap());
+    let finished = Progress::finished(&result);
+    assert!(store.finish_job(job, &result).await.unwrap());
     // A late failure (a dead letter, a duplicate integration) changes nothing.
     result.status = JobStatus::Failed;
-    let failed = serde_json::json!({"event": "finished", "status": "failed"});
-    assert!(!store.finish_job(job, &result, &failed).await.unwrap());
+    assert!(!store.finish_job(job, &result).await.unwrap());
     store.set_status(job, JobStatus::Running).await.unwrap();
     assert_eq!(
         store.status(job).await.unwrap(),
@@ -197,7 +207,7 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
     );
     let events = store.events(job, None).await.unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].data, finished);
+    assert_eq!(events[0].event, finished);
 }
 
 #[tokio::test]
@@ -236,13 +246,7 @@ async fn unfinished_jobs_are_listed_oldest_first_until_they_finish() {
         store.unfinished_before(5_000, 10).await.unwrap(),
         vec![old.id]
     );
-    let event = serde_json::json!({"event": "finished"});
-    assert!(
-        store
-            .finish_job(old.id, &succeeded(old.id), &event)
-            .await
-            .unwrap()
-    );
+    assert!(store.finish_job(old.id, &succeeded(old.id)).await.unwrap());
     assert!(store.unfinished_before(5_000, 10).await.unwrap().is_empty());
     assert_eq!(
         store.unfinished_before(10_000, 10).await.unwrap(),

@@ -15,6 +15,7 @@
 //!   towards the delivery limit. Only a failure whose dependency answers is the task's own and
 //!   counts (`requeue`).
 
+mod drivers;
 pub mod gate;
 mod metrics;
 pub mod pipeline;
@@ -640,12 +641,7 @@ fn describe(missing: &[(Dependency, Down)]) -> String {
         .join("; ")
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+use proto::now_ms;
 
 #[cfg(test)]
 mod tests;

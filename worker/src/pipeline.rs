@@ -10,20 +10,18 @@ use broker::{Broker, Outgoing};
 use model::prompts::{self, Attempt, DependencyCode, Failure};
 use model::{Model, Phase};
 use proto::generation::{FunctionSpecs, Implementation, TestCase, TestCases};
+use proto::harness::{self, CasesReport, QualityReport, ReportError};
 use proto::job::{
-    Event, FunctionOutcome, Improvement, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
-    Quality, TestResult, Validation,
+    CacheOutcome, Event, FunctionOutcome, Improvement, JobMeta, JobMetrics, JobResult, JobStatus,
+    JobTask, Plan, Quality, TestResult, Validation,
 };
-use proto::{ExecutionRequest, Language, Status, TaskId};
+use proto::{ErrorKind, ExecutionRequest, Language, Progress, Status, TaskId, now_ms};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use store::{CacheStore, JobStore};
 
 use crate::gate::{Dependency, Gate};
-
-const CASES_DRIVER: &str = include_str!("py/cases.py");
-const QUALITY_DRIVER: &str = include_str!("py/quality.py");
 
 /// Pipeline settings (`[worker.pipeline]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,8 +138,8 @@ impl std::fmt::Debug for Pipeline {
 struct CaseRun {
     passed: bool,
     results: Vec<TestResult>,
-    /// syntax, import, runtime, assertion, wrong_output, timeout, memory_limit, …
-    error_kind: String,
+    /// What failed first, when something did.
+    error_kind: Option<ErrorKind>,
     error: String,
     duration_ms: u64,
 }
@@ -202,7 +200,7 @@ impl Pipeline {
             })
     }
 
-    async fn progress(&self, job: TaskId, event: Value) {
+    async fn progress(&self, job: TaskId, event: Progress) {
         if let Err(e) = self.jobs.push_event(job, &event).await {
             tracing::debug!(%job, error = %e, "cannot record a progress event");
         }
@@ -245,7 +243,7 @@ impl Pipeline {
                 .await;
         }
         let _ = self.jobs.set_status(job, JobStatus::Planning).await;
-        self.progress(job, json!({"event": "planning"})).await;
+        self.progress(job, Progress::Planning).await;
         let outcome = async {
             let model = self.model().map_err(Error::Drop)?;
             let mut prompt = prompts::plan(&prompts::PlanContext {
@@ -373,7 +371,9 @@ impl Pipeline {
                     self.jobs.put_function(job, &cached).await.map_err(redis)?;
                     self.progress(
                         job,
-                        json!({"event": "function_cached", "function": function}),
+                        Progress::FunctionCached {
+                            function: function.clone(),
+                        },
                     )
                     .await;
                     return self
@@ -392,7 +392,9 @@ impl Pipeline {
         let started = Instant::now();
         self.progress(
             job,
-            json!({"event": "function_started", "function": function}),
+            Progress::FunctionStarted {
+                function: function.clone(),
+            },
         )
         .await;
         let mut outcome = FunctionOutcome::new(&function);
@@ -489,7 +491,7 @@ impl Pipeline {
                         .filter(|h| !h.fix.is_empty())
                         .map(|h| Attempt {
                             attempt: h.attempt,
-                            error_kind: &h.error_kind,
+                            error_kind: h.error_kind.as_str(),
                             fix: &h.fix,
                         })
                         .collect();
@@ -500,7 +502,7 @@ impl Pipeline {
                         dependencies: deps.clone(),
                         code,
                         attempt: attempt - 1,
-                        error_kind: &run.error_kind,
+                        error_kind: run.error_kind.map_or("failed", ErrorKind::as_str),
                         error: &run.error,
                         failures,
                         history,
@@ -542,8 +544,13 @@ impl Pipeline {
                             outcome.test_results.clear();
                             self.progress(
                                 job,
-                                json!({"event": "attempt", "function": spec.name, "attempt": attempt,
-                                       "passed": true, "validation": "static_analysis_only"}),
+                                Progress::Attempt {
+                                    function: spec.name.clone(),
+                                    attempt,
+                                    passed: true,
+                                    error_kind: None,
+                                    validation: Some(Validation::StaticAnalysisOnly),
+                                },
                             )
                             .await;
                             self.save(job, outcome).await?;
@@ -552,7 +559,7 @@ impl Pipeline {
                         Err(problem) => CaseRun {
                             passed: false,
                             results: vec![],
-                            error_kind: "syntax".into(),
+                            error_kind: Some(ErrorKind::Syntax),
                             error: problem,
                             duration_ms: 0,
                         },
@@ -564,8 +571,13 @@ impl Pipeline {
             outcome.test_results = run.results.clone();
             self.progress(
                 job,
-                json!({"event": "attempt", "function": spec.name, "attempt": attempt,
-                       "passed": run.passed, "error_kind": run.error_kind}),
+                Progress::Attempt {
+                    function: spec.name.clone(),
+                    attempt,
+                    passed: run.passed,
+                    error_kind: run.error_kind,
+                    validation: None,
+                },
             )
             .await;
             if run.passed {
@@ -576,7 +588,7 @@ impl Pipeline {
             outcome.history.push(Improvement {
                 function: spec.name.clone(),
                 attempt,
-                error_kind: run.error_kind.clone(),
+                error_kind: run.error_kind.unwrap_or(ErrorKind::Runtime),
                 error: run.error.clone(),
                 fix: String::new(),
                 analysis: None,
@@ -587,7 +599,9 @@ impl Pipeline {
         let (_, run) = last.unwrap_or_default();
         Err(Error::Drop(format!(
             "tests still fail after {} attempts ({}): {}",
-            meta.request.max_iterations, run.error_kind, run.error
+            meta.request.max_iterations,
+            run.error_kind.map_or("failed", ErrorKind::as_str),
+            run.error
         )))
     }
 
@@ -641,6 +655,7 @@ impl Pipeline {
             })
             .collect();
         let request = json!({
+            "marker": harness::CASES_MARKER,
             "function": function,
             "cases": harness_cases,
             "case_timeout_ms": self.options.case_timeout_ms,
@@ -649,7 +664,7 @@ impl Pipeline {
         });
         let execution = ExecutionRequest {
             language: Language::Python,
-            code: CASES_DRIVER.to_owned(),
+            code: crate::drivers::CASES.to_owned(),
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
@@ -663,24 +678,28 @@ impl Pipeline {
         };
         let result = self.sandboxed(&execution).await?;
         let duration_ms = result.duration_ms;
-        let report = result
-            .stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("@@codegen-cases@@ "))
-            .and_then(|l| serde_json::from_str::<Value>(l).ok());
+        let report = match harness::read::<CasesReport>(&result.stdout, harness::CASES_MARKER) {
+            Ok(report) => Some(report),
+            Err(ReportError::Missing) => None,
+            Err(e @ ReportError::Mismatch(_)) => {
+                return Err(Error::Drop(format!(
+                    "the sandbox image's test harness: {e}"
+                )));
+            }
+        };
         let Some(report) = report else {
             // The run itself broke (timeout, memory, a crash): every case fails with that.
             let kind = match result.status {
-                Status::Timeout => "timeout",
-                Status::MemoryLimit => "memory_limit",
-                Status::OutputLimit => "output_limit",
+                Status::Timeout => ErrorKind::Timeout,
+                Status::MemoryLimit => ErrorKind::MemoryLimit,
+                Status::OutputLimit => ErrorKind::OutputLimit,
                 Status::SandboxError | Status::Error => {
                     return Err(Error::Retry {
                         dependency: Dependency::Docker,
                         reason: format!("sandbox: {}", result.reason.unwrap_or_default()),
                     });
                 }
-                _ => "runtime",
+                _ => ErrorKind::Runtime,
             };
             let error = result
                 .reason
@@ -696,45 +715,38 @@ impl Pipeline {
                         passed: false,
                         actual_output: Value::Null,
                         error: Some(error.clone()),
-                        error_kind: Some(kind.to_owned()),
+                        error_kind: Some(kind),
                         duration_ms: 0.0,
                     })
                     .collect(),
-                error_kind: kind.to_owned(),
+                error_kind: Some(kind),
                 error,
                 duration_ms,
             });
         };
-        let results: Vec<TestResult> = report["cases"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
+        let results: Vec<TestResult> = report
+            .cases
+            .into_iter()
             .map(|c| TestResult {
                 function: function.to_owned(),
-                test: c["name"].as_str().unwrap_or_default().to_owned(),
-                passed: c["passed"].as_bool().unwrap_or(false),
-                actual_output: c["actual_output"].clone(),
-                error: c["error"].as_str().map(str::to_owned),
-                error_kind: c["error_kind"].as_str().map(str::to_owned),
-                duration_ms: c["duration_ms"].as_f64().unwrap_or(0.0),
+                test: c.name,
+                passed: c.passed,
+                actual_output: c.actual_output,
+                error: c.error,
+                error_kind: c.error_kind,
+                duration_ms: c.duration_ms,
             })
             .collect();
-        let passed = report["passed"].as_bool().unwrap_or(false);
-        let error_kind = report["error_kind"].as_str().unwrap_or("").to_owned();
         let failed = results.iter().filter(|r| !r.passed).count();
-        let error = match report["error"].as_str() {
-            Some(load_error) => format!(
-                "{load_error}\n{}",
-                report["traceback"].as_str().unwrap_or_default()
-            ),
+        let error = match report.error {
+            Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),
             None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
             None => String::new(),
         };
         Ok(CaseRun {
-            passed,
+            passed: report.passed,
             results,
-            error_kind,
+            error_kind: report.error_kind,
             error,
             duration_ms,
         })
@@ -856,29 +868,19 @@ impl Pipeline {
                 total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
                 model_calls,
                 tokens,
-                cache: "miss".into(),
+                cache: CacheOutcome::Miss,
             },
             failure,
             validation: if static_only {
-                Validation::StaticAnalysisOnly.as_str().into()
+                Validation::StaticAnalysisOnly
             } else {
-                Validation::Tested.as_str().into()
+                Validation::Tested
             },
             manual_review_recommended: static_only || status != JobStatus::Succeeded,
         };
         // Result, `finished` event and final status in one step: whoever finishes first (this
         // run, a duplicate of it, or a coordinator failing the job) is the job's end.
-        let finished = self
-            .jobs
-            .finish_job(
-                job,
-                &result,
-                &json!({"event": "finished", "status": status,
-                        "all_tests_passed": result.all_tests_passed,
-                        "validation": result.validation}),
-            )
-            .await
-            .map_err(redis)?;
+        let finished = self.jobs.finish_job(job, &result).await.map_err(redis)?;
         if !finished {
             tracing::info!(%job, "the job had finished already; its result stands");
             return self.emit(Event::Integrated { job_id: job }).await;
@@ -920,7 +922,7 @@ impl Pipeline {
             .collect();
         let execution = ExecutionRequest {
             language: Language::Python,
-            code: QUALITY_DRIVER.to_owned(),
+            code: crate::drivers::QUALITY.to_owned(),
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
@@ -929,25 +931,34 @@ impl Pipeline {
             files: BTreeMap::from([
                 ("module.py".to_string(), module.to_owned()),
                 (
-                    "cases.json".to_string(),
-                    serde_json::to_string(&cases).unwrap_or_default(),
+                    "request.json".to_string(),
+                    json!({"marker": harness::QUALITY_MARKER, "cases": cases}).to_string(),
                 ),
             ]),
             return_files: vec![],
         };
         let run = self.sandboxed(&execution).await?;
-        let report = run
-            .stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("@@codegen-quality@@ "))
-            .and_then(|l| serde_json::from_str::<Value>(l).ok())
-            .unwrap_or(Value::Null);
-        let coverage = report["coverage"].as_f64().unwrap_or(0.0);
-        let docstrings = report["docstrings"].as_f64().unwrap_or(0.0);
-        let complexity: BTreeMap<String, u32> =
-            serde_json::from_value(report["complexity"].clone()).unwrap_or_default();
-        let dangerous_calls: Vec<String> =
-            serde_json::from_value(report["dangerous_calls"].clone()).unwrap_or_default();
+        let QualityReport {
+            coverage,
+            complexity,
+            docstrings,
+            dangerous_calls,
+        } = match harness::read::<QualityReport>(&run.stdout, harness::QUALITY_MARKER) {
+            Ok(report) => report,
+            // The analysis itself broke (a limit, a crash): the module scores nothing for it.
+            Err(ReportError::Missing) => {
+                tracing::warn!(status = ?run.status, "the quality analysis printed no report");
+                QualityReport {
+                    coverage: 0.0,
+                    complexity: BTreeMap::new(),
+                    docstrings: 0.0,
+                    dangerous_calls: vec![],
+                }
+            }
+            Err(e @ ReportError::Mismatch(_)) => {
+                return Err(Error::Drop(format!("the quality analysis: {e}")));
+            }
+        };
         let pass_rate = if tests_total == 0 {
             0.0
         } else {
@@ -1064,11 +1075,4 @@ fn documentation(meta: &JobMeta, plan: &Plan) -> String {
         }
     }
     doc
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }

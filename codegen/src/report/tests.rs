@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use proto::job::JobResult;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
-use crate::client::SseParser;
 
 fn spec(name: &str, deps: &[&str]) -> Value {
     json!({"name": name, "purpose": format!("the {name} function"),
@@ -119,61 +118,59 @@ fn plain_code_is_every_function_in_plan_order() {
 fn progress_lines_name_the_step() {
     let at = Duration::from_millis(1500);
     assert_eq!(
-        progress_line(at, "planned", &json!({"functions": ["a", "b"]})),
+        progress_line(
+            at,
+            &Progress::Planned {
+                functions: vec!["a".into(), "b".into()]
+            }
+        ),
         "[   1.5s] planned 2 functions: a, b"
     );
     assert_eq!(
         progress_line(
             at,
-            "attempt",
-            &json!({"function": "a", "attempt": 1, "passed": false, "error_kind": "runtime"})
+            &Progress::Attempt {
+                function: "a".into(),
+                attempt: 1,
+                passed: false,
+                error_kind: Some(ErrorKind::Runtime),
+                validation: None,
+            }
         ),
         "[   1.5s] a: attempt 1 ✗ runtime"
     );
     assert_eq!(
-        progress_line(at, "finished", &json!({"status": "succeeded"})),
-        "[   1.5s] finished: succeeded"
+        progress_line(
+            at,
+            &Progress::Finished {
+                status: JobStatus::Succeeded,
+                all_tests_passed: true,
+                validation: Validation::Tested,
+                cache: CacheOutcome::Hit,
+                failure: None,
+            }
+        ),
+        "[   1.5s] finished: succeeded (solution cache)"
     );
 }
 
 #[test]
 fn pending_jobs_list_their_functions() {
-    let view = json!({"job_id": "j", "status": "running", "functions": {
-        "a": {"done": true, "passed": true, "attempts": 2},
-        "b": {"done": false, "passed": false, "attempts": 0}}});
+    let id = proto::TaskId::new();
+    let view: JobProgress = serde_json::from_value(json!({"job_id": id, "status": "running",
+        "functions": {
+            "a": {"done": true, "passed": true, "attempts": 2},
+            "b": {"done": false, "passed": false, "attempts": 0}}}))
+    .unwrap();
     assert_eq!(
         pending_plain(&view),
-        "status=running job=j (a: ✓ passed (2 attempts); b: … waiting)"
+        format!("status=running job={id} (a: ✓ passed (2 attempts); b: … waiting)")
     );
-    assert!(pending_markdown(&view).starts_with("⏳ running: job j\n"));
-    assert_eq!(
-        counts(&json!({"failed": 1, "succeeded": 2})),
-        "failed 1 · succeeded 2"
-    );
-}
-
-#[test]
-fn the_sse_parser_yields_events_at_blank_lines_and_skips_comments() {
-    let mut parser = SseParser::default();
-    let mut events = Vec::new();
-    for line in [
-        ": keep-alive",
-        "",
-        "id: 1-0",
-        "event: planned",
-        "data: {\"functions\":[\"a\"]}",
-        "",
-        "data: one",
-        "data:two",
-        "",
-    ] {
-        events.extend(parser.line(line));
-    }
-    assert_eq!(
-        events,
-        vec![
-            ("planned".to_owned(), "{\"functions\":[\"a\"]}".to_owned()),
-            ("message".to_owned(), "one\ntwo".to_owned()),
-        ]
-    );
+    assert!(pending_markdown(&view).starts_with(&format!("⏳ running: job {id}\n")));
+    let counts_of = BTreeMap::from([
+        (BatchJobStatus::Failed, 1),
+        (BatchJobStatus::Succeeded, 2),
+        (BatchJobStatus::Unknown, 1),
+    ]);
+    assert_eq!(counts(&counts_of), "succeeded 2 · failed 1 · unknown 1");
 }

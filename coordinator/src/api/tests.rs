@@ -669,9 +669,7 @@ async fn the_api_answers_as_documented() {
         "failure": "sieve: 1 of 2 cases failed", "validation": "tested",
         "manual_review_recommended": true});
     let result = serde_json::from_value(result).unwrap();
-    jobs.finish_job(job, &result, &serde_json::json!({"event": "finished"}))
-        .await
-        .unwrap();
+    jobs.finish_job(job, &result).await.unwrap();
     let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
     assert_eq!(answer["failure"], "sieve: 1 of 2 cases failed");
     conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);

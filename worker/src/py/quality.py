@@ -8,8 +8,11 @@ import sys
 
 with open("module.py", encoding="utf-8") as f:
     source = f.read()
-with open("cases.json", encoding="utf-8") as f:
-    cases = json.load(f)  # {"function": [{"inputs": ...}, ...], ...}
+with open("request.json", encoding="utf-8") as f:
+    # {"marker": proto::harness::QUALITY_MARKER,
+    #  "cases": {"function": [{"inputs": ...}, ...], ...}}
+    request = json.load(f)
+cases = request["cases"]
 
 tree = ast.parse(source, "module.py")
 BRANCHES = (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.With,
@@ -100,4 +103,4 @@ report = {
     "docstrings": documented / len(functions) if functions else 1.0,
     "dangerous_calls": sorted(dangerous),
 }
-sys.stdout.write("@@codegen-quality@@ " + json.dumps(report) + "\n")
+sys.stdout.write(request["marker"] + json.dumps(report) + "\n")

@@ -1,0 +1,159 @@
+//! A job's progress events: what `GET /v1/jobs/{id}/events` streams, what the coordinator and
+//! the workers append to the job's stream in Redis, what the CLI prints. One type for all of
+//! them, so a renamed field is a compile error rather than a `?` in someone's terminal.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ErrorKind;
+use crate::TaskId;
+use crate::job::{CacheOutcome, JobResult, JobStatus, Validation};
+
+/// One progress event; its `event` field names it (and is the SSE event's name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Progress {
+    /// Accepted and queued for planning.
+    Queued { job_id: TaskId },
+    /// A worker asks the model for the functions.
+    Planning,
+    /// The plan was accepted: its functions, every one after its dependencies.
+    Planned { functions: Vec<String> },
+    /// The plan was rejected (a cycle, a missing dependency, …); the model is asked again.
+    Replanning { problem: String },
+    /// A verified function was reused from the function-level cache.
+    FunctionCached { function: String },
+    /// A function's implementation began.
+    FunctionStarted { function: String },
+    /// One implementation attempt ran its tests.
+    Attempt {
+        function: String,
+        /// 1 for the first attempt.
+        attempt: u32,
+        passed: bool,
+        /// What failed, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        error_kind: Option<ErrorKind>,
+        /// How the attempt was checked when it was not `tested`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        validation: Option<Validation>,
+    },
+    /// A function is final: its tests pass, or no attempt is left.
+    FunctionDone {
+        function: String,
+        passed: bool,
+        attempts: u32,
+    },
+    /// The job is final; its result is stored. Always the last event.
+    Finished {
+        status: JobStatus,
+        all_tests_passed: bool,
+        validation: Validation,
+        cache: CacheOutcome,
+        /// Why the job failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        failure: Option<String>,
+    },
+}
+
+impl Progress {
+    /// The `finished` event of `result`: one shape however the job ended.
+    pub fn finished(result: &JobResult) -> Self {
+        Progress::Finished {
+            status: result.status,
+            all_tests_passed: result.all_tests_passed,
+            validation: result.validation,
+            cache: result.metrics.cache,
+            failure: result.failure.clone(),
+        }
+    }
+
+    /// The event's name: its `event` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Progress::Queued { .. } => "queued",
+            Progress::Planning => "planning",
+            Progress::Planned { .. } => "planned",
+            Progress::Replanning { .. } => "replanning",
+            Progress::FunctionCached { .. } => "function_cached",
+            Progress::FunctionStarted { .. } => "function_started",
+            Progress::Attempt { .. } => "attempt",
+            Progress::FunctionDone { .. } => "function_done",
+            Progress::Finished { .. } => "finished",
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a progress event always serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_is_the_tag_serde_writes() {
+        let events = [
+            Progress::Queued {
+                job_id: TaskId::new(),
+            },
+            Progress::Planning,
+            Progress::Planned {
+                functions: vec!["a".into()],
+            },
+            Progress::Replanning {
+                problem: "p".into(),
+            },
+            Progress::FunctionCached {
+                function: "a".into(),
+            },
+            Progress::FunctionStarted {
+                function: "a".into(),
+            },
+            Progress::Attempt {
+                function: "a".into(),
+                attempt: 1,
+                passed: false,
+                error_kind: Some(ErrorKind::WrongOutput),
+                validation: None,
+            },
+            Progress::FunctionDone {
+                function: "a".into(),
+                passed: true,
+                attempts: 2,
+            },
+            Progress::Finished {
+                status: JobStatus::Failed,
+                all_tests_passed: false,
+                validation: Validation::NotValidated,
+                cache: CacheOutcome::Miss,
+                failure: Some("f".into()),
+            },
+        ];
+        for event in events {
+            let json: serde_json::Value = serde_json::from_str(&event.to_json()).unwrap();
+            assert_eq!(json["event"], event.name(), "{json}");
+            assert_eq!(serde_json::from_value::<Progress>(json).unwrap(), event);
+        }
+    }
+
+    #[test]
+    fn the_wire_form_of_an_attempt_is_the_one_clients_already_read() {
+        let attempt = Progress::Attempt {
+            function: "sieve".into(),
+            attempt: 2,
+            passed: false,
+            error_kind: Some(ErrorKind::Runtime),
+            validation: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&attempt).unwrap(),
+            serde_json::json!({"event": "attempt", "function": "sieve", "attempt": 2,
+                               "passed": false, "error_kind": "runtime"})
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! The Python programs the pipeline runs in the sandbox to test and to measure generated
+//! code. Each reads its request from `request.json` (with the marker of its report line,
+//! from `proto::harness`) and prints one report line that `proto::harness` types describe.
+
+/// Runs one function's cases with the image's `harness.py` ([`proto::harness::CasesReport`]).
+pub(crate) const CASES: &str = include_str!("py/cases.py");
+/// Coverage, complexity, docstrings and risky calls of a module
+/// ([`proto::harness::QualityReport`]).
+pub(crate) const QUALITY: &str = include_str!("py/quality.py");
+
+#[cfg(test)]
+mod tests {
+    //! The contract with the drivers and the image's harness, checked by running them with
+    //! the host's Python: every field the Rust types read must be one the programs print.
+
+    use std::path::Path;
+    use std::process::Command;
+
+    use proto::harness::{self, CasesReport, QualityReport};
+    use serde_json::{Value, json};
+
+    fn python() -> &'static str {
+        // An absolute path: `python3` on PATH may be a shim that costs a quarter second.
+        ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap_or("python3")
+    }
+
+    /// Runs `driver` in a fresh directory holding `files`; its stdout.
+    fn run(driver: &str, files: &[(&str, String)]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let harness_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/python");
+        let output = Command::new(python())
+            .arg("-c")
+            .arg(driver)
+            .current_dir(dir.path())
+            .env("CODEGEN_HARNESS_DIR", harness_dir)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Every key of `ours` (a type read and written back) is in `theirs` (what was printed),
+    /// at every depth: serde would read a renamed optional field as absent, not as an error.
+    fn assert_fields_printed(ours: &Value, theirs: &Value, path: &str) {
+        match (ours, theirs) {
+            (Value::Object(ours), Value::Object(theirs)) => {
+                for (key, value) in ours {
+                    let Some(printed) = theirs.get(key) else {
+                        panic!("{path}.{key} is read by the worker but not printed: {theirs:?}");
+                    };
+                    assert_fields_printed(value, printed, &format!("{path}.{key}"));
+                }
+            }
+            (Value::Array(ours), Value::Array(theirs)) => {
+                for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
+                    assert_fields_printed(a, b, &format!("{path}[{i}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn printed(stdout: &str, marker: &str) -> Value {
+        let line = stdout.lines().rev().find_map(|l| l.strip_prefix(marker));
+        serde_json::from_str(line.expect("a report line")).unwrap()
+    }
+
+    #[test]
+    fn the_cases_report_is_what_the_harness_prints() {
+        let module =
+            "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2\n";
+        let request = json!({
+            "marker": harness::CASES_MARKER,
+            "function": "f",
+            "cases": [
+                {"name": "ok", "inputs": [2], "expected_output": 4},
+                {"name": "wrong", "inputs": [3], "expected_output": 7},
+                {"name": "raises", "inputs": [-1], "expected_output": 0},
+            ],
+            "case_timeout_ms": 2000,
+            "max_output_bytes": 4096,
+            "nonce": null,
+        });
+        let stdout = run(
+            super::CASES,
+            &[
+                ("module.py", module.to_owned()),
+                ("request.json", request.to_string()),
+            ],
+        );
+        let report: CasesReport = harness::read(&stdout, harness::CASES_MARKER).unwrap();
+        let verdicts: Vec<_> = report
+            .cases
+            .iter()
+            .map(|c| (c.name.as_str(), c.passed, c.error_kind.map(|k| k.as_str())))
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                ("ok", true, None),
+                ("wrong", false, Some("wrong_output")),
+                ("raises", false, Some("runtime")),
+            ]
+        );
+        assert!(!report.passed);
+        assert_fields_printed(
+            &serde_json::to_value(&report).unwrap(),
+            &printed(&stdout, harness::CASES_MARKER),
+            "cases report",
+        );
+
+        // A module that does not load: the load error's fields.
+        let stdout = run(
+            super::CASES,
+            &[
+                ("module.py", "def f(:\n".to_owned()),
+                ("request.json", request.to_string()),
+            ],
+        );
+        let report: CasesReport = harness::read(&stdout, harness::CASES_MARKER).unwrap();
+        assert_eq!(report.error_kind, Some(proto::ErrorKind::Syntax));
+        assert!(report.error.is_some() && report.cases.is_empty());
+        assert_fields_printed(
+            &serde_json::to_value(&report).unwrap(),
+            &printed(&stdout, harness::CASES_MARKER),
+            "load error report",
+        );
+    }
+
+    #[test]
+    fn the_quality_report_is_what_the_driver_prints() {
+        let module = "import subprocess\n\ndef f(x):\n    \"\"\"Doubles.\"\"\"\n    if x:\n        return 2 * x\n    return 0\n\ndef g():\n    return subprocess.run(['true'])\n";
+        let request = json!({
+            "marker": harness::QUALITY_MARKER,
+            "cases": {"f": [{"inputs": [1]}]},
+        });
+        let stdout = run(
+            super::QUALITY,
+            &[
+                ("module.py", module.to_owned()),
+                ("request.json", request.to_string()),
+            ],
+        );
+        let report: QualityReport = harness::read(&stdout, harness::QUALITY_MARKER).unwrap();
+        assert_eq!(report.complexity.get("f"), Some(&2));
+        assert_eq!(report.docstrings, 0.5);
+        assert!(report.dangerous_calls.contains(&"subprocess".to_owned()));
+        assert!(report.coverage > 0.0 && report.coverage < 1.0, "{report:?}");
+        assert_fields_printed(
+            &serde_json::to_value(&report).unwrap(),
+            &printed(&stdout, harness::QUALITY_MARKER),
+            "quality report",
+        );
+    }
+}
