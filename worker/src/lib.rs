@@ -37,7 +37,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::{Metrics, PoolCollector};
-pub use pipeline::Pipeline;
+pub use pipeline::{Pipeline, Step};
 
 /// Worker settings (`[worker]` in `codegen.toml`, `CODEGEN__WORKER__*` in the environment).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -367,32 +367,35 @@ impl Worker {
             .queue_wait_seconds
             .with_label_values(&[kind])
             .observe(queue_ms as f64 / 1000.0);
-        let outcome = match envelope.task {
-            Task::Plan(task) | Task::Implement(task) | Task::Integrate(task) => {
-                let (outcome, sandbox_ms) = pipeline::SANDBOX_MS
-                    .scope(std::cell::Cell::new(0), async {
-                        let outcome = self.pipeline_task(kind, &task, delivery).await;
-                        (outcome, pipeline::SANDBOX_MS.with(std::cell::Cell::get))
-                    })
-                    .await;
-                // One line per pipeline task: what `bench/tasks` reads the per-task overhead from.
-                tracing::info!(
-                    kind,
-                    job = %task.job_id,
-                    function = task.function.as_deref().unwrap_or("-"),
-                    queue_ms,
-                    run_ms = started.elapsed().as_millis() as u64,
-                    sandbox_ms,
-                    outcome = outcome.as_str(),
-                    "task finished"
-                );
-                outcome
-            }
+        let step = match envelope.task {
             Task::Execute(request) => {
-                self.execute_task(envelope.task_id, &request, delivery)
-                    .await
+                let outcome = self
+                    .execute_task(envelope.task_id, &request, delivery)
+                    .await;
+                return self.finish(kind, outcome, started);
             }
+            Task::Plan(task) => (Step::Plan, task),
+            Task::Implement(task) => (Step::Implement, task),
+            Task::Integrate(task) => (Step::Integrate, task),
         };
+        let (step, task) = step;
+        let (outcome, sandbox_ms) = pipeline::SANDBOX_MS
+            .scope(std::cell::Cell::new(0), async {
+                let outcome = self.pipeline_task(step, &task, delivery).await;
+                (outcome, pipeline::SANDBOX_MS.with(std::cell::Cell::get))
+            })
+            .await;
+        // One line per pipeline task: what `bench/tasks` reads the per-task overhead from.
+        tracing::info!(
+            kind,
+            job = %task.job_id,
+            function = task.function.as_deref().unwrap_or("-"),
+            queue_ms,
+            run_ms = started.elapsed().as_millis() as u64,
+            sandbox_ms,
+            outcome = outcome.as_str(),
+            "task finished"
+        );
         self.finish(kind, outcome, started)
     }
 
@@ -521,10 +524,11 @@ impl Worker {
 
     async fn pipeline_task(
         &self,
-        kind: &str,
+        step: Step,
         task: &proto::job::JobTask,
         delivery: Delivery,
     ) -> Outcome {
+        let kind = step.kind();
         let Some(pipeline) = &self.pipeline else {
             tracing::warn!(kind, "this worker runs no pipeline; dead-lettering");
             let _ = delivery.dead_letter().await;
@@ -532,20 +536,8 @@ impl Worker {
         };
         let mut own_failures = 0;
         loop {
-            let result = match kind {
-                "plan" => {
-                    tracing::info!(job = %task.job_id, "plan task started");
-                    pipeline.plan(task).await
-                }
-                "implement" => {
-                    tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
-                    pipeline.implement(task).await
-                }
-                _ => {
-                    tracing::info!(job = %task.job_id, "integrate task started");
-                    pipeline.integrate(task).await
-                }
-            };
+            tracing::info!(kind, job = %task.job_id, function = ?task.function, "pipeline task started");
+            let result = pipeline.run(step, task).await;
             let (dependency, reason) = match result {
                 Ok(()) => return self.settle(delivery, Outcome::Completed).await,
                 Err(pipeline::Error::Drop(reason)) => {

@@ -109,6 +109,25 @@ fn model_error(what: Option<&str>, e: &model::Error) -> Error {
     }
 }
 
+/// The pipeline's task kinds (`proto::Task` without `Execute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Plan,
+    Implement,
+    Integrate,
+}
+
+impl Step {
+    /// The task's kind, as `proto::Task::kind` names it in logs and metric labels.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Step::Plan => "plan",
+            Step::Implement => "implement",
+            Step::Integrate => "integrate",
+        }
+    }
+}
+
 /// Handles plan, implement and integrate tasks.
 #[derive(Clone)]
 pub struct Pipeline {
@@ -169,6 +188,15 @@ impl Pipeline {
     pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
         self.cache = Some((cache, model));
         self
+    }
+
+    /// Runs one task of `step`.
+    pub async fn run(&self, step: Step, task: &JobTask) -> Result<(), Error> {
+        match step {
+            Step::Plan => self.plan(task).await,
+            Step::Implement => self.implement(task).await,
+            Step::Integrate => self.integrate(task).await,
+        }
     }
 
     async fn meta(&self, job: TaskId) -> Result<JobMeta, Error> {
