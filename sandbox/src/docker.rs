@@ -411,12 +411,33 @@ impl Inner {
             )
             .await
         {
-            Ok(()) => {}
-            // Already gone, or being removed by auto_remove.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404 | 409,
-                ..
+            // Already gone.
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
             }) => {}
+            // Being removed already (auto_remove, or another call): it still exists until the
+            // engine is done, and whoever asked for the removal counts on it being gone.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {
+                let removed = docker.wait_container(
+                    id,
+                    Some(
+                        bollard::query_parameters::WaitContainerOptionsBuilder::new()
+                            .condition("removed")
+                            .build(),
+                    ),
+                );
+                // Whatever the wait answers (gone already, an exit code) the removal is done
+                // or will be; only a stuck engine makes it time out.
+                let mut removed = std::pin::pin!(removed);
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    futures::StreamExt::next(&mut removed),
+                )
+                .await;
+            }
             Err(e) => {
                 tracing::warn!(container = %id, error = %e, "cannot remove sandbox container")
             }
