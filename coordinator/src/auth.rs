@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::Coordinator;
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// The caller's tenant, put into request extensions by [`authenticate`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -20,30 +20,14 @@ use proto::TaskId;
 use proto::api::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView, ErrorBody};
 use proto::job::{Batch, JobRequest, JobSubmission};
 
-use crate::api::{ApiError, from_json, path_rejected};
 use crate::auth::Tenant;
+use crate::body::from_json;
+use crate::error::{ApiError, path_rejected, unavailable};
 use crate::jobs::{Created, create_job, validate};
 use crate::{Coordinator, now_ms};
 
 /// Jobs created (or statuses read) at once.
 const PARALLEL: usize = 16;
-
-fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-}
-
-/// `error` with its message prefixed (e.g. by the line it is about), same status.
-async fn prefixed(prefix: &str, error: ApiError) -> ApiError {
-    let response = error.into_response();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap_or_default();
-    let message = serde_json::from_slice::<ErrorBody>(&bytes)
-        .map(|b| b.error)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
-    ApiError::new(status, format!("{prefix}{message}"))
-}
 
 /// Parses and validates every line; the first bad one is the error.
 async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError> {
@@ -85,7 +69,7 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
         })?;
         match validate(&c.options, submission) {
             Ok(request) => requests.push(request),
-            Err(e) => return Err(prefixed(&format!("line {number}: "), e).await),
+            Err(e) => return Err(e.prefixed(&format!("line {number}: "))),
         }
     }
     Ok(requests)
@@ -146,7 +130,7 @@ pub(crate) async fn submit(
             jobs.len(),
             ids.join(", ")
         );
-        return Err(prefixed(&prefix, e).await);
+        return Err(e.prefixed(&prefix));
     }
     let batch = Batch {
         id: TaskId::new(),

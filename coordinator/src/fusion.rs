@@ -25,8 +25,10 @@ use proto::{ExecutionResult, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::{ApiError, enqueue, read_body, validate};
 use crate::auth::Tenant;
+use crate::body::read_body;
+use crate::error::ApiError;
+use crate::executions::{enqueue, validate};
 use crate::{Coordinator, now_ms};
 
 /// SandboxFusion's `RunCodeRequest`.

@@ -536,7 +536,14 @@ impl Worker {
         };
         let mut own_failures = 0;
         loop {
-            tracing::info!(kind, job = %task.job_id, function = ?task.function, "pipeline task started");
+            // One message per step: the reliability tests wait for "implement task started".
+            match step {
+                Step::Plan => tracing::info!(job = %task.job_id, "plan task started"),
+                Step::Implement => {
+                    tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
+                }
+                Step::Integrate => tracing::info!(job = %task.job_id, "integrate task started"),
+            }
             let result = pipeline.run(step, task).await;
             let (dependency, reason) = match result {
                 Ok(()) => return self.settle(delivery, Outcome::Completed).await,

@@ -510,7 +510,7 @@ fn the_documented_limits_agree_with_validation() {
         let request = serde_json::from_value(body.clone()).unwrap();
         assert_eq!(
             valid(&doc, "ExecutionSubmission", &body),
-            super::validate(&options, request).is_ok(),
+            crate::executions::validate(&options, request).is_ok(),
             "{body}"
         );
     }
@@ -553,10 +553,10 @@ fn the_readiness_report_is_documented_as_telemetry_sends_it() {
 #[test]
 fn integral_numbers_count_as_integers() {
     let body = br#"{"language": "python", "code": "1", "timeout_ms": 500.0}"#;
-    let submission: proto::api::ExecutionSubmission = super::from_json(body).unwrap();
+    let submission: proto::api::ExecutionSubmission = crate::body::from_json(body).unwrap();
     assert_eq!(submission.timeout_ms, Some(500));
     let fractional = br#"{"language": "python", "code": "1", "timeout_ms": 500.5}"#;
-    let error = super::from_json::<proto::api::ExecutionSubmission>(fractional).unwrap_err();
+    let error = crate::body::from_json::<proto::api::ExecutionSubmission>(fractional).unwrap_err();
     assert!(
         error
             .to_string()
@@ -564,7 +564,7 @@ fn integral_numbers_count_as_integers() {
         "{error}"
     );
     let twice = br#"{"language": "python", "code": "1", "code": "2"}"#;
-    assert!(super::from_json::<proto::api::ExecutionSubmission>(twice).is_err());
+    assert!(crate::body::from_json::<proto::api::ExecutionSubmission>(twice).is_err());
 }
 
 #[tokio::test]

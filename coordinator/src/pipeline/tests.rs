@@ -254,6 +254,36 @@ async fn a_plan_failure_from_the_model_is_recorded_as_the_reason() {
 }
 
 #[tokio::test]
+async fn an_event_that_contradicts_the_stored_state_fails_its_job_at_once() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    // `planned` although no specs were stored: no wait will make them appear.
+    event(
+        &c,
+        &broker,
+        Event::Planned {
+            job_id: job,
+            failure: None,
+        },
+    )
+    .await;
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(
+        failure.contains("cannot apply a pipeline event")
+            && failure.contains("without stored specs"),
+        "{failure}"
+    );
+    // Settled: nothing went back to the events queue to cycle towards the delivery limit.
+    let cancel = CancellationToken::new();
+    let mut events = broker.consume(Queue::Events, 1, cancel.clone());
+    let next = tokio::time::timeout(std::time::Duration::from_millis(200), events.next()).await;
+    assert!(next.is_err(), "the event was requeued");
+}
+
+#[tokio::test]
 async fn once_integration_started_finishing_functions_release_nothing() {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(&broker, &jobs);

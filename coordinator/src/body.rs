@@ -1,0 +1,68 @@
+//! Reading request bodies: the one way every handler turns bytes into a typed request, with
+//! errors that name the field.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// Reads a JSON request body. A number with a zero fraction (`10.0`) counts as an integer, as
+/// JSON Schema (and so the OpenAPI document) counts it. Errors name the field they are about
+/// (`items[3].timeout_ms: invalid type: …`).
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let error =
+        match serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(bytes)) {
+            Ok(value) => return Ok(value),
+            Err(e)
+                if e.inner()
+                    .to_string()
+                    .starts_with("invalid type: floating point") =>
+            {
+                e
+            }
+            Err(e) => return Err(describe(&e)),
+        };
+    let mut value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    integral(&mut value);
+    serde_path_to_error::deserialize(value).map_err(|_| describe(&error))
+}
+
+fn describe<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> String {
+    match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        path => format!("{path}: {}", e.inner()),
+    }
+}
+
+/// A JSON body, or the 4xx that says what is wrong with it.
+pub(crate) fn read_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    from_json(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
+/// Rewrites integral floats that are exact (|x| <= 2^53) as integers.
+fn integral(value: &mut Value) {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n
+                .as_f64()
+                .filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT)
+            {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral),
+        Value::Object(fields) => fields.values_mut().for_each(integral),
+        _ => {}
+    }
+}

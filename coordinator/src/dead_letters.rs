@@ -1,0 +1,104 @@
+//! Dead letters: a task that could not be finished gets a final answer that says why (an
+//! execution's `error` result, or its job failed with the reason).
+
+use std::time::Duration;
+
+use broker::{Delivery, Queue};
+use futures::StreamExt;
+use proto::{ExecutionResult, Status, TaskId};
+use tokio_util::sync::CancellationToken;
+
+use crate::Coordinator;
+
+impl Coordinator {
+    /// Turns every dead letter into an `error` result for its execution.
+    pub(crate) async fn consume_dead_letters(self, cancel: CancellationToken) {
+        let mut deliveries = self.broker.consume(Queue::DeadLetters, 8, cancel.clone());
+        while let Some(delivery) = deliveries.next().await {
+            self.dead_letter(delivery).await;
+        }
+    }
+
+    pub(crate) async fn dead_letter(&self, delivery: Delivery) {
+        let reason = delivery
+            .death_reason
+            .clone()
+            .unwrap_or_else(|| "unknown".into());
+        self.metrics
+            .dead_letters
+            .with_label_values(&[reason.as_str()])
+            .inc();
+        let id = delivery
+            .message_id
+            .as_deref()
+            .and_then(|m| m.parse::<TaskId>().ok());
+        let Some(id) = id else {
+            tracing::warn!(message_id = ?delivery.message_id, %reason, "dead letter without a task id; dropped");
+            let _ = delivery.ack().await;
+            return;
+        };
+        let explanation = match reason.as_str() {
+            // A dead letter's own delivery count says nothing about the task queue's.
+            "delivery_limit" => {
+                "task dead-lettered: delivered more than the broker's delivery limit without finishing"
+                    .to_string()
+            }
+            "rejected" => {
+                "task dead-lettered: a worker rejected it as malformed or unsupported".to_string()
+            }
+            other => format!("task dead-lettered ({other})"),
+        };
+        tracing::warn!(%id, %reason, "task dead-lettered");
+        // A pipeline task or event: its job cannot go on, so it fails with the reason.
+        if let Some((job, what)) = pipeline_job(&delivery.body) {
+            let recorded = match self.jobs.job_meta(job).await {
+                Ok(Some(meta)) => {
+                    self.fail_job(&meta, &format!("{what}: {explanation}"))
+                        .await
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            match recorded {
+                Ok(()) => {
+                    let _ = delivery.ack().await;
+                }
+                Err(e) => {
+                    tracing::warn!(%job, error = %e, "cannot record dead letter; retrying later");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = delivery.requeue().await;
+                }
+            }
+            return;
+        }
+        let result = ExecutionResult::error(Status::Error, explanation);
+        match self.store.complete_execution(id, &result).await {
+            Ok(_) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(%id, error = %e, "cannot record dead letter; retrying later");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let _ = delivery.requeue().await;
+            }
+        }
+    }
+}
+
+/// The job a dead-lettered pipeline task or event belongs to, and what it was.
+fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
+    if let Ok(envelope) = proto::Envelope::decode(body) {
+        return match envelope.task {
+            proto::Task::Execute(_) => None,
+            proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
+            proto::Task::Implement(t) => Some((
+                t.job_id,
+                format!("implementing {}", t.function.unwrap_or_default()),
+            )),
+            proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
+        };
+    }
+    proto::job::Event::decode(body)
+        .ok()
+        .map(|event| (event.job_id(), "a pipeline event".into()))
+}

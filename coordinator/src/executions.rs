@@ -1,0 +1,564 @@
+//! The execution routes: run a program, many programs, read a verdict.
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use broker::Outgoing;
+use proto::api::{
+    BatchItemView, ErrorBody, ExecutionBatch, ExecutionBatchView, ExecutionSubmission,
+    ExecutionView, Outcome, Pending, StreamedItemView,
+};
+use proto::{
+    Envelope, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
+};
+use serde::Deserialize;
+
+use crate::auth::Tenant;
+use crate::body::read_body;
+use crate::error::{ApiError, path_rejected};
+use crate::{Coordinator, now_ms};
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SubmitParams {
+    /// Wait for the verdict (default, up to `coordinator.wait`) or answer 202 with the id at
+    /// once.
+    #[serde(default = "yes")]
+    #[param(default = true)]
+    wait: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct BatchParams {
+    /// Wait for the verdicts (default, up to `coordinator.wait`) or answer 202 at once.
+    #[serde(default = "yes")]
+    #[param(default = true)]
+    wait: bool,
+    /// Answer `application/x-ndjson`: one line per item as its verdict comes in (completion
+    /// order, each with its `index`), until every item has one or none came for
+    /// `coordinator.wait`; items still without one then follow as `queued`.
+    #[serde(default)]
+    #[param(default = false)]
+    stream: bool,
+}
+
+/// Checks a submission against the configured limits and fills in defaults.
+pub(crate) fn validate(
+    options: &crate::Options,
+    submission: ExecutionSubmission,
+) -> Result<ExecutionRequest, ApiError> {
+    let language: Language = submission
+        .language
+        .parse()
+        .map_err(|e| ApiError::invalid("language", e))?;
+    if submission.code.len() > options.max_code_bytes {
+        return Err(ApiError::invalid(
+            "code",
+            format!(
+                "{} bytes is over the limit of {} bytes",
+                submission.code.len(),
+                options.max_code_bytes
+            ),
+        ));
+    }
+    let stdin_len = submission.stdin.as_ref().map_or(0, String::len);
+    if stdin_len > options.max_stdin_bytes {
+        return Err(ApiError::invalid(
+            "stdin",
+            format!(
+                "{stdin_len} bytes is over the limit of {} bytes",
+                options.max_stdin_bytes
+            ),
+        ));
+    }
+    let timeout_ms = submission.timeout_ms.unwrap_or(options.default_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > options.max_timeout_ms {
+        return Err(ApiError::invalid(
+            "timeout_ms",
+            format!("must be between 1 and {}", options.max_timeout_ms),
+        ));
+    }
+    let memory_mb = submission.memory_mb.unwrap_or(options.default_memory_mb);
+    if !(options.min_memory_mb..=options.max_memory_mb).contains(&memory_mb) {
+        return Err(ApiError::invalid(
+            "memory_mb",
+            format!(
+                "must be between {} and {}",
+                options.min_memory_mb, options.max_memory_mb
+            ),
+        ));
+    }
+    let files = submission.files.unwrap_or_default();
+    let return_files = submission.return_files.unwrap_or_default();
+    for (field, count) in [("files", files.len()), ("return_files", return_files.len())] {
+        if count > proto::execution::MAX_FILES {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "{count} files is over the limit of {}",
+                    proto::execution::MAX_FILES
+                ),
+            ));
+        }
+    }
+    for path in files.keys() {
+        proto::execution::check_file_path(path).map_err(|e| ApiError::invalid("files", e))?;
+    }
+    for path in &return_files {
+        proto::execution::check_file_path(path)
+            .map_err(|e| ApiError::invalid("return_files", e))?;
+    }
+    // Files and the test are code too: all of it shares the code size limit.
+    let test_bytes = submission.test.as_ref().map_or(0, String::len);
+    let code_bytes =
+        submission.code.len() + test_bytes + files.values().map(String::len).sum::<usize>();
+    if code_bytes > options.max_code_bytes {
+        let field = if test_bytes > 0 { "test" } else { "files" };
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "code, test and files together are {code_bytes} bytes, over the limit of {} bytes",
+                options.max_code_bytes
+            ),
+        ));
+    }
+    Ok(ExecutionRequest {
+        language,
+        code: submission.code,
+        stdin: submission.stdin,
+        test: submission.test,
+        timeout_ms,
+        memory_mb,
+        fresh_container: submission.fresh_container.unwrap_or(false),
+        files,
+        return_files,
+    })
+}
+
+/// Runs a program in the sandbox.
+///
+/// Answers with the verdict once a worker stored it, or 202 with the id (and a `Location` to
+/// poll) with `?wait=false` or when the verdict takes longer than `coordinator.wait`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions",
+    operation_id = "submit_execution",
+    tag = "executions",
+    params(SubmitParams),
+    request_body = ExecutionSubmission,
+    responses(
+        (status = 200, description = "The verdict.", body = ExecutionView),
+        (status = 202, description = "Queued: no verdict yet (`status` is `queued`).",
+            body = ExecutionView, headers(("Location" = String, description = "Where to poll."))),
+        (status = 400, description = "Malformed body or query (not JSON, unknown field).", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn submit(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    params: Result<Query<SubmitParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) =
+        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let submission: ExecutionSubmission = read_body(body)?;
+    if submission.id.is_some() {
+        return Err(ApiError::invalid(
+            "id",
+            "only items of POST /v1/executions/batch take an id",
+        ));
+    }
+    let request = validate(&c.options, submission)?;
+    let language = request.language;
+    let id = TaskId::new();
+    enqueue(&c, &tenant, id, now_ms(), request).await?;
+    tracing::debug!(%id, %language, "execution queued");
+
+    let result = if params.wait {
+        match c.store.wait_execution(id, c.options.wait).await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::warn!(%id, error = %e, "cannot wait for the result; answering 202");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok(match result {
+        Some(result) => {
+            c.metrics
+                .executions
+                .with_label_values(&[language.as_str(), result.status.as_str()])
+                .inc();
+            (StatusCode::OK, view(id, Outcome::Done(result))).into_response()
+        }
+        None => (
+            StatusCode::ACCEPTED,
+            [(header::LOCATION, format!("/v1/executions/{id}"))],
+            view(
+                id,
+                Outcome::Pending {
+                    status: Pending::Queued,
+                },
+            ),
+        )
+            .into_response(),
+    })
+}
+
+/// Runs many programs at once, fanned out across every worker.
+///
+/// Every item is checked before anything is queued (a bad item is a 422 naming
+/// `items[i].field`). Answers with every result in input order once all are in, or 202 with
+/// the results so far (the rest `queued`, each pollable at `/v1/executions/{execution_id}`)
+/// with `?wait=false` or when they take longer than `coordinator.wait`. With `?stream=true`
+/// the answer is `application/x-ndjson`, one `StreamedItemView` line per item as soon as its
+/// verdict is in.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/batch",
+    operation_id = "submit_execution_batch",
+    tag = "executions",
+    params(BatchParams),
+    request_body = ExecutionBatch,
+    responses(
+        (status = 200, description = "Every verdict, in input order; with `?stream=true`, one line per item as its verdict comes in.",
+         content((ExecutionBatchView = "application/json"), (Vec<StreamedItemView> = "application/x-ndjson"))),
+        (status = 202, description = "Not all verdicts yet: the others are `queued`.", body = ExecutionBatchView),
+        (status = 400, description = "Malformed body or query; the message names the field.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_batch_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "An item out of range (`items[i].field`), no items or too many.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn submit_batch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    params: Result<Query<BatchParams>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    use futures::StreamExt;
+
+    let Query(params) =
+        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let batch: ExecutionBatch = read_body(body)?;
+    let total = batch.items.len();
+    if total == 0 || total > c.options.max_batch_executions {
+        return Err(ApiError::invalid(
+            "items",
+            format!(
+                "{total} items: a batch holds 1 to {}",
+                c.options.max_batch_executions
+            ),
+        ));
+    }
+    // Check everything first: a bad item queues nothing.
+    let mut prepared = Vec::with_capacity(total);
+    for (i, mut item) in batch.items.into_iter().enumerate() {
+        let label = item.id.take();
+        if label
+            .as_ref()
+            .is_some_and(|l| l.chars().count() > MAX_LABEL_CHARS)
+        {
+            return Err(ApiError::invalid(
+                &format!("items[{i}].id"),
+                format!("longer than {MAX_LABEL_CHARS} characters"),
+            ));
+        }
+        let request =
+            validate(&c.options, item).map_err(|e| e.prefixed(&format!("items[{i}].")))?;
+        let id = TaskId::new();
+        prepared.push((label.unwrap_or_else(|| id.to_string()), id, request));
+    }
+    let submitted_at_ms = now_ms();
+    let work: Vec<(TaskId, ExecutionRequest)> = prepared
+        .iter()
+        .map(|(_, id, request)| (*id, request.clone()))
+        .collect();
+    let queued: Vec<Result<(), ApiError>> = futures::stream::iter(work)
+        .map(|(id, request)| {
+            let (c, tenant) = (c.clone(), tenant.clone());
+            async move { enqueue(&c, &tenant, id, submitted_at_ms, request).await }
+        })
+        .buffered(64)
+        .collect()
+        .await;
+    if queued.iter().all(Result::is_err)
+        && let Some(Err(e)) = queued.into_iter().next()
+    {
+        return Err(e);
+    }
+    tracing::debug!(items = total, "execution batch queued");
+    let items: Vec<(String, TaskId, Language)> = prepared
+        .into_iter()
+        .map(|(label, id, request)| (label, id, request.language))
+        .collect();
+    if params.stream {
+        return Ok(stream_batch(c, items));
+    }
+
+    let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
+    if params.wait {
+        let deadline = tokio::time::Instant::now() + c.options.wait;
+        let mut nap = std::time::Duration::from_millis(2);
+        loop {
+            poll_results(&c, &items, &mut results).await;
+            if results.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(nap.min(deadline - tokio::time::Instant::now())).await;
+            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+    let done = results.iter().filter(|r| r.is_some()).count();
+    let views: Vec<BatchItemView> = items
+        .into_iter()
+        .zip(results)
+        .map(|((label, id, _), result)| item_view(label, id, result))
+        .collect();
+    let status = if done == total {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((
+        status,
+        axum::Json(ExecutionBatchView {
+            done,
+            total,
+            results: views,
+        }),
+    )
+        .into_response())
+}
+
+/// Reads the verdicts of the items still without one (one MGET); returns the indexes that got
+/// theirs, each counted in the executions metric once.
+async fn poll_results(
+    c: &Coordinator,
+    items: &[(String, TaskId, Language)],
+    results: &mut [Option<ExecutionResult>],
+) -> Vec<usize> {
+    let pending: Vec<usize> = (0..items.len()).filter(|i| results[*i].is_none()).collect();
+    if pending.is_empty() {
+        return pending;
+    }
+    let pending_ids: Vec<TaskId> = pending.iter().map(|i| items[*i].1).collect();
+    let found = match c.store.execution_results(&pending_ids).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read batch results yet");
+            return vec![];
+        }
+    };
+    let mut arrived = Vec::new();
+    for (i, result) in pending.into_iter().zip(found) {
+        if let Some(result) = result {
+            c.metrics
+                .executions
+                .with_label_values(&[items[i].2.as_str(), result.status.as_str()])
+                .inc();
+            results[i] = Some(result);
+            arrived.push(i);
+        }
+    }
+    arrived
+}
+
+fn item_view(label: String, id: TaskId, result: Option<ExecutionResult>) -> BatchItemView {
+    BatchItemView {
+        id: label,
+        execution_id: id,
+        outcome: match result {
+            Some(result) => Outcome::Done(result),
+            None => Outcome::Pending {
+                status: Pending::Queued,
+            },
+        },
+    }
+}
+
+/// The `?stream=true` answer: a line per item as its verdict arrives; when none arrived for
+/// `coordinator.wait`, the rest as `queued` (a client polls those by `execution_id`).
+fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Response {
+    let (lines, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let line = |index: usize, label: &str, id: TaskId, result: Option<ExecutionResult>| {
+            let view = StreamedItemView {
+                index,
+                item: item_view(label.to_owned(), id, result),
+            };
+            let mut text = serde_json::to_vec(&view).expect("a view serializes");
+            text.push(b'\n');
+            Bytes::from(text)
+        };
+        let mut results: Vec<Option<ExecutionResult>> = vec![None; items.len()];
+        let mut idle_until = tokio::time::Instant::now() + c.options.wait;
+        let mut nap = std::time::Duration::from_millis(2);
+        while results.iter().any(Option::is_none) && tokio::time::Instant::now() < idle_until {
+            let arrived = poll_results(&c, &items, &mut results).await;
+            if !arrived.is_empty() {
+                idle_until = tokio::time::Instant::now() + c.options.wait;
+                // While verdicts flow, one read per 10 ms at most: each read is an MGET of
+                // every pending id of the batch.
+                nap = std::time::Duration::from_millis(10);
+            }
+            for i in arrived {
+                let (label, id, _) = &items[i];
+                if lines
+                    .send(line(i, label, *id, results[i].clone()))
+                    .await
+                    .is_err()
+                {
+                    return; // the client went away; the executions run on regardless
+                }
+            }
+            if results.iter().all(Option::is_some) {
+                break;
+            }
+            tokio::time::sleep(nap).await;
+            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+        }
+        for (i, (label, id, _)) in items.iter().enumerate() {
+            if results[i].is_none() && lines.send(line(i, label, *id, None)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(bytes), rx))
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Longest `id` of a batch item, in characters (as the document's `maxLength` counts).
+pub(crate) const MAX_LABEL_CHARS: usize = 256;
+
+/// Records an execution and publishes its task. When publishing fails the record says so
+/// (`error`, "not queued"), so that nothing waits on a task no worker will ever see.
+pub(crate) async fn enqueue(
+    c: &Coordinator,
+    tenant: &Tenant,
+    id: TaskId,
+    submitted_at_ms: u64,
+    request: ExecutionRequest,
+) -> Result<(), ApiError> {
+    // Record first, so whatever a worker does with the task is visible under this id.
+    let meta = ExecutionMeta {
+        tenant: tenant.0.clone(),
+        submitted_at_ms,
+        language: request.language,
+    };
+    c.store
+        .create_execution(id, &meta)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let envelope = Envelope::new(
+        id,
+        tenant.0.clone(),
+        submitted_at_ms,
+        Task::Execute(request),
+    );
+    let published = c
+        .broker
+        .publish_execution(Outgoing {
+            message_id: id.to_string(),
+            body: envelope.encode(),
+        })
+        .await;
+    if let Err(e) = published {
+        let reason = format!("not queued: {e}");
+        let _ = c
+            .store
+            .complete_execution(id, &ExecutionResult::error(Status::Error, reason.clone()))
+            .await;
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+    }
+    Ok(())
+}
+
+/// An execution: its verdict, or `queued` while no worker has finished it.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}",
+    operation_id = "get_execution",
+    tag = "executions",
+    params(("id" = TaskId, Path, description = "Execution id.")),
+    responses(
+        (status = 200, description = "The verdict, or `status: queued`.", body = ExecutionView),
+        (status = 400, description = "Not an execution id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such execution (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn fetch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
+    let id: TaskId = id.parse().map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("id: not an execution id: {e}"),
+        )
+    })?;
+    let unavailable =
+        |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    // Another tenant's execution is as unknown as a missing one.
+    let owner = c.store.execution_meta(id).await.map_err(unavailable)?;
+    let hidden = match &owner {
+        Some(meta) => !tenant.sees(&meta.tenant),
+        None => tenant.0.is_some(),
+    };
+    if hidden {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no execution {id}"),
+        ));
+    }
+    if let Some(result) = c.store.execution_result(id).await.map_err(unavailable)? {
+        return Ok(view(id, Outcome::Done(result)).into_response());
+    }
+    match c.store.execution_meta(id).await.map_err(unavailable)? {
+        Some(_) => Ok(view(
+            id,
+            Outcome::Pending {
+                status: Pending::Queued,
+            },
+        )
+        .into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no execution {id}"),
+        )),
+    }
+}
+
+fn view(id: TaskId, outcome: Outcome) -> axum::Json<ExecutionView> {
+    axum::Json(ExecutionView { id, outcome })
+}

@@ -1,0 +1,398 @@
+//! The coordinator's half of the generation pipeline: it turns worker events into the next
+//! tasks (the functions a finished one unblocks, then integration), fails jobs that cannot go
+//! on, and fails the overdue ones. Handlers call into it; it knows no HTTP.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use broker::{Delivery, Outgoing, Queue};
+use futures::StreamExt;
+use proto::job::{
+    CacheOutcome, Event, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Quality, Validation,
+};
+use proto::{Envelope, Progress, Task, TaskId};
+use tokio_util::sync::CancellationToken;
+
+use crate::planning::plan;
+use crate::{Coordinator, now_ms};
+use backon::{ExponentialBuilder, Retryable};
+
+/// Why an event could not be applied, with the retry decision in the type.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EventError {
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    #[error(transparent)]
+    Broker(#[from] broker::Error),
+    /// The stored state contradicts the event; waiting will not change it.
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+impl EventError {
+    /// Redis or the broker unreachable: the same event applies once it is back.
+    fn is_retryable(&self) -> bool {
+        match self {
+            EventError::Store(e) => e.is_retryable(),
+            EventError::Broker(e) => e.is_retryable(),
+            EventError::Invalid(_) => false,
+        }
+    }
+}
+
+/// The integrate task's name in the job's published set (not an identifier, so it cannot be
+/// a function's name).
+const INTEGRATE: &str = "#integrate";
+
+pub(crate) fn task(job_id: TaskId, function: Option<String>, problem: Option<String>) -> JobTask {
+    JobTask {
+        job_id,
+        function,
+        problem,
+    }
+}
+
+fn event_function(event: &Event) -> String {
+    match event {
+        Event::FunctionDone { function, .. } => function.clone(),
+        _ => String::new(),
+    }
+}
+
+impl Coordinator {
+    pub(crate) async fn publish_task(
+        &self,
+        task: Task,
+        tenant: Option<String>,
+    ) -> Result<(), broker::Error> {
+        let id = TaskId::new();
+        let envelope = Envelope::new(id, tenant, now_ms(), task);
+        self.broker
+            .publish(Outgoing {
+                message_id: id.to_string(),
+                body: envelope.encode(),
+            })
+            .await
+    }
+
+    /// Ends a job as failed with `reason`, keeping whatever it produced; a job that already
+    /// finished keeps its result.
+    pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) -> Result<(), store::Error> {
+        let specs = match self.jobs.plan(meta.id).await {
+            Ok(Some(plan)) => plan.specs,
+            _ => self
+                .jobs
+                .specs(meta.id)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        };
+        let result = JobResult {
+            job_id: meta.id,
+            status: JobStatus::Failed,
+            instruction: meta.request.instruction.clone(),
+            language: meta.request.language,
+            function_specs: specs,
+            implementations: BTreeMap::new(),
+            tests: BTreeMap::new(),
+            test_results: vec![],
+            all_tests_passed: false,
+            improvement_history: vec![],
+            documentation: String::new(),
+            quality: Quality::default(),
+            metrics: JobMetrics {
+                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
+                cache: CacheOutcome::Miss,
+                ..JobMetrics::default()
+            },
+            failure: Some(reason.to_owned()),
+            validation: Validation::NotValidated,
+            manual_review_recommended: true,
+        };
+        let finished = self.jobs.finish_job(meta.id, &result).await?;
+        if finished {
+            self.metrics.jobs.with_label_values(&["failed"]).inc();
+            self.metrics
+                .job_seconds
+                .with_label_values(&["failed"])
+                .observe(result.metrics.total_ms as f64 / 1000.0);
+            tracing::info!(job = %meta.id, %reason, "job failed");
+        } else {
+            tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");
+        }
+        Ok(())
+    }
+
+    /// Fails every job still unfinished `job_deadline` after its submission, until `cancel`
+    /// fires. Every coordinator runs it; a job finishes once, so two doing the same is harmless.
+    pub(crate) async fn reap_overdue_jobs(self, cancel: CancellationToken) {
+        let period = (self.options.job_deadline / 10)
+            .clamp(Duration::from_millis(200), Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+            if let Err(e) = self.reap_overdue_once().await {
+                tracing::debug!(error = %e, "cannot look for overdue jobs now");
+            }
+        }
+    }
+
+    /// One pass of [`Self::reap_overdue_jobs`]; returns how many jobs it failed.
+    pub(crate) async fn reap_overdue_once(&self) -> Result<usize, store::Error> {
+        let deadline = self.options.job_deadline;
+        let cutoff =
+            now_ms().saturating_sub(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX));
+        let mut failed = 0;
+        for id in self.jobs.unfinished_before(cutoff, 100).await? {
+            match self.jobs.job_meta(id).await? {
+                Some(meta) => {
+                    let reason = format!(
+                        "deadline exceeded: not finished within {} of its submission \
+                         (coordinator.job_deadline)",
+                        humantime_serde::re::humantime::format_duration(deadline)
+                    );
+                    self.fail_job(&meta, &reason).await?;
+                    failed += 1;
+                }
+                None => self.jobs.forget_job(id).await?,
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Consumes pipeline events until `cancel` fires.
+    pub(crate) async fn consume_events(self, cancel: CancellationToken) {
+        let mut deliveries = self.broker.consume(Queue::Events, 16, cancel);
+        while let Some(delivery) = deliveries.next().await {
+            self.handle_event(delivery).await;
+        }
+    }
+
+    pub(crate) async fn handle_event(&self, delivery: Delivery) {
+        let event = match Event::decode(&delivery.body) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead-lettering undecodable event");
+                let _ = delivery.dead_letter().await;
+                return;
+            }
+        };
+        // Redis or the broker down: wait it out here, retrying with backoff, so the event
+        // neither cycles through its queue (towards the delivery limit) nor lets later events
+        // overtake it. Events are handled one at a time, so this also pauses the consumer.
+        let applied = (|| self.apply(&event))
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_jitter()
+                    .with_total_delay(Some(self.options.outage_wait))
+                    .without_max_times(),
+            )
+            .when(EventError::is_retryable)
+            .notify(|e, after| {
+                tracing::warn!(job = %event.job_id(), error = %e, retry_in = ?after, "cannot apply event yet; waiting");
+            })
+            .await;
+        match applied {
+            Ok(()) => {
+                let _ = delivery.ack().await;
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(job = %event.job_id(), error = %e, "dependency still down: event back to its queue (not counted)");
+                let _ = delivery.hand_back().await;
+            }
+            // Waiting will not change it (a corrupt stored value, state that contradicts the
+            // event): the job cannot go on, and says why now rather than after the event has
+            // cycled to the delivery limit.
+            Err(e) => {
+                let job = event.job_id();
+                tracing::warn!(%job, error = %e, "cannot apply event; failing its job");
+                let failed = match self.jobs.job_meta(job).await {
+                    Ok(Some(meta)) => {
+                        self.fail_job(&meta, &format!("cannot apply a pipeline event: {e}"))
+                            .await
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                if failed.is_ok() {
+                    let _ = delivery.ack().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let _ = delivery.requeue().await;
+                }
+            }
+        }
+    }
+
+    /// What an event changes. Idempotent: a redelivered event publishes at most what a crash
+    /// may have left unpublished, and workers skip finished functions.
+    async fn apply(&self, event: &Event) -> Result<(), EventError> {
+        let id = event.job_id();
+        let Some(meta) = self.jobs.job_meta(id).await? else {
+            tracing::warn!(job = %id, "event for an unknown job; dropped");
+            return Ok(());
+        };
+        let status = self.jobs.status(id).await?;
+        if status.is_some_and(JobStatus::is_final) {
+            return Ok(());
+        }
+        if status == Some(JobStatus::Integrating) && matches!(event, Event::Planned { .. }) {
+            return Ok(()); // a redelivered plan event: the job is past planning
+        }
+        if status == Some(JobStatus::Integrating) && matches!(event, Event::FunctionDone { .. }) {
+            // Integration is already under way (a function failed): start nothing new.
+            let _ = self
+                .jobs
+                .complete_function(id, &event_function(event))
+                .await;
+            return Ok(());
+        }
+        match event {
+            Event::Planned {
+                failure: Some(failure),
+                ..
+            } => {
+                self.fail_job(&meta, &format!("planning failed: {failure}"))
+                    .await?;
+            }
+            Event::Planned { failure: None, .. } => self.planned(meta).await?,
+            Event::FunctionDone { function, .. } => self.function_done(&meta, function).await?,
+            Event::Integrated { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn planned(&self, mut meta: JobMeta) -> Result<(), EventError> {
+        let id = meta.id;
+        let specs = self
+            .jobs
+            .specs(id)
+            .await?
+            .ok_or(EventError::Invalid("planned event without stored specs"))?;
+        match plan(specs, self.options.max_functions) {
+            Ok(plan) => {
+                let first = self.jobs.put_plan(id, &plan).await?;
+                let _ = self.jobs.set_status(id, JobStatus::Running).await;
+                if first {
+                    let names = plan.specs.iter().map(|s| s.name.clone()).collect();
+                    let _ = self
+                        .jobs
+                        .push_event(id, &Progress::Planned { functions: names })
+                        .await;
+                }
+                // Functions without dependencies start now; the rest as dependencies finish.
+                let roots = plan
+                    .specs
+                    .iter()
+                    .filter(|s| s.dependencies.is_empty())
+                    .map(|s| s.name.clone())
+                    .collect();
+                self.publish_functions(&meta, roots, !first).await
+            }
+            Err(problem) if meta.replans < 1 => {
+                meta.replans += 1;
+                self.jobs.put_job_meta(&meta).await?;
+                tracing::info!(job = %id, %problem, "plan rejected; asking for another");
+                let _ = self
+                    .jobs
+                    .push_event(
+                        id,
+                        &Progress::Replanning {
+                            problem: problem.to_string(),
+                        },
+                    )
+                    .await;
+                self.publish_task(
+                    Task::Plan(task(id, None, Some(problem.to_string()))),
+                    meta.tenant.clone(),
+                )
+                .await?;
+                Ok(())
+            }
+            Err(problem) => Ok(self
+                .fail_job(&meta, &format!("the plan was rejected: {problem}"))
+                .await?),
+        }
+    }
+
+    async fn function_done(&self, meta: &JobMeta, function: &str) -> Result<(), EventError> {
+        let id = meta.id;
+        let outcome = self
+            .jobs
+            .function(id, function)
+            .await?
+            .ok_or(EventError::Invalid(
+                "function event without a stored outcome",
+            ))?;
+        let completion = self.jobs.complete_function(id, function).await?;
+        if completion.first {
+            let _ = self
+                .jobs
+                .push_event(
+                    id,
+                    &Progress::FunctionDone {
+                        function: function.to_owned(),
+                        passed: outcome.passed,
+                        attempts: outcome.attempts,
+                    },
+                )
+                .await;
+        }
+        if !outcome.passed || completion.all_done {
+            // Either everything is done, or a function cannot be made to pass and its
+            // dependants cannot be built on it: integrate what there is.
+            let _ = self.jobs.set_status(id, JobStatus::Integrating).await;
+            let integrate = vec![INTEGRATE.to_owned()];
+            if self
+                .jobs
+                .unpublished(id, integrate.clone())
+                .await?
+                .is_empty()
+            {
+                return Ok(());
+            }
+            self.publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
+                .await?;
+            return Ok(self.jobs.mark_published(id, &integrate).await?);
+        }
+        self.publish_functions(meta, completion.ready, !completion.first)
+            .await
+    }
+
+    /// Publishes an implement task for each of `names` and records them as published. The
+    /// store hands a first completion's ready functions to exactly one caller; a repeated
+    /// event (`repeated`) publishes only what a crash left unpublished.
+    async fn publish_functions(
+        &self,
+        meta: &JobMeta,
+        names: Vec<String>,
+        repeated: bool,
+    ) -> Result<(), EventError> {
+        let names = if repeated {
+            self.jobs.unpublished(meta.id, names).await?
+        } else {
+            names
+        };
+        for name in names {
+            self.publish_task(
+                Task::Implement(task(meta.id, Some(name.clone()), None)),
+                meta.tenant.clone(),
+            )
+            .await?;
+            // After its confirm: a crash (or a failed publish of the next one) before this
+            // line re-publishes it on redelivery, which the worker absorbs (a finished
+            // function is not run again, a duplicate run cannot replace its outcome);
+            // recording first could lose the task.
+            self.jobs.mark_published(meta.id, &[name]).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

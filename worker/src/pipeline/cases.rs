@@ -1,0 +1,186 @@
+//! Running a function's cases in the sandbox through the image's harness, and reading the
+//! verdicts back.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use proto::generation::TestCase;
+use proto::harness::{self, CasesReport, ReportError};
+use proto::job::TestResult;
+use proto::{ErrorKind, ExecutionRequest, Language, Status};
+use serde_json::{Value, json};
+
+use crate::gate::Dependency;
+
+use super::{Error, Pipeline, SANDBOX_MS};
+
+/// One run of a function's cases.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CaseRun {
+    pub(super) passed: bool,
+    pub(super) results: Vec<TestResult>,
+    /// What failed first, when something did.
+    pub(super) error_kind: Option<ErrorKind>,
+    pub(super) error: String,
+    pub(super) duration_ms: u64,
+}
+
+impl Pipeline {
+    /// A sandbox run, its wall time added to the task's [`SANDBOX_MS`]. While Docker is down
+    /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
+    /// the model calls the task has already made.
+    pub(super) async fn sandboxed(
+        &self,
+        execution: &ExecutionRequest,
+    ) -> Result<proto::ExecutionResult, Error> {
+        loop {
+            let started = Instant::now();
+            let result = self.sandbox.run(execution).await;
+            let _ = SANDBOX_MS.try_with(|ms| {
+                ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+            });
+            let e = match result {
+                Ok(result) => return Ok(result),
+                Err(e) => e,
+            };
+            let reason = e.to_string();
+            if e.is_retryable()
+                && self.gate.confirm_down(Dependency::Docker, &reason).await
+                && self
+                    .gate
+                    .wait_up(&[Dependency::Docker], self.options.sandbox_wait)
+                    .await
+                    .is_ok()
+            {
+                continue;
+            }
+            return Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason,
+            });
+        }
+    }
+
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
+    pub(super) async fn run_cases(
+        &self,
+        module: &str,
+        function: &str,
+        cases: &[TestCase],
+    ) -> Result<CaseRun, Error> {
+        let harness_cases: Vec<Value> = cases
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "kind": c.kind, "inputs": c.inputs,
+                       "expected_output": c.expected_output, "expected_error": c.expected_error})
+            })
+            .collect();
+        let request = json!({
+            "marker": harness::CASES_MARKER,
+            "function": function,
+            "cases": harness_cases,
+            "case_timeout_ms": self.options.case_timeout_ms,
+            "max_output_bytes": 64 * 1024,
+            "nonce": null,
+        });
+        let execution = ExecutionRequest {
+            language: Language::Python,
+            code: crate::drivers::CASES.to_owned(),
+            stdin: None,
+            test: None,
+            timeout_ms: self.options.run_timeout_ms,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::from([
+                ("module.py".to_string(), module.to_owned()),
+                ("request.json".to_string(), request.to_string()),
+            ]),
+            return_files: vec![],
+        };
+        let result = self.sandboxed(&execution).await?;
+        let duration_ms = result.duration_ms;
+        let report = match harness::read::<CasesReport>(&result.stdout, harness::CASES_MARKER) {
+            Ok(report) => Some(report),
+            Err(ReportError::Missing) => None,
+            Err(e @ ReportError::Mismatch(_)) => {
+                return Err(Error::Drop(format!(
+                    "the sandbox image's test harness: {e}"
+                )));
+            }
+        };
+        let Some(report) = report else {
+            // The run itself broke (timeout, memory, a crash): every case fails with that.
+            let kind = match result.status {
+                Status::Timeout => ErrorKind::Timeout,
+                Status::MemoryLimit => ErrorKind::MemoryLimit,
+                Status::OutputLimit => ErrorKind::OutputLimit,
+                Status::SandboxError | Status::Error => {
+                    return Err(Error::Retry {
+                        dependency: Dependency::Docker,
+                        reason: format!("sandbox: {}", result.reason.unwrap_or_default()),
+                    });
+                }
+                _ => ErrorKind::Runtime,
+            };
+            let error = result
+                .reason
+                .clone()
+                .unwrap_or_else(|| tail(&result.stderr, 2000));
+            return Ok(CaseRun {
+                passed: false,
+                results: cases
+                    .iter()
+                    .map(|c| TestResult {
+                        function: function.to_owned(),
+                        test: c.name.clone(),
+                        passed: false,
+                        actual_output: Value::Null,
+                        error: Some(error.clone()),
+                        error_kind: Some(kind),
+                        duration_ms: 0.0,
+                    })
+                    .collect(),
+                error_kind: Some(kind),
+                error,
+                duration_ms,
+            });
+        };
+        let results: Vec<TestResult> = report
+            .cases
+            .into_iter()
+            .map(|c| TestResult {
+                function: function.to_owned(),
+                test: c.name,
+                passed: c.passed,
+                actual_output: c.actual_output,
+                error: c.error,
+                error_kind: c.error_kind,
+                duration_ms: c.duration_ms,
+            })
+            .collect();
+        let failed = results.iter().filter(|r| !r.passed).count();
+        let error = match report.error {
+            Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),
+            None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
+            None => String::new(),
+        };
+        Ok(CaseRun {
+            passed: report.passed,
+            results,
+            error_kind: report.error_kind,
+            error,
+            duration_ms,
+        })
+    }
+}
+
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}

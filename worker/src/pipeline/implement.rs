@@ -1,0 +1,358 @@
+//! Implement one function: tests from the model, then code, run against them in the sandbox,
+//! repaired from the evidence until they pass or the attempts run out.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use model::Phase;
+use model::prompts::{self, Attempt, DependencyCode, Failure};
+use proto::generation::{Implementation, TestCase, TestCases};
+use proto::job::{
+    Event, FunctionOutcome, Improvement, JobMeta, JobTask, Plan, TestResult, Validation,
+};
+use proto::{ErrorKind, Progress};
+
+use crate::gate::Dependency;
+
+use super::cases::CaseRun;
+use super::{Error, Pipeline, model_error, redis};
+
+impl Pipeline {
+    /// Dependencies of `function`, transitively, in plan order (each before its users).
+    fn dependencies(plan: &Plan, function: &str) -> Vec<String> {
+        let mut needed = BTreeSet::new();
+        let mut stack = vec![function.to_owned()];
+        while let Some(name) = stack.pop() {
+            if let Some(spec) = plan.spec(&name) {
+                for dep in &spec.dependencies {
+                    if needed.insert(dep.clone()) {
+                        stack.push(dep.clone());
+                    }
+                }
+            }
+        }
+        plan.specs
+            .iter()
+            .filter(|s| needed.contains(&s.name))
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Tests, implementation, runs and repairs for one function.
+    pub async fn implement(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let function = task
+            .function
+            .clone()
+            .ok_or_else(|| Error::Drop("implement task without a function".into()))?;
+        let meta = self.meta(job).await?;
+        let plan = self.plan_of(job).await?;
+        let spec = plan
+            .spec(&function)
+            .cloned()
+            .ok_or_else(|| Error::Drop(format!("{function} is not in the plan of job {job}")))?;
+        if let Some(existing) = self.jobs.function(job, &function).await.map_err(redis)?
+            && existing.done
+        {
+            return self
+                .emit(Event::FunctionDone {
+                    job_id: job,
+                    function,
+                })
+                .await;
+        }
+        // Verified code of the dependencies, in plan order.
+        let mut dependency_code = Vec::new();
+        for dep in Self::dependencies(&plan, &function) {
+            let outcome = self.jobs.function(job, &dep).await.map_err(redis)?;
+            match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
+                Some(code) => dependency_code.push((dep, code)),
+                None => {
+                    // Never by the coordinator's ordering; if it happens, the job fails with
+                    // the reason instead of waiting for this function forever.
+                    let reason =
+                        format!("{function} was started before its dependency {dep} passed");
+                    let mut failed = FunctionOutcome::new(&function);
+                    failed.done = true;
+                    failed.failure = Some(reason);
+                    self.jobs.put_function(job, &failed).await.map_err(redis)?;
+                    return self
+                        .emit(Event::FunctionDone {
+                            job_id: job,
+                            function,
+                        })
+                        .await;
+                }
+            }
+        }
+        let cache_key = self.cache.as_ref().map(|(_, model)| {
+            proto::job::function_cache_key(meta.request.language, &spec, &dependency_code, model)
+        });
+        if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
+            match cache.cached_function(key).await {
+                Ok(Some(mut cached)) => {
+                    let _ = cache.count_lookup("function", true).await;
+                    cached.cached = true;
+                    cached.name = function.clone();
+                    // Not stored when another run finished first: that outcome stands.
+                    self.jobs.put_function(job, &cached).await.map_err(redis)?;
+                    self.progress(
+                        job,
+                        Progress::FunctionCached {
+                            function: function.clone(),
+                        },
+                    )
+                    .await;
+                    return self
+                        .emit(Event::FunctionDone {
+                            job_id: job,
+                            function,
+                        })
+                        .await;
+                }
+                Ok(None) => {
+                    let _ = cache.count_lookup("function", false).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "function cache unavailable"),
+            }
+        }
+        let started = Instant::now();
+        self.progress(
+            job,
+            Progress::FunctionStarted {
+                function: function.clone(),
+            },
+        )
+        .await;
+        let mut outcome = FunctionOutcome::new(&function);
+        let result = self
+            .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
+            .await;
+        if let Err(e @ Error::Retry { .. }) = result {
+            // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
+            return Err(e);
+        }
+        if let Err(Error::Drop(reason)) = result {
+            outcome.failure = Some(reason);
+        }
+        outcome.done = true;
+        outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_sub(outcome.execution_ms);
+        if !self.jobs.put_function(job, &outcome).await.map_err(redis)? {
+            tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
+            return self
+                .emit(Event::FunctionDone {
+                    job_id: job,
+                    function,
+                })
+                .await;
+        }
+        let tested = outcome.passed && outcome.validation == Validation::Tested;
+        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
+            && let Err(e) = cache.put_cached_function(key, &outcome).await
+        {
+            tracing::warn!(error = %e, "cannot cache a verified function");
+        }
+        tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
+        self.emit(Event::FunctionDone {
+            job_id: job,
+            function,
+        })
+        .await
+    }
+
+    /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record.
+    async fn implement_loop(
+        &self,
+        meta: &JobMeta,
+        spec: &proto::generation::FunctionSpec,
+        dependency_code: &[(String, String)],
+        outcome: &mut FunctionOutcome,
+    ) -> Result<(), Error> {
+        let job = meta.id;
+        let language = meta.request.language.as_str();
+        let model = self.model().map_err(Error::Drop)?;
+        let deadline = self.deadline();
+        let tests_prompt = prompts::tests(&prompts::TestsContext {
+            instruction: &meta.request.instruction,
+            language,
+            spec,
+            test_requirements: meta.request.test_requirements.as_deref(),
+            min_cases: self.options.min_cases,
+            max_cases: self.options.max_cases,
+        })
+        .map_err(|e| Error::Drop(e.to_string()))?;
+        let tests = model
+            .generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline)
+            .await
+            .map_err(|e| model_error(Some("writing tests"), &e))?;
+        account(outcome, &tests.usage, tests.calls);
+        outcome.tests = tests.value.cases;
+        self.save(job, outcome).await?;
+        let deps: Vec<DependencyCode<'_>> = dependency_code
+            .iter()
+            .map(|(name, code)| DependencyCode { name, code })
+            .collect();
+        let prelude: String = dependency_code
+            .iter()
+            .map(|(_, code)| format!("{}\n\n", code.trim_end()))
+            .collect();
+
+        let mut last: Option<(String, CaseRun)> = None;
+        for attempt in 1..=meta.request.max_iterations {
+            outcome.attempts = attempt;
+            let prompt = match &last {
+                None => prompts::implement(&prompts::ImplementContext {
+                    instruction: &meta.request.instruction,
+                    language,
+                    spec,
+                    dependencies: deps.clone(),
+                    tests: &outcome.tests,
+                }),
+                Some((code, run)) => {
+                    let failures = failures(&outcome.tests, &run.results);
+                    let history: Vec<Attempt<'_>> = outcome
+                        .history
+                        .iter()
+                        .filter(|h| !h.fix.is_empty())
+                        .map(|h| Attempt {
+                            attempt: h.attempt,
+                            error_kind: h.error_kind.as_str(),
+                            fix: &h.fix,
+                        })
+                        .collect();
+                    prompts::repair(&prompts::RepairContext {
+                        instruction: &meta.request.instruction,
+                        language,
+                        spec,
+                        dependencies: deps.clone(),
+                        code,
+                        attempt: attempt - 1,
+                        error_kind: run.error_kind.map_or("failed", ErrorKind::as_str),
+                        error: &run.error,
+                        failures,
+                        history,
+                    })
+                }
+            }
+            .map_err(|e| Error::Drop(e.to_string()))?;
+            let phase = if last.is_none() {
+                Phase::Implement
+            } else {
+                Phase::Repair
+            };
+            let generated = model
+                .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
+                .await
+                .map_err(|e| model_error(Some(phase.as_str()), &e))?;
+            account(outcome, &generated.usage, generated.calls);
+            let code = generated.value.code;
+            if let (Some(analysis), Some(previous)) =
+                (generated.value.analysis, outcome.history.last_mut())
+            {
+                previous.fix = analysis.changes.clone();
+                previous.analysis = Some(analysis);
+            }
+            outcome.code = Some(code.clone());
+            let module = format!("{prelude}{code}");
+            let run = match self.run_cases(&module, &spec.name, &outcome.tests).await {
+                Ok(run) => run,
+                Err(Error::Retry {
+                    dependency: Dependency::Docker,
+                    reason,
+                }) if self.options.static_fallback && self.sandbox.health().await.is_err() => {
+                    tracing::warn!(%job, function = %spec.name, %reason, "no sandbox: static checks only");
+                    match crate::static_check::check(&module, Some((&spec.name, spec.inputs.len())))
+                    {
+                        Ok(_) => {
+                            outcome.validation = Validation::StaticAnalysisOnly;
+                            outcome.passed = true;
+                            outcome.test_results.clear();
+                            self.progress(
+                                job,
+                                Progress::Attempt {
+                                    function: spec.name.clone(),
+                                    attempt,
+                                    passed: true,
+                                    error_kind: None,
+                                    validation: Some(Validation::StaticAnalysisOnly),
+                                },
+                            )
+                            .await;
+                            self.save(job, outcome).await?;
+                            return Ok(());
+                        }
+                        Err(problem) => CaseRun {
+                            passed: false,
+                            results: vec![],
+                            error_kind: Some(ErrorKind::Syntax),
+                            error: problem,
+                            duration_ms: 0,
+                        },
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            outcome.execution_ms += run.duration_ms;
+            outcome.test_results = run.results.clone();
+            self.progress(
+                job,
+                Progress::Attempt {
+                    function: spec.name.clone(),
+                    attempt,
+                    passed: run.passed,
+                    error_kind: run.error_kind,
+                    validation: None,
+                },
+            )
+            .await;
+            if run.passed {
+                outcome.passed = true;
+                self.save(job, outcome).await?;
+                return Ok(());
+            }
+            outcome.history.push(Improvement {
+                function: spec.name.clone(),
+                attempt,
+                error_kind: run.error_kind.unwrap_or(ErrorKind::Runtime),
+                error: run.error.clone(),
+                fix: String::new(),
+                analysis: None,
+            });
+            self.save(job, outcome).await?;
+            last = Some((code, run));
+        }
+        let (_, run) = last.unwrap_or_default();
+        Err(Error::Drop(format!(
+            "tests still fail after {} attempts ({}): {}",
+            meta.request.max_iterations,
+            run.error_kind.map_or("failed", ErrorKind::as_str),
+            run.error
+        )))
+    }
+}
+
+fn account(outcome: &mut FunctionOutcome, usage: &model::Usage, calls: u32) {
+    outcome.tokens.prompt += usage.prompt_tokens;
+    outcome.tokens.completion += usage.completion_tokens;
+    outcome.model_calls += calls;
+}
+
+fn failures<'a>(tests: &'a [TestCase], results: &'a [TestResult]) -> Vec<Failure<'a>> {
+    results
+        .iter()
+        .filter(|r| !r.passed)
+        .filter_map(|r| {
+            let case = tests.iter().find(|t| t.name == r.test)?;
+            Some(Failure {
+                name: &case.name,
+                inputs: &case.inputs,
+                expected_output: &case.expected_output,
+                expected_error: case.expected_error.as_deref(),
+                actual_output: Some(&r.actual_output),
+                error: r.error.as_deref(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! Integrate: assemble the module, run every test together, measure quality, store the
+//! result and finish the job.
+
+use std::collections::BTreeMap;
+
+use proto::job::{
+    CacheOutcome, Event, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan, Validation,
+};
+use proto::now_ms;
+
+use super::quality::static_quality;
+use super::{Error, Pipeline, redis};
+
+impl Pipeline {
+    /// Assembles the module, runs every test together, reports quality, stores the result.
+    pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let meta = self.meta(job).await?;
+        if self.jobs.result(job).await.map_err(redis)?.is_some() {
+            return self.emit(Event::Integrated { job_id: job }).await;
+        }
+        let plan = self.plan_of(job).await?;
+        let mut outcomes = BTreeMap::new();
+        for spec in &plan.specs {
+            if let Some(outcome) = self.jobs.function(job, &spec.name).await.map_err(redis)? {
+                outcomes.insert(spec.name.clone(), outcome);
+            }
+        }
+        let module: String = plan
+            .specs
+            .iter()
+            .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.clone()))
+            .map(|code| format!("{}\n\n\n", code.trim_end()))
+            .collect();
+        let all_passed_before = plan
+            .specs
+            .iter()
+            .all(|s| outcomes.get(&s.name).is_some_and(|o| o.passed));
+        let static_only = outcomes
+            .values()
+            .any(|o| o.validation == Validation::StaticAnalysisOnly);
+        let mut test_results = Vec::new();
+        let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
+        if static_only {
+            // Nothing was run, so nothing is re-run: the result says it is untested.
+        } else if all_passed_before {
+            // Every function against the whole module: catches interference between them.
+            for spec in &plan.specs {
+                let outcome = &outcomes[&spec.name];
+                let run = self.run_cases(&module, &spec.name, &outcome.tests).await?;
+                execution_ms += run.duration_ms;
+                test_results.extend(run.results);
+            }
+        } else {
+            for spec in &plan.specs {
+                if let Some(o) = outcomes.get(&spec.name) {
+                    test_results.extend(o.test_results.iter().cloned());
+                }
+            }
+        }
+        let quality = if static_only {
+            static_quality(&module, &outcomes)
+        } else {
+            self.quality(&module, &outcomes, &test_results).await?
+        };
+        let all_tests_passed = !static_only
+            && all_passed_before
+            && !test_results.is_empty()
+            && test_results.iter().all(|r| r.passed);
+        let failure = plan
+            .specs
+            .iter()
+            .find_map(|s| match outcomes.get(&s.name) {
+                None => Some(format!("{} was never implemented", s.name)),
+                Some(o) if !o.passed => Some(format!(
+                    "{}: {}",
+                    s.name,
+                    o.failure.clone().unwrap_or_else(|| "tests fail".into())
+                )),
+                _ => None,
+            })
+            .or_else(|| {
+                // Static-only modules were never run: no test failed, none passed either.
+                (!static_only && !all_tests_passed)
+                    .then(|| "tests fail when the module is assembled".into())
+            });
+        let mut tokens = meta.plan_tokens;
+        let mut model_calls = meta.plan_model_calls;
+        let mut generation_ms = 0;
+        for o in outcomes.values() {
+            tokens.prompt += o.tokens.prompt;
+            tokens.completion += o.tokens.completion;
+            model_calls += o.model_calls;
+            generation_ms += o.generation_ms;
+        }
+        let status = if failure.is_none() {
+            JobStatus::Succeeded
+        } else {
+            JobStatus::Failed
+        };
+        let result = JobResult {
+            job_id: job,
+            status,
+            instruction: meta.request.instruction.clone(),
+            language: meta.request.language,
+            function_specs: plan.specs.clone(),
+            implementations: outcomes
+                .iter()
+                .filter_map(|(n, o)| o.code.clone().map(|c| (n.clone(), c)))
+                .collect(),
+            tests: outcomes
+                .iter()
+                .map(|(n, o)| (n.clone(), o.tests.clone()))
+                .collect(),
+            test_results,
+            all_tests_passed,
+            improvement_history: plan
+                .specs
+                .iter()
+                .filter_map(|s| outcomes.get(&s.name))
+                .flat_map(|o| o.history.iter().cloned())
+                .collect(),
+            documentation: documentation(&meta, &plan),
+            quality,
+            metrics: JobMetrics {
+                generation_ms,
+                execution_ms,
+                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
+                model_calls,
+                tokens,
+                cache: CacheOutcome::Miss,
+            },
+            failure,
+            validation: if static_only {
+                Validation::StaticAnalysisOnly
+            } else {
+                Validation::Tested
+            },
+            manual_review_recommended: static_only || status != JobStatus::Succeeded,
+        };
+        // Result, `finished` event and final status in one step: whoever finishes first (this
+        // run, a duplicate of it, or a coordinator failing the job) is the job's end.
+        let finished = self.jobs.finish_job(job, &result).await.map_err(redis)?;
+        if !finished {
+            tracing::info!(%job, "the job had finished already; its result stands");
+            return self.emit(Event::Integrated { job_id: job }).await;
+        }
+        if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
+            (&self.cache, &meta.cache_key, status, static_only)
+            && let Err(e) = cache.put_cached_solution(key, &result).await
+        {
+            tracing::warn!(error = %e, "cannot cache the solution");
+        }
+        if let Some(histogram) = &self.job_seconds {
+            histogram
+                .with_label_values(&[status.as_str()])
+                .observe(result.metrics.total_ms as f64 / 1000.0);
+        }
+        tracing::info!(%job, status = status.as_str(), "job finished");
+        self.emit(Event::Integrated { job_id: job }).await
+    }
+}
+
+/// Markdown documentation from the plan: what each function does, how to call it.
+fn documentation(meta: &JobMeta, plan: &Plan) -> String {
+    let mut doc = format!("# Solution\n\n{}\n", meta.request.instruction);
+    for spec in &plan.specs {
+        let args: Vec<String> = spec
+            .inputs
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.ty))
+            .collect();
+        doc.push_str(&format!(
+            "\n## `{}({}) -> {}`\n\n{}\n\nReturns: {}\n",
+            spec.name,
+            args.join(", "),
+            spec.outputs.ty,
+            spec.purpose,
+            spec.outputs.description
+        ));
+        if !spec.dependencies.is_empty() {
+            doc.push_str(&format!("\nUses: {}\n", spec.dependencies.join(", ")));
+        }
+    }
+    doc
+}

@@ -1,0 +1,246 @@
+//! The worker's side of the generation pipeline: plan, implement (tests → code → run →
+//! repair), integrate. Every step reads its inputs from Redis, writes its outputs there, and
+//! only then publishes an event for the coordinators.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::{Broker, Outgoing};
+use model::Model;
+use proto::job::{Event, FunctionOutcome, JobMeta, JobTask, Plan};
+use proto::{Progress, TaskId};
+use sandbox::Sandbox;
+use serde::{Deserialize, Serialize};
+use store::{CacheStore, JobStore};
+
+use crate::gate::{Dependency, Gate};
+
+mod cases;
+mod implement;
+mod integrate;
+mod plan;
+mod quality;
+
+/// Pipeline settings (`[worker.pipeline]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// Everything one task may spend on model calls.
+    #[serde(with = "humantime_serde")]
+    pub task_deadline: Duration,
+    /// Limit per test case, in milliseconds.
+    pub case_timeout_ms: u64,
+    /// Limit per sandbox run (all cases of a function), in milliseconds.
+    pub run_timeout_ms: u64,
+    /// Memory per sandbox run, in MiB.
+    pub memory_mb: u64,
+    /// How many test cases to ask for.
+    pub min_cases: u32,
+    pub max_cases: u32,
+    /// When no sandbox is available for `sandbox_wait`, finish with syntax and lint checks
+    /// only (results marked `static_analysis_only`, never as tested) instead of waiting longer.
+    pub static_fallback: bool,
+    /// How long a sandbox run waits for an unreachable Docker engine before it gives up
+    /// (static checks with `static_fallback`, else the task waits at the worker's level).
+    #[serde(with = "humantime_serde")]
+    pub sandbox_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            task_deadline: Duration::from_secs(15 * 60),
+            case_timeout_ms: 5_000,
+            run_timeout_ms: 60_000,
+            memory_mb: 512,
+            min_cases: 4,
+            max_cases: 12,
+            static_fallback: true,
+            sandbox_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a pipeline step did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A dependency (Redis, the broker, Docker, the model) failed: the task is worth running
+    /// again once it answers. The worker asks the [`Gate`] whether it is down (then the task
+    /// waits for it) or answers (then the failure is the task's own).
+    #[error("retry later ({dependency}): {reason}")]
+    Retry {
+        dependency: Dependency,
+        reason: String,
+    },
+    /// The task refers to something that does not exist (an expired job): drop it.
+    #[error("dropped: {0}")]
+    Drop(String),
+}
+
+tokio::task_local! {
+    /// Milliseconds the current task spent in sandbox runs, for its `task finished` log line.
+    pub static SANDBOX_MS: std::cell::Cell<u64>;
+}
+
+/// A store (Redis) failure.
+fn redis(e: impl std::fmt::Display) -> Error {
+    Error::Retry {
+        dependency: Dependency::Redis,
+        reason: e.to_string(),
+    }
+}
+
+/// A model that is unreachable (or too slow) may answer later: the task is handed back and
+/// the broker's delivery limit bounds how long the job waits. Anything else fails for good.
+fn model_error(what: Option<&str>, e: &model::Error) -> Error {
+    let reason = match what {
+        Some(what) => format!("{what} failed: {e}"),
+        None => e.to_string(),
+    };
+    if e.is_retryable() {
+        Error::Retry {
+            dependency: Dependency::Model,
+            reason,
+        }
+    } else {
+        Error::Drop(reason)
+    }
+}
+
+/// The pipeline's task kinds (`proto::Task` without `Execute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Plan,
+    Implement,
+    Integrate,
+}
+
+impl Step {
+    /// The task's kind, as `proto::Task::kind` names it in logs and metric labels.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Step::Plan => "plan",
+            Step::Implement => "implement",
+            Step::Integrate => "integrate",
+        }
+    }
+}
+
+/// Handles plan, implement and integrate tasks.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub(crate) options: Options,
+    pub(crate) jobs: Arc<dyn JobStore>,
+    pub(crate) model: Option<Model>,
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) sandbox: Arc<dyn Sandbox>,
+    /// The function-level and solution caches, and the model identity that keys them.
+    pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
+    /// Which dependencies are down; shared with the worker.
+    pub(crate) gate: Gate,
+    /// `codegen_job_seconds`, once the pipeline belongs to a worker.
+    pub(crate) job_seconds: Option<prometheus::HistogramVec>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("model", &self.model.as_ref().map(Model::describe))
+            .finish()
+    }
+}
+
+impl Pipeline {
+    pub fn new(
+        options: Options,
+        jobs: Arc<dyn JobStore>,
+        model: Option<Model>,
+        broker: Arc<dyn Broker>,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> Self {
+        Self {
+            options,
+            jobs,
+            model,
+            broker,
+            sandbox,
+            cache: None,
+            gate: Gate::default(),
+            job_seconds: None,
+        }
+    }
+
+    /// Reuses verified functions and stores finished solutions, keyed by `model`
+    /// (`model::identity`).
+    pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
+        self.cache = Some((cache, model));
+        self
+    }
+
+    /// Runs one task of `step`.
+    pub async fn run(&self, step: Step, task: &JobTask) -> Result<(), Error> {
+        match step {
+            Step::Plan => self.plan(task).await,
+            Step::Implement => self.implement(task).await,
+            Step::Integrate => self.integrate(task).await,
+        }
+    }
+
+    async fn meta(&self, job: TaskId) -> Result<JobMeta, Error> {
+        self.jobs
+            .job_meta(job)
+            .await
+            .map_err(redis)?
+            .ok_or_else(|| Error::Drop(format!("job {job} not found (expired?)")))
+    }
+
+    async fn plan_of(&self, job: TaskId) -> Result<Plan, Error> {
+        self.jobs
+            .plan(job)
+            .await
+            .map_err(redis)?
+            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))
+    }
+
+    async fn emit(&self, event: Event) -> Result<(), Error> {
+        self.broker
+            .publish_event(Outgoing {
+                message_id: event.job_id().to_string(),
+                body: event.encode(),
+            })
+            .await
+            .map_err(|e| Error::Retry {
+                dependency: Dependency::Broker,
+                reason: e.to_string(),
+            })
+    }
+
+    async fn progress(&self, job: TaskId, event: Progress) {
+        if let Err(e) = self.jobs.push_event(job, &event).await {
+            tracing::debug!(%job, error = %e, "cannot record a progress event");
+        }
+    }
+
+    /// Stores a partial outcome; `Drop` when another run of the task (a redelivery or a
+    /// duplicate) already stored the final one, which then stands.
+    async fn save(&self, job: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
+        if self.jobs.put_function(job, outcome).await.map_err(redis)? {
+            Ok(())
+        } else {
+            Err(Error::Drop(format!(
+                "{} was finished by another run of its task",
+                outcome.name
+            )))
+        }
+    }
+
+    fn model(&self) -> Result<&Model, String> {
+        self.model
+            .as_ref()
+            .ok_or_else(|| "no model is configured for this worker ([model] settings)".to_string())
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.options.task_deadline
+    }
+}

@@ -1,0 +1,74 @@
+//! Plan: the model splits the request into function specifications, stored for the
+//! coordinator to check and order.
+
+use model::Phase;
+use model::prompts::{self};
+use proto::Progress;
+use proto::generation::FunctionSpecs;
+use proto::job::{Event, JobStatus, JobTask};
+
+use super::{Error, Pipeline, model_error, redis};
+
+impl Pipeline {
+    /// Asks the model for function specifications and stores them.
+    pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
+        let job = task.job_id;
+        let mut meta = self.meta(job).await?;
+        if self.jobs.plan(job).await.map_err(redis)?.is_some() {
+            // Already planned (a redelivery): just say so again.
+            return self
+                .emit(Event::Planned {
+                    job_id: job,
+                    failure: None,
+                })
+                .await;
+        }
+        let _ = self.jobs.set_status(job, JobStatus::Planning).await;
+        self.progress(job, Progress::Planning).await;
+        let outcome = async {
+            let model = self.model().map_err(Error::Drop)?;
+            let mut prompt = prompts::plan(&prompts::PlanContext {
+                instruction: &meta.request.instruction,
+                language: meta.request.language.as_str(),
+                constraints: meta.request.constraints.as_deref(),
+            })
+            .map_err(|e| Error::Drop(e.to_string()))?;
+            if let Some(problem) = &task.problem {
+                prompt.user.push_str(&format!(
+                    "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
+                ));
+            }
+            model
+                .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
+                .await
+                .map_err(|e| model_error(None, &e))
+        }
+        .await;
+        match outcome {
+            Ok(generated) => {
+                meta.plan_tokens.prompt += generated.usage.prompt_tokens;
+                meta.plan_tokens.completion += generated.usage.completion_tokens;
+                meta.plan_model_calls += generated.calls;
+                self.jobs.put_job_meta(&meta).await.map_err(redis)?;
+                self.jobs
+                    .put_specs(job, &generated.value.functions)
+                    .await
+                    .map_err(redis)?;
+                self.emit(Event::Planned {
+                    job_id: job,
+                    failure: None,
+                })
+                .await
+            }
+            // The model is down: hand the task back; the delivery limit bounds the waiting.
+            Err(e @ Error::Retry { .. }) => Err(e),
+            Err(Error::Drop(reason)) => {
+                self.emit(Event::Planned {
+                    job_id: job,
+                    failure: Some(reason),
+                })
+                .await
+            }
+        }
+    }
+}
