@@ -7,6 +7,7 @@
 //! can run in parallel and can kill or restart processes without disturbing each other.
 
 pub mod faults;
+pub mod in_process;
 pub mod stack;
 
 use std::net::TcpListener;

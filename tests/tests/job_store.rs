@@ -1,4 +1,5 @@
-//! The job state's atomic completion against the real Redis.
+//! The job store's contract, run against both stores: the real Redis (its Lua scripts) and
+//! `MemoryJobs` (the in-process model of them the unit tests use), so the two cannot drift.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
@@ -53,7 +54,7 @@ fn succeeded(job: TaskId) -> JobResult {
     .unwrap()
 }
 
-fn store() -> RedisStore {
+fn redis_store() -> RedisStore {
     let options = store::Options {
         url: tests::redis_url(),
         prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
@@ -63,9 +64,11 @@ fn store() -> RedisStore {
     RedisStore::build(options).unwrap().0
 }
 
-#[tokio::test]
-async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency() {
-    let store = store();
+async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency<
+    S: JobStore + Clone,
+>(
+    store: S,
+) {
     let job = TaskId::new();
     assert!(store.put_plan(job, &fan_in()).await.unwrap());
     assert!(
@@ -107,9 +110,7 @@ async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency
     assert!(after.ready.is_empty(), "z is done: nothing to re-publish");
 }
 
-#[tokio::test]
-async fn events_are_read_in_order_after_a_cursor() {
-    let store = store();
+async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) {
     let job = TaskId::new();
     for i in 0..3 {
         store
@@ -135,9 +136,11 @@ async fn events_are_read_in_order_after_a_cursor() {
     assert_eq!(names, vec!["f1", "f2"]);
 }
 
-#[tokio::test]
-async fn a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it() {
-    let store = store();
+async fn a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it<
+    S: JobStore + Clone,
+>(
+    store: S,
+) {
     let job = TaskId::new();
     let mut partial = proto::job::FunctionOutcome::new("a");
     partial.attempts = 1;
@@ -164,9 +167,7 @@ async fn a_final_function_outcome_is_written_once_and_partial_writes_stop_after_
     assert_eq!(stored.attempts, 2);
 }
 
-#[tokio::test]
-async fn published_functions_are_remembered() {
-    let store = store();
+async fn published_functions_are_remembered<S: JobStore + Clone>(store: S) {
     let job = TaskId::new();
     let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
@@ -184,9 +185,9 @@ async fn published_functions_are_remembered() {
     assert!(store.unpublished(job, vec![]).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
-    let store = store();
+async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<S: JobStore + Clone>(
+    store: S,
+) {
     let job = TaskId::new();
     store.set_status(job, JobStatus::Integrating).await.unwrap();
     let mut result = succeeded(job);
@@ -210,9 +211,7 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished() {
     assert_eq!(events[0].event, finished);
 }
 
-#[tokio::test]
-async fn unfinished_jobs_are_listed_oldest_first_until_they_finish() {
-    let store = store();
+async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore + Clone>(store: S) {
     let meta = |at: u64| proto::job::JobMeta {
         id: TaskId::new(),
         tenant: None,
@@ -253,3 +252,34 @@ async fn unfinished_jobs_are_listed_oldest_first_until_they_finish() {
         vec![new.id]
     );
 }
+
+/// Every case, once against each store.
+macro_rules! against_both_stores {
+    ($($case:ident),* $(,)?) => {
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::redis_store()).await
+                }
+            )*
+        }
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(store::MemoryJobs::new()).await
+                }
+            )*
+        }
+    };
+}
+
+against_both_stores!(
+    the_last_dependency_releases_a_dependant_exactly_once_under_concurrency,
+    events_are_read_in_order_after_a_cursor,
+    a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it,
+    published_functions_are_remembered,
+    a_job_finishes_once_with_its_event_and_status_and_stays_finished,
+    unfinished_jobs_are_listed_oldest_first_until_they_finish,
+);

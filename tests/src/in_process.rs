@@ -1,0 +1,200 @@
+//! The whole generation pipeline in one process, without Docker, RabbitMQ or Redis: a real
+//! coordinator (HTTP API, pipeline half) and real workers (pipeline) on the in-memory broker
+//! and job store, a scripted model (a FAKE answering from a script) and a FAKE sandbox that
+//! runs nothing. It checks the logic — the DAG, repair, partial failure, re-planning — in a
+//! second; the end-to-end tests check the same against the real services.
+//!
+//! The FAKE sandbox answers the pipeline's drivers (`proto::harness`): every case of a
+//! function passes unless its module contains [`FAILS`], and the quality analysis reports a
+//! fixed, perfect module.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::harness::{CASES_MARKER, QUALITY_MARKER};
+use proto::{ExecutionResult, Progress, Status, TaskId};
+use sandbox::ScriptedSandbox;
+use serde_json::{Value, json};
+use store::{JobStore, MemoryJobs, MemoryStore};
+use tokio_util::sync::CancellationToken;
+
+/// Code containing this line fails every case the FAKE sandbox runs against it.
+pub const FAILS: &str = "# FAKE: the cases fail";
+
+/// A coordinator and workers in this process.
+#[derive(Debug)]
+pub struct InProcess {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub jobs: MemoryJobs,
+    pub sandbox: ScriptedSandbox,
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl InProcess {
+    /// Starts a coordinator and `workers` workers answering from `script` (a scripted model's
+    /// script: `{"answers": [...]}`).
+    pub async fn start(script: Value, workers: usize) -> Self {
+        let broker = broker::MemoryBroker::new(5);
+        let store = MemoryStore::new();
+        let jobs = MemoryJobs::new();
+        let sandbox = fake_sandbox();
+        let script: model::scripted::Script = serde_json::from_value(script).expect("a script");
+        let provider = Arc::new(model::scripted::Scripted::new(script).expect("a valid script"));
+        let model = model::Model::new(
+            provider,
+            model::Options::default(),
+            model::Metrics::unregistered().expect("metrics"),
+        );
+        let cancel = CancellationToken::new();
+        let mut tasks = Vec::new();
+
+        let coordinator = coordinator::Coordinator::build(
+            coordinator::Options::default(),
+            Arc::new(broker.clone()),
+            Arc::new(store.clone()),
+            Arc::new(jobs.clone()),
+            &prometheus::Registry::new(),
+        )
+        .expect("a coordinator");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let ops = axum::Router::new();
+        let stop = cancel.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = coordinator.run(listener, ops, stop).await;
+        }));
+        for _ in 0..workers {
+            let pipeline = worker::Pipeline::new(
+                worker::pipeline::Options::default(),
+                Arc::new(jobs.clone()),
+                Some(model.clone()),
+                Arc::new(broker.clone()),
+                Arc::new(sandbox.clone()),
+            );
+            let worker = worker::Worker::build(
+                worker::Options::default(),
+                Arc::new(broker.clone()),
+                Arc::new(store.clone()),
+                Arc::new(sandbox.clone()),
+                &prometheus::Registry::new(),
+            )
+            .expect("a worker")
+            .with_pipeline(pipeline);
+            tasks.push(tokio::spawn(worker.run(cancel.clone())));
+        }
+        Self {
+            url,
+            http: reqwest::Client::new(),
+            jobs,
+            sandbox,
+            cancel,
+            tasks,
+        }
+    }
+
+    /// Submits a job; its id.
+    pub async fn submit(&self, instruction: &str) -> TaskId {
+        let answer: Value = self
+            .http
+            .post(format!("{}/v1/jobs", self.url))
+            .json(&json!({"instruction": instruction, "max_iterations": 3}))
+            .send()
+            .await
+            .expect("the coordinator answers")
+            .json()
+            .await
+            .expect("a JSON answer");
+        answer["job_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("no job id in {answer}"))
+    }
+
+    /// The job's result once it has one; panics after `within`.
+    pub async fn result(&self, job: TaskId, within: Duration) -> proto::job::JobResult {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(result) = self.jobs.result(job).await.expect("the memory store") {
+                return result;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {job} unfinished after {within:?}; events: {:?}",
+                self.events(job).await
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The job's progress events, in order.
+    pub async fn events(&self, job: TaskId) -> Vec<Progress> {
+        self.jobs
+            .events(job, None)
+            .await
+            .expect("the memory store")
+            .into_iter()
+            .map(|e| e.event)
+            .collect()
+    }
+
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+/// The FAKE sandbox: it runs nothing and answers the drivers' report lines.
+fn fake_sandbox() -> ScriptedSandbox {
+    ScriptedSandbox::new(|request| {
+        let file = |name: &str| request.files.get(name).cloned().unwrap_or_default();
+        let driver: Value = serde_json::from_str(&file("request.json")).unwrap_or(Value::Null);
+        let stdout = match driver["marker"].as_str() {
+            Some(QUALITY_MARKER) => format!(
+                "{QUALITY_MARKER}{}\n",
+                json!({"coverage": 1.0, "complexity": {}, "docstrings": 1.0,
+                       "dangerous_calls": []})
+            ),
+            Some(CASES_MARKER) => {
+                let passed = !file("module.py").contains(FAILS);
+                let cases: Vec<Value> = driver["cases"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|case| {
+                        json!({"name": case["name"], "passed": passed,
+                               "actual_output": if passed { case["expected_output"].clone() } else { json!("wrong") },
+                               "error": if passed { Value::Null } else { json!("WrongOutput: FAKE") },
+                               "error_kind": if passed { Value::Null } else { json!("wrong_output") },
+                               "duration_ms": 0.1})
+                    })
+                    .collect();
+                format!(
+                    "{CASES_MARKER}{}\n",
+                    json!({"passed": passed, "cases": cases,
+                           "error_kind": if passed { Value::Null } else { json!("wrong_output") },
+                           "error": null, "traceback": null})
+                )
+            }
+            _ => String::new(),
+        };
+        Ok(ExecutionResult {
+            status: Status::Passed,
+            exit_code: Some(0),
+            stdout,
+            stderr: String::new(),
+            truncated: false,
+            duration_ms: 1,
+            reason: None,
+            error_kind: None,
+            files: Default::default(),
+            file_errors: Default::default(),
+        })
+    })
+}

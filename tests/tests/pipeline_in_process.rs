@@ -1,0 +1,185 @@
+//! The generation pipeline's logic in one process (see `tests::in_process`): a real
+//! coordinator and real workers on the in-memory broker and store, a scripted FAKE model and a
+//! FAKE sandbox. No Docker, RabbitMQ or Redis: these run anywhere, in about a second.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::time::Duration;
+
+use proto::job::JobStatus;
+use proto::{ErrorKind, Progress};
+use serde_json::{Value, json};
+use tests::in_process::{FAILS, InProcess};
+
+fn spec(name: &str, deps: &[&str]) -> Value {
+    json!({"name": name, "purpose": format!("{name} of nothing"), "inputs": [],
+           "outputs": {"type": "int", "description": "a number"},
+           "dependencies": deps, "complexity": "simple"})
+}
+
+fn plan(specs: Vec<Value>) -> Value {
+    json!({"phase": "plan", "answer": {"functions": specs}})
+}
+
+/// One case for every function.
+fn tests_answer() -> Value {
+    json!({"phase": "tests", "answer": {"cases": [{"name": "one", "kind": "normal",
+        "inputs": {}, "expected_output": 1, "expected_error": null}]}})
+}
+
+fn implement(function: &str, code: &str) -> Value {
+    json!({"phase": "implement", "function": function,
+           "answer": {"code": code, "analysis": null}})
+}
+
+fn repair(function: &str, code: &str) -> Value {
+    json!({"phase": "repair", "function": function, "answer": {"code": code,
+        "analysis": {"error_kind": "wrong_output", "root_cause": "FAKE", "changes": "fixed it"}}})
+}
+
+fn code(function: &str) -> String {
+    format!("def {function}():\n    return 1\n")
+}
+
+fn failing(function: &str) -> String {
+    format!("{FAILS}\n{}", code(function))
+}
+
+/// Where `event` is in `events`.
+fn position(events: &[Progress], event: impl Fn(&Progress) -> bool) -> Option<usize> {
+    events.iter().position(event)
+}
+
+fn started(events: &[Progress], name: &str) -> Option<usize> {
+    position(
+        events,
+        |e| matches!(e, Progress::FunctionStarted { function } if function == name),
+    )
+}
+
+fn done(events: &[Progress], name: &str) -> Option<usize> {
+    position(
+        events,
+        |e| matches!(e, Progress::FunctionDone { function, .. } if function == name),
+    )
+}
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_diamond_runs_every_function_after_its_dependencies() {
+    let mut answers = vec![
+        plan(vec![
+            spec("a", &[]),
+            spec("b", &["a"]),
+            spec("c", &["a"]),
+            spec("d", &["b", "c"]),
+        ]),
+        tests_answer(),
+    ];
+    answers.extend(["a", "b", "c", "d"].map(|f| implement(f, &code(f))));
+    let cluster = InProcess::start(json!({ "answers": answers }), 2).await;
+    let job = cluster.submit("a diamond").await;
+    let result = cluster.result(job, WITHIN).await;
+    assert_eq!(result.status, JobStatus::Succeeded, "{:?}", result.failure);
+    assert_eq!(result.implementations.len(), 4);
+    let events = cluster.events(job).await;
+    for (function, dependencies) in [("b", vec!["a"]), ("c", vec!["a"]), ("d", vec!["b", "c"])] {
+        let start = started(&events, function).unwrap();
+        for dependency in dependencies {
+            assert!(
+                done(&events, dependency).unwrap() < start,
+                "{function} started before {dependency} was done: {events:?}"
+            );
+        }
+    }
+    assert!(matches!(
+        events.last(),
+        Some(Progress::Finished {
+            status: JobStatus::Succeeded,
+            ..
+        })
+    ));
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_function_is_repaired_from_the_evidence() {
+    let answers = vec![
+        plan(vec![spec("f", &[])]),
+        tests_answer(),
+        implement("f", &failing("f")),
+        repair("f", &code("f")),
+    ];
+    let cluster = InProcess::start(json!({ "answers": answers }), 1).await;
+    let job = cluster.submit("repair me").await;
+    let result = cluster.result(job, WITHIN).await;
+    assert_eq!(result.status, JobStatus::Succeeded, "{:?}", result.failure);
+    assert_eq!(result.improvement_history.len(), 1);
+    let step = &result.improvement_history[0];
+    assert_eq!(step.error_kind, ErrorKind::WrongOutput);
+    assert_eq!(step.fix, "fixed it");
+    assert!(!result.implementations["f"].contains(FAILS));
+    let attempts: Vec<bool> = cluster
+        .events(job)
+        .await
+        .iter()
+        .filter_map(|e| match e {
+            Progress::Attempt { passed, .. } => Some(*passed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, vec![false, true]);
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_function_that_never_passes_fails_the_job_and_starts_none_of_its_dependants() {
+    let answers = vec![
+        plan(vec![spec("a", &[]), spec("b", &[]), spec("c", &["a"])]),
+        tests_answer(),
+        implement("a", &failing("a")),
+        repair("a", &failing("a")),
+        implement("b", &code("b")),
+        implement("c", &code("c")),
+    ];
+    let cluster = InProcess::start(json!({ "answers": answers }), 2).await;
+    let job = cluster.submit("one part cannot work").await;
+    let result = cluster.result(job, WITHIN).await;
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.clone().unwrap_or_default();
+    assert!(failure.contains('a'), "{failure}");
+    // What could be done was done and is kept: b's code; c never ran.
+    assert_eq!(result.implementations.get("b"), Some(&code("b")));
+    let events = cluster.events(job).await;
+    assert_eq!(started(&events, "c"), None, "{events:?}");
+    let attempts_of_a = events
+        .iter()
+        .filter(|e| matches!(e, Progress::Attempt { function, .. } if function == "a"))
+        .count();
+    assert_eq!(attempts_of_a, 3, "max_iterations attempts: {events:?}");
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_plan_with_a_cycle_is_asked_for_again_and_the_second_one_runs() {
+    let answers = vec![
+        plan(vec![spec("a", &["b"]), spec("b", &["a"])]),
+        plan(vec![spec("a", &[]), spec("b", &["a"])]),
+        tests_answer(),
+        implement("a", &code("a")),
+        implement("b", &code("b")),
+    ];
+    let cluster = InProcess::start(json!({ "answers": answers }), 1).await;
+    let job = cluster.submit("two functions, planned twice").await;
+    let result = cluster.result(job, WITHIN).await;
+    assert_eq!(result.status, JobStatus::Succeeded, "{:?}", result.failure);
+    let events = cluster.events(job).await;
+    let replanned = position(
+        &events,
+        |e| matches!(e, Progress::Replanning { problem } if problem.contains("cycle")),
+    );
+    let planned = position(&events, |e| matches!(e, Progress::Planned { .. }));
+    assert!(replanned.is_some() && replanned < planned, "{events:?}");
+    cluster.stop().await;
+}
