@@ -10,10 +10,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Coordinator;
 
+/// Dead letters taken from the queue at once.
+const DEAD_LETTERS_PREFETCH: u16 = 8;
+/// Before a dead letter whose outcome could not be recorded goes back to its queue.
+const RECORD_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 impl Coordinator {
     /// Turns every dead letter into an `error` result for its execution.
     pub(crate) async fn consume_dead_letters(self, cancel: CancellationToken) {
-        let mut deliveries = self.broker.consume(Queue::DeadLetters, 8, cancel.clone());
+        let mut deliveries =
+            self.broker
+                .consume(Queue::DeadLetters, DEAD_LETTERS_PREFETCH, cancel.clone());
         while let Some(delivery) = deliveries.next().await {
             self.dead_letter(delivery).await;
         }
@@ -65,7 +72,7 @@ impl Coordinator {
                 }
                 Err(e) => {
                     tracing::warn!(%job, error = %e, "cannot record dead letter; retrying later");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(RECORD_RETRY_PAUSE).await;
                     let _ = delivery.requeue().await;
                 }
             }
@@ -78,7 +85,7 @@ impl Coordinator {
             }
             Err(e) => {
                 tracing::warn!(%id, error = %e, "cannot record dead letter; retrying later");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(RECORD_RETRY_PAUSE).await;
                 let _ = delivery.requeue().await;
             }
         }

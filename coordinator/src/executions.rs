@@ -21,6 +21,13 @@ use crate::body::read_body;
 use crate::error::{ApiError, path_rejected};
 use crate::{Coordinator, now_ms};
 
+/// Waiting for verdicts polls Redis: first after `POLL_FIRST`, doubling up to `POLL_MAX`.
+const POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
+const POLL_MAX: std::time::Duration = std::time::Duration::from_millis(50);
+/// While a streamed batch's verdicts flow, one read per this at most: each read is an MGET of
+/// every pending id of the batch.
+const POLL_FLOWING: std::time::Duration = std::time::Duration::from_millis(10);
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -316,14 +323,14 @@ pub(crate) async fn submit_batch(
     let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
     if params.wait {
         let deadline = tokio::time::Instant::now() + c.options.wait;
-        let mut nap = std::time::Duration::from_millis(2);
+        let mut nap = POLL_FIRST;
         loop {
             poll_results(&c, &items, &mut results).await;
             if results.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(nap.min(deadline - tokio::time::Instant::now())).await;
-            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+            nap = (nap * 2).min(POLL_MAX);
         }
     }
     let done = results.iter().filter(|r| r.is_some()).count();
@@ -410,14 +417,12 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
         };
         let mut results: Vec<Option<ExecutionResult>> = vec![None; items.len()];
         let mut idle_until = tokio::time::Instant::now() + c.options.wait;
-        let mut nap = std::time::Duration::from_millis(2);
+        let mut nap = POLL_FIRST;
         while results.iter().any(Option::is_none) && tokio::time::Instant::now() < idle_until {
             let arrived = poll_results(&c, &items, &mut results).await;
             if !arrived.is_empty() {
                 idle_until = tokio::time::Instant::now() + c.options.wait;
-                // While verdicts flow, one read per 10 ms at most: each read is an MGET of
-                // every pending id of the batch.
-                nap = std::time::Duration::from_millis(10);
+                nap = POLL_FLOWING;
             }
             for i in arrived {
                 let (label, id, _) = &items[i];
@@ -433,7 +438,7 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
                 break;
             }
             tokio::time::sleep(nap).await;
-            nap = (nap * 2).min(std::time::Duration::from_millis(50));
+            nap = (nap * 2).min(POLL_MAX);
         }
         for (i, (label, id, _)) in items.iter().enumerate() {
             if results[i].is_none() && lines.send(line(i, label, *id, None)).await.is_err() {

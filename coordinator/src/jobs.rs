@@ -24,6 +24,9 @@ use crate::pipeline::task;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
 
+/// How often an event stream looks for new events while its job runs.
+const EVENTS_POLL: Duration = Duration::from_millis(250);
+
 /// Checks a job submission against the configured limits.
 pub(crate) fn validate(
     options: &crate::Options,
@@ -383,7 +386,7 @@ pub(crate) async fn events(
                 continue;
             }
             if cursor.pending.is_empty() {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                tokio::time::sleep(EVENTS_POLL).await;
             }
         }
     });

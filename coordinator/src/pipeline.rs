@@ -17,6 +17,20 @@ use crate::planning::plan;
 use crate::{Coordinator, now_ms};
 use backon::{ExponentialBuilder, Retryable};
 
+/// Events taken from the queue at once (they are applied one at a time, in order).
+const EVENTS_PREFETCH: u16 = 16;
+/// Backoff while Redis or the broker does not answer an event's changes.
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+/// Before an event goes back to its queue: a failing store is not hammered.
+const REQUEUE_PAUSE: Duration = Duration::from_millis(500);
+/// Times a rejected plan (a cycle, a missing dependency) is asked for again before the job
+/// fails with the problem.
+pub(crate) const MAX_REPLANS: u32 = 1;
+/// The overdue-job reaper runs every tenth of `job_deadline`, within these bounds.
+const REAP_PERIOD_MIN: Duration = Duration::from_millis(200);
+const REAP_PERIOD_MAX: Duration = Duration::from_secs(30);
+
 /// Why an event could not be applied, with the retry decision in the type.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum EventError {
@@ -127,8 +141,7 @@ impl Coordinator {
     /// Fails every job still unfinished `job_deadline` after its submission, until `cancel`
     /// fires. Every coordinator runs it; a job finishes once, so two doing the same is harmless.
     pub(crate) async fn reap_overdue_jobs(self, cancel: CancellationToken) {
-        let period = (self.options.job_deadline / 10)
-            .clamp(Duration::from_millis(200), Duration::from_secs(30));
+        let period = (self.options.job_deadline / 10).clamp(REAP_PERIOD_MIN, REAP_PERIOD_MAX);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -165,7 +178,7 @@ impl Coordinator {
 
     /// Consumes pipeline events until `cancel` fires.
     pub(crate) async fn consume_events(self, cancel: CancellationToken) {
-        let mut deliveries = self.broker.consume(Queue::Events, 16, cancel);
+        let mut deliveries = self.broker.consume(Queue::Events, EVENTS_PREFETCH, cancel);
         while let Some(delivery) = deliveries.next().await {
             self.handle_event(delivery).await;
         }
@@ -186,8 +199,8 @@ impl Coordinator {
         let applied = (|| self.apply(&event))
             .retry(
                 ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(100))
-                    .with_max_delay(Duration::from_secs(2))
+                    .with_min_delay(RETRY_MIN_DELAY)
+                    .with_max_delay(RETRY_MAX_DELAY)
                     .with_jitter()
                     .with_total_delay(Some(self.options.outage_wait))
                     .without_max_times(),
@@ -222,7 +235,7 @@ impl Coordinator {
                 if failed.is_ok() {
                     let _ = delivery.ack().await;
                 } else {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(REQUEUE_PAUSE).await;
                     let _ = delivery.requeue().await;
                 }
             }
@@ -294,7 +307,7 @@ impl Coordinator {
                     .collect();
                 self.publish_functions(&meta, roots, !first).await
             }
-            Err(problem) if meta.replans < 1 => {
+            Err(problem) if meta.replans < MAX_REPLANS => {
                 meta.replans += 1;
                 self.jobs.put_job_meta(&meta).await?;
                 tracing::info!(job = %id, %problem, "plan rejected; asking for another");

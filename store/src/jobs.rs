@@ -128,6 +128,10 @@ impl JobKeys {
     }
 }
 
+/// Progress events kept per job (about: Redis trims streams lazily); a job's whole history
+/// is far shorter, so nothing is lost but a runaway writer is bounded.
+const EVENTS_MAX_LEN: usize = 1000;
+
 /// Marks a function done and decrements its dependants, atomically.
 /// KEYS: done, pending. ARGV: function, total, dependants...
 const COMPLETE: &str = r#"
@@ -171,11 +175,12 @@ return 1
 "#;
 
 /// Stores the result once, with its `finished` event and final status.
-/// KEYS: result, events, status, unfinished. ARGV: result bytes, ttl, event JSON, status, id.
+/// KEYS: result, events, status, unfinished. ARGV: result bytes, ttl, event JSON, status, id,
+/// [`EVENTS_MAX_LEN`].
 const FINISH_JOB: &str = r#"
 redis.call('ZREM', KEYS[4], ARGV[5])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'data', ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'data', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
 return 1
@@ -410,6 +415,7 @@ impl JobStore for crate::RedisStore {
             .arg(Progress::finished(result).to_json())
             .arg(result.status.as_str())
             .arg(id.to_string())
+            .arg(EVENTS_MAX_LEN)
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
@@ -436,7 +442,7 @@ impl JobStore for crate::RedisStore {
             .arg(&key)
             .arg("MAXLEN")
             .arg("~")
-            .arg(1000)
+            .arg(EVENTS_MAX_LEN)
             .arg("*")
             .arg("data")
             .arg(event.to_json())

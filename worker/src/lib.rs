@@ -233,7 +233,7 @@ impl Worker {
                     Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                     _ = changes.changed() => {}
                     // `needs` also changes with time (the static fallback taking over).
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = tokio::time::sleep(NEEDS_RECHECK) => {}
                 }
                 continue 'session;
             }
@@ -509,9 +509,9 @@ impl Worker {
         })
         .retry(
             ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
+                .with_min_delay(STORE_RETRY_MIN_DELAY)
                 .with_jitter()
-                .with_max_delay(Duration::from_secs(2))
+                .with_max_delay(STORE_RETRY_MAX_DELAY)
                 .with_total_delay(Some(self.options.store_retry_for))
                 .without_max_times(),
         )
@@ -567,8 +567,8 @@ impl Worker {
             // The dependency answers its probe. Once more in place, in case the blip just
             // ended; after that the failure is the task's own and counts.
             own_failures += 1;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if own_failures < 2 {
+            tokio::time::sleep(OWN_FAILURE_PAUSE).await;
+            if own_failures < OWN_FAILURES_BEFORE_REQUEUE {
                 continue;
             }
             tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "pipeline task handed back");
@@ -613,7 +613,10 @@ impl Worker {
                 Err(e) if e.is_retryable() && attempt < self.options.sandbox_retries => {
                     attempt += 1;
                     tracing::warn!(%id, error = %e, attempt, "sandbox failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt as u64)).await;
+                    tokio::time::sleep(
+                        SANDBOX_RETRY_STEP * u32::try_from(attempt).unwrap_or(u32::MAX),
+                    )
+                    .await;
                 }
                 Err(e) => return Err(e),
             }
@@ -641,6 +644,19 @@ fn describe(missing: &[(Dependency, Down)]) -> String {
 }
 
 use proto::now_ms;
+
+/// How often a paused worker looks again at what its queues need (the static fallback may
+/// take over with time).
+const NEEDS_RECHECK: Duration = Duration::from_secs(1);
+/// Backoff while a verdict cannot be stored (up to `store_retry_for`).
+const STORE_RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+/// A pipeline task that failed while its dependency answers runs again after this pause, and
+/// goes back to the queue (counted) after this many failures.
+const OWN_FAILURE_PAUSE: Duration = Duration::from_millis(500);
+const OWN_FAILURES_BEFORE_REQUEUE: u32 = 2;
+/// Sandbox retries of an execution back off linearly by this step.
+const SANDBOX_RETRY_STEP: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,40 @@ use serde_json::{Value, json};
 
 use super::{Error, Pipeline};
 
+/// How the quality score weighs its parts, each 0–1 (the README's quality section).
+#[derive(Debug, Clone, Copy)]
+struct Weights {
+    /// Share of the cases that pass.
+    tests: f64,
+    /// Line coverage by the cases.
+    coverage: f64,
+    /// Share of functions with a docstring.
+    docstrings: f64,
+    /// 1 up to a mean cyclomatic complexity of [`SIMPLE_COMPLEXITY`], less above it.
+    simplicity: f64,
+    /// 1 without risky calls, 0 with any.
+    safety: f64,
+}
+
+const WEIGHTS: Weights = Weights {
+    tests: 0.5,
+    coverage: 0.2,
+    docstrings: 0.1,
+    simplicity: 0.1,
+    safety: 0.1,
+};
+
+/// Mean cyclomatic complexity up to which a module counts as fully simple.
+const SIMPLE_COMPLEXITY: f64 = 10.0;
+
+#[cfg(test)]
+#[test]
+fn the_weights_sum_to_one() {
+    let sum =
+        WEIGHTS.tests + WEIGHTS.coverage + WEIGHTS.docstrings + WEIGHTS.simplicity + WEIGHTS.safety;
+    assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+}
+
 impl Pipeline {
     pub(super) async fn quality(
         &self,
@@ -80,15 +114,17 @@ impl Pipeline {
         } else {
             f64::from(complexity.values().sum::<u32>()) / complexity.len() as f64
         };
-        let simplicity = if mean_complexity <= 10.0 {
+        let simplicity = if mean_complexity <= SIMPLE_COMPLEXITY {
             1.0
         } else {
-            10.0 / mean_complexity
+            SIMPLE_COMPLEXITY / mean_complexity
         };
         let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
-        // Weights (README): tests 0.5, coverage 0.2, docstrings 0.1, simplicity 0.1, safety 0.1.
-        let score =
-            0.5 * pass_rate + 0.2 * coverage + 0.1 * docstrings + 0.1 * simplicity + 0.1 * safety;
+        let score = WEIGHTS.tests * pass_rate
+            + WEIGHTS.coverage * coverage
+            + WEIGHTS.docstrings * docstrings
+            + WEIGHTS.simplicity * simplicity
+            + WEIGHTS.safety * safety;
         Ok(Quality {
             score: (score * 1000.0).round() / 1000.0,
             tests_passed,
@@ -120,7 +156,7 @@ pub(super) fn static_quality(
         0.0
     };
     // Same weights as a tested module; the untested half scores zero.
-    let score = 0.1 * docstrings + 0.1 * safety;
+    let score = WEIGHTS.docstrings * docstrings + WEIGHTS.safety * safety;
     Quality {
         score: (score * 1000.0).round() / 1000.0,
         tests_passed: 0,
