@@ -1,4 +1,6 @@
-//! The Redis key layout. All keys of a cluster share one configurable prefix.
+//! The Redis keys of executions. All keys of a cluster share one configurable prefix. The
+//! keys of jobs, batches and the caches are built in `store` (`jobs.rs`, `cache.rs`), where
+//! the Lua scripts that read and write them live.
 //!
 //! | key | value |
 //! | --- | --- |

@@ -1,8 +1,11 @@
 //! The contract between codegen-cluster processes.
 //!
 //! Everything that crosses a process boundary is defined here: the task envelope published to
-//! RabbitMQ (MessagePack with named fields and a schema version), the execution request and
-//! result types returned by the HTTP API, the queue and exchange names, and the Redis key layout.
+//! RabbitMQ (MessagePack with named fields and a schema version, [`codec`]), the request,
+//! result and view types of the HTTP API ([`api`]), a job's progress events ([`progress`]),
+//! the report lines of the sandbox drivers ([`harness`]), the queue and exchange names, and
+//! the execution keys in Redis (the job, batch and cache keys live in `store`, next to the Lua
+//! scripts that use them).
 //! Coordinators and workers of the same schema version can be mixed freely in one cluster.
 
 pub mod api;
