@@ -749,9 +749,8 @@ impl Inner {
             .await
             .map_err(unavailable)?;
         let host = self.owner.split(':').next().unwrap_or_default();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        // Docker reports creation in seconds since the epoch.
+        let now = i64::try_from(proto::now_ms() / 1000).unwrap_or(i64::MAX);
         let abandoned_after =
             i64::try_from(2 * self.options.start_timeout.as_secs().max(1)).unwrap_or(i64::MAX);
         let mut reaped = 0;
