@@ -167,6 +167,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         ops::readyz,
         ops::metrics,
     ),
+    components(schemas(proto::Progress)),
     modifiers(&Security),
     security((), ("bearer" = []), ("api_key" = [])),
     tags(
@@ -291,6 +292,20 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         &mut run_code["fetch_files"],
         json!({"maxItems": proto::execution::MAX_FILES,
                "items": {"type": "string", "minLength": 1, "pattern": path_pattern}}),
+    );
+    // An event's data is a `Progress` as JSON text; its name is one of the `event` values.
+    let event_names: Vec<Value> = schemas["Progress"]["oneOf"]
+        .as_array()
+        .expect("Progress is a oneOf")
+        .iter()
+        .flat_map(|variant| variant["properties"]["event"]["enum"].as_array().cloned())
+        .flatten()
+        .collect();
+    let event = &mut schemas["JobEvent"]["properties"];
+    limit(&mut event["event"], json!({"enum": event_names}));
+    limit(
+        &mut event["data"],
+        json!({"contentSchema": {"$ref": "#/components/schemas/Progress"}}),
     );
     let job = &mut schemas["JobSubmission"]["properties"];
     let generation_languages: Vec<&str> = Language::ALL

@@ -321,6 +321,21 @@ pub(crate) async fn fetch(
     .into_response())
 }
 
+/// One server-sent event of `GET /v1/jobs/{id}/events` (documentation only: the handler writes
+/// these fields as SSE lines). `data` is a `Progress` as JSON; the served document says so
+/// with `contentSchema`.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct JobEvent {
+    /// Position in the job's progress stream.
+    id: String,
+    /// The event's name: the `event` field of its data.
+    event: String,
+    /// A `Progress` object as JSON.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
 /// A job's progress as server-sent events, replayed from the start and ending with the job.
 ///
 /// Each event's data is one `Progress` object; the event's name is its `event` field
@@ -334,8 +349,8 @@ pub(crate) async fn fetch(
     tag = "jobs",
     params(("id" = TaskId, Path, description = "Job id.")),
     responses(
-        (status = 200, description = "The event stream; the schema is that of one event's data.",
-            body = Progress, content_type = "text/event-stream"),
+        (status = 200, description = "The event stream; the schema is that of one event.",
+            body = JobEvent, content_type = "text/event-stream"),
         (status = 400, description = "Not a job id.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),

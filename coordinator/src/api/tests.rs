@@ -683,3 +683,23 @@ async fn the_api_answers_as_documented() {
     assert_eq!(answer["counts"]["queued"], 2);
     conforms(&doc, "GET", "/v1/batches/{id}", status, &answer);
 }
+
+#[test]
+fn the_event_stream_is_documented_as_frames_whose_data_is_a_progress_event() {
+    let doc = crate::openapi_document(&Options::default());
+    let frame = &doc["components"]["schemas"]["JobEvent"]["properties"];
+    assert_eq!(
+        frame["data"]["contentSchema"],
+        json!({"$ref": "#/components/schemas/Progress"})
+    );
+    let names: Vec<&str> = frame["event"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for name in ["queued", "planned", "attempt", "function_done", "finished"] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    assert_eq!(names.len(), 9, "{names:?}");
+}
