@@ -61,6 +61,31 @@ impl Pipeline {
         }
     }
 
+    /// Runs one of the pipeline's `drivers` on `module` in the sandbox, with `request` as its
+    /// `request.json`.
+    pub(super) async fn run_driver(
+        &self,
+        driver: &str,
+        module: &str,
+        request: &Value,
+    ) -> Result<proto::ExecutionResult, Error> {
+        let execution = ExecutionRequest {
+            language: Language::Python,
+            code: driver.to_owned(),
+            stdin: None,
+            test: None,
+            timeout_ms: self.options.run_timeout_ms,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::from([
+                ("module.py".to_string(), module.to_owned()),
+                ("request.json".to_string(), request.to_string()),
+            ]),
+            return_files: vec![],
+        };
+        self.sandboxed(&execution).await
+    }
+
     /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
     pub(super) async fn run_cases(
         &self,
@@ -83,21 +108,9 @@ impl Pipeline {
             "max_output_bytes": 64 * 1024,
             "nonce": null,
         });
-        let execution = ExecutionRequest {
-            language: Language::Python,
-            code: crate::drivers::CASES.to_owned(),
-            stdin: None,
-            test: None,
-            timeout_ms: self.options.run_timeout_ms,
-            memory_mb: self.options.memory_mb,
-            fresh_container: false,
-            files: BTreeMap::from([
-                ("module.py".to_string(), module.to_owned()),
-                ("request.json".to_string(), request.to_string()),
-            ]),
-            return_files: vec![],
-        };
-        let result = self.sandboxed(&execution).await?;
+        let result = self
+            .run_driver(crate::drivers::CASES, module, &request)
+            .await?;
         let duration_ms = result.duration_ms;
         let report = match harness::read::<CasesReport>(&result.stdout, harness::CASES_MARKER) {
             Ok(report) => Some(report),

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use proto::harness::{self, QualityReport, ReportError};
 use proto::job::{FunctionOutcome, Quality, TestResult};
-use proto::{ExecutionRequest, Language};
 use serde_json::{Value, json};
 
 use super::{Error, Pipeline};
@@ -65,24 +64,10 @@ impl Pipeline {
                 )
             })
             .collect();
-        let execution = ExecutionRequest {
-            language: Language::Python,
-            code: crate::drivers::QUALITY.to_owned(),
-            stdin: None,
-            test: None,
-            timeout_ms: self.options.run_timeout_ms,
-            memory_mb: self.options.memory_mb,
-            fresh_container: false,
-            files: BTreeMap::from([
-                ("module.py".to_string(), module.to_owned()),
-                (
-                    "request.json".to_string(),
-                    json!({"marker": harness::QUALITY_MARKER, "cases": cases}).to_string(),
-                ),
-            ]),
-            return_files: vec![],
-        };
-        let run = self.sandboxed(&execution).await?;
+        let request = json!({"marker": harness::QUALITY_MARKER, "cases": cases});
+        let run = self
+            .run_driver(crate::drivers::QUALITY, module, &request)
+            .await?;
         let QualityReport {
             coverage,
             complexity,
