@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::harness::{CASES_MARKER, QUALITY_MARKER};
-use proto::{ExecutionResult, Progress, Status, TaskId};
+use proto::harness::{CASES_MARKER, CaseReport, CasesReport, QUALITY_MARKER, QualityReport};
+use proto::{ErrorKind, ExecutionResult, Progress, Status, TaskId};
 use sandbox::ScriptedSandbox;
 use serde_json::{Value, json};
 use store::{JobStore, MemoryJobs, MemoryStore};
@@ -154,33 +154,47 @@ fn fake_sandbox() -> ScriptedSandbox {
     ScriptedSandbox::new(|request| {
         let file = |name: &str| request.files.get(name).cloned().unwrap_or_default();
         let driver: Value = serde_json::from_str(&file("request.json")).unwrap_or(Value::Null);
+        // Written with the contract's own types, so the FAKE cannot drift from what the
+        // worker reads.
         let stdout = match driver["marker"].as_str() {
-            Some(QUALITY_MARKER) => format!(
-                "{QUALITY_MARKER}{}\n",
-                json!({"coverage": 1.0, "complexity": {}, "docstrings": 1.0,
-                       "dangerous_calls": []})
-            ),
+            Some(QUALITY_MARKER) => {
+                let report = QualityReport {
+                    coverage: 1.0,
+                    complexity: Default::default(),
+                    docstrings: 1.0,
+                    dangerous_calls: vec![],
+                };
+                format!("{QUALITY_MARKER}{}\n", json!(report))
+            }
             Some(CASES_MARKER) => {
                 let passed = !file("module.py").contains(FAILS);
-                let cases: Vec<Value> = driver["cases"]
+                let failed = (!passed).then_some(ErrorKind::WrongOutput);
+                let cases = driver["cases"]
                     .as_array()
                     .cloned()
                     .unwrap_or_default()
-                    .iter()
-                    .map(|case| {
-                        json!({"name": case["name"], "passed": passed,
-                               "actual_output": if passed { case["expected_output"].clone() } else { json!("wrong") },
-                               "error": if passed { Value::Null } else { json!("WrongOutput: FAKE") },
-                               "error_kind": if passed { Value::Null } else { json!("wrong_output") },
-                               "duration_ms": 0.1})
+                    .into_iter()
+                    .map(|case| CaseReport {
+                        name: case["name"].as_str().unwrap_or_default().to_owned(),
+                        passed,
+                        actual_output: if passed {
+                            case["expected_output"].clone()
+                        } else {
+                            json!("wrong")
+                        },
+                        error: failed.map(|_| "WrongOutput: FAKE".to_owned()),
+                        error_kind: failed,
+                        duration_ms: 0.1,
                     })
                     .collect();
-                format!(
-                    "{CASES_MARKER}{}\n",
-                    json!({"passed": passed, "cases": cases,
-                           "error_kind": if passed { Value::Null } else { json!("wrong_output") },
-                           "error": null, "traceback": null})
-                )
+                let report = CasesReport {
+                    passed,
+                    cases,
+                    error_kind: failed,
+                    error: None,
+                    traceback: None,
+                };
+                format!("{CASES_MARKER}{}\n", json!(report))
             }
             _ => String::new(),
         };
