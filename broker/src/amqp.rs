@@ -540,6 +540,9 @@ impl Broker for AmqpBroker {
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => {
+                            // Cancelled while the connection is down, the consumer comes back
+                            // with lapin's recovery: its channel is closed once recovered.
+                            let lost = !live.connection.status().connected();
                             let _ = channel
                                 .basic_cancel(consumer.tag(), BasicCancelOptions::default())
                                 .await;
@@ -555,8 +558,9 @@ impl Broker for AmqpBroker {
                                 }
                             })
                             .await;
-                            if drained.is_err() {
-                                tracing::debug!(queue = %name, "consumer still open after cancel");
+                            if lost || drained.is_err() {
+                                tracing::warn!(queue = %name, "consumer still open after cancel; closing its channel");
+                                close_when_recovered(channel.clone(), name.clone());
                             }
                             tracing::info!(queue = %name, "stopped consuming");
                             break 'connection;
@@ -596,10 +600,14 @@ impl Broker for AmqpBroker {
                             Some(Err(e)) => {
                                 tracing::warn!(error = %e, queue = %name, "consumer interrupted");
                                 if channel.wait_for_recovery(e).await.is_err() {
+                                    // A new channel and consumer follow; this one must not live
+                                    // on beside them holding deliveries nobody reads.
+                                    close_when_recovered(channel.clone(), name.clone());
                                     continue 'connection;
                                 }
                             }
                             None => {
+                                close_when_recovered(channel.clone(), name.clone());
                                 tokio::time::sleep(Duration::from_millis(200)).await;
                                 continue 'connection;
                             }
@@ -633,6 +641,34 @@ impl Broker for AmqpBroker {
         }
     }
 }
+
+/// Closes a consumer channel this process has left, once it is usable again. A channel left
+/// while its connection was down is revived by lapin's recovery with its consumer, which then
+/// holds up to a prefetch of deliveries nobody reads, unacked for as long as the connection
+/// lives; a close sent while the connection is down does not stick either. The deliveries it
+/// had before the loss went back to the queue with the connection, so closing it once it is
+/// back costs nothing; a channel that never comes back has nothing to close.
+fn close_when_recovered(channel: Channel, queue: String) {
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + ORPHAN_CLOSE_WAIT;
+        while !channel.status().connected() {
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(ORPHAN_CLOSE_POLL).await;
+        }
+        // Recovery re-registers the consumer after the channel itself.
+        tokio::time::sleep(ORPHAN_CLOSE_POLL).await;
+        match channel.close(200, "consumer left".into()).await {
+            Ok(()) => tracing::info!(%queue, "closed a consumer channel this process had left"),
+            Err(e) => tracing::debug!(%queue, error = %e, "cannot close a left consumer channel"),
+        }
+    });
+}
+
+/// How long a left consumer channel is watched for its recovery, and how often.
+const ORPHAN_CLOSE_WAIT: Duration = Duration::from_secs(300);
+const ORPHAN_CLOSE_POLL: Duration = Duration::from_millis(500);
 
 async fn open_consumer_channel(live: &Live, prefetch: u16) -> Result<Channel, lapin::Error> {
     let channel = live.connection.create_channel().await?;

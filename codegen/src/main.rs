@@ -136,7 +136,13 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
     tokio::spawn(listener.run(infra.clone()));
 
-    let readiness = readiness(&broker, &store);
+    let readiness = {
+        let store = store.clone();
+        readiness(&broker, &store).with_note("generation", move || {
+            let store = store.clone();
+            async move { generation_note(&store).await }
+        })
+    };
     on_shutdown_signal(shutdown.clone(), readiness.clone());
     let ops = telemetry::ops_router(registry.clone(), readiness);
     let coordinator = coordinator::Coordinator::build(
@@ -146,7 +152,8 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         &registry,
     )?
-    .with_cache(Arc::new(store), model::identity(&settings.model));
+    .with_cache(Arc::new(store.clone()), model::identity(&settings.model))
+    .with_presence(Arc::new(store));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.coordinator.listen))?;
@@ -190,17 +197,23 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     }
     let pools = tokio::spawn(pools.run(infra.clone()));
 
-    let model = match model::Model::from_options(
+    // The model's limits hold for the whole cluster: every worker shares them in Redis.
+    let (model, no_model) = match model::Model::from_options(
         &settings.model,
         model::Metrics::register(&registry)?,
     ) {
         Ok(model) => {
             tracing::info!(model = %model.describe(), "model configured");
-            Some(model)
+            let limits = worker::RedisModelLimits::new(store.clone(), &model.limits_scope());
+            (Some(model.with_shared_limits(Arc::new(limits))), None)
         }
         Err(e) => {
-            tracing::error!(error = %e, "no usable model: generation jobs will fail with this reason");
-            None
+            tracing::warn!(error = %e, "no usable model: this worker takes no generation tasks");
+            let note = match &e {
+                model::Error::NotConfigured(_) => "not configured".to_owned(),
+                other => format!("unusable: {other}"),
+            };
+            (None, Some((e.to_string(), note)))
         }
     };
     // Which dependencies are down: the worker takes no work that needs one, and its tasks
@@ -235,16 +248,28 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
 
     let readiness = {
         let sandbox = sandbox.clone();
-        let gate = gate.clone();
-        readiness(&broker, &store)
-            .with_check("docker", move || {
-                let sandbox = sandbox.clone();
-                async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
-            })
-            .with_check("model", move || {
+        readiness(&broker, &store).with_check("docker", move || {
+            let sandbox = sandbox.clone();
+            async move { sandbox::Sandbox::health(sandbox.as_ref()).await }
+        })
+    };
+    // A worker without a model is still ready (it runs executions); `/readyz` says why it
+    // takes no generation tasks.
+    let readiness = match &no_model {
+        None => readiness.with_check("model", {
+            let gate = gate.clone();
+            move || {
                 let health = gate.health(worker::gate::Dependency::Model);
                 async move { health }
+            }
+        }),
+        Some((_, note)) => {
+            let note = note.clone();
+            readiness.with_note("model", move || {
+                let note = note.clone();
+                async move { note }
             })
+        }
     };
     on_shutdown_signal(shutdown.clone(), readiness.clone());
     let ops = telemetry::ops_router(registry.clone(), readiness);
@@ -255,7 +280,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let ops_cancel = infra.clone();
     let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
 
-    let pipeline = worker::Pipeline::new(
+    let mut pipeline = worker::Pipeline::new(
         settings.worker.pipeline.clone(),
         Arc::new(store.clone()),
         model,
@@ -263,6 +288,11 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         sandbox.clone(),
     )
     .with_cache(Arc::new(store.clone()), model::identity(&settings.model));
+    if let Some((reason, _)) = no_model {
+        pipeline = pipeline.without_model_because(reason);
+    }
+    let id = format!("{}-{}", hostname(), std::process::id());
+    let presence = store.clone();
     let worker = worker::Worker::build(
         settings.worker.clone(),
         Arc::new(broker),
@@ -271,12 +301,36 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         &registry,
     )?
     .with_pipeline(pipeline)
-    .with_gate(gate);
+    .with_gate(gate)
+    .with_presence(Arc::new(presence), id);
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;
     let _ = pools.await;
     Ok(())
+}
+
+/// The coordinator's `/readyz` line on generation: how many workers can generate, or why
+/// none can (informational: executions do not need a model).
+async fn generation_note(store: &store::RedisStore) -> String {
+    use store::Presence;
+    match store.generators().await {
+        Ok(g) => match g.refusal() {
+            Some(refusal) => refusal,
+            None if g.able == 0 => "no worker has announced itself yet".into(),
+            None => format!("ok: {} worker(s) can generate", g.able),
+        },
+        Err(e) => format!("unknown: {e}"),
+    }
+}
+
+/// This host's name (the pod's on Kubernetes), for the worker's id.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into())
 }
 
 async fn run_model_server(settings: Settings, args: ModelServerArgs) -> anyhow::Result<()> {

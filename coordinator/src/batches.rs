@@ -15,7 +15,7 @@ use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Extension, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use proto::TaskId;
 use proto::api::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView, ErrorBody};
 use proto::job::{Batch, JobRequest, JobSubmission};
@@ -23,7 +23,7 @@ use proto::job::{Batch, JobRequest, JobSubmission};
 use crate::auth::Tenant;
 use crate::body::from_json;
 use crate::error::{ApiError, path_rejected, unavailable};
-use crate::jobs::{Created, create_job, validate};
+use crate::jobs::{Created, create_job, refuse_without_generators, validate};
 use crate::{Coordinator, now_ms};
 
 /// Jobs created (or statuses read) at once.
@@ -98,7 +98,7 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "No jobs, too many, or a value out of range; names the line and field.", body = ErrorBody),
-        (status = 503, description = "Redis or the broker failed; names the jobs already accepted (they run on).", body = ErrorBody),
+        (status = 503, description = "Redis or the broker failed (names the jobs already accepted: they run on), or no worker can generate (nothing was created).", body = ErrorBody),
     )
 )]
 pub(crate) async fn submit(
@@ -108,6 +108,7 @@ pub(crate) async fn submit(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let requests = parse(&c, &body).await?;
+    refuse_without_generators(&c).await?;
     let total = requests.len();
     let created: Vec<Result<Created, ApiError>> = futures::stream::iter(requests)
         .map(|request| create_job(&c, request, tenant.0.clone()))
@@ -189,15 +190,8 @@ pub(crate) async fn fetch(
             format!("no batch {id}"),
         ));
     };
-    let statuses: Vec<_> = futures::stream::iter(batch.jobs.iter().copied())
-        .map(|job| {
-            let c = c.clone();
-            async move { c.jobs.status(job).await }
-        })
-        .buffered(PARALLEL)
-        .try_collect()
-        .await
-        .map_err(unavailable)?;
+    // One round trip per answer: clients poll this.
+    let statuses = c.jobs.statuses(&batch.jobs).await.map_err(unavailable)?;
     let mut counts = BTreeMap::new();
     let mut done = true;
     let mut jobs = Vec::with_capacity(batch.jobs.len());

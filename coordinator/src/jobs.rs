@@ -115,7 +115,7 @@ pub(crate) fn validate(
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
-        (status = 503, description = "Redis or the broker is unavailable.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable, or no worker can generate (every live worker runs without a model); the message says which.", body = ErrorBody),
     )
 )]
 pub(crate) async fn submit(
@@ -189,6 +189,7 @@ pub(crate) async fn create_job(
             Err(e) => tracing::warn!(error = %e, "solution cache unavailable; generating"),
         }
     }
+    refuse_without_generators(c).await?;
     let meta = JobMeta {
         id,
         tenant,
@@ -216,6 +217,17 @@ pub(crate) async fn create_job(
     }
     c.metrics.jobs.with_label_values(&["accepted"]).inc();
     Ok(Created::Queued(id))
+}
+
+/// 503 naming why while workers are alive and none of them can generate.
+pub(crate) async fn refuse_without_generators(c: &Coordinator) -> Result<(), ApiError> {
+    match &c.generators {
+        Some(generators) => match generators.refusal().await {
+            Some(reason) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason)),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
 }
 
 /// A cache hit becomes a finished job of its own; returns its result.

@@ -20,6 +20,7 @@ mod dead_letters;
 mod error;
 mod executions;
 mod fusion;
+mod generators;
 mod jobs;
 mod metrics;
 mod pipeline;
@@ -157,6 +158,8 @@ pub struct Coordinator {
     pub(crate) metrics: Metrics,
     /// The solution cache and the identity of the model answering (provider/model@prompts).
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
+    /// Whether any worker can generate (jobs are refused while none can).
+    pub(crate) generators: Option<Arc<generators::Generators>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -193,7 +196,14 @@ impl Coordinator {
             jobs,
             metrics,
             cache: None,
+            generators: None,
         })
+    }
+
+    /// Refuses jobs (503, naming why) while workers are alive and none can generate.
+    pub fn with_presence(mut self, presence: Arc<dyn store::Presence>) -> Self {
+        self.generators = Some(Arc::new(generators::Generators::new(presence)));
+        self
     }
 
     /// Answers repeated requests from the solution cache. `model` identifies the model

@@ -90,6 +90,10 @@ impl Provider for Anthropic {
         &self.model
     }
 
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     async fn probe(&self) -> Result<(), String> {
         let mut call = self
             .http

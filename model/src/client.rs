@@ -1,17 +1,16 @@
 //! [`Model`]: typed, validated, retried, rate-limited and accounted generations.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use proto::generation::{FunctionSpecs, Implementation, TestCases};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::limits::{self, Limits, SharedLimits};
 
 use crate::schema::{extract_json, spec_for, validate};
 use crate::{
@@ -60,8 +59,7 @@ pub struct Generated<T> {
 pub struct Model {
     provider: Arc<dyn Provider>,
     options: Arc<Options>,
-    concurrency: Arc<Semaphore>,
-    rate: Option<Arc<DefaultDirectRateLimiter>>,
+    limits: Limits,
     metrics: Metrics,
 }
 
@@ -99,16 +97,34 @@ impl Model {
         Ok(Self::new(provider, options.clone(), metrics))
     }
 
+    /// A client whose limits hold for this process alone (see [`Self::with_shared_limits`]).
     pub fn new(provider: Arc<dyn Provider>, options: Options, metrics: Metrics) -> Self {
-        let rate = NonZeroU32::new(options.requests_per_second)
-            .map(|rps| Arc::new(RateLimiter::direct(Quota::per_second(rps))));
         Self {
             provider,
-            concurrency: Arc::new(Semaphore::new(options.max_concurrency.max(1))),
-            rate,
+            limits: Limits::local(limits_config(&options)),
             options: Arc::new(options),
             metrics,
         }
+    }
+
+    /// Holds `max_concurrency`, `requests_per_second` and `tokens_per_minute` for every
+    /// process that shares `store` (the cluster), not for this one alone.
+    pub fn with_shared_limits(mut self, store: Arc<dyn SharedLimits>) -> Self {
+        self.limits = Limits::shared(limits_config(&self.options), store);
+        self
+    }
+
+    /// What identifies the provider's limits: the same server and key share them. The key is
+    /// hashed, never shown.
+    pub fn limits_scope(&self) -> String {
+        use sha2::Digest;
+        let mut hash = sha2::Sha256::new();
+        hash.update(self.provider.name());
+        hash.update([0]);
+        hash.update(self.provider.endpoint());
+        hash.update([0]);
+        hash.update(self.options.api_key.as_deref().unwrap_or_default());
+        hex::encode(&hash.finalize()[..8])
     }
 
     /// Whether the provider answers now (`Err` names the endpoint and the failure).
@@ -200,9 +216,11 @@ impl Model {
             .with_min_delay(self.options.min_backoff)
             .with_max_delay(self.options.max_backoff)
             .with_max_times(usize::try_from(max_attempts - 1).unwrap_or(0));
+        // HTTP calls (for accounting) include throttled ones; attempts do not.
+        let calls = AtomicU32::new(0);
         let attempt = || async {
             attempts.fetch_add(1, Ordering::SeqCst);
-            self.call_once(request).await
+            self.call_once(request, &calls).await
         };
         let retried = attempt
             .retry(backoff)
@@ -223,14 +241,18 @@ impl Model {
                 tracing::warn!(phase = request.phase.as_str(), error = %e, retry_in = ?wait, "model call failed; retrying");
             });
         let outcome = tokio::time::timeout_at(deadline, retried).await;
-        let made = attempts.load(Ordering::SeqCst);
+        let tried = attempts.load(Ordering::SeqCst);
+        let made = calls.load(Ordering::SeqCst);
         let result = match outcome {
             Err(_) => Err(Error::Deadline(
                 deadline.saturating_duration_since(Instant::now()),
             )),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(CallError::Retryable { message, .. })) => Err(Error::Unavailable {
-                attempts: made,
+            Ok(Err(
+                CallError::Retryable { message, .. } | CallError::Throttled { message, .. },
+            )) => Err(Error::Unavailable {
+                endpoint: format!("{} {}", self.provider.name(), self.provider.endpoint()),
+                attempts: tried,
                 last: message,
             }),
             Ok(Err(CallError::Rejected { status, message })) => {
@@ -242,19 +264,36 @@ impl Model {
         (result, made)
     }
 
-    /// One HTTP call under the concurrency and rate limits, measured.
-    async fn call_once(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
-        let _permit = self
-            .concurrency
-            .acquire()
-            .await
-            .map_err(|_| CallError::Retryable {
-                message: "model client closed".into(),
-                retry_after: None,
-            })?;
-        if let Some(rate) = &self.rate {
-            rate.until_ready().await;
+    /// One HTTP call under the limits, measured. A 429 (or 529) slows everyone sharing the
+    /// limits down and the call waits its turn again: throttling costs time, not attempts.
+    async fn call_once(
+        &self,
+        request: &ChatRequest,
+        calls: &AtomicU32,
+    ) -> Result<ChatResponse, CallError> {
+        let estimate = estimate_tokens(request);
+        loop {
+            let permit = self.limits.admit(estimate).await;
+            calls.fetch_add(1, Ordering::SeqCst);
+            let outcome = self.measured(request).await;
+            let used = outcome
+                .as_ref()
+                .map_or(0, |r| r.usage.prompt_tokens + r.usage.completion_tokens);
+            self.limits.release(permit, estimate, used).await;
+            match outcome {
+                Err(CallError::Throttled {
+                    message,
+                    retry_after,
+                }) => {
+                    tracing::info!(phase = request.phase.as_str(), %message, ?retry_after, "model throttled: slowing down");
+                    self.limits.throttled(retry_after).await;
+                }
+                other => return other,
+            }
         }
+    }
+
+    async fn measured(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
         let labels = [
             self.provider.name(),
             self.provider.model(),
@@ -283,6 +322,7 @@ impl Model {
                 request.phase,
                 match e {
                     CallError::Retryable { .. } => "retryable",
+                    CallError::Throttled { .. } => "throttled",
                     CallError::Rejected { .. } => "rejected",
                     CallError::SpendLimit(_) => "spend_limit",
                     CallError::ReplayMiss(_) => "replay_miss",
@@ -319,4 +359,23 @@ fn parse<T: Answer>(schema: &SchemaSpec, response: &ChatResponse) -> Result<T, S
     };
     validate(schema, &value)?;
     serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+fn limits_config(options: &Options) -> limits::Config {
+    limits::Config {
+        max_concurrency: u32::try_from(options.max_concurrency).unwrap_or(u32::MAX),
+        requests_per_second: options.requests_per_second,
+        tokens_per_minute: options.tokens_per_minute,
+    }
+}
+
+/// The prompt's tokens, about four characters each, for admission before the provider counts.
+fn estimate_tokens(request: &ChatRequest) -> u64 {
+    let chars = request.system.len()
+        + request
+            .messages
+            .iter()
+            .map(|m| m.content.len())
+            .sum::<usize>();
+    (chars as u64).div_ceil(4)
 }

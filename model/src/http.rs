@@ -36,6 +36,12 @@ pub(crate) fn connection(
         .clone()
         .or_else(|| std::env::var(key_env).ok())
         .filter(|k| !k.is_empty());
+    if base == public_base && api_key.is_none() {
+        return Err(crate::Error::NotConfigured(format!(
+            "no model.base_url (or {base_env}) and no API key ({key_env}): set model.base_url \
+             to your model server, or an API key for {public_base}"
+        )));
+    }
     let http = reqwest::Client::builder()
         .timeout(options.timeout)
         .build()
@@ -90,7 +96,13 @@ pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &str) -> C
     if spend {
         return CallError::SpendLimit(format!("HTTP {}: {message}", status.as_u16()));
     }
-    let retryable = matches!(status.as_u16(), 408 | 409 | 429 | 529) || status.is_server_error();
+    if matches!(status.as_u16(), 429 | 529) {
+        return CallError::Throttled {
+            message: format!("HTTP {}: {message}", status.as_u16()),
+            retry_after: retry_after(headers),
+        };
+    }
+    let retryable = matches!(status.as_u16(), 408 | 409) || status.is_server_error();
     if retryable {
         CallError::Retryable {
             message: format!("HTTP {}: {message}", status.as_u16()),
@@ -150,9 +162,13 @@ mod tests {
     #[test]
     fn status_classes() {
         let none = HeaderMap::new();
-        for status in [408, 409, 429, 500, 502, 503, 529] {
+        for status in [408, 409, 500, 502, 503] {
             let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
             assert!(matches!(e, CallError::Retryable { .. }), "{status}: {e:?}");
+        }
+        for status in [429, 529] {
+            let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
+            assert!(matches!(e, CallError::Throttled { .. }), "{status}: {e:?}");
         }
         for status in [400, 401, 403, 404, 422] {
             let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");

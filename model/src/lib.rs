@@ -20,6 +20,7 @@
 pub mod anthropic;
 mod client;
 mod http;
+pub mod limits;
 mod metrics;
 pub mod openai;
 pub mod prompts;
@@ -34,6 +35,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use client::{Generated, Model};
+pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};
 
@@ -145,6 +147,13 @@ pub enum CallError {
         message: String,
         retry_after: Option<Duration>,
     },
+    /// The provider is rate-limiting or overloaded (429, 529): every process sharing the
+    /// limits slows down and the call is tried again, without counting as a failed attempt.
+    #[error("{message}")]
+    Throttled {
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// The request itself is wrong (400/401/403): the same request fails again.
     #[error("{message}")]
     Rejected { status: u16, message: String },
@@ -163,8 +172,13 @@ pub enum Error {
     Rejected { status: u16, message: String },
     #[error("model spend limit reached: {0}")]
     SpendLimit(String),
-    #[error("model unavailable after {attempts} attempts: {last}")]
-    Unavailable { attempts: u32, last: String },
+    #[error("model at {endpoint}: {last} (after {attempts} attempts)")]
+    Unavailable {
+        /// Where the calls went (provider and URL), so the failure names the server.
+        endpoint: String,
+        attempts: u32,
+        last: String,
+    },
     #[error("model answer for {phase} was invalid {attempts} times; last problem: {reason}")]
     InvalidAnswer {
         phase: &'static str,
@@ -177,6 +191,10 @@ pub enum Error {
     ReplayMiss(String),
     #[error("model configuration: {0}")]
     Config(String),
+    /// No model server and no API key: nothing to call. A worker without a model takes no
+    /// generation tasks and says so in `/readyz`.
+    #[error("model not configured: {0}")]
+    NotConfigured(String),
 }
 
 impl Error {
@@ -193,6 +211,8 @@ pub trait Provider: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// The model the provider asks for, for metrics and logs.
     fn model(&self) -> &str;
+    /// Where calls go (the URL, or what stands for it), for failures a user reads.
+    fn endpoint(&self) -> &str;
     /// One attempt, without retries.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError>;
 
@@ -283,10 +303,14 @@ pub struct Options {
     pub max_backoff: Duration,
     /// Answers asked for per request when the previous one did not validate (first included).
     pub max_answer_attempts: u32,
-    /// Calls in flight at once, per process.
+    /// Calls in flight at once: for the whole cluster when the workers share their limits in
+    /// Redis (they do), else per process.
     pub max_concurrency: usize,
-    /// Calls started per second, per process (0: unlimited).
+    /// Calls started per second, with the same scope (0: unlimited).
     pub requests_per_second: u32,
+    /// Prompt and completion tokens per minute, with the same scope (0: unlimited). A call is
+    /// admitted on its prompt's estimate and charged what the provider reports.
+    pub tokens_per_minute: u32,
     /// Scripted provider: the answers file.
     pub script_file: Option<std::path::PathBuf>,
     /// Record every exchange into this folder.
@@ -310,8 +334,9 @@ impl Default for Options {
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
-            max_concurrency: 8,
+            max_concurrency: 64,
             requests_per_second: 0,
+            tokens_per_minute: 0,
             script_file: None,
             record_dir: None,
             replay_dir: None,

@@ -99,6 +99,10 @@ impl Provider for OpenAi {
         &self.model
     }
 
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     async fn probe(&self) -> Result<(), String> {
         let mut call = self.http.get(&self.probe_url);
         if let Some(key) = &self.api_key {

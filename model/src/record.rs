@@ -82,6 +82,10 @@ impl Provider for Recorder {
         self.inner.model()
     }
 
+    fn endpoint(&self) -> &str {
+        self.inner.endpoint()
+    }
+
     async fn probe(&self) -> Result<(), String> {
         self.inner.probe().await
     }
@@ -131,6 +135,10 @@ impl Provider for Replayer {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    fn endpoint(&self) -> &str {
+        "recorded exchanges"
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {

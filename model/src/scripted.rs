@@ -140,7 +140,12 @@ impl Scripted {
 /// What a scripted `status` entry fails with, classified as a real provider's answer would be.
 fn scripted_failure(status: u16) -> CallError {
     let message = format!("scripted failure: HTTP {status}");
-    if status == 429 || status >= 500 {
+    if status == 429 || status == 529 {
+        CallError::Throttled {
+            message,
+            retry_after: None,
+        }
+    } else if status >= 500 {
         CallError::Retryable {
             message,
             retry_after: None,
@@ -164,6 +169,10 @@ impl Provider for Scripted {
 
     fn model(&self) -> &str {
         "scripted"
+    }
+
+    fn endpoint(&self) -> &str {
+        "a scripted (FAKE) model in this process"
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
@@ -282,5 +291,85 @@ mod tests {
         let script: Script =
             serde_json::from_value(json!({"answers": [{"phase": "plan"}]})).unwrap();
         assert!(Scripted::new(script).is_err());
+    }
+}
+
+/// A FAKE provider for tests of the limits: every call takes `delay` and answers a fixed
+/// implementation; it counts the calls and the most in flight at once, and above
+/// `throttle_above` calls at once it answers 429 (with `Retry-After: retry_after`).
+#[derive(Debug)]
+pub struct Counting {
+    delay: Duration,
+    throttle_above: usize,
+    retry_after: Duration,
+    now: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+    calls: std::sync::atomic::AtomicUsize,
+    throttled: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    pub fn new(delay: Duration, throttle_above: usize, retry_after: Duration) -> Self {
+        Self {
+            delay,
+            throttle_above,
+            retry_after,
+            now: Default::default(),
+            peak: Default::default(),
+            calls: Default::default(),
+            throttled: Default::default(),
+        }
+    }
+
+    /// Calls received, throttled ones included.
+    pub fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The most calls in flight at once (a throttled one counts at its arrival).
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Calls answered 429.
+    pub fn throttled(&self) -> usize {
+        self.throttled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Provider for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn model(&self) -> &str {
+        "counting"
+    }
+
+    fn endpoint(&self) -> &str {
+        "a counting (FAKE) model in this process"
+    }
+
+    async fn chat(&self, _: &ChatRequest) -> Result<ChatResponse, CallError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(now, SeqCst);
+        self.calls.fetch_add(1, SeqCst);
+        if now > self.throttle_above {
+            self.now.fetch_sub(1, SeqCst);
+            self.throttled.fetch_add(1, SeqCst);
+            return Err(CallError::Throttled {
+                message: "HTTP 429: too many requests (FAKE)".into(),
+                retry_after: Some(self.retry_after),
+            });
+        }
+        tokio::time::sleep(self.delay).await;
+        self.now.fetch_sub(1, SeqCst);
+        Ok(ChatResponse {
+            text: r#"{"code": "x = 1", "analysis": null}"#.into(),
+            json: None,
+            usage: Usage::default(),
+        })
     }
 }

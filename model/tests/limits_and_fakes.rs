@@ -3,57 +3,21 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use model::record::{Recorder, Replayer};
-use model::scripted::{Script, Scripted};
-use model::{
-    CallError, ChatRequest, ChatResponse, Error, Metrics, Model, Options, Phase, Prompt, Provider,
-    ProviderKind, Usage,
-};
+use model::scripted::{Counting, Script, Scripted};
+use model::{Error, Metrics, Model, Options, Phase, Prompt, Provider, ProviderKind};
 use proto::generation::{FunctionSpecs, Implementation};
 use serde_json::json;
 use tokio::time::Instant;
 
-/// A provider that takes `delay` per call and records the most calls it saw at once.
-struct Slow {
-    delay: Duration,
-    now: AtomicUsize,
-    peak: AtomicUsize,
-    calls: AtomicUsize,
+fn slow(delay: Duration) -> Arc<Counting> {
+    throttling(delay, usize::MAX)
 }
 
-#[async_trait]
-impl Provider for Slow {
-    fn name(&self) -> &str {
-        "slow-test-double"
-    }
-    fn model(&self) -> &str {
-        "none"
-    }
-    async fn chat(&self, _: &ChatRequest) -> Result<ChatResponse, CallError> {
-        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(self.delay).await;
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        Ok(ChatResponse {
-            text: r#"{"code": "x = 1", "analysis": null}"#.into(),
-            json: None,
-            usage: Usage::default(),
-        })
-    }
-}
-
-fn slow(delay: Duration) -> Arc<Slow> {
-    Arc::new(Slow {
-        delay,
-        now: AtomicUsize::new(0),
-        peak: AtomicUsize::new(0),
-        calls: AtomicUsize::new(0),
-    })
+fn throttling(delay: Duration, above: usize) -> Arc<Counting> {
+    Arc::new(Counting::new(delay, above, Duration::from_millis(30)))
 }
 
 fn prompt() -> Prompt {
@@ -87,8 +51,8 @@ async fn concurrency_limit_caps_calls_in_flight() {
     };
     let model = Model::new(provider.clone(), options, Metrics::unregistered().unwrap());
     run_parallel(&model, 6).await;
-    assert_eq!(provider.calls.load(Ordering::SeqCst), 6);
-    assert_eq!(provider.peak.load(Ordering::SeqCst), 2);
+    assert_eq!(provider.calls(), 6);
+    assert_eq!(provider.peak(), 2);
 
     let unlimited = slow(Duration::from_millis(50));
     let options = Options {
@@ -98,7 +62,7 @@ async fn concurrency_limit_caps_calls_in_flight() {
     let model = Model::new(unlimited.clone(), options, Metrics::unregistered().unwrap());
     run_parallel(&model, 6).await;
     assert_eq!(
-        unlimited.peak.load(Ordering::SeqCst),
+        unlimited.peak(),
         6,
         "the limit, not the test, held calls back"
     );
@@ -117,7 +81,58 @@ async fn rate_limit_spaces_calls() {
     // A burst of 4, then one every 250 ms: the 8th starts after about a second.
     let elapsed = started.elapsed();
     assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
-    assert_eq!(provider.calls.load(Ordering::SeqCst), 8);
+    assert_eq!(provider.calls(), 8);
+}
+
+#[tokio::test]
+async fn a_429_costs_time_not_an_attempt() {
+    // The server takes 2 at once and the client allows 6: the extra calls are throttled,
+    // wait for the pause the server asked for, and all succeed (`max_attempts` is 1, so a
+    // throttled call counted as a failed attempt would fail its generation).
+    let provider = throttling(Duration::from_millis(40), 2);
+    let options = Options {
+        max_concurrency: 6,
+        max_attempts: 1,
+        ..Options::default()
+    };
+    let model = Model::new(provider.clone(), options, Metrics::unregistered().unwrap());
+    run_parallel(&model, 12).await;
+    assert!(provider.throttled() > 0, "the server never pushed back");
+    assert_eq!(provider.peak(), 3, "2 served plus the one turned away");
+}
+
+#[tokio::test]
+async fn tokens_per_minute_delay_calls_past_the_budget() {
+    // Prompts of about 250 tokens against 600 a minute: two pass at once (the burst), the
+    // third waits for the budget to refill (about 25 s for 250 tokens), so it is not started
+    // within a second.
+    let provider = slow(Duration::ZERO);
+    let options = Options {
+        tokens_per_minute: 600,
+        ..Options::default()
+    };
+    let model = Model::new(provider.clone(), options, Metrics::unregistered().unwrap());
+    let long = Prompt {
+        system: "s".repeat(500),
+        user: "u".repeat(500),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for _ in 0..2 {
+        model
+            .generate::<Implementation>(Phase::Implement, Some("f"), &long, deadline)
+            .await
+            .unwrap();
+    }
+    let third = tokio::time::timeout(
+        Duration::from_secs(1),
+        model.generate::<Implementation>(Phase::Implement, Some("f"), &long, deadline),
+    )
+    .await;
+    assert!(
+        third.is_err(),
+        "the third call should wait for the token budget"
+    );
+    assert_eq!(provider.calls(), 2);
 }
 
 fn script() -> Script {

@@ -189,8 +189,13 @@ async fn persistent_failures_end_after_max_attempts_with_the_last_error() {
         .await;
     let error = implement(&openai(&options(&server))).await.unwrap_err();
     match &error {
-        Error::Unavailable { attempts, last } => {
+        Error::Unavailable {
+            endpoint,
+            attempts,
+            last,
+        } => {
             assert_eq!(*attempts, 3);
+            assert!(endpoint.contains(&server.uri()), "{endpoint}");
             assert!(
                 last.contains("503") && last.contains("overloaded"),
                 "{last}"
@@ -213,8 +218,16 @@ async fn connection_errors_and_timeouts_are_retried() {
     };
     let error = implement(&openai(&unreachable)).await.unwrap_err();
     assert!(
-        matches!(&error, Error::Unavailable { attempts: 3, last } if last.contains("connect")),
+        matches!(&error, Error::Unavailable { attempts: 3, last, .. } if last.contains("connect")),
         "{error}"
+    );
+    // What a user reads names the server and the last failure.
+    let shown = error.to_string();
+    assert!(
+        shown.starts_with(&format!("model at openai http://127.0.0.1:{port}/v1"))
+            && shown.contains("cannot connect")
+            && shown.ends_with("(after 3 attempts)"),
+        "{shown}"
     );
 
     let server = MockServer::start().await;
@@ -230,7 +243,7 @@ async fn connection_errors_and_timeouts_are_retried() {
     };
     let error = implement(&openai(&impatient)).await.unwrap_err();
     assert!(
-        matches!(&error, Error::Unavailable { attempts: 2, last } if last.contains("timed out")),
+        matches!(&error, Error::Unavailable { attempts: 2, last, .. } if last.contains("timed out")),
         "{error}"
     );
 }

@@ -1,6 +1,6 @@
 //! What the generation pipeline's drivers print from inside the sandbox: one marked line of
-//! JSON on stdout (the drivers are `worker/src/py/*.py`; the cases driver hands the cases to
-//! the image's `harness.py`). The worker puts the marker into each driver's request, so it is
+//! JSON on stdout (the drivers are `worker/src/py/*.py`; both hand cases to the image's
+//! `harness.py`). The worker puts the marker into each driver's request, so it is
 //! written in one place, here; a test runs the real drivers and checks every field of these
 //! types against what they print.
 
@@ -12,8 +12,8 @@ use crate::ErrorKind;
 
 /// Starts the line that carries a [`CasesReport`].
 pub const CASES_MARKER: &str = "@@codegen-cases@@ ";
-/// Starts the line that carries a [`QualityReport`].
-pub const QUALITY_MARKER: &str = "@@codegen-quality@@ ";
+/// Starts the line that carries an [`IntegrationReport`].
+pub const INTEGRATION_MARKER: &str = "@@codegen-integration@@ ";
 
 /// One function's cases, run by `harness.run_cases`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,14 @@ pub struct CaseReport {
     pub error_kind: Option<ErrorKind>,
     /// The call alone.
     pub duration_ms: f64,
+}
+
+/// An assembled module, in one run: the verdicts of the functions whose cases were asked for
+/// (by name), and the module's quality.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntegrationReport {
+    pub functions: BTreeMap<String, CasesReport>,
+    pub quality: QualityReport,
 }
 
 /// Static and dynamic quality of an assembled module.

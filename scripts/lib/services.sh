@@ -4,7 +4,7 @@
 # RABBITMQ_PORT, REDIS_PORT and READY_TIMEOUT / STOP_TIMEOUT.
 
 RMQ_BIN=/usr/lib/rabbitmq/bin
-RMQ_NODE=rabbit@localhost
+RMQ_NODE=${CODEGEN_RABBITMQ_NODE:-rabbit@localhost}
 RMQ_DIR=$STATE/rabbitmq
 RMQ_HOME=$RMQ_DIR/home
 RMQ_LOG=$RMQ_DIR/log/$RMQ_NODE.log

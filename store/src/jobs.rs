@@ -71,6 +71,14 @@ pub trait JobStore: Send + Sync + 'static {
     /// cannot revive a finished job.
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error>;
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error>;
+    /// The statuses of many jobs, in order (one round trip in Redis: a batch's answer).
+    async fn statuses(&self, ids: &[TaskId]) -> Result<Vec<Option<JobStatus>>, Error> {
+        let mut statuses = Vec::with_capacity(ids.len());
+        for id in ids {
+            statuses.push(self.status(*id).await?);
+        }
+        Ok(statuses)
+    }
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error>;
     async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error>;
     /// Stores the plan and the dependency counters, once; returns false if a plan existed.
@@ -281,6 +289,31 @@ impl JobStore for crate::RedisStore {
                 .map_err(|e| corrupt(&key, e))
         })
         .transpose()
+    }
+
+    async fn statuses(&self, ids: &[TaskId]) -> Result<Vec<Option<JobStatus>>, Error> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| JobKeys::new(self.prefix(), *id).key("status"))
+            .collect();
+        let names: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(&keys)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        keys.iter()
+            .zip(names)
+            .map(|(key, name)| {
+                name.map(|n| {
+                    serde_json::from_value(serde_json::Value::String(n))
+                        .map_err(|e| corrupt(key, e))
+                })
+                .transpose()
+            })
+            .collect()
     }
 
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {

@@ -14,7 +14,9 @@
 
 pub mod cache;
 pub mod jobs;
+pub mod limits;
 pub mod memory;
+pub mod presence;
 pub mod redis;
 
 use std::time::Duration;
@@ -26,7 +28,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
+pub use limits::RedisLimits;
 pub use memory::MemoryStore;
+pub use presence::{Generators, MemoryPresence, Presence};
 
 /// Store settings (`[store]` in `codegen.toml`, `CODEGEN__STORE__*` in the environment).
 #[derive(Debug, Clone, Serialize, Deserialize)]

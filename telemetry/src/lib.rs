@@ -72,11 +72,16 @@ pub fn init_logging(options: &LogOptions) -> LogGuard {
 
 type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 type CheckFn = dyn Fn() -> CheckFuture + Send + Sync;
+type NoteFuture = Pin<Box<dyn Future<Output = String> + Send>>;
+type NoteFn = dyn Fn() -> NoteFuture + Send + Sync;
 
 /// The readiness checks of one process, by dependency name.
 #[derive(Clone, Default)]
 pub struct Readiness {
     checks: Vec<(String, Arc<CheckFn>)>,
+    /// Reported beside the checks without deciding readiness (e.g. a worker without a model
+    /// still runs executions).
+    notes: Vec<(String, Arc<NoteFn>)>,
     shutting_down: Arc<AtomicBool>,
 }
 
@@ -111,6 +116,17 @@ impl Readiness {
         self
     }
 
+    /// Adds a line to the report that does not decide readiness.
+    pub fn with_note<F, Fut>(mut self, name: &str, note: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = String> + Send + 'static,
+    {
+        self.notes
+            .push((name.to_owned(), Arc::new(move || Box::pin(note()))));
+        self
+    }
+
     /// From now on `/readyz` fails, so load balancers stop sending work while we drain.
     pub fn set_shutting_down(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
@@ -141,6 +157,18 @@ impl Readiness {
                 }
             }
         }
+        let notes = futures_join(self.notes.iter().map(|(name, note)| {
+            let name = name.clone();
+            let fut = note();
+            async move {
+                let text = tokio::time::timeout(std::time::Duration::from_secs(3), fut)
+                    .await
+                    .unwrap_or_else(|_| "check timed out after 3s".into());
+                (name, text)
+            }
+        }))
+        .await;
+        checks.extend(notes);
         if self.shutting_down.load(Ordering::SeqCst) {
             ready = false;
             checks.insert("process".into(), "shutting down".into());
@@ -265,5 +293,15 @@ mod tests {
         let report = readiness.report().await;
         assert!(!report.ready);
         assert_eq!(report.checks["process"], "shutting down");
+    }
+
+    #[tokio::test]
+    async fn a_note_is_reported_without_deciding_readiness() {
+        let readiness = Readiness::new()
+            .with_check("broker", || async { Ok(()) })
+            .with_note("model", || async { "not configured".to_owned() });
+        let report = readiness.report().await;
+        assert!(report.ready);
+        assert_eq!(report.checks["model"], "not configured");
     }
 }

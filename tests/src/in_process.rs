@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::harness::{CASES_MARKER, CaseReport, CasesReport, QUALITY_MARKER, QualityReport};
+use proto::harness::{
+    CASES_MARKER, CaseReport, CasesReport, INTEGRATION_MARKER, IntegrationReport, QualityReport,
+};
 use proto::{ErrorKind, ExecutionResult, Progress, Status, TaskId};
 use sandbox::ScriptedSandbox;
 use serde_json::{Value, json};
@@ -156,45 +158,57 @@ fn fake_sandbox() -> ScriptedSandbox {
         let driver: Value = serde_json::from_str(&file("request.json")).unwrap_or(Value::Null);
         // Written with the contract's own types, so the FAKE cannot drift from what the
         // worker reads.
-        let stdout = match driver["marker"].as_str() {
-            Some(QUALITY_MARKER) => {
-                let report = QualityReport {
-                    coverage: 1.0,
-                    complexity: Default::default(),
-                    docstrings: 1.0,
-                    dangerous_calls: vec![],
-                };
-                format!("{QUALITY_MARKER}{}\n", json!(report))
+        let passed = !file("module.py").contains(FAILS);
+        let cases_report = |cases: &Value| {
+            let failed = (!passed).then_some(ErrorKind::WrongOutput);
+            let cases = cases
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|case| CaseReport {
+                    name: case["name"].as_str().unwrap_or_default().to_owned(),
+                    passed,
+                    actual_output: if passed {
+                        case["expected_output"].clone()
+                    } else {
+                        json!("wrong")
+                    },
+                    error: failed.map(|_| "WrongOutput: FAKE".to_owned()),
+                    error_kind: failed,
+                    duration_ms: 0.1,
+                })
+                .collect();
+            CasesReport {
+                passed,
+                cases,
+                error_kind: failed,
+                error: None,
+                traceback: None,
             }
-            Some(CASES_MARKER) => {
-                let passed = !file("module.py").contains(FAILS);
-                let failed = (!passed).then_some(ErrorKind::WrongOutput);
-                let cases = driver["cases"]
-                    .as_array()
+        };
+        let stdout = match driver["marker"].as_str() {
+            Some(INTEGRATION_MARKER) => {
+                let functions = driver["verdicts"]
+                    .as_object()
                     .cloned()
                     .unwrap_or_default()
                     .into_iter()
-                    .map(|case| CaseReport {
-                        name: case["name"].as_str().unwrap_or_default().to_owned(),
-                        passed,
-                        actual_output: if passed {
-                            case["expected_output"].clone()
-                        } else {
-                            json!("wrong")
-                        },
-                        error: failed.map(|_| "WrongOutput: FAKE".to_owned()),
-                        error_kind: failed,
-                        duration_ms: 0.1,
-                    })
+                    .map(|(name, request)| (name, cases_report(&request["cases"])))
                     .collect();
-                let report = CasesReport {
-                    passed,
-                    cases,
-                    error_kind: failed,
-                    error: None,
-                    traceback: None,
+                let report = IntegrationReport {
+                    functions,
+                    quality: QualityReport {
+                        coverage: 1.0,
+                        complexity: Default::default(),
+                        docstrings: 1.0,
+                        dangerous_calls: vec![],
+                    },
                 };
-                format!("{CASES_MARKER}{}\n", json!(report))
+                format!("{INTEGRATION_MARKER}{}\n", json!(report))
+            }
+            Some(CASES_MARKER) => {
+                format!("{CASES_MARKER}{}\n", json!(cases_report(&driver["cases"])))
             }
             _ => String::new(),
         };

@@ -211,6 +211,17 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<S: Job
     assert_eq!(events[0].event, finished);
 }
 
+async fn many_statuses_are_read_at_once_in_order<S: JobStore + Clone>(store: S) {
+    let (a, b, unknown) = (TaskId::new(), TaskId::new(), TaskId::new());
+    store.set_status(a, JobStatus::Running).await.unwrap();
+    store.finish_job(b, &succeeded(b)).await.unwrap();
+    assert_eq!(
+        store.statuses(&[b, unknown, a]).await.unwrap(),
+        vec![Some(JobStatus::Succeeded), None, Some(JobStatus::Running)]
+    );
+    assert!(store.statuses(&[]).await.unwrap().is_empty());
+}
+
 async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore + Clone>(store: S) {
     let meta = |at: u64| proto::job::JobMeta {
         id: TaskId::new(),
@@ -282,4 +293,5 @@ against_both_stores!(
     published_functions_are_remembered,
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,
     unfinished_jobs_are_listed_oldest_first_until_they_finish,
+    many_statuses_are_read_at_once_in_order,
 );

@@ -4,9 +4,10 @@
 
 /// Runs one function's cases with the image's `harness.py` ([`proto::harness::CasesReport`]).
 pub(crate) const CASES: &str = include_str!("py/cases.py");
-/// Coverage, complexity, docstrings and risky calls of a module
-/// ([`proto::harness::QualityReport`]).
-pub(crate) const QUALITY: &str = include_str!("py/quality.py");
+/// Integrates a module in one run: the verdicts of its functions' cases (the image's
+/// `harness.py`), then coverage, complexity, docstrings and risky calls
+/// ([`proto::harness::IntegrationReport`]).
+pub(crate) const INTEGRATE: &str = include_str!("py/integrate.py");
 
 #[cfg(test)]
 mod tests {
@@ -16,7 +17,7 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
-    use proto::harness::{self, CasesReport, QualityReport};
+    use proto::harness::{self, CasesReport, IntegrationReport};
     use serde_json::{Value, json};
 
     fn python() -> &'static str {
@@ -138,28 +139,53 @@ mod tests {
     }
 
     #[test]
-    fn the_quality_report_is_what_the_driver_prints() {
-        let module = "import subprocess\n\ndef f(x):\n    \"\"\"Doubles.\"\"\"\n    if x:\n        return 2 * x\n    return 0\n\ndef g():\n    return subprocess.run(['true'])\n";
+    fn the_integration_report_is_what_the_driver_prints() {
+        let module = "import subprocess\n\ndef f(x):\n    \"\"\"Doubles.\"\"\"\n    if x:\n        return 2 * x\n    return 0\n\ndef g():\n    return subprocess.run(['true'])\n\ndef spin(x):\n    while True:\n        pass\n";
+        let case = |inputs: Value, expected: Value| json!({"name": "c", "inputs": inputs, "expected_output": expected});
         let request = json!({
-            "marker": harness::QUALITY_MARKER,
-            "cases": {"f": [{"inputs": [1]}]},
+            "marker": harness::INTEGRATION_MARKER,
+            "verdicts": {
+                "f": {"cases": [case(json!([1]), json!(2)), case(json!([2]), json!(5))],
+                      "case_timeout_ms": 2000, "max_output_bytes": 4096, "nonce": null},
+            },
+            "cases": {"f": [{"inputs": [1]}], "spin": [{"inputs": [0]}]},
+            "case_timeout_ms": 300,
         });
+        let started = std::time::Instant::now();
         let stdout = run(
-            super::QUALITY,
+            super::INTEGRATE,
             &[
                 ("module.py", module.to_owned()),
                 ("request.json", request.to_string()),
             ],
         );
-        let report: QualityReport = harness::read(&stdout, harness::QUALITY_MARKER).unwrap();
-        assert_eq!(report.complexity.get("f"), Some(&2));
-        assert_eq!(report.docstrings, 0.5);
-        assert!(report.dangerous_calls.contains(&"subprocess".to_owned()));
-        assert!(report.coverage > 0.0 && report.coverage < 1.0, "{report:?}");
+        // The looping case stops adding coverage at its timeout instead of holding the run.
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let report: IntegrationReport =
+            harness::read(&stdout, harness::INTEGRATION_MARKER).unwrap();
+        let verdicts: Vec<bool> = report.functions["f"]
+            .cases
+            .iter()
+            .map(|c| c.passed)
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![true, false],
+            "verdicts only for the functions asked"
+        );
+        assert_eq!(report.functions.len(), 1);
+        let quality = &report.quality;
+        assert_eq!(quality.complexity.get("f"), Some(&2));
+        assert!((quality.docstrings - 1.0 / 3.0).abs() < 1e-9, "{quality:?}");
+        assert!(quality.dangerous_calls.contains(&"subprocess".to_owned()));
+        assert!(
+            quality.coverage > 0.0 && quality.coverage < 1.0,
+            "{quality:?}"
+        );
         assert_fields_printed(
             &serde_json::to_value(&report).unwrap(),
-            &printed(&stdout, harness::QUALITY_MARKER),
-            "quality report",
+            &printed(&stdout, harness::INTEGRATION_MARKER),
+            "integration report",
         );
     }
 }

@@ -53,11 +53,13 @@ impl std::fmt::Display for Dependency {
     }
 }
 
-/// A dependency that is down: since when, and what its last probe said.
+/// A dependency that is down: since when, what its last probe said, and what first found it
+/// down (a task's failure, e.g. the model's last error, or a probe).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Down {
     pub since: Instant,
     pub reason: String,
+    pub cause: String,
 }
 
 /// A reachability check; `Err` says why not.
@@ -226,6 +228,7 @@ impl Gate {
                 Down {
                     since: Instant::now(),
                     reason: reason.clone(),
+                    cause: reason.clone(),
                 },
             );
             true

@@ -18,6 +18,7 @@
 mod drivers;
 pub mod gate;
 mod metrics;
+pub mod model_limits;
 pub mod pipeline;
 pub mod static_check;
 
@@ -32,11 +33,12 @@ use gate::{Dependency, Down, Gate};
 use proto::{Envelope, ExecutionRequest, ExecutionResult, Status, Task, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
-use store::Store;
+use store::{Presence, Store};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::{Metrics, PoolCollector};
+pub use model_limits::RedisModelLimits;
 pub use pipeline::{Pipeline, Step};
 
 /// Worker settings (`[worker]` in `codegen.toml`, `CODEGEN__WORKER__*` in the environment).
@@ -45,7 +47,9 @@ pub use pipeline::{Pipeline, Step};
 pub struct Options {
     /// Address of the worker's `/healthz`, `/readyz` and `/metrics`.
     pub listen: std::net::SocketAddr,
-    /// Pipeline tasks run at the same time (also their queue's prefetch).
+    /// Pipeline tasks in flight at the same time (also their queue's prefetch). A task waiting
+    /// for the model holds no sandbox and little memory, so this is sized for the model
+    /// server (calls in flight), not for the cores: sandbox runs are bounded by the pool.
     pub concurrency: u16,
     /// Plain executions run at the same time (also their queue's prefetch). Executions wait
     /// for a warm container, so a little more than the pool size hides the broker hop.
@@ -77,7 +81,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             listen: ([127, 0, 0, 1], 9090).into(),
-            concurrency: 2,
+            concurrency: 64,
             execution_concurrency: 4,
             drain_timeout: Duration::from_secs(30),
             sandbox_retries: 2,
@@ -105,6 +109,8 @@ pub struct Worker {
     metrics: Metrics,
     pipeline: Option<Pipeline>,
     gate: Gate,
+    /// Where this worker says it is alive and whether it can generate, and its id there.
+    presence: Option<(Arc<dyn Presence>, String)>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -161,7 +167,23 @@ impl Worker {
             metrics,
             pipeline: None,
             gate: Gate::default(),
+            presence: None,
         })
+    }
+
+    /// Announces this worker as `id` (alive, and whether it can generate) every
+    /// [`PRESENCE_PERIOD`] while it runs, so coordinators refuse jobs nobody can generate.
+    pub fn with_presence(mut self, presence: Arc<dyn Presence>, id: String) -> Self {
+        self.presence = Some((presence, id));
+        self
+    }
+
+    /// Whether this worker takes generation tasks; `Err` says why not.
+    fn can_generate(&self) -> Result<(), String> {
+        match &self.pipeline {
+            Some(pipeline) => pipeline.can_generate().map_err(str::to_owned),
+            None => Err("this worker runs no pipeline".into()),
+        }
     }
 
     /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
@@ -188,7 +210,16 @@ impl Worker {
         match queue {
             Queue::Executions => vec![Dependency::Redis, Dependency::Docker],
             _ => {
-                let mut needs = vec![Dependency::Redis, Dependency::Model];
+                let mut needs = vec![Dependency::Redis];
+                // Once the model has been down for `model_wait`, tasks run to fail with its
+                // error instead of waiting in the queue for it.
+                if self
+                    .pipeline
+                    .as_ref()
+                    .is_none_or(|p| p.model_given_up().is_none())
+                {
+                    needs.push(Dependency::Model);
+                }
                 let fallback = self.pipeline.as_ref().is_some_and(|p| {
                     p.options.static_fallback
                         && self
@@ -206,15 +237,45 @@ impl Worker {
 
     /// Consumes pipeline tasks and executions (each queue with its own slots) until `cancel`
     /// fires, then drains.
+    /// A worker that cannot generate (no model) takes no pipeline tasks; it still runs
+    /// executions.
     pub async fn run(self, cancel: CancellationToken) {
         let this = Arc::new(self);
-        let tasks = this.options.concurrency;
+        let tasks = match this.can_generate() {
+            Ok(()) => this.options.concurrency,
+            Err(reason) => {
+                tracing::warn!(%reason, "taking no generation tasks");
+                0
+            }
+        };
         let executions = this.options.execution_concurrency;
+        let presence = tokio::spawn(this.clone().announce(cancel.clone()));
         tokio::join!(
             this.clone().consume(Queue::Tasks, tasks, cancel.clone()),
             this.clone().consume(Queue::Executions, executions, cancel),
         );
+        let _ = presence.await;
         tracing::info!("worker stopped");
+    }
+
+    /// Says this worker is alive (and whether it can generate) until `cancel`, then withdraws.
+    async fn announce(self: Arc<Self>, cancel: CancellationToken) {
+        let Some((presence, id)) = &self.presence else {
+            return;
+        };
+        let unable = self.can_generate().err();
+        loop {
+            if let Err(e) = presence.announce(id, unable.as_deref(), PRESENCE_TTL).await {
+                tracing::debug!(error = %e, "cannot announce this worker");
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(PRESENCE_PERIOD) => {}
+            }
+        }
+        if let Err(e) = presence.withdraw(id).await {
+            tracing::debug!(error = %e, "cannot withdraw this worker; its announcement expires");
+        }
     }
 
     async fn consume(self: Arc<Self>, queue: Queue, slots: u16, cancel: CancellationToken) {
@@ -554,13 +615,33 @@ impl Worker {
                 Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
             };
             if self.gate.confirm_down(dependency, &reason).await {
+                // Waited long enough for the model: run again, and the step fails its function
+                // (or plan) with the model's last error.
+                if dependency == Dependency::Model && pipeline.model_given_up().is_some() {
+                    continue;
+                }
                 // An outage: wait for it here, then run the task again (its finished parts
                 // are in Redis and are not redone).
                 tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "dependency unreachable: the task waits for it");
                 let mut needs = self.needs(Queue::Tasks);
                 needs.push(dependency);
-                match self.gate.wait_up(&needs, self.options.outage_wait).await {
+                let wait = match (dependency, self.gate.down(Dependency::Model)) {
+                    (Dependency::Model, Some(down)) => self.options.outage_wait.min(
+                        pipeline
+                            .options
+                            .model_wait
+                            .saturating_sub(down.since.elapsed()),
+                    ),
+                    _ => self.options.outage_wait,
+                };
+                match self.gate.wait_up(&needs, wait).await {
                     Ok(()) => continue,
+                    Err(_)
+                        if dependency == Dependency::Model
+                            && pipeline.model_given_up().is_some() =>
+                    {
+                        continue;
+                    }
                     Err(missing) => return self.hand_back(delivery, kind, &missing).await,
                 }
             }
@@ -655,6 +736,9 @@ const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 /// goes back to the queue (counted) after this many failures.
 const OWN_FAILURE_PAUSE: Duration = Duration::from_millis(500);
 const OWN_FAILURES_BEFORE_REQUEUE: u32 = 2;
+/// A worker announces itself this often, and counts as gone this long after its last word.
+const PRESENCE_PERIOD: Duration = Duration::from_secs(5);
+const PRESENCE_TTL: Duration = Duration::from_secs(15);
 /// Sandbox retries of an execution back off linearly by this step.
 const SANDBOX_RETRY_STEP: Duration = Duration::from_millis(200);
 

@@ -170,7 +170,7 @@ async fn run_processes_until_cancelled() {
     for i in 0..5 {
         let (id, message) = task(&format!("print({i})"));
         ids.push(id);
-        broker.publish(message).await.unwrap();
+        broker.publish_execution(message).await.unwrap();
     }
     let cancel = CancellationToken::new();
     let running = tokio::spawn(w.run(cancel.clone()));
@@ -353,4 +353,65 @@ async fn a_worker_takes_no_work_while_a_dependency_is_down_and_resumes_by_itself
         .await
         .expect("worker stops")
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let presence = store::MemoryPresence::default();
+    let pipeline = Pipeline::new(
+        pipeline::Options::default(),
+        Arc::new(store::MemoryJobs::default()),
+        None,
+        Arc::new(broker.clone()),
+        Arc::new(ScriptedSandbox::new(passing)),
+    )
+    .without_model_because("model not configured: no base url".into());
+    let w = worker(
+        &broker,
+        &store,
+        ScriptedSandbox::new(passing),
+        Options::default(),
+    )
+    .with_pipeline(pipeline)
+    .with_presence(Arc::new(presence.clone()), "w1".into());
+    let job = proto::job::JobTask {
+        job_id: TaskId::new(),
+        function: None,
+        problem: None,
+    };
+    let plan = Envelope::new(TaskId::new(), None, now_ms(), Task::Plan(job));
+    broker
+        .publish(Outgoing {
+            message_id: "plan".into(),
+            body: plan.encode(),
+        })
+        .await
+        .unwrap();
+    let (id, execution) = task("print(1)");
+    broker.publish_execution(execution).await.unwrap();
+    let cancel = CancellationToken::new();
+    let running = tokio::spawn(w.run(cancel.clone()));
+    // Executions still run.
+    let result = store
+        .wait_execution(id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(result.unwrap().status, Status::Passed);
+    assert_eq!(broker.len(Queue::Tasks), 1, "the plan task was taken");
+    let generators = presence.generators().await.unwrap();
+    assert_eq!(generators.able, 0);
+    assert!(
+        generators
+            .refusal()
+            .is_some_and(|r| r.contains("model not configured: no base url")),
+        "{generators:?}"
+    );
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("worker stops")
+        .unwrap();
+    // Gone from the presence once stopped.
+    assert_eq!(presence.generators().await.unwrap().unable, 0);
 }

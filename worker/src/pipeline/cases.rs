@@ -86,13 +86,8 @@ impl Pipeline {
         self.sandboxed(&execution).await
     }
 
-    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
-    pub(super) async fn run_cases(
-        &self,
-        module: &str,
-        function: &str,
-        cases: &[TestCase],
-    ) -> Result<CaseRun, Error> {
+    /// What the harness needs to run `cases` (without the code and the function's name).
+    pub(super) fn cases_request(&self, cases: &[TestCase]) -> Value {
         let harness_cases: Vec<Value> = cases
             .iter()
             .map(|c| {
@@ -100,18 +95,27 @@ impl Pipeline {
                        "expected_output": c.expected_output, "expected_error": c.expected_error})
             })
             .collect();
-        let request = json!({
-            "marker": harness::CASES_MARKER,
-            "function": function,
+        json!({
             "cases": harness_cases,
             "case_timeout_ms": self.options.case_timeout_ms,
             "max_output_bytes": 64 * 1024,
             "nonce": null,
-        });
+        })
+    }
+
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
+    pub(super) async fn run_cases(
+        &self,
+        module: &str,
+        function: &str,
+        cases: &[TestCase],
+    ) -> Result<CaseRun, Error> {
+        let mut request = self.cases_request(cases);
+        request["marker"] = json!(harness::CASES_MARKER);
+        request["function"] = json!(function);
         let result = self
             .run_driver(crate::drivers::CASES, module, &request)
             .await?;
-        let duration_ms = result.duration_ms;
         let report = match harness::read::<CasesReport>(&result.stdout, harness::CASES_MARKER) {
             Ok(report) => Some(report),
             Err(ReportError::Missing) => None,
@@ -121,70 +125,81 @@ impl Pipeline {
                 )));
             }
         };
-        let Some(report) = report else {
-            // The run itself broke (timeout, memory, a crash): every case fails with that.
-            let kind = match result.status {
-                Status::Timeout => ErrorKind::Timeout,
-                Status::MemoryLimit => ErrorKind::MemoryLimit,
-                Status::OutputLimit => ErrorKind::OutputLimit,
-                Status::SandboxError | Status::Error => {
-                    return Err(Error::Retry {
-                        dependency: Dependency::Docker,
-                        reason: format!("sandbox: {}", result.reason.unwrap_or_default()),
-                    });
-                }
-                _ => ErrorKind::Runtime,
-            };
-            let error = result
-                .reason
-                .clone()
-                .unwrap_or_else(|| tail(&result.stderr, 2000));
-            return Ok(CaseRun {
-                passed: false,
-                results: cases
-                    .iter()
-                    .map(|c| TestResult {
-                        function: function.to_owned(),
-                        test: c.name.clone(),
-                        passed: false,
-                        actual_output: Value::Null,
-                        error: Some(error.clone()),
-                        error_kind: Some(kind),
-                        duration_ms: 0.0,
-                    })
-                    .collect(),
-                error_kind: Some(kind),
-                error,
-                duration_ms,
-            });
+        case_run(function, cases, report, &result)
+    }
+}
+
+/// `function`'s verdicts from its report in `result`; without a report (the run broke: a
+/// timeout, the memory limit, a crash) every case fails with what broke it.
+pub(super) fn case_run(
+    function: &str,
+    cases: &[TestCase],
+    report: Option<CasesReport>,
+    result: &proto::ExecutionResult,
+) -> Result<CaseRun, Error> {
+    let duration_ms = result.duration_ms;
+    let Some(report) = report else {
+        let kind = match result.status {
+            Status::Timeout => ErrorKind::Timeout,
+            Status::MemoryLimit => ErrorKind::MemoryLimit,
+            Status::OutputLimit => ErrorKind::OutputLimit,
+            Status::SandboxError | Status::Error => {
+                return Err(Error::Retry {
+                    dependency: Dependency::Docker,
+                    reason: format!("sandbox: {}", result.reason.clone().unwrap_or_default()),
+                });
+            }
+            _ => ErrorKind::Runtime,
         };
-        let results: Vec<TestResult> = report
-            .cases
-            .into_iter()
-            .map(|c| TestResult {
-                function: function.to_owned(),
-                test: c.name,
-                passed: c.passed,
-                actual_output: c.actual_output,
-                error: c.error,
-                error_kind: c.error_kind,
-                duration_ms: c.duration_ms,
-            })
-            .collect();
-        let failed = results.iter().filter(|r| !r.passed).count();
-        let error = match report.error {
-            Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),
-            None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
-            None => String::new(),
-        };
-        Ok(CaseRun {
-            passed: report.passed,
-            results,
-            error_kind: report.error_kind,
+        let error = result
+            .reason
+            .clone()
+            .unwrap_or_else(|| tail(&result.stderr, 2000));
+        return Ok(CaseRun {
+            passed: false,
+            results: cases
+                .iter()
+                .map(|c| TestResult {
+                    function: function.to_owned(),
+                    test: c.name.clone(),
+                    passed: false,
+                    actual_output: Value::Null,
+                    error: Some(error.clone()),
+                    error_kind: Some(kind),
+                    duration_ms: 0.0,
+                })
+                .collect(),
+            error_kind: Some(kind),
             error,
             duration_ms,
+        });
+    };
+    let results: Vec<TestResult> = report
+        .cases
+        .into_iter()
+        .map(|c| TestResult {
+            function: function.to_owned(),
+            test: c.name,
+            passed: c.passed,
+            actual_output: c.actual_output,
+            error: c.error,
+            error_kind: c.error_kind,
+            duration_ms: c.duration_ms,
         })
-    }
+        .collect();
+    let failed = results.iter().filter(|r| !r.passed).count();
+    let error = match report.error {
+        Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),
+        None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
+        None => String::new(),
+    };
+    Ok(CaseRun {
+        passed: report.passed,
+        results,
+        error_kind: report.error_kind,
+        error,
+        duration_ms,
+    })
 }
 
 fn tail(text: &str, max: usize) -> String {

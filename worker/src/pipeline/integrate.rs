@@ -8,7 +8,7 @@ use proto::job::{
 };
 use proto::now_ms;
 
-use super::quality::static_quality;
+use super::quality::{score, static_quality};
 use super::{Error, Pipeline, redis};
 
 impl Pipeline {
@@ -41,27 +41,27 @@ impl Pipeline {
             .any(|o| o.validation == Validation::StaticAnalysisOnly);
         let mut test_results = Vec::new();
         let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
-        if static_only {
-            // Nothing was run, so nothing is re-run: the result says it is untested.
-        } else if all_passed_before {
-            // Every function against the whole module: catches interference between them.
-            for spec in &plan.specs {
-                let outcome = &outcomes[&spec.name];
-                let run = self.run_cases(&module, &spec.name, &outcome.tests).await?;
-                execution_ms += run.duration_ms;
-                test_results.extend(run.results);
-            }
-        } else {
-            for spec in &plan.specs {
-                if let Some(o) = outcomes.get(&spec.name) {
-                    test_results.extend(o.test_results.iter().cloned());
-                }
-            }
-        }
         let quality = if static_only {
+            // Nothing was run, so nothing is re-run: the result says it is untested.
             static_quality(&module, &outcomes)
         } else {
-            self.quality(&module, &outcomes, &test_results).await?
+            // One run: every function against the whole module (catches interference between
+            // them) when each passed alone, and the quality analysis.
+            let run = self
+                .integration_run(&module, &outcomes, all_passed_before)
+                .await?;
+            execution_ms += run.duration_ms;
+            for spec in &plan.specs {
+                match run.verdicts.get(&spec.name) {
+                    Some(verdict) => test_results.extend(verdict.results.iter().cloned()),
+                    None => {
+                        if let Some(o) = outcomes.get(&spec.name) {
+                            test_results.extend(o.test_results.iter().cloned());
+                        }
+                    }
+                }
+            }
+            score(run.report, &test_results)
         };
         let all_tests_passed = !static_only
             && all_passed_before

@@ -44,6 +44,11 @@ pub struct Options {
     /// (static checks with `static_fallback`, else the task waits at the worker's level).
     #[serde(with = "humantime_serde")]
     pub sandbox_wait: Duration,
+    /// How long tasks wait for an unreachable model (counted from when this worker found it
+    /// down) before their jobs fail with the model's last error. A shorter outage costs time,
+    /// not a job.
+    #[serde(with = "humantime_serde")]
+    pub model_wait: Duration,
 }
 
 impl Default for Options {
@@ -57,6 +62,7 @@ impl Default for Options {
             max_cases: 12,
             static_fallback: true,
             sandbox_wait: Duration::from_secs(60),
+            model_wait: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -140,6 +146,8 @@ pub struct Pipeline {
     pub(crate) gate: Gate,
     /// `codegen_job_seconds`, once the pipeline belongs to a worker.
     pub(crate) job_seconds: Option<prometheus::HistogramVec>,
+    /// Why there is no model (when there is none), for `/readyz`, presence and failures.
+    pub(crate) no_model: String,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -167,7 +175,38 @@ impl Pipeline {
             cache: None,
             gate: Gate::default(),
             job_seconds: None,
+            no_model: "no model is configured for this worker ([model] settings)".into(),
         }
+    }
+
+    /// Why `model` is `None` (e.g. `model not configured: …`), said wherever it matters.
+    pub fn without_model_because(mut self, reason: String) -> Self {
+        self.no_model = reason;
+        self
+    }
+
+    /// Whether this pipeline can generate; `Err` says why not.
+    pub fn can_generate(&self) -> Result<(), &str> {
+        match &self.model {
+            Some(_) => Ok(()),
+            None => Err(&self.no_model),
+        }
+    }
+
+    /// `Some(why)` once the model has been unreachable for `model_wait`: tasks stop waiting
+    /// for it and fail with its last error.
+    pub(crate) fn model_given_up(&self) -> Option<String> {
+        let down = self.gate.down(Dependency::Model)?;
+        let waited = down.since.elapsed();
+        (waited >= self.options.model_wait).then(|| {
+            format!(
+                "the model stayed unreachable for {} (worker.pipeline.model_wait): {}",
+                humantime_serde::re::humantime::format_duration(Duration::from_secs(
+                    waited.as_secs()
+                )),
+                down.cause
+            )
+        })
     }
 
     /// Reuses verified functions and stores finished solutions, keyed by `model`
@@ -234,10 +273,13 @@ impl Pipeline {
         }
     }
 
+    /// The model, unless there is none or it has been unreachable for `model_wait`.
     fn model(&self) -> Result<&Model, String> {
-        self.model
-            .as_ref()
-            .ok_or_else(|| "no model is configured for this worker ([model] settings)".to_string())
+        let model = self.model.as_ref().ok_or_else(|| self.no_model.clone())?;
+        match self.model_given_up() {
+            Some(reason) => Err(reason),
+            None => Ok(model),
+        }
     }
 
     fn deadline(&self) -> tokio::time::Instant {

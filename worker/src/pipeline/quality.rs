@@ -1,12 +1,14 @@
-//! Quality of an assembled module: coverage, complexity, docstrings and risky calls, measured
-//! in the sandbox, or statically when nothing can run.
+//! Integration of an assembled module in one sandbox run (every function's cases against it,
+//! then coverage, complexity, docstrings and risky calls), and its quality score; statically
+//! when nothing can run.
 
 use std::collections::BTreeMap;
 
-use proto::harness::{self, QualityReport, ReportError};
+use proto::harness::{self, IntegrationReport, QualityReport, ReportError};
 use proto::job::{FunctionOutcome, Quality, TestResult};
 use serde_json::{Value, json};
 
+use super::cases::{CaseRun, case_run};
 use super::{Error, Pipeline};
 
 /// How the quality score weighs its parts, each 0–1 (the README's quality section).
@@ -43,15 +45,23 @@ fn the_weights_sum_to_one() {
     assert!((sum - 1.0).abs() < 1e-9, "{sum}");
 }
 
+/// One integration run: per function (when verdicts were asked for) and the module's quality.
+pub(super) struct Integration {
+    pub(super) verdicts: BTreeMap<String, CaseRun>,
+    pub(super) report: QualityReport,
+    pub(super) duration_ms: u64,
+}
+
 impl Pipeline {
-    pub(super) async fn quality(
+    /// Runs the assembled module once in the sandbox: with `verdicts`, every function's cases
+    /// against it (the harness, untraced, with their timeouts), then the quality analysis
+    /// (coverage by the cases, complexity, docstrings, risky calls).
+    pub(super) async fn integration_run(
         &self,
         module: &str,
         outcomes: &BTreeMap<String, FunctionOutcome>,
-        results: &[TestResult],
-    ) -> Result<Quality, Error> {
-        let tests_total = u32::try_from(results.len()).unwrap_or(u32::MAX);
-        let tests_passed = u32::try_from(results.iter().filter(|r| r.passed).count()).unwrap_or(0);
+        verdicts: bool,
+    ) -> Result<Integration, Error> {
         let cases: BTreeMap<&String, Vec<Value>> = outcomes
             .iter()
             .map(|(n, o)| {
@@ -64,61 +74,97 @@ impl Pipeline {
                 )
             })
             .collect();
-        let request = json!({"marker": harness::QUALITY_MARKER, "cases": cases});
+        let asked: BTreeMap<&String, Value> = if verdicts {
+            outcomes
+                .iter()
+                .map(|(n, o)| (n, self.cases_request(&o.tests)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let request = json!({
+            "marker": harness::INTEGRATION_MARKER,
+            "verdicts": asked,
+            "cases": cases,
+            "case_timeout_ms": self.options.case_timeout_ms,
+        });
         let run = self
-            .run_driver(crate::drivers::QUALITY, module, &request)
+            .run_driver(crate::drivers::INTEGRATE, module, &request)
             .await?;
-        let QualityReport {
-            coverage,
-            complexity,
-            docstrings,
-            dangerous_calls,
-        } = match harness::read::<QualityReport>(&run.stdout, harness::QUALITY_MARKER) {
-            Ok(report) => report,
-            // The analysis itself broke (a limit, a crash): the module scores nothing for it.
-            Err(ReportError::Missing) => {
-                tracing::warn!(status = ?run.status, "the quality analysis printed no report");
-                QualityReport {
-                    coverage: 0.0,
-                    complexity: BTreeMap::new(),
-                    docstrings: 0.0,
-                    dangerous_calls: vec![],
+        let (mut reports, report) =
+            match harness::read::<IntegrationReport>(&run.stdout, harness::INTEGRATION_MARKER) {
+                Ok(IntegrationReport { functions, quality }) => (functions, quality),
+                // The run broke (a limit, a crash): every verdict fails with what broke it
+                // (`case_run` without a report) and the module scores nothing for quality.
+                Err(ReportError::Missing) => {
+                    tracing::warn!(status = ?run.status, "the integration run printed no report");
+                    (
+                        BTreeMap::new(),
+                        QualityReport {
+                            coverage: 0.0,
+                            complexity: BTreeMap::new(),
+                            docstrings: 0.0,
+                            dangerous_calls: vec![],
+                        },
+                    )
                 }
-            }
-            Err(e @ ReportError::Mismatch(_)) => {
-                return Err(Error::Drop(format!("the quality analysis: {e}")));
-            }
-        };
-        let pass_rate = if tests_total == 0 {
-            0.0
-        } else {
-            f64::from(tests_passed) / f64::from(tests_total)
-        };
-        let mean_complexity = if complexity.is_empty() {
-            1.0
-        } else {
-            f64::from(complexity.values().sum::<u32>()) / complexity.len() as f64
-        };
-        let simplicity = if mean_complexity <= SIMPLE_COMPLEXITY {
-            1.0
-        } else {
-            SIMPLE_COMPLEXITY / mean_complexity
-        };
-        let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
-        let score = WEIGHTS.tests * pass_rate
-            + WEIGHTS.coverage * coverage
-            + WEIGHTS.docstrings * docstrings
-            + WEIGHTS.simplicity * simplicity
-            + WEIGHTS.safety * safety;
-        Ok(Quality {
-            score: (score * 1000.0).round() / 1000.0,
-            tests_passed,
-            tests_total,
-            coverage: (coverage * 1000.0).round() / 1000.0,
-            complexity,
-            docstrings,
-            dangerous_calls,
+                Err(e @ ReportError::Mismatch(_)) => {
+                    return Err(Error::Drop(format!("the integration run: {e}")));
+                }
+            };
+        let mut runs = BTreeMap::new();
+        for name in asked.keys() {
+            let outcome = &outcomes[*name];
+            let verdict = case_run(name, &outcome.tests, reports.remove(*name), &run)?;
+            runs.insert((*name).clone(), verdict);
+        }
+        Ok(Integration {
+            verdicts: runs,
+            report,
+            duration_ms: run.duration_ms,
         })
+    }
+}
+
+/// The score of a module from its analysis and its test results (the README's weights).
+pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
+    let QualityReport {
+        coverage,
+        complexity,
+        docstrings,
+        dangerous_calls,
+    } = report;
+    let tests_total = u32::try_from(results.len()).unwrap_or(u32::MAX);
+    let tests_passed = u32::try_from(results.iter().filter(|r| r.passed).count()).unwrap_or(0);
+    let pass_rate = if tests_total == 0 {
+        0.0
+    } else {
+        f64::from(tests_passed) / f64::from(tests_total)
+    };
+    let mean_complexity = if complexity.is_empty() {
+        1.0
+    } else {
+        f64::from(complexity.values().sum::<u32>()) / complexity.len() as f64
+    };
+    let simplicity = if mean_complexity <= SIMPLE_COMPLEXITY {
+        1.0
+    } else {
+        SIMPLE_COMPLEXITY / mean_complexity
+    };
+    let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
+    let score = WEIGHTS.tests * pass_rate
+        + WEIGHTS.coverage * coverage
+        + WEIGHTS.docstrings * docstrings
+        + WEIGHTS.simplicity * simplicity
+        + WEIGHTS.safety * safety;
+    Quality {
+        score: (score * 1000.0).round() / 1000.0,
+        tests_passed,
+        tests_total,
+        coverage: (coverage * 1000.0).round() / 1000.0,
+        complexity,
+        docstrings,
+        dangerous_calls,
     }
 }
 

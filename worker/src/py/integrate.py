@@ -1,18 +1,37 @@
-# Static and dynamic quality of an assembled module (stdlib only): line coverage by the
-# test cases, cyclomatic complexity and docstrings per function, and calls that deserve a
-# reviewer's look. Prints one report line. Reported, never a security boundary: the code
-# runs inside the same sandbox as everything else.
+# Integration of an assembled module in one sandbox run (one run instead of one per function
+# plus one for the analysis: the sandbox is most of a generated function's CPU):
+# 1. the verdicts: every function's cases against the whole module, through the image's
+#    harness, untraced and with their timeouts, as the cases driver runs them;
+# 2. the quality (stdlib only): line coverage by the cases (traced, a second pass, so tracing
+#    never slows a verdict), cyclomatic complexity and docstrings per function, and calls that
+#    deserve a reviewer's look. Reported, never a security boundary: the code runs inside the
+#    same sandbox as everything else.
+# Prints one report line (proto::harness::IntegrationReport).
 import ast
 import json
+import os
+import signal
 import sys
 
 with open("module.py", encoding="utf-8") as f:
     source = f.read()
 with open("request.json", encoding="utf-8") as f:
-    # {"marker": proto::harness::QUALITY_MARKER,
+    # {"marker": proto::harness::INTEGRATION_MARKER,
+    #  "verdicts": {"function": <harness cases request without code and function>, ...},
     #  "cases": {"function": [{"inputs": ...}, ...], ...}}
     request = json.load(f)
 cases = request["cases"]
+
+verdicts = {}
+if request.get("verdicts"):
+    # The runner preloads the image's harness; import it from its folder otherwise.
+    harness = sys.modules.get("codegen_harness")
+    if harness is None:
+        sys.path.insert(0, os.environ.get("CODEGEN_HARNESS_DIR", "/opt/codegen"))
+        import harness  # noqa: E402
+    for name, function_request in request["verdicts"].items():
+        function_request = dict(function_request, code=source, function=name)
+        verdicts[name] = harness.run_cases(function_request)
 
 tree = ast.parse(source, "module.py")
 BRANCHES = (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.With,
@@ -74,6 +93,19 @@ def tracer(frame, event, arg):
         return tracer
     return None
 
+class _CaseOver(BaseException):
+    pass
+
+
+def _case_over(signum, frame):
+    raise _CaseOver()
+
+
+# A case that loops stops contributing coverage after its timeout instead of holding the run.
+limit_s = (request.get("case_timeout_ms") or 0) / 1000.0
+if limit_s:
+    signal.signal(signal.SIGALRM, _case_over)
+
 namespace = {"__name__": "solution"}
 sys.settrace(tracer)
 try:
@@ -84,6 +116,8 @@ try:
             continue
         for case in fn_cases:
             inputs = case.get("inputs")
+            if limit_s:
+                signal.setitimer(signal.ITIMER_REAL, limit_s)
             try:
                 if isinstance(inputs, dict):
                     fn(**inputs)
@@ -93,14 +127,19 @@ try:
                     fn()
             except BaseException:
                 pass
+            finally:
+                if limit_s:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
 finally:
     sys.settrace(None)
 
 covered = len(executable & executed)
-report = {
+quality = {
     "coverage": covered / len(executable) if executable else 1.0,
     "complexity": complexity,
     "docstrings": documented / len(functions) if functions else 1.0,
     "dangerous_calls": sorted(dangerous),
 }
+report = {"functions": verdicts, "quality": quality}
 sys.stdout.write(request["marker"] + json.dumps(report) + "\n")
+sys.stdout.flush()

@@ -1,0 +1,386 @@
+//! What a model call must pass before it is sent: the concurrency limit, requests per second
+//! and tokens per minute, and the pause a provider asked for with a 429.
+//!
+//! Two scopes. [`Limits::local`] holds them for this process alone (a semaphore and `governor`
+//! rate limiters): tests, the CLI, a single process. [`Limits::shared`] holds them for every
+//! process that uses the same [`SharedLimits`] store, which is what a cluster needs: ten
+//! workers must not make ten times the configured rate against a provider's limits. The
+//! store makes each decision atomically (in Redis, one Lua script each: a lease-based
+//! semaphore whose leases expire when their holder dies, and GCRA meters); the waiting happens
+//! here, and only one task per process asks the store at a time, so waiting costs a poll per
+//! process, not one per task.
+//!
+//! A 429 (or 529, overloaded) from the provider slows every process down: the store records
+//! the provider's `Retry-After` as a pause everyone honours and halves the shared limits,
+//! which then grow back linearly over [`RECOVERY`].
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+
+/// How long after a 429 the shared limits take to grow back from half to whole.
+pub const RECOVERY: Duration = Duration::from_secs(30);
+/// A 429 halves the limits at most once per this window: a burst of 429s from calls that were
+/// all in flight together is one signal, not ten.
+pub const CUT_DEBOUNCE: Duration = Duration::from_secs(1);
+/// The limits never shrink below this share of their configured value.
+pub const MIN_FACTOR: f64 = 0.1;
+/// The pause after a 429 that did not say how long to wait.
+pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
+/// How long a shared lease lives unless renewed, and how often the leases a process holds are
+/// renewed: a worker that dies frees its slots within [`LEASE_TTL`], while a call of any
+/// length keeps its own.
+pub const LEASE_TTL: Duration = Duration::from_secs(15);
+const LEASE_RENEWAL: Duration = Duration::from_secs(5);
+/// A task waiting for a lease asks the shared store again after this long (a lease can be
+/// released at any moment; the store cannot say when).
+const MAX_NAP: Duration = Duration::from_millis(20);
+/// After the store failed to answer, ask again after this long.
+const STORE_RETRY: Duration = Duration::from_millis(500);
+
+/// A decision of the shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Granted,
+    /// Not now; asking again after this long may succeed.
+    Wait(Duration),
+}
+
+/// A GCRA meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Meter {
+    Requests,
+    Tokens,
+}
+
+impl Meter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Meter::Requests => "requests",
+            Meter::Tokens => "tokens",
+        }
+    }
+}
+
+/// The atomic decisions a cluster-wide limiter needs from shared state, each one round trip.
+/// Every decision also honours the pause and the slow-down recorded by [`Self::throttled`].
+#[async_trait]
+pub trait SharedLimits: Send + Sync + 'static {
+    /// Takes lease `id` when fewer than `limit` leases (scaled down after a 429) are held.
+    /// A lease not released expires after `ttl` (its holder died).
+    async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Admit, String>;
+
+    async fn release(&self, id: &str) -> Result<(), String>;
+
+    /// Extends the leases `ids` (those still held) to `ttl` from now.
+    async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), String>;
+
+    /// Generic cell rate: `cost` units at `per_second` (scaled down after a 429) with bursts of
+    /// up to `burst` units. `force` charges the cost whatever the state, for costs known only
+    /// afterwards (the tokens of an answer); the debt delays later calls.
+    async fn meter(
+        &self,
+        meter: Meter,
+        per_second: f64,
+        burst: f64,
+        cost: u64,
+        force: bool,
+    ) -> Result<Admit, String>;
+
+    /// The provider pushed back: every process pauses for `retry_after` and the limits shrink.
+    async fn throttled(&self, retry_after: Option<Duration>) -> Result<(), String>;
+}
+
+/// The configured limits (0: none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    pub max_concurrency: u32,
+    pub requests_per_second: u32,
+    pub tokens_per_minute: u32,
+}
+
+/// The limits a [`crate::Model`] passes its calls through; cheap to clone.
+#[derive(Clone)]
+pub struct Limits {
+    scope: Arc<Scope>,
+}
+
+enum Scope {
+    Local(Local),
+    Shared(Shared),
+}
+
+struct Local {
+    concurrency: Semaphore,
+    requests: Option<DefaultDirectRateLimiter>,
+    tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
+    paused_until: std::sync::Mutex<Option<Instant>>,
+}
+
+struct Shared {
+    store: Arc<dyn SharedLimits>,
+    config: Config,
+    /// One task per process asks the store at a time; the others queue here in order.
+    turn: Mutex<()>,
+    /// The leases this process holds, renewed every [`LEASE_RENEWAL`].
+    held: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// Permission for one call; give it back with [`Limits::release`] (dropped unreleased, a
+/// shared lease is released in the background).
+pub struct Permit<'a> {
+    _local: Option<SemaphorePermit<'a>>,
+    lease: Option<Lease>,
+}
+
+/// A shared lease: released through its store, and no longer renewed once forgotten.
+struct Lease {
+    store: Arc<dyn SharedLimits>,
+    id: String,
+    held: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Lease {
+    fn forget(&self) {
+        self.held.lock().expect("poisoned").remove(&self.id);
+    }
+}
+
+impl std::fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("lease", &self.lease.as_ref().map(|l| &l.id))
+            .finish()
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.forget();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(e) = lease.store.release(&lease.id).await {
+                        tracing::debug!(error = %e, "cannot release a model lease; it expires");
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match &*self.scope {
+            Scope::Local(_) => "Limits::Local",
+            Scope::Shared(_) => "Limits::Shared",
+        })
+    }
+}
+
+impl Limits {
+    /// Limits for this process alone.
+    pub fn local(config: Config) -> Self {
+        let requests = NonZeroU32::new(config.requests_per_second)
+            .map(|rps| RateLimiter::direct(Quota::per_second(rps)));
+        let tokens = NonZeroU32::new(config.tokens_per_minute)
+            .map(|tpm| (RateLimiter::direct(Quota::per_minute(tpm)), tpm));
+        Self {
+            scope: Arc::new(Scope::Local(Local {
+                concurrency: Semaphore::new(config.max_concurrency.max(1) as usize),
+                requests,
+                tokens,
+                paused_until: std::sync::Mutex::new(None),
+            })),
+        }
+    }
+
+    /// Limits shared by every process that uses `store`. Within a tokio runtime, a task
+    /// renews this process's leases for as long as the limits are in use.
+    pub fn shared(config: Config, store: Arc<dyn SharedLimits>) -> Self {
+        let held = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let scope = Arc::new(Scope::Shared(Shared {
+            store: store.clone(),
+            config,
+            turn: Mutex::new(()),
+            held: held.clone(),
+        }));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let alive = Arc::downgrade(&scope);
+            runtime.spawn(async move {
+                loop {
+                    tokio::time::sleep(LEASE_RENEWAL).await;
+                    if alive.strong_count() == 0 {
+                        return;
+                    }
+                    let ids: Vec<String> = held.lock().expect("poisoned").iter().cloned().collect();
+                    if ids.is_empty() {
+                        continue;
+                    }
+                    if let Err(e) = store.renew(&ids, LEASE_TTL).await {
+                        tracing::warn!(error = %e, leases = ids.len(), "cannot renew model leases");
+                    }
+                }
+            });
+        }
+        Self { scope }
+    }
+
+    /// Waits until a call estimated at `tokens` tokens may start.
+    pub async fn admit(&self, tokens: u64) -> Permit<'_> {
+        match &*self.scope {
+            Scope::Local(local) => local.admit(tokens).await,
+            Scope::Shared(shared) => shared.admit(tokens).await,
+        }
+    }
+
+    /// The call is over: gives the permit back and charges the tokens the estimate missed.
+    pub async fn release(&self, mut permit: Permit<'_>, estimated: u64, used: u64) {
+        match &*self.scope {
+            Scope::Local(local) => {
+                if let Some((tokens, burst)) = &local.tokens
+                    && let Some(extra) =
+                        NonZeroU32::new(clamp(used.saturating_sub(estimated), *burst))
+                {
+                    // Best effort: the debt is taken when there is room for it.
+                    let _ = tokens.check_n(extra);
+                }
+            }
+            Scope::Shared(shared) => {
+                if let Some(lease) = permit.lease.take() {
+                    lease.forget();
+                    if let Err(e) = lease.store.release(&lease.id).await {
+                        tracing::warn!(error = %e, "cannot release a model lease; it expires");
+                    }
+                }
+                let extra = used.saturating_sub(estimated);
+                if shared.config.tokens_per_minute > 0 && extra > 0 {
+                    let (per_second, burst) = shared.tokens();
+                    if let Err(e) = shared
+                        .store
+                        .meter(Meter::Tokens, per_second, burst, extra, true)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "cannot charge the model's tokens");
+                    }
+                }
+            }
+        }
+        drop(permit);
+    }
+
+    /// The provider answered 429 (or 529): everyone sharing these limits slows down.
+    pub async fn throttled(&self, retry_after: Option<Duration>) {
+        match &*self.scope {
+            Scope::Local(local) => {
+                let until = Instant::now() + retry_after.unwrap_or(DEFAULT_PAUSE);
+                let mut paused = local.paused_until.lock().expect("poisoned");
+                *paused = Some(paused.map_or(until, |p| p.max(until)));
+            }
+            Scope::Shared(shared) => {
+                if let Err(e) = shared.store.throttled(retry_after).await {
+                    tracing::warn!(error = %e, "cannot record the provider's 429 for the cluster");
+                    tokio::time::sleep(retry_after.unwrap_or(DEFAULT_PAUSE)).await;
+                }
+            }
+        }
+    }
+}
+
+fn clamp(n: u64, max: NonZeroU32) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX).min(max.get())
+}
+
+impl Local {
+    async fn admit(&self, tokens: u64) -> Permit<'_> {
+        loop {
+            let paused = *self.paused_until.lock().expect("poisoned");
+            match paused {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => break,
+            }
+        }
+        let permit = self.concurrency.acquire().await.ok();
+        if let Some(requests) = &self.requests {
+            requests.until_ready().await;
+        }
+        if let Some((limiter, burst)) = &self.tokens
+            && let Some(n) = NonZeroU32::new(clamp(tokens, *burst))
+        {
+            // `n` never exceeds the burst, so the limiter can always grant it.
+            let _ = limiter.until_n_ready(n).await;
+        }
+        Permit {
+            _local: permit,
+            lease: None,
+        }
+    }
+}
+
+impl Shared {
+    /// Tokens per second and the burst (a minute's worth).
+    fn tokens(&self) -> (f64, f64) {
+        let tpm = f64::from(self.config.tokens_per_minute);
+        (tpm / 60.0, tpm)
+    }
+
+    async fn admit(&self, tokens: u64) -> Permit<'_> {
+        let _turn = self.turn.lock().await;
+        let id = format!("{:016x}", rand::random::<u64>());
+        let limit = self.config.max_concurrency.max(1);
+        self.until_granted("lease", || self.store.lease(&id, limit, LEASE_TTL))
+            .await;
+        self.held.lock().expect("poisoned").insert(id.clone());
+        let permit = Permit {
+            _local: None,
+            lease: Some(Lease {
+                store: self.store.clone(),
+                id,
+                held: self.held.clone(),
+            }),
+        };
+        if self.config.requests_per_second > 0 {
+            let rps = f64::from(self.config.requests_per_second);
+            self.until_granted("requests", || {
+                self.store.meter(Meter::Requests, rps, rps, 1, false)
+            })
+            .await;
+        }
+        if self.config.tokens_per_minute > 0 {
+            let (per_second, burst) = self.tokens();
+            // An estimate above the burst could never pass: it is charged as a whole burst.
+            let cost = tokens.min(u64::from(self.config.tokens_per_minute));
+            self.until_granted("tokens", || {
+                self.store
+                    .meter(Meter::Tokens, per_second, burst, cost, false)
+            })
+            .await;
+        }
+        permit
+    }
+
+    async fn until_granted<F, Fut>(&self, what: &str, ask: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Admit, String>>,
+    {
+        loop {
+            match ask().await {
+                Ok(Admit::Granted) => return,
+                // A meter or a pause says how long; a full semaphore cannot.
+                Ok(Admit::Wait(wait)) if wait.is_zero() => tokio::time::sleep(MAX_NAP).await,
+                Ok(Admit::Wait(wait)) => tokio::time::sleep(wait).await,
+                Err(e) => {
+                    tracing::warn!(limit = what, error = %e, "cannot ask the shared model limits; asking again");
+                    tokio::time::sleep(STORE_RETRY).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Cluster-wide limits in Redis, one script per decision: a lease-based semaphore (leases
+//! expire, so a holder that dies frees its slot after `ttl`), GCRA meters (requests per
+//! second, tokens per minute), and a slow-down that every decision honours: after a 429 the
+//! provider's pause holds for everyone and the limits halve, growing back linearly over
+//! `recovery`.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `{prefix}:limits:{scope}:leases` | sorted set: lease id → expiry (ms) |
+//! | `{prefix}:limits:{scope}:{meter}` | GCRA theoretical arrival time (µs) |
+//! | `{prefix}:limits:{scope}:slow` | hash: `factor`, `at` (ms), `until` (ms), `cut` (ms) |
+//!
+//! Time is Redis's (`TIME`), so processes with skewed clocks agree.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use crate::{Error, RedisStore};
+
+/// A decision: granted, or how long to wait before asking again (zero: unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Granted,
+    Wait(Duration),
+}
+
+/// How the slow-down after a 429 behaves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlowDown {
+    /// From half to whole again, linearly.
+    pub recovery: Duration,
+    /// At most one halving per this window.
+    pub debounce: Duration,
+    /// The floor of the factor.
+    pub min_factor: f64,
+    /// The pause when the provider did not say.
+    pub default_pause: Duration,
+}
+
+/// The limits of one scope (one provider endpoint and key); cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RedisLimits {
+    store: RedisStore,
+    base: String,
+    slow: SlowDown,
+}
+
+/// The current factor (1 = whole, grown back since the last cut) and the pause left (ms).
+const SLOW: &str = r"
+local function slowdown(key, now, recovery)
+  local s = redis.call('HMGET', key, 'factor', 'at', 'until')
+  local factor = tonumber(s[1]) or 1
+  local at = tonumber(s[2]) or now
+  local pause = (tonumber(s[3]) or 0) - now
+  factor = math.min(1, factor + (now - at) / recovery)
+  if pause < 0 then pause = 0 end
+  return factor, pause
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+";
+
+/// KEYS: leases, slow. ARGV: id, limit, ttl ms, recovery ms. Returns {granted, wait ms}.
+const LEASE: &str = r"
+local factor, pause = slowdown(KEYS[2], now, tonumber(ARGV[4]))
+if pause > 0 then return {0, pause} end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local limit = math.max(1, math.floor(tonumber(ARGV[2]) * factor))
+if redis.call('ZCARD', KEYS[1]) >= limit then return {0, 0} end
+local ttl = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+return {1, 0}
+";
+
+/// KEYS: leases. Drops the expired ones, counts the rest.
+const LEASES: &str = r"
+local t = redis.call('TIME')
+local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// KEYS: leases. ARGV: ttl ms, then the ids. Only leases still held are extended (`XX`).
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local ttl = tonumber(ARGV[1])
+local expires = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', expires, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+return 1
+";
+
+/// KEYS: meter, slow. ARGV: µs per unit, burst units, cost, force, recovery ms.
+const METER: &str = r"
+local factor, pause = slowdown(KEYS[2], now, tonumber(ARGV[5]))
+local force = ARGV[4] == '1'
+if pause > 0 and not force then return {0, pause} end
+local interval = tonumber(ARGV[1]) / factor
+local tat = tonumber(redis.call('GET', KEYS[1])) or now_us
+if tat < now_us then tat = now_us end
+local new_tat = tat + tonumber(ARGV[3]) * interval
+local allow_at = new_tat - tonumber(ARGV[2]) * interval
+if allow_at > now_us and not force then
+  return {0, math.ceil((allow_at - now_us) / 1000)}
+end
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now_us) / 1000) + 1000)
+return {1, 0}
+";
+
+/// KEYS: slow. ARGV: pause ms, recovery ms, debounce ms, min factor. Returns the factor ‰.
+const THROTTLED: &str = r"
+local recovery = tonumber(ARGV[2])
+local factor = slowdown(KEYS[1], now, recovery)
+local cut = tonumber(redis.call('HGET', KEYS[1], 'cut')) or 0
+if now - cut >= tonumber(ARGV[3]) then
+  factor = math.max(tonumber(ARGV[4]), factor / 2)
+  redis.call('HSET', KEYS[1], 'cut', string.format('%.0f', now))
+end
+local until_ = math.max(tonumber(redis.call('HGET', KEYS[1], 'until')) or 0, now + tonumber(ARGV[1]))
+redis.call('HSET', KEYS[1], 'factor', string.format('%.4f', factor),
+  'at', string.format('%.0f', now), 'until', string.format('%.0f', until_))
+redis.call('PEXPIRE', KEYS[1], 2 * recovery + tonumber(ARGV[1]))
+return math.floor(factor * 1000)
+";
+
+/// The scripts a model call runs (a lease, each meter, while waiting too), hashed once rather
+/// than on every call.
+static LEASE_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{LEASE}")));
+static METER_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{METER}")));
+static THROTTLED_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{THROTTLED}")));
+static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn decision(reply: (i64, i64)) -> Decision {
+    match reply {
+        (1, _) => Decision::Granted,
+        (_, wait) => Decision::Wait(Duration::from_millis(u64::try_from(wait).unwrap_or(0))),
+    }
+}
+
+impl RedisLimits {
+    /// The limits of `scope` (e.g. a hash of the provider's endpoint and key).
+    pub fn new(store: RedisStore, scope: &str, slow: SlowDown) -> Self {
+        let base = format!("{}:limits:{scope}", store.prefix());
+        Self { store, base, slow }
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}:{what}", self.base)
+    }
+
+    /// Takes lease `id` when fewer than `limit` (times the slow-down factor) are held.
+    pub async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Decision, Error> {
+        LEASE_SCRIPT
+            .key(self.key("leases"))
+            .key(self.key("slow"))
+            .arg(id)
+            .arg(limit)
+            .arg(millis(ttl))
+            .arg(millis(self.slow.recovery))
+            .invoke_async::<(i64, i64)>(&mut self.store.connection())
+            .await
+            .map(decision)
+            .map_err(crate::redis::backend)
+    }
+
+    pub async fn release(&self, id: &str) -> Result<(), Error> {
+        redis::cmd("ZREM")
+            .arg(self.key("leases"))
+            .arg(id)
+            .query_async::<i64>(&mut self.store.connection())
+            .await
+            .map(drop)
+            .map_err(crate::redis::backend)
+    }
+
+    /// Extends the leases `ids` that are still held to `ttl` from now (one script).
+    pub async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), Error> {
+        RENEW_SCRIPT
+            .key(self.key("leases"))
+            .arg(millis(ttl))
+            .arg(ids)
+            .invoke_async::<i64>(&mut self.store.connection())
+            .await
+            .map(drop)
+            .map_err(crate::redis::backend)
+    }
+
+    /// Leases held now (expired ones dropped), for tests and operators.
+    pub async fn leases(&self) -> Result<u64, Error> {
+        redis::Script::new(LEASES)
+            .key(self.key("leases"))
+            .invoke_async::<u64>(&mut self.store.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    /// GCRA: `cost` units of `meter` at `per_second` with bursts of `burst` units; `force`
+    /// charges whatever the state.
+    pub async fn meter(
+        &self,
+        meter: &str,
+        per_second: f64,
+        burst: f64,
+        cost: u64,
+        force: bool,
+    ) -> Result<Decision, Error> {
+        let micros_per_unit = 1_000_000.0 / per_second.max(f64::MIN_POSITIVE);
+        METER_SCRIPT
+            .key(self.key(meter))
+            .key(self.key("slow"))
+            .arg(micros_per_unit)
+            .arg(burst.max(1.0))
+            .arg(cost)
+            .arg(if force { "1" } else { "0" })
+            .arg(millis(self.slow.recovery))
+            .invoke_async::<(i64, i64)>(&mut self.store.connection())
+            .await
+            .map(decision)
+            .map_err(crate::redis::backend)
+    }
+
+    /// The provider pushed back: pause everyone for `pause` (or the default) and halve the
+    /// limits (at most once per debounce window). Returns the new factor.
+    pub async fn throttled(&self, pause: Option<Duration>) -> Result<f64, Error> {
+        THROTTLED_SCRIPT
+            .key(self.key("slow"))
+            .arg(millis(pause.unwrap_or(self.slow.default_pause)))
+            .arg(millis(self.slow.recovery))
+            .arg(millis(self.slow.debounce))
+            .arg(self.slow.min_factor)
+            .invoke_async::<i64>(&mut self.store.connection())
+            .await
+            .map(|permille| permille as f64 / 1000.0)
+            .map_err(crate::redis::backend)
+    }
+}

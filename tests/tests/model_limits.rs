@@ -1,0 +1,319 @@
+//! The model's cluster-wide limits on the real Redis: the lease semaphore, the GCRA meters,
+//! the slow-down after a 429, several `Model` clients (as several workers would hold) sharing
+//! one limit, and worker presence.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use model::scripted::Counting;
+use model::{Metrics, Model, Options, Phase, Prompt, Provider};
+use proto::generation::Implementation;
+use store::limits::{Decision, SlowDown};
+use store::{Presence, RedisLimits, RedisStore};
+use tokio::time::Instant;
+use worker::RedisModelLimits;
+
+/// `n` handles on one fresh prefix: the processes of one cluster.
+fn cluster(n: usize) -> Vec<RedisStore> {
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    (0..n)
+        .map(|_| {
+            let options = store::Options {
+                url: tests::redis_url(),
+                prefix: prefix.clone(),
+                ..store::Options::default()
+            };
+            RedisStore::build(options).unwrap().0
+        })
+        .collect()
+}
+
+fn redis_store() -> RedisStore {
+    cluster(1).pop().unwrap()
+}
+
+const SLOW: SlowDown = SlowDown {
+    recovery: Duration::from_secs(30),
+    debounce: Duration::from_secs(1),
+    min_factor: 0.1,
+    default_pause: Duration::from_millis(300),
+};
+
+fn limits() -> RedisLimits {
+    RedisLimits::new(redis_store(), "scope", SLOW)
+}
+
+#[tokio::test]
+async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
+    let limits = limits();
+    let long = Duration::from_secs(60);
+    for id in ["a", "b", "c"] {
+        assert_eq!(limits.lease(id, 3, long).await.unwrap(), Decision::Granted);
+    }
+    assert!(matches!(
+        limits.lease("d", 3, long).await.unwrap(),
+        Decision::Wait(_)
+    ));
+    limits.release("b").await.unwrap();
+    assert_eq!(limits.lease("d", 3, long).await.unwrap(), Decision::Granted);
+    assert_eq!(limits.leases().await.unwrap(), 3);
+
+    // A holder that never releases (a dead worker): its lease frees the slot after its ttl.
+    let other = RedisLimits::new(redis_store(), "scope", SLOW);
+    assert_eq!(
+        other
+            .lease("dies", 1, Duration::from_millis(300))
+            .await
+            .unwrap(),
+        Decision::Granted
+    );
+    assert!(matches!(
+        other.lease("waits", 1, long).await.unwrap(),
+        Decision::Wait(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        other.lease("waits", 1, long).await.unwrap(),
+        Decision::Granted
+    );
+}
+
+#[tokio::test]
+async fn a_renewed_lease_outlives_its_ttl_and_an_expired_one_is_not_revived() {
+    let limits = limits();
+    let short = Duration::from_millis(300);
+    assert_eq!(
+        limits.lease("live", 2, short).await.unwrap(),
+        Decision::Granted
+    );
+    assert_eq!(
+        limits.lease("dead", 2, short).await.unwrap(),
+        Decision::Granted
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    limits
+        .renew(&["live".to_owned()], Duration::from_secs(60))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // "dead" expired, "live" was renewed: one slot free, then none.
+    assert_eq!(limits.leases().await.unwrap(), 1);
+    assert_eq!(
+        limits.lease("next", 2, short).await.unwrap(),
+        Decision::Granted
+    );
+    assert!(matches!(
+        limits.lease("over", 2, short).await.unwrap(),
+        Decision::Wait(_)
+    ));
+    // Renewing a lease that expired does not bring it back.
+    limits
+        .renew(&["dead".to_owned()], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(matches!(
+        limits.lease("over", 3, short).await.unwrap(),
+        Decision::Granted
+    ));
+}
+
+#[tokio::test]
+async fn a_meter_admits_its_burst_then_paces_and_counts_forced_debt() {
+    let limits = limits();
+    // 10 a second, bursts of 10.
+    for _ in 0..10 {
+        assert_eq!(
+            limits
+                .meter("requests", 10.0, 10.0, 1, false)
+                .await
+                .unwrap(),
+            Decision::Granted
+        );
+    }
+    match limits
+        .meter("requests", 10.0, 10.0, 1, false)
+        .await
+        .unwrap()
+    {
+        Decision::Wait(wait) => assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(110),
+            "{wait:?}"
+        ),
+        Decision::Granted => panic!("the 11th request of a 10/s meter passed at once"),
+    }
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(
+        limits
+            .meter("requests", 10.0, 10.0, 1, false)
+            .await
+            .unwrap(),
+        Decision::Granted
+    );
+
+    // Tokens known only afterwards are charged by force, and the debt delays the next caller:
+    // 600 a minute (10 a second) with 300 owed means about 30 s to wait.
+    let tokens = RedisLimits::new(redis_store(), "scope", SLOW);
+    assert_eq!(
+        tokens
+            .meter("tokens", 10.0, 600.0, 600, false)
+            .await
+            .unwrap(),
+        Decision::Granted
+    );
+    assert_eq!(
+        tokens
+            .meter("tokens", 10.0, 600.0, 300, true)
+            .await
+            .unwrap(),
+        Decision::Granted
+    );
+    match tokens.meter("tokens", 10.0, 600.0, 1, false).await.unwrap() {
+        Decision::Wait(wait) => assert!(
+            (Duration::from_secs(25)..=Duration::from_secs(31)).contains(&wait),
+            "{wait:?}"
+        ),
+        Decision::Granted => panic!("the debt was not counted"),
+    }
+}
+
+#[tokio::test]
+async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
+    let mut processes = cluster(2);
+    let limits = RedisLimits::new(processes.pop().unwrap(), "scope", SLOW);
+    let other = RedisLimits::new(processes.pop().unwrap(), "scope", SLOW);
+    let long = Duration::from_secs(60);
+    // Two 429s at once: one signal (halved once), the longer pause wins.
+    let factor = limits
+        .throttled(Some(Duration::from_millis(400)))
+        .await
+        .unwrap();
+    assert!((factor - 0.5).abs() < 0.01, "{factor}");
+    let factor = other.throttled(None).await.unwrap();
+    assert!((factor - 0.5).abs() < 0.01, "debounced: {factor}");
+    // Every process sees the pause, on leases and meters alike.
+    match other.lease("x", 4, long).await.unwrap() {
+        Decision::Wait(wait) => assert!(wait >= Duration::from_millis(300), "{wait:?}"),
+        Decision::Granted => panic!("the pause was not honoured"),
+    }
+    assert!(matches!(
+        other
+            .meter("requests", 100.0, 100.0, 1, false)
+            .await
+            .unwrap(),
+        Decision::Wait(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // After the pause, a limit of 4 holds 2 (and a little more as it grows back).
+    assert_eq!(limits.lease("a", 4, long).await.unwrap(), Decision::Granted);
+    assert_eq!(limits.lease("b", 4, long).await.unwrap(), Decision::Granted);
+    assert!(matches!(
+        limits.lease("c", 4, long).await.unwrap(),
+        Decision::Wait(_)
+    ));
+}
+
+fn counting(throttle_above: usize) -> Arc<Counting> {
+    Arc::new(Counting::new(
+        Duration::from_millis(30),
+        throttle_above,
+        Duration::from_millis(50),
+    ))
+}
+
+/// Four clients (four workers' worth) with `max_concurrency` each, sharing limits in Redis,
+/// make `calls_each` calls each, all at once.
+async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each: usize) {
+    let options = Options {
+        max_concurrency,
+        max_attempts: 1,
+        ..Options::default()
+    };
+    let clients: Vec<Model> = cluster(4)
+        .into_iter()
+        .map(|store| {
+            let provider: Arc<dyn Provider> = server.clone();
+            let model = Model::new(provider, options.clone(), Metrics::unregistered().unwrap());
+            let scope = model.limits_scope();
+            model.with_shared_limits(Arc::new(RedisModelLimits::new(store, &scope)))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    let calls = clients.iter().flat_map(|model| {
+        (0..calls_each).map(|i| {
+            let (model, prompt) = (model.clone(), prompt.clone());
+            async move {
+                let function = format!("f{i}");
+                model
+                    .generate::<Implementation>(
+                        Phase::Implement,
+                        Some(&function),
+                        &prompt,
+                        deadline,
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    futures::future::join_all(calls).await;
+}
+
+#[tokio::test]
+async fn four_clients_together_never_exceed_the_cluster_limit() {
+    let server = counting(usize::MAX);
+    four_clients(&server, 5, 15).await;
+    assert_eq!(server.calls(), 60);
+    assert_eq!(
+        server.peak(),
+        5,
+        "the cluster limit is 5 in all, not 5 per client"
+    );
+}
+
+#[tokio::test]
+async fn a_server_answering_429_slows_the_whole_cluster_and_no_call_fails() {
+    // The server takes 3 at once, the cluster allows 8: calls above 3 get 429s, which shrink
+    // the shared limit; every generation still succeeds (`max_attempts` is 1: a 429 counted as
+    // a failed attempt would fail it).
+    let server = counting(3);
+    four_clients(&server, 8, 10).await;
+    assert!(server.throttled() > 0, "never throttled");
+    assert!(server.peak() <= 8 + 1, "a 429 answered above the limit");
+    assert_eq!(server.calls() - server.throttled(), 40);
+}
+
+#[tokio::test]
+async fn presence_tells_whether_any_worker_can_generate() {
+    let store = redis_store();
+    let ttl = Duration::from_millis(500);
+    assert_eq!(
+        store.generators().await.unwrap().refusal(),
+        None,
+        "no worker: accepted"
+    );
+    store
+        .announce("w1", Some("model not configured"), ttl)
+        .await
+        .unwrap();
+    let refusal = store.generators().await.unwrap().refusal().unwrap();
+    assert!(refusal.contains("model not configured"), "{refusal}");
+    store
+        .announce("w2", None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.generators().await.unwrap().refusal(), None);
+    store.withdraw("w2").await.unwrap();
+    assert!(store.generators().await.unwrap().refusal().is_some());
+    // A worker that stops announcing drops out.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        store.generators().await.unwrap(),
+        store::Generators::default()
+    );
+}

@@ -1,0 +1,86 @@
+//! The model's limits held for the whole cluster: `model::SharedLimits` on Redis
+//! (`store::RedisLimits`), so `model.max_concurrency`, `requests_per_second` and
+//! `tokens_per_minute` bound every worker together, and a 429 slows all of them down.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use model::limits::{self, Admit, Meter, SharedLimits};
+use store::RedisLimits;
+use store::limits::{Decision, SlowDown};
+
+/// `model::SharedLimits` backed by Redis; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RedisModelLimits {
+    redis: RedisLimits,
+}
+
+impl RedisModelLimits {
+    /// The limits of `scope` (`model::Model::limits_scope`: one per endpoint and key).
+    pub fn new(store: store::RedisStore, scope: &str) -> Self {
+        let slow = SlowDown {
+            recovery: limits::RECOVERY,
+            debounce: limits::CUT_DEBOUNCE,
+            min_factor: limits::MIN_FACTOR,
+            default_pause: limits::DEFAULT_PAUSE,
+        };
+        Self {
+            redis: RedisLimits::new(store, scope, slow),
+        }
+    }
+}
+
+fn admit(decision: Decision) -> Admit {
+    match decision {
+        Decision::Granted => Admit::Granted,
+        Decision::Wait(wait) => Admit::Wait(wait),
+    }
+}
+
+#[async_trait]
+impl SharedLimits for RedisModelLimits {
+    async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Admit, String> {
+        self.redis
+            .lease(id, limit, ttl)
+            .await
+            .map(admit)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn release(&self, id: &str) -> Result<(), String> {
+        self.redis.release(id).await.map_err(|e| e.to_string())
+    }
+
+    async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), String> {
+        self.redis.renew(ids, ttl).await.map_err(|e| e.to_string())
+    }
+
+    async fn meter(
+        &self,
+        meter: Meter,
+        per_second: f64,
+        burst: f64,
+        cost: u64,
+        force: bool,
+    ) -> Result<Admit, String> {
+        self.redis
+            .meter(meter.as_str(), per_second, burst, cost, force)
+            .await
+            .map(admit)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn throttled(&self, retry_after: Option<Duration>) -> Result<(), String> {
+        let factor = self
+            .redis
+            .throttled(retry_after)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            factor,
+            ?retry_after,
+            "model throttled: the cluster's limits shrink"
+        );
+        Ok(())
+    }
+}
