@@ -1,11 +1,12 @@
 //! RabbitMQ through lapin.
 //!
-//! One connection per process with lapin's automatic recovery (connection, channels, topology,
-//! consumers, publisher confirms). A small supervisor makes the first connection with backoff
-//! and replaces a connection that lapin gave up on, so a process started while the broker is
-//! down simply waits for it. Given several nodes of one cluster, the supervisor tries them in
-//! turn and lapin's own recovery retries a lost node only a few times before the supervisor
-//! moves on to the next node, so losing a node costs seconds, not the whole backoff.
+//! One connection per process, kept up by a small supervisor: it connects with backoff, and a
+//! connection that fails stays failed and is replaced by a new one (on the next node, when
+//! `broker.url` lists several), on which every consumer subscribes again and every waiting
+//! publish is retried. lapin's own automatic recovery is not used: under load it was seen to
+//! stall in `Reconnecting` for minutes with its node back, and to revive a connection the
+//! supervisor had already abandoned, whose consumers then each held a prefetch of deliveries
+//! that nobody read. A connection that cannot come back cannot hold anything.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -167,7 +168,7 @@ impl Supervisor {
             }
             let url = &urls[next % urls.len()];
             next += 1;
-            match connect(url, urls.len() > 1, options, &broker.inner.topology).await {
+            match connect(url, options, &broker.inner.topology).await {
                 Ok(live) => {
                     tracing::info!(url = %redact(url), "connected to broker");
                     failed_in_round = 0;
@@ -175,8 +176,8 @@ impl Supervisor {
                     *broker.inner.last_error.lock().expect("poisoned") = None;
                     let live = Arc::new(live);
                     broker.inner.live.send_replace(Some(live.clone()));
-                    // lapin recovers from network failures itself; step in once it gives up or,
-                    // when other nodes could take over, once its node stayed away too long.
+                    // A failed connection stays failed (no automatic recovery): replace it. A
+                    // connection that is neither up nor failed for long is replaced as well.
                     let mut away_since: Option<Instant> = None;
                     loop {
                         tokio::select! {
@@ -199,14 +200,13 @@ impl Supervisor {
                             tracing::warn!("publisher channel closed by the broker; reconnecting");
                             break;
                         }
-                        if urls.len() > 1 {
-                            if status.connected() {
-                                away_since = None;
-                            } else if away_since.get_or_insert_with(Instant::now).elapsed()
-                                >= NODE_AWAY_BEFORE_FAILOVER
-                            {
-                                break;
-                            }
+                        if status.connected() {
+                            away_since = None;
+                        } else if away_since.get_or_insert_with(Instant::now).elapsed()
+                            >= CONNECTION_AWAY_LIMIT
+                        {
+                            tracing::warn!(url = %redact(url), "broker connection neither up nor failed; replacing it");
+                            break;
                         }
                     }
                     broker.inner.live.send_replace(None);
@@ -214,7 +214,7 @@ impl Supervisor {
                         let _ = live.connection.close(200, "shutdown".into()).await;
                         break;
                     }
-                    // Stop lapin's own recovery of the abandoned node; it may never answer.
+                    // Close what is left of it (nothing, once it failed); it may never answer.
                     let abandoned = live.clone();
                     tokio::spawn(async move {
                         let _ = tokio::time::timeout(
@@ -254,31 +254,12 @@ fn backoff(max_delay: Duration) -> ExponentialBuilder {
         .without_max_times()
 }
 
-/// Retries of a lost node by lapin's own recovery when other nodes could take over.
-const NODE_RETRIES_BEFORE_FAILOVER: usize = 3;
+/// How long a connection may be neither connected nor failed before the supervisor replaces it.
+const CONNECTION_AWAY_LIMIT: Duration = Duration::from_secs(3);
 
-/// How long a connection may stay in recovery before the supervisor moves to the next node.
-/// (lapin leaves a connection whose recovery ran out of retries in `Reconnecting` for good.)
-const NODE_AWAY_BEFORE_FAILOVER: Duration = Duration::from_secs(3);
-
-async fn connect(
-    url: &str,
-    failover: bool,
-    options: &Options,
-    topology: &Topology,
-) -> Result<Live, lapin::Error> {
-    let max_delay = options.reconnect_max_delay;
-    let properties = ConnectionProperties::default()
-        .with_connection_name("codegen-cluster".into())
-        .enable_auto_recover()
-        .configure_backoff(move |_| {
-            let delays = backoff(max_delay);
-            if failover {
-                delays.with_max_times(NODE_RETRIES_BEFORE_FAILOVER)
-            } else {
-                delays
-            }
-        });
+async fn connect(url: &str, options: &Options, topology: &Topology) -> Result<Live, lapin::Error> {
+    // No automatic recovery and no retry inside lapin: the supervisor owns both.
+    let properties = ConnectionProperties::default().with_connection_name("codegen-cluster".into());
     let connection = Connection::connect(url, properties).await?;
     let channel = connection.create_channel().await?;
     declare(&channel, options, topology).await?;
@@ -441,9 +422,9 @@ impl AmqpBroker {
                         Err(e) => {
                             self.set_error(e.to_string());
                             tracing::warn!(error = %e, message_id = %message.message_id, "publish failed; retrying");
-                            if live.publisher.wait_for_recovery(e).await.is_err() {
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                            }
+                            // A failed connection is replaced (`replaced` below ends the wait);
+                            // a nack or a return on a healthy one is retried after a pause.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
                             false
                         }
                     }
@@ -514,6 +495,7 @@ impl Broker for AmqpBroker {
                         tracing::warn!(error = %e, queue = %name, "cannot open consumer channel");
                         tokio::select! {
                             _ = cancel.cancelled() => break,
+                            _ = live_rx.changed() => continue,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                         }
                     }
@@ -532,6 +514,7 @@ impl Broker for AmqpBroker {
                         tracing::warn!(error = %e, queue = %name, "cannot start consuming");
                         tokio::select! {
                             _ = cancel.cancelled() => break,
+                            _ = live_rx.changed() => continue,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                         }
                     }
@@ -540,9 +523,6 @@ impl Broker for AmqpBroker {
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => {
-                            // Cancelled while the connection is down, the consumer comes back
-                            // with lapin's recovery: its channel is closed once recovered.
-                            let lost = !live.connection.status().connected();
                             let _ = channel
                                 .basic_cancel(consumer.tag(), BasicCancelOptions::default())
                                 .await;
@@ -558,18 +538,18 @@ impl Broker for AmqpBroker {
                                 }
                             })
                             .await;
-                            if lost || drained.is_err() {
-                                tracing::warn!(queue = %name, "consumer still open after cancel; closing its channel");
-                                close_when_recovered(channel.clone(), name.clone());
+                            if drained.is_err() {
+                                // Its channel stays open for the deliveries already handed out;
+                                // they are settled on it.
+                                tracing::debug!(queue = %name, "consumer still open after cancel");
                             }
                             tracing::info!(queue = %name, "stopped consuming");
                             break 'connection;
                         }
                         changed = live_rx.changed() => {
-                            // The supervisor gave up on this connection (lapin could not
-                            // recover it) and is making another: consume on that one. The old
-                            // consumer may never end on its own; its unacked deliveries go
-                            // back to the queue with its connection.
+                            // The supervisor replaced this connection: consume on the new one.
+                            // The old consumer may never end on its own; its unacked
+                            // deliveries go back to the queue with its connection.
                             let current = live_rx.borrow_and_update().clone();
                             let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &live));
                             if changed.is_err() {
@@ -598,16 +578,13 @@ impl Broker for AmqpBroker {
                                 }
                             }
                             Some(Err(e)) => {
+                                // The channel or its connection failed and stays failed: a new
+                                // channel (on a new connection, once the supervisor has one).
                                 tracing::warn!(error = %e, queue = %name, "consumer interrupted");
-                                if channel.wait_for_recovery(e).await.is_err() {
-                                    // A new channel and consumer follow; this one must not live
-                                    // on beside them holding deliveries nobody reads.
-                                    close_when_recovered(channel.clone(), name.clone());
-                                    continue 'connection;
-                                }
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                continue 'connection;
                             }
                             None => {
-                                close_when_recovered(channel.clone(), name.clone());
                                 tokio::time::sleep(Duration::from_millis(200)).await;
                                 continue 'connection;
                             }
@@ -641,34 +618,6 @@ impl Broker for AmqpBroker {
         }
     }
 }
-
-/// Closes a consumer channel this process has left, once it is usable again. A channel left
-/// while its connection was down is revived by lapin's recovery with its consumer, which then
-/// holds up to a prefetch of deliveries nobody reads, unacked for as long as the connection
-/// lives; a close sent while the connection is down does not stick either. The deliveries it
-/// had before the loss went back to the queue with the connection, so closing it once it is
-/// back costs nothing; a channel that never comes back has nothing to close.
-fn close_when_recovered(channel: Channel, queue: String) {
-    tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + ORPHAN_CLOSE_WAIT;
-        while !channel.status().connected() {
-            if tokio::time::Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep(ORPHAN_CLOSE_POLL).await;
-        }
-        // Recovery re-registers the consumer after the channel itself.
-        tokio::time::sleep(ORPHAN_CLOSE_POLL).await;
-        match channel.close(200, "consumer left".into()).await {
-            Ok(()) => tracing::info!(%queue, "closed a consumer channel this process had left"),
-            Err(e) => tracing::debug!(%queue, error = %e, "cannot close a left consumer channel"),
-        }
-    });
-}
-
-/// How long a left consumer channel is watched for its recovery, and how often.
-const ORPHAN_CLOSE_WAIT: Duration = Duration::from_secs(300);
-const ORPHAN_CLOSE_POLL: Duration = Duration::from_millis(500);
 
 async fn open_consumer_channel(live: &Live, prefetch: u16) -> Result<Channel, lapin::Error> {
     let channel = live.connection.create_channel().await?;

@@ -247,6 +247,19 @@ impl Cluster {
     /// Polls every job until it is final, through outages (a coordinator answering 503 while
     /// Redis is down, or not at all), up to `timeout`; the final answers, in order.
     pub async fn wait_jobs_through_outages(&self, ids: &[String], timeout: Duration) -> Vec<Value> {
+        match self.try_wait_jobs_through_outages(ids, timeout).await {
+            Ok(finals) => finals,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As `wait_jobs_through_outages`, but what was left unfinished is an error the caller
+    /// can add its own evidence to (process logs, the broker's state).
+    pub async fn try_wait_jobs_through_outages(
+        &self,
+        ids: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<Value>, String> {
         let deadline = Instant::now() + timeout;
         let mut finals: Vec<Option<Value>> = vec![None; ids.len()];
         loop {
@@ -275,17 +288,17 @@ impl Cluster {
                 .map(|(id, _)| id)
                 .collect();
             if left.is_empty() {
-                return finals.into_iter().flatten().collect();
+                return Ok(finals.into_iter().flatten().collect());
             }
             if Instant::now() > deadline {
                 let (_, sample) =
                     get_json(&self.http, &format!("{}/v1/jobs/{}", self.url(), left[0])).await;
-                panic!(
+                return Err(format!(
                     "{} of {} jobs not final after {timeout:?}, e.g. {}: {sample}",
                     left.len(),
                     ids.len(),
                     left[0]
-                );
+                ));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }

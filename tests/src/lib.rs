@@ -942,6 +942,51 @@ impl PrivateRabbit {
         }
     }
 
+    /// What the node says about its queues, channels and consumers (`rabbitmqctl`), for a
+    /// failure report.
+    pub fn state(&self) -> String {
+        let node = format!("rabbit-t{}@localhost", self.port);
+        let mut report = String::new();
+        for args in [
+            &[
+                "list_queues",
+                "name",
+                "messages_ready",
+                "messages_unacknowledged",
+                "consumers",
+            ][..],
+            &[
+                "list_channels",
+                "connection",
+                "number",
+                "consumer_count",
+                "messages_unacknowledged",
+                "prefetch_count",
+            ][..],
+            &[
+                "list_consumers",
+                "queue_name",
+                "channel_pid",
+                "prefetch_count",
+                "active",
+            ][..],
+        ] {
+            let output = Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl")
+                .env("HOME", self.dir.path().join("home"))
+                .args(["-n", &node, "-q"])
+                .args(args)
+                .output();
+            match output {
+                Ok(o) => {
+                    report.push_str(&String::from_utf8_lossy(&o.stdout));
+                    report.push_str(&String::from_utf8_lossy(&o.stderr));
+                }
+                Err(e) => report.push_str(&format!("rabbitmqctl: {e}\n")),
+            }
+        }
+        report
+    }
+
     /// Stops the node gracefully (SIGTERM to the Erlang VM) and waits for it to exit.
     pub fn stop(&mut self) {
         let Some(mut launcher) = self.launcher.take() else {

@@ -22,7 +22,7 @@ struct Rig {
     rabbit: Option<PrivateRabbit>,
     model: ModelServer,
     docker: DockerProxy,
-    _coordinator: Process,
+    coordinator: Process,
     workers: Vec<(Process, String)>,
     jobs: Vec<String>,
     submitted: Instant,
@@ -62,7 +62,7 @@ impl Rig {
             rabbit,
             model,
             docker,
-            _coordinator: coordinator,
+            coordinator,
             workers,
             jobs: ids,
             submitted,
@@ -86,10 +86,32 @@ impl Rig {
     /// Every job final, exactly once, succeeded and tested; no dead letter. Prints and
     /// returns the batch's time from submission.
     async fn finish(self, fault: &str, seconds: u64) -> Duration {
-        let finals = self
+        let finals = match self
             .cluster
-            .wait_jobs_through_outages(&self.jobs, Duration::from_secs(400))
-            .await;
+            .try_wait_jobs_through_outages(&self.jobs, Duration::from_secs(400))
+            .await
+        {
+            Ok(finals) => finals,
+            Err(e) => {
+                // Evidence for a stall: what each process last said, and the broker's view.
+                let tail = |text: String| -> String {
+                    let lines: Vec<&str> = text.lines().collect();
+                    lines[lines.len().saturating_sub(150)..].join("\n")
+                };
+                let mut report = format!("{fault}: {e}\n");
+                for (w, _) in &self.workers {
+                    report.push_str(&format!("--- {}\n{}\n", w.name, tail(w.log_text())));
+                }
+                report.push_str(&format!(
+                    "--- coordinator\n{}\n",
+                    tail(self.coordinator.log_text())
+                ));
+                if let Some(rabbit) = &self.rabbit {
+                    report.push_str(&format!("--- rabbitmq\n{}", rabbit.state()));
+                }
+                panic!("{report}");
+            }
+        };
         let elapsed = self.submitted.elapsed();
         let succeeded = finals
             .iter()
