@@ -34,6 +34,7 @@ async fn main() {
         .publish(Outgoing {
             message_id: "warmup".into(),
             body: vec![0],
+            lane: None,
         })
         .await
         .expect("broker reachable");
@@ -74,6 +75,7 @@ async fn main() {
                 .publish(Outgoing {
                     message_id: id,
                     body: vec![0; 64],
+                    lane: None,
                 })
                 .await
                 .expect("publish");

@@ -8,6 +8,7 @@
 //! supervisor had already abandoned, whose consumers then each held a prefetch of deliveries
 //! that nobody read. A connection that cannot come back cannot hold anything.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,8 @@ struct Inner {
 struct Live {
     connection: Connection,
     publisher: Channel,
+    /// Queues declared on this connection: the fixed ones, and tenants' lanes once first used.
+    declared: Mutex<HashSet<String>>,
 }
 
 /// Keeps the connection up; run it for as long as the handle is used.
@@ -102,6 +105,24 @@ impl AmqpBroker {
         }
     }
 
+    /// Declares `queue` (a tenant's lane) on `channel` unless this connection already has.
+    async fn ensure_declared(
+        &self,
+        live: &Live,
+        channel: &Channel,
+        queue: &str,
+    ) -> Result<(), lapin::Error> {
+        if live.declared.lock().expect("poisoned").contains(queue) {
+            return Ok(());
+        }
+        declare_lane(channel, &self.inner.options, &self.inner.topology, queue).await?;
+        live.declared
+            .lock()
+            .expect("poisoned")
+            .insert(queue.to_owned());
+        Ok(())
+    }
+
     async fn publish_once(
         &self,
         live: &Live,
@@ -109,6 +130,7 @@ impl AmqpBroker {
         message: &Outgoing,
         headers: &FieldTable,
     ) -> Result<(), lapin::Error> {
+        self.ensure_declared(live, &live.publisher, queue).await?;
         let properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.message_id.clone()))
             .with_content_type("application/msgpack".into())
@@ -266,9 +288,19 @@ async fn connect(url: &str, options: &Options, topology: &Topology) -> Result<Li
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
+    let declared = [
+        &topology.tasks,
+        &topology.executions,
+        &topology.events,
+        &topology.dead_letters,
+    ]
+    .into_iter()
+    .cloned()
+    .collect();
     Ok(Live {
         connection,
         publisher: channel,
+        declared: Mutex::new(declared),
     })
 }
 
@@ -315,7 +347,54 @@ async fn declare(
             FieldTable::default(),
         )
         .await?;
+    let task_args = work_queue_args(options, topology);
+    channel
+        .queue_declare(
+            ShortString::from(topology.tasks.clone()),
+            durable,
+            task_args.clone(),
+        )
+        .await?;
+    channel
+        .queue_declare(
+            ShortString::from(topology.executions.clone()),
+            durable,
+            task_args.clone(),
+        )
+        .await?;
+    // Events get the same guarantees: a poison event is dead-lettered, not looped on.
+    channel
+        .queue_declare(
+            ShortString::from(topology.events.clone()),
+            durable,
+            task_args,
+        )
+        .await?;
+    Ok(())
+}
 
+/// Declares a tenant's lane of a work queue, with the same arguments as the queue itself.
+async fn declare_lane(
+    channel: &Channel,
+    options: &Options,
+    topology: &Topology,
+    name: &str,
+) -> Result<(), lapin::Error> {
+    channel
+        .queue_declare(
+            ShortString::from(name.to_owned()),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            work_queue_args(options, topology),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The arguments of every work queue (tasks, executions, their lanes, events).
+fn work_queue_args(options: &Options, topology: &Topology) -> FieldTable {
     let mut task_args = FieldTable::default();
     task_args.insert(
         "x-queue-type".into(),
@@ -345,29 +424,7 @@ async fn declare(
         "x-overflow".into(),
         AMQPValue::LongString("reject-publish".into()),
     );
-    channel
-        .queue_declare(
-            ShortString::from(topology.tasks.clone()),
-            durable,
-            task_args.clone(),
-        )
-        .await?;
-    channel
-        .queue_declare(
-            ShortString::from(topology.executions.clone()),
-            durable,
-            task_args.clone(),
-        )
-        .await?;
-    // Events get the same guarantees: a poison event is dead-lettered, not looped on.
-    channel
-        .queue_declare(
-            ShortString::from(topology.events.clone()),
-            durable,
-            task_args,
-        )
-        .await?;
-    Ok(())
+    task_args
 }
 
 /// The URL without its password, for logs and `/readyz`.
@@ -451,12 +508,12 @@ impl AmqpBroker {
 #[async_trait]
 impl Broker for AmqpBroker {
     async fn publish(&self, message: Outgoing) -> Result<(), Error> {
-        let queue = self.inner.topology.tasks.clone();
+        let queue = Topology::lane(&self.inner.topology.tasks, message.lane.as_deref());
         self.publish_to(&queue, message).await
     }
 
     async fn publish_execution(&self, message: Outgoing) -> Result<(), Error> {
-        let queue = self.inner.topology.executions.clone();
+        let queue = Topology::lane(&self.inner.topology.executions, message.lane.as_deref());
         self.publish_to(&queue, message).await
     }
 
@@ -465,19 +522,21 @@ impl Broker for AmqpBroker {
         self.publish_to(&queue, message).await
     }
 
-    fn consume(
+    fn consume_lane(
         &self,
         queue: Queue,
+        lane: Option<String>,
         prefetch: u16,
         cancel: CancellationToken,
     ) -> BoxStream<'static, Delivery> {
         let (tx, rx) = mpsc::channel(usize::from(prefetch.max(1)));
         let broker = self.clone();
+        let topology = &broker.inner.topology;
         let name = match queue {
-            Queue::Tasks => broker.inner.topology.tasks.clone(),
-            Queue::Executions => broker.inner.topology.executions.clone(),
-            Queue::DeadLetters => broker.inner.topology.dead_letters.clone(),
-            Queue::Events => broker.inner.topology.events.clone(),
+            Queue::Tasks => Topology::lane(&topology.tasks, lane.as_deref()),
+            Queue::Executions => Topology::lane(&topology.executions, lane.as_deref()),
+            Queue::DeadLetters => topology.dead_letters.clone(),
+            Queue::Events => topology.events.clone(),
         };
         tokio::spawn(async move {
             let mut live_rx = broker.inner.live.subscribe();
@@ -500,6 +559,14 @@ impl Broker for AmqpBroker {
                         }
                     }
                 };
+                if let Err(e) = broker.ensure_declared(&live, &channel, &name).await {
+                    tracing::warn!(error = %e, queue = %name, "cannot declare the queue");
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = live_rx.changed() => continue,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
                 let mut consumer = match channel
                     .basic_consume(
                         ShortString::from(name.clone()),
@@ -705,9 +772,11 @@ impl LapinAcker {
     /// Publishes a copy of the message to `queue` with `headers`, confirmed, then acks the
     /// original. If the copy cannot be published, the original goes back to its queue.
     async fn move_to(&self, queue: &str, headers: FieldTable) -> Result<bool, lapin::Error> {
+        // Straight to the queue it came from (its lane included).
         let message = Outgoing {
             message_id: self.republish.message_id.clone(),
             body: self.republish.body.clone(),
+            lane: None,
         };
         if let Err(e) = self
             .republish

@@ -78,7 +78,7 @@ impl Default for Options {
 }
 
 /// Which queue to consume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Queue {
     /// Pipeline tasks (plan, implement, integrate).
     Tasks,
@@ -90,11 +90,14 @@ pub enum Queue {
 }
 
 /// A message to publish on the task queue.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Outgoing {
     /// Carried as the AMQP `message-id`, so even an undecodable body can be traced to its task.
     pub message_id: String,
     pub body: Vec<u8>,
+    /// The tenant whose lane of the tasks or executions queue it goes to (`None`: work of no
+    /// tenant; ignored for events).
+    pub lane: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -262,6 +265,18 @@ pub trait Broker: Send + Sync + 'static {
     fn consume(
         &self,
         queue: Queue,
+        prefetch: u16,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, Delivery> {
+        self.consume_lane(queue, None, prefetch, cancel)
+    }
+
+    /// [`Broker::consume`] for one tenant's lane of the tasks or executions queue
+    /// (`proto::queues::Topology::lane`); `None` is the lane of work of no tenant.
+    fn consume_lane(
+        &self,
+        queue: Queue,
+        lane: Option<String>,
         prefetch: u16,
         cancel: CancellationToken,
     ) -> BoxStream<'static, Delivery>;

@@ -2,7 +2,7 @@
 //! the system relies on: unsettled messages are redelivered, every return counts towards the
 //! delivery limit, and a message past the limit or rejected goes to the dead-letter queue.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -21,12 +21,12 @@ struct Message {
     death_reason: Option<String>,
 }
 
+/// A queue and, for tasks and executions, a tenant's lane of it.
+type Key = (Queue, Option<String>);
+
 #[derive(Debug, Default)]
 struct State {
-    tasks: VecDeque<Message>,
-    executions: VecDeque<Message>,
-    dead: VecDeque<Message>,
-    events: VecDeque<Message>,
+    queues: HashMap<Key, VecDeque<Message>>,
     down: Option<String>,
 }
 
@@ -57,21 +57,21 @@ impl MemoryBroker {
         self.notify.notify_waiters();
     }
 
-    /// Messages waiting in `queue` (not counting those handed out).
+    /// Messages waiting in `queue`, every lane of it (not counting those handed out).
     pub fn len(&self, queue: Queue) -> usize {
         let state = self.state.lock().expect("poisoned");
-        match queue {
-            Queue::Tasks => state.tasks.len(),
-            Queue::Executions => state.executions.len(),
-            Queue::DeadLetters => state.dead.len(),
-            Queue::Events => state.events.len(),
-        }
+        state
+            .queues
+            .iter()
+            .filter(|((q, _), _)| *q == queue)
+            .map(|(_, messages)| messages.len())
+            .sum()
     }
 
     /// Puts raw bytes on the task queue, as a misbehaving producer would.
     pub fn inject(&self, message_id: &str, body: Vec<u8>) {
         self.push(
-            Queue::Tasks,
+            (Queue::Tasks, None),
             Message {
                 message_id: message_id.into(),
                 body,
@@ -81,25 +81,27 @@ impl MemoryBroker {
         );
     }
 
-    fn push(&self, queue: Queue, message: Message) {
-        {
-            let mut state = self.state.lock().expect("poisoned");
-            match queue {
-                Queue::Tasks => state.tasks.push_back(message),
-                Queue::Executions => state.executions.push_back(message),
-                Queue::DeadLetters => state.dead.push_back(message),
-                Queue::Events => state.events.push_back(message),
-            }
-        }
+    fn push(&self, key: Key, message: Message) {
+        self.state
+            .lock()
+            .expect("poisoned")
+            .queues
+            .entry(key)
+            .or_default()
+            .push_back(message);
         self.notify.notify_waiters();
     }
 
     fn publish_on(&self, queue: Queue, message: Outgoing) -> Result<(), Error> {
+        let lane = match queue {
+            Queue::Tasks | Queue::Executions => message.lane,
+            Queue::DeadLetters | Queue::Events => None,
+        };
         if let Some(reason) = &self.state.lock().expect("poisoned").down {
             return Err(Error::Unavailable(reason.clone()));
         }
         self.push(
-            queue,
+            (queue, lane),
             Message {
                 message_id: message.message_id,
                 body: message.body,
@@ -110,23 +112,18 @@ impl MemoryBroker {
         Ok(())
     }
 
-    fn pop(&self, queue: Queue) -> Option<Message> {
+    fn pop(&self, key: &Key) -> Option<Message> {
         let mut state = self.state.lock().expect("poisoned");
         if state.down.is_some() {
             return None;
         }
-        match queue {
-            Queue::Tasks => state.tasks.pop_front(),
-            Queue::Executions => state.executions.pop_front(),
-            Queue::DeadLetters => state.dead.pop_front(),
-            Queue::Events => state.events.pop_front(),
-        }
+        state.queues.get_mut(key)?.pop_front()
     }
 }
 
 struct MemoryAcker {
     broker: MemoryBroker,
-    queue: Queue,
+    key: Key,
     message: Message,
 }
 
@@ -138,23 +135,23 @@ impl Acker for MemoryAcker {
             Settle::Ack => {}
             Settle::DeadLetter => {
                 message.death_reason = Some("rejected".into());
-                self.broker.push(Queue::DeadLetters, message);
+                self.broker.push((Queue::DeadLetters, None), message);
             }
             Settle::DeadLetterLimit => {
                 message.death_reason = Some("delivery_limit".into());
-                self.broker.push(Queue::DeadLetters, message);
+                self.broker.push((Queue::DeadLetters, None), message);
             }
             // Back at the end of the queue with the count it had: not one more return.
-            Settle::HandBack => self.broker.push(self.queue, message),
+            Settle::HandBack => self.broker.push(self.key.clone(), message),
             Settle::Requeue => {
                 message.delivery_count += 1;
-                if self.queue != Queue::DeadLetters
+                if self.key.0 != Queue::DeadLetters
                     && message.delivery_count > self.broker.delivery_limit
                 {
                     message.death_reason = Some("delivery_limit".into());
-                    self.broker.push(Queue::DeadLetters, message);
+                    self.broker.push((Queue::DeadLetters, None), message);
                 } else {
-                    self.broker.push(self.queue, message);
+                    self.broker.push(self.key.clone(), message);
                 }
             }
         }
@@ -176,21 +173,23 @@ impl Broker for MemoryBroker {
         self.publish_on(Queue::Events, message)
     }
 
-    fn consume(
+    fn consume_lane(
         &self,
         queue: Queue,
+        lane: Option<String>,
         _prefetch: u16,
         cancel: CancellationToken,
     ) -> BoxStream<'static, Delivery> {
         let broker = self.clone();
-        futures::stream::unfold((broker, cancel), move |(broker, cancel)| async move {
+        let key: Key = (queue, lane);
+        futures::stream::unfold((broker, cancel, key), |(broker, cancel, key)| async move {
             let notify = broker.notify.clone();
             loop {
                 let notified = notify.notified();
                 if cancel.is_cancelled() {
                     return None;
                 }
-                if let Some(message) = broker.pop(queue) {
+                if let Some(message) = broker.pop(&key) {
                     let delivery = Delivery::new(
                         message.body.clone(),
                         Some(message.message_id.clone()),
@@ -199,11 +198,11 @@ impl Broker for MemoryBroker {
                         message.death_reason.clone(),
                         Box::new(MemoryAcker {
                             broker: broker.clone(),
-                            queue,
+                            key: key.clone(),
                             message,
                         }),
                     );
-                    return Some((delivery, (broker, cancel)));
+                    return Some((delivery, (broker, cancel, key)));
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => return None,
@@ -230,6 +229,7 @@ mod tests {
         Outgoing {
             message_id: id.into(),
             body: id.as_bytes().to_vec(),
+            lane: None,
         }
     }
 

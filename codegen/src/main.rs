@@ -153,6 +153,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
         &registry,
     )?
     .with_cache(Arc::new(store.clone()), model::identity(&settings.model))
+    .with_tenants(Arc::new(store.clone()))
     .with_presence(Arc::new(store));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await
@@ -293,6 +294,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     }
     let id = format!("{}-{}", hostname(), std::process::id());
     let presence = store.clone();
+    let tenants = store.clone();
     let worker = worker::Worker::build(
         settings.worker.clone(),
         Arc::new(broker),
@@ -302,7 +304,8 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     )?
     .with_pipeline(pipeline)
     .with_gate(gate)
-    .with_presence(Arc::new(presence), id);
+    .with_presence(Arc::new(presence), id)
+    .with_tenants(Arc::new(tenants));
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;

@@ -492,6 +492,7 @@ pub(crate) async fn enqueue(
         .publish_execution(Outgoing {
             message_id: id.to_string(),
             body: envelope.encode(),
+            lane: tenant.0.clone(),
         })
         .await;
     if let Err(e) = published {

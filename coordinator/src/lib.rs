@@ -25,6 +25,7 @@ mod jobs;
 mod metrics;
 mod pipeline;
 pub mod planning;
+pub mod tenants;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use api::{ApiDoc, openapi_document, router, routes};
 pub use metrics::Metrics;
+pub use tenants::TenantOptions;
 
 /// Coordinator settings (`[coordinator]` in `codegen.toml`, `CODEGEN__COORDINATOR__*`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,6 +95,9 @@ pub struct Options {
     /// goes back to its queue; it is not counted towards the delivery limit either way.
     #[serde(with = "humantime_serde")]
     pub outage_wait: Duration,
+    /// Settings per tenant (`coordinator.tenants.<name>.weight`); a tenant with an API key and
+    /// no entry here has the defaults.
+    pub tenants: std::collections::BTreeMap<String, TenantOptions>,
 }
 
 impl Options {
@@ -133,6 +138,7 @@ impl Default for Options {
             drain_timeout: Duration::from_secs(30),
             job_deadline: Duration::from_secs(6 * 3600),
             outage_wait: Duration::from_secs(300),
+            tenants: Default::default(),
         }
     }
 }
@@ -160,6 +166,8 @@ pub struct Coordinator {
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
     /// Whether any worker can generate (jobs are refused while none can).
     pub(crate) generators: Option<Arc<generators::Generators>>,
+    /// Where the tenants are registered for the workers.
+    pub(crate) tenants: Option<Arc<dyn store::Tenants>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -188,6 +196,7 @@ impl Coordinator {
                 "default_memory_mb is outside min_memory_mb..=max_memory_mb".into(),
             ));
         }
+        options.check_tenants()?;
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         Ok(Self {
             options: Arc::new(options),
@@ -197,7 +206,14 @@ impl Coordinator {
             metrics,
             cache: None,
             generators: None,
+            tenants: None,
         })
+    }
+
+    /// Registers this coordinator's tenants for the workers (see [`tenants`]) while it runs.
+    pub fn with_tenants(mut self, register: Arc<dyn store::Tenants>) -> Self {
+        self.tenants = Some(register);
+        self
     }
 
     /// Refuses jobs (503, naming why) while workers are alive and none can generate.
@@ -229,6 +245,13 @@ impl Coordinator {
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
         let events = tokio::spawn(self.clone().consume_events(cancel.clone()));
         let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
+        if let Some(register) = self.tenants.clone() {
+            tokio::spawn(tenants::register(
+                register,
+                self.options.weights(),
+                cancel.clone(),
+            ));
+        }
         let app = router(self.clone()).merge(ops);
         let drain = self.options.drain_timeout;
         let served = telemetry::serve(listener, app, cancel.clone());

@@ -80,11 +80,12 @@ impl Coordinator {
         tenant: Option<String>,
     ) -> Result<(), broker::Error> {
         let id = TaskId::new();
-        let envelope = Envelope::new(id, tenant, now_ms(), task);
+        let envelope = Envelope::new(id, tenant.clone(), now_ms(), task);
         self.broker
             .publish(Outgoing {
                 message_id: id.to_string(),
                 body: envelope.encode(),
+                lane: tenant,
             })
             .await
     }

@@ -89,11 +89,26 @@ def check(label, values):
             out = subprocess.run([binary, "config", "--config", f.name], capture_output=True, text=True)
             assert out.returncode == 0, (label, out.stderr)
             assert "rabbitmq-2" in out.stdout, out.stdout
-    if merge(helm.Chart.load(CHART).values, values)["keda"]["enabled"]:
+    keda = merge(helm.Chart.load(CHART).values, values)["keda"]
+    if keda["enabled"]:
         scaled = by_kind(objects, "ScaledObject")
         assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
         queues = {t["metadata"]["queueName"] for t in scaled["spec"]["triggers"]}
-        assert queues == {"codegen.tasks", "codegen.executions"}, queues
+        if keda["protocol"] == "http":
+            # One regex per queue, matching the queue and every tenant's lane of it.
+            import re
+            assert len(queues) == 2, queues
+            for queue in ("tasks", "executions"):
+                pattern = next(q for q in queues if queue in q)
+                for name in (f"codegen.{queue}", f"codegen.{queue}.tenant.acme"):
+                    assert re.fullmatch(pattern, name), (pattern, name)
+                assert not re.fullmatch(pattern, "codegen.tasks.dead"), pattern
+            assert all(t["metadata"]["useRegex"] == "true" and t["metadata"]["operation"] == "sum"
+                       for t in scaled["spec"]["triggers"])
+        else:
+            lanes = [""] + [f".tenant.{t}" for t in keda["tenants"]]
+            expected = {f"codegen.{q}{lane}" for q in ("tasks", "executions") for lane in lanes}
+            assert queues == expected, queues
         assert all(t["metadata"]["mode"] == "QueueLength" for t in scaled["spec"]["triggers"])
         assert "replicas" not in worker["spec"], "KEDA owns the replica count"
     print(f"{label}: {len(objects)} objects valid ({', '.join(kinds)})")
@@ -106,6 +121,8 @@ def main():
     print(f"helm lint (strict): {report.get('total_charts_linted')} chart, no warnings")
     check("defaults (dind, KEDA)", BASE)
     check("host socket, no KEDA", merge(BASE, {"worker": {"docker": "hostSocket"}, "keda": {"enabled": False}}))
+    check("KEDA per tenant lane (amqp)", merge(BASE, {"keda": {"tenants": ["acme", "globex"]}}))
+    check("KEDA over every lane (http)", merge(BASE, {"keda": {"protocol": "http"}}))
     check("API keys, registry", merge(BASE, {
         "secrets": {"apiKeys": {"acme": "k1", "globex": "k2"}, "modelApiKey": "m"},
         "worker": {"sandboxImages": {"registry": "registry.internal/codegen/"}},

@@ -28,6 +28,7 @@ pub mod record;
 pub mod schema;
 pub mod scripted;
 pub mod server;
+pub mod turnstile;
 
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ pub use client::{Generated, Model};
 pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};
+pub use turnstile::{Lane, with_lane};
 
 /// What the model is being asked to do; metric label, script key and prompt template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

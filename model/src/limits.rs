@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use crate::turnstile::Turnstile;
 use tokio::time::Instant;
 
 /// How long after a 429 the shared limits take to grow back from half to whole.
@@ -117,6 +119,8 @@ enum Scope {
 }
 
 struct Local {
+    /// Who waits for the semaphore next: by tenant and weight ([`crate::turnstile`]).
+    turn: Turnstile,
     concurrency: Semaphore,
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
@@ -126,8 +130,9 @@ struct Local {
 struct Shared {
     store: Arc<dyn SharedLimits>,
     config: Config,
-    /// One task per process asks the store at a time; the others queue here in order.
-    turn: Mutex<()>,
+    /// One task per process asks the store at a time; the others queue here, by tenant and
+    /// weight ([`crate::turnstile`]).
+    turn: Turnstile,
     /// The leases this process holds, renewed every [`LEASE_RENEWAL`].
     held: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -193,6 +198,7 @@ impl Limits {
             .map(|tpm| (RateLimiter::direct(Quota::per_minute(tpm)), tpm));
         Self {
             scope: Arc::new(Scope::Local(Local {
+                turn: Turnstile::default(),
                 concurrency: Semaphore::new(config.max_concurrency.max(1) as usize),
                 requests,
                 tokens,
@@ -208,7 +214,7 @@ impl Limits {
         let scope = Arc::new(Scope::Shared(Shared {
             store: store.clone(),
             config,
-            turn: Mutex::new(()),
+            turn: Turnstile::default(),
             held: held.clone(),
         }));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -306,7 +312,10 @@ impl Local {
                 _ => break,
             }
         }
-        let permit = self.concurrency.acquire().await.ok();
+        let permit = {
+            let _turn = self.turn.enter().await;
+            self.concurrency.acquire().await.ok()
+        };
         if let Some(requests) = &self.requests {
             requests.until_ready().await;
         }
@@ -331,7 +340,7 @@ impl Shared {
     }
 
     async fn admit(&self, tokens: u64) -> Permit<'_> {
-        let _turn = self.turn.lock().await;
+        let _turn = self.turn.enter().await;
         let id = format!("{:016x}", rand::random::<u64>());
         let limit = self.config.max_concurrency.max(1);
         self.until_granted("lease", || self.store.lease(&id, limit, LEASE_TTL))

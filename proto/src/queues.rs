@@ -27,6 +27,16 @@ impl Topology {
             events: format!("{prefix}.events"),
         }
     }
+
+    /// The queue of a tenant's share of a work queue (`tasks` or `executions`): each tenant's
+    /// work waits in a queue of its own, so workers can take it by weight rather than by
+    /// arrival. Work of no tenant (an open API) stays in `work` itself.
+    pub fn lane(work: &str, tenant: Option<&str>) -> String {
+        match tenant {
+            Some(tenant) => format!("{work}.tenant.{tenant}"),
+            None => work.to_owned(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -40,5 +50,12 @@ mod tests {
         assert_eq!(t.dead_letter_exchange, "codegen.dlx");
         assert_eq!(t.dead_letters, "codegen.tasks.dead");
         assert_ne!(Topology::new("a").tasks, Topology::new("b").tasks);
+        // A tenant named like another queue's suffix cannot land in that queue.
+        assert_eq!(
+            Topology::lane(&t.tasks, Some("dead")),
+            "codegen.tasks.tenant.dead"
+        );
+        assert_ne!(Topology::lane(&t.tasks, Some("dead")), t.dead_letters);
+        assert_eq!(Topology::lane(&t.executions, None), t.executions);
     }
 }

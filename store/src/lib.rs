@@ -18,6 +18,7 @@ pub mod limits;
 pub mod memory;
 pub mod presence;
 pub mod redis;
+pub mod tenants;
 
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
 pub use limits::RedisLimits;
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};
+pub use tenants::{MemoryTenants, Tenants};
 
 /// Store settings (`[store]` in `codegen.toml`, `CODEGEN__STORE__*` in the environment).
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ fn message(id: &str) -> Outgoing {
     Outgoing {
         message_id: id.into(),
         body: id.as_bytes().to_vec(),
+        lane: None,
     }
 }
 

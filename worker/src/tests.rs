@@ -49,6 +49,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
         Outgoing {
             message_id: id.to_string(),
             body: envelope.encode(),
+            lane: None,
         },
     )
 }
@@ -385,6 +386,7 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
         .publish(Outgoing {
             message_id: "plan".into(),
             body: plan.encode(),
+            lane: None,
         })
         .await
         .unwrap();

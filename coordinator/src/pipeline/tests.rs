@@ -63,6 +63,7 @@ async fn event(c: &Coordinator, broker: &MemoryBroker, event: Event) {
         .publish_event(Outgoing {
             message_id: event.job_id().to_string(),
             body: event.encode(),
+            lane: None,
         })
         .await
         .unwrap();

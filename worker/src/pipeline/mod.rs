@@ -246,6 +246,7 @@ impl Pipeline {
             .publish_event(Outgoing {
                 message_id: event.job_id().to_string(),
                 body: event.encode(),
+                lane: None,
             })
             .await
             .map_err(|e| Error::Retry {

@@ -1,0 +1,204 @@
+//! Tenants share the workers by weight, not by arrival (real RabbitMQ, Redis, Docker and
+//! processes; a scripted FAKE model server): a tenant's single job does not wait behind another
+//! tenant's batch, and two saturating tenants of weights 3 and 1 get their work started 3:1.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::Cluster;
+use tests::faults::{ModelServer, distinct_job, distinct_jobs_script};
+
+async fn post(cluster: &Cluster, path: &str, key: &str, body: Value) -> (u16, Value) {
+    let response = cluster
+        .http
+        .post(format!("{}{path}", cluster.url()))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+async fn job_status(cluster: &Cluster, id: &str, key: &str) -> String {
+    let response = cluster
+        .http
+        .get(format!("{}/v1/jobs/{id}", cluster.url()))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    body["status"].as_str().unwrap_or_default().to_owned()
+}
+
+fn is_final(status: &str) -> bool {
+    status == "succeeded" || status == "failed"
+}
+
+/// Waits until `worker` consumes the lanes of `tenants` in both queues.
+async fn lanes_ready(worker: &tests::Process, tenants: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = worker.log_text();
+        let ready = tenants.iter().all(|t| {
+            log.lines()
+                .filter(|l| {
+                    l.contains("consuming a tenant's lane") && l.contains(&format!("tenant={t}"))
+                })
+                .count()
+                >= 2
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no lanes for {tenants:?}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_job_does_not_wait_behind_another_tenants_batch() {
+    const BULK: usize = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServer::start(&distinct_jobs_script(dir.path(), BULK + 1, 200), dir.path());
+    let cluster = Cluster::new()
+        .use_model(&model)
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__BULK", "key-bulk")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__SOLO", "key-solo")
+        .with_env("CODEGEN__WORKER__CONCURRENCY", "2");
+    let _coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker-1").await;
+    lanes_ready(&worker, &["bulk", "solo"]).await;
+
+    let lines: Vec<String> = (0..BULK)
+        .map(|i| json!({"instruction": distinct_job(i)}).to_string())
+        .collect();
+    let response = cluster
+        .http
+        .post(format!("{}/v1/batches", cluster.url()))
+        .bearer_auth("key-bulk")
+        .header("content-type", "application/x-ndjson")
+        .body(lines.join("\n"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    let batch: Value = response.json().await.unwrap();
+    let bulk: Vec<String> = batch["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(bulk.len(), BULK);
+    // Let the batch's plans fill the queue and the worker's slots first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = post(
+        &cluster,
+        "/v1/jobs",
+        "key-solo",
+        json!({"instruction": distinct_job(BULK)}),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let solo = body["job_id"].as_str().unwrap().to_owned();
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let status = job_status(&cluster, &solo, "key-solo").await;
+        if is_final(&status) {
+            assert_eq!(status, "succeeded");
+            break;
+        }
+        assert!(Instant::now() < deadline, "solo's job never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Taken in arrival order, solo's job would finish after the whole batch (every plan and
+    // function of it was queued first); by weight it finishes while most of the batch waits.
+    let mut bulk_done = 0;
+    for id in &bulk {
+        if is_final(&job_status(&cluster, id, "key-bulk").await) {
+            bulk_done += 1;
+        }
+    }
+    assert!(
+        bulk_done <= BULK / 3,
+        "{bulk_done} of the {BULK} bulk jobs had finished before solo's single job"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saturating_tenants_get_executions_started_by_weight() {
+    const HEAVY: usize = 300;
+    const LIGHT: usize = 100;
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__HEAVY", "key-heavy")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__LIGHT", "key-light")
+        .with_env("CODEGEN__COORDINATOR__TENANTS__HEAVY__WEIGHT", "3")
+        .with_env("CODEGEN__COORDINATOR__WAIT", "120s")
+        .with_env("CODEGEN__WORKER__EXECUTION_CONCURRENCY", "2");
+    let _coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker-1").await;
+    lanes_ready(&worker, &["heavy", "light"]).await;
+
+    // Each program prints when it started (the containers share the host's clock).
+    let batch = |n: usize| {
+        let items: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"id": i.to_string(), "language": "python",
+                       "code": "import time\nprint(repr(time.time()))\ntime.sleep(0.03)"})
+            })
+            .collect();
+        json!({ "items": items })
+    };
+    let (heavy, light) = tokio::join!(
+        post(&cluster, "/v1/executions/batch", "key-heavy", batch(HEAVY)),
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            post(&cluster, "/v1/executions/batch", "key-light", batch(LIGHT)).await
+        }
+    );
+    let starts = |(status, body): &(u16, Value), n: usize| -> Vec<f64> {
+        assert_eq!(*status, 200, "{body}");
+        let results = body["results"].as_array().unwrap();
+        assert_eq!(results.len(), n);
+        results
+            .iter()
+            .map(|r| {
+                assert_eq!(r["status"], "passed", "{r}");
+                r["stdout"].as_str().unwrap().trim().parse::<f64>().unwrap()
+            })
+            .collect()
+    };
+    let heavy = starts(&heavy, HEAVY);
+    let light = starts(&light, LIGHT);
+    // From light's first start on, both tenants have work waiting until heavy's runs out
+    // (at 3:1, after about 4 × LIGHT starts): count the first 2 × LIGHT starts.
+    let from = light.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut window: Vec<(f64, bool)> = heavy
+        .iter()
+        .map(|&t| (t, true))
+        .chain(light.iter().map(|&t| (t, false)))
+        .filter(|&(t, _)| t >= from)
+        .collect();
+    window.sort_by(|a, b| a.0.total_cmp(&b.0));
+    window.truncate(2 * LIGHT);
+    let heavy_starts = window.iter().filter(|(_, h)| *h).count();
+    let light_starts = window.len() - heavy_starts;
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = heavy_starts as f64 / light_starts.max(1) as f64;
+    println!("FAIRNESS weights=3:1 starts={heavy_starts}:{light_starts} ratio={ratio:.2}");
+    assert!(
+        (2.7..=3.3).contains(&ratio),
+        "weights 3:1 started {heavy_starts}:{light_starts} ({ratio:.2})"
+    );
+}
