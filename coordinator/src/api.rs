@@ -84,6 +84,11 @@ pub fn router(coordinator: Coordinator) -> Router {
     let mut router = api
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(DefaultBodyLimit::max(coordinator.options.max_body_bytes))
+        // Layers run last-added first: the key, then the tenant's rate.
+        .layer(middleware::from_fn_with_state(
+            coordinator.clone(),
+            crate::quotas::rate_limit,
+        ))
         .layer(middleware::from_fn_with_state(
             coordinator.clone(),
             crate::auth::authenticate,
@@ -269,6 +274,28 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     if let Value::Object(properties) = &mut schemas["ExecutionSubmission"]["properties"] {
         properties.remove("id");
     }
+    // Every route that takes an API key is subject to its tenant's request rate.
+    if let Value::Object(paths) = &mut doc["paths"] {
+        for (path, item) in paths.iter_mut() {
+            if OPEN_ROUTES.contains(&path.as_str()) {
+                continue;
+            }
+            if let Value::Object(operations) = item {
+                let methods = ["get", "post", "put", "delete", "patch"];
+                for (_, operation) in operations
+                    .iter_mut()
+                    .filter(|(method, _)| methods.contains(&method.as_str()))
+                {
+                    operation["responses"]["429"] = json!({
+                        "description": "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`): nothing was done; retry after `Retry-After` seconds.",
+                        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                    });
+                }
+            }
+        }
+    }
+    let schemas = &mut doc["components"]["schemas"];
     let run_code = &mut schemas["RunCodeRequest"]["properties"];
     limit(
         &mut run_code["language"],

@@ -25,6 +25,7 @@ mod jobs;
 mod metrics;
 mod pipeline;
 pub mod planning;
+mod quotas;
 pub mod tenants;
 
 use std::sync::Arc;
@@ -37,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use api::{ApiDoc, openapi_document, router, routes};
 pub use metrics::Metrics;
-pub use tenants::TenantOptions;
+pub use tenants::{TenantLimits, TenantOptions};
 
 /// Coordinator settings (`[coordinator]` in `codegen.toml`, `CODEGEN__COORDINATOR__*`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,6 +99,8 @@ pub struct Options {
     /// Settings per tenant (`coordinator.tenants.<name>.weight`); a tenant with an API key and
     /// no entry here has the defaults.
     pub tenants: std::collections::BTreeMap<String, TenantOptions>,
+    /// Every tenant's settings where `tenants.<name>` leaves one out.
+    pub tenant_defaults: TenantOptions,
 }
 
 impl Options {
@@ -139,6 +142,7 @@ impl Default for Options {
             job_deadline: Duration::from_secs(6 * 3600),
             outage_wait: Duration::from_secs(300),
             tenants: Default::default(),
+            tenant_defaults: TenantOptions::default(),
         }
     }
 }
@@ -168,6 +172,8 @@ pub struct Coordinator {
     pub(crate) generators: Option<Arc<generators::Generators>>,
     /// Where the tenants are registered for the workers.
     pub(crate) tenants: Option<Arc<dyn store::Tenants>>,
+    /// Where tenants' request rates are metered (cluster-wide); without it, no rate limits.
+    pub(crate) meters: Option<Arc<dyn store::Meters>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -207,7 +213,15 @@ impl Coordinator {
             cache: None,
             generators: None,
             tenants: None,
+            meters: None,
         })
+    }
+
+    /// Enforces the tenants' request rates (`requests_per_second`) across every coordinator
+    /// sharing `meters`.
+    pub fn with_meters(mut self, meters: Arc<dyn store::Meters>) -> Self {
+        self.meters = Some(meters);
+        self
     }
 
     /// Registers this coordinator's tenants for the workers (see [`tenants`]) while it runs.

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
-pub use limits::RedisLimits;
+pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};
 pub use tenants::{MemoryTenants, Tenants};

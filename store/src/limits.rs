@@ -245,3 +245,41 @@ impl RedisLimits {
             .map_err(crate::redis::backend)
     }
 }
+
+/// Rate meters of any scope (e.g. a tenant's API requests), one GCRA script per decision.
+#[async_trait::async_trait]
+pub trait Meters: Send + Sync + 'static {
+    /// Takes `cost` units of `meter` in `scope` at `per_second`, with bursts of up to `burst`.
+    async fn take(
+        &self,
+        scope: &str,
+        meter: &str,
+        per_second: f64,
+        burst: f64,
+        cost: u64,
+    ) -> Result<Decision, Error>;
+}
+
+/// No slow-down: a tenant's own meters are never throttled by a provider.
+const NO_SLOW_DOWN: SlowDown = SlowDown {
+    recovery: Duration::from_secs(1),
+    debounce: Duration::from_secs(1),
+    min_factor: 1.0,
+    default_pause: Duration::from_millis(1),
+};
+
+#[async_trait::async_trait]
+impl Meters for RedisStore {
+    async fn take(
+        &self,
+        scope: &str,
+        meter: &str,
+        per_second: f64,
+        burst: f64,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        RedisLimits::new(self.clone(), scope, NO_SLOW_DOWN)
+            .meter(meter, per_second, burst, cost, false)
+            .await
+    }
+}
