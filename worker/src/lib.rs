@@ -194,11 +194,12 @@ impl Worker {
         slots: u16,
         session: &CancellationToken,
     ) {
-        // Each lane holds up to `slots` waiting besides what runs, so that when a slot frees
-        // every lane with work has a delivery here to choose from: with only `slots`, a lane
-        // whose deliveries all run has nothing here until its next one arrives, and the slot
-        // goes to whichever other lane has (weights 3:1 came out 1.7:1).
-        let prefetch = slots.saturating_mul(2);
+        // Each lane holds a few deliveries waiting besides what runs, so that when a slot
+        // frees every lane with work has a delivery here to choose from: with only `slots`, a
+        // lane whose deliveries all run has nothing here until its next one arrives, and the
+        // slot goes to whichever other lane has (weights 3:1 came out 1.7:1). Few, because
+        // what waits here cannot go to another worker.
+        let prefetch = slots.saturating_add(slots.min(LANE_BUFFER));
         if !fair.has(None) {
             fair.add(
                 None,
@@ -823,6 +824,8 @@ const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 const OWN_FAILURE_PAUSE: Duration = Duration::from_millis(500);
 const OWN_FAILURES_BEFORE_REQUEUE: u32 = 2;
 /// A worker announces itself this often, and counts as gone this long after its last word.
+/// Deliveries each lane may hold waiting beyond the queue's slots (see `add_lanes`).
+const LANE_BUFFER: u16 = 8;
 /// How often a worker looks for tenants it has no lane for yet (a tenant added to a
 /// coordinator's configuration is served within this long).
 pub const TENANTS_REFRESH: Duration = Duration::from_secs(5);
