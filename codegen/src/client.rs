@@ -37,6 +37,10 @@ pub struct ExecArgs {
     /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
     #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Sent as `Idempotency-Key`: a retry with the same key and arguments creates nothing new
+    /// and gets the first answer.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
     /// Print the whole result as JSON instead of the program's output.
     #[arg(long)]
     pub json: bool,
@@ -81,7 +85,10 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
     };
     let api = Api::new(&args.url, args.api_key.as_deref())?;
     let response = api
-        .send(api.http.post(api.url("/v1/executions")).json(&submission))
+        .send(idempotent(
+            api.http.post(api.url("/v1/executions")).json(&submission),
+            args.idempotency_key.as_deref(),
+        ))
         .await?;
     let mut view = read_view(response).await?;
     // The coordinator answers 202 when the verdict takes longer than its wait; keep polling.
@@ -495,6 +502,10 @@ pub struct SubmitArgs {
     /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
     #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Sent as `Idempotency-Key`: a retry with the same key and arguments creates nothing new
+    /// and gets the first answer.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -684,7 +695,10 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         max_iterations: args.max_iterations,
     };
     let response = api
-        .send(api.http.post(api.url("/v1/jobs")).json(&submission))
+        .send(idempotent(
+            api.http.post(api.url("/v1/jobs")).json(&submission),
+            args.idempotency_key.as_deref(),
+        ))
         .await?;
     let (status, answer) = read_json(response).await?;
     // 202 with the job's id; a solution-cache hit answers 200 with the finished result.
@@ -880,4 +894,12 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     );
     let all_succeeded = by_status.keys().all(|s| s == "succeeded");
     Ok(if all_succeeded { 0 } else { 1 })
+}
+
+/// Adds `Idempotency-Key` when one was given.
+fn idempotent(request: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+    match key {
+        Some(key) => request.header("Idempotency-Key", key),
+        None => request,
+    }
 }

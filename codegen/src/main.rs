@@ -155,6 +155,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     .with_cache(Arc::new(store.clone()), model::identity(&settings.model))
     .with_tenants(Arc::new(store.clone()))
     .with_meters(Arc::new(store.clone()))
+    .with_idempotency(Arc::new(store.clone()), settings.store.result_ttl)
     .with_presence(Arc::new(store));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await

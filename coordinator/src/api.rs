@@ -58,7 +58,15 @@ pub fn routes() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Routes whose body limit is `max_batch_body_bytes`.
-const BATCH_ROUTES: &[&str] = &["/v1/executions/batch"];
+pub(crate) const BATCH_ROUTES: &[&str] = &["/v1/executions/batch"];
+
+/// Routes whose `POST` creates work: they honour `Idempotency-Key`.
+const CREATING_ROUTES: &[&str] = &[
+    "/v1/jobs",
+    "/v1/batches",
+    "/v1/executions",
+    "/v1/executions/batch",
+];
 
 /// Routes that need no API key.
 const OPEN_ROUTES: &[&str] = &["/openapi.json"];
@@ -75,6 +83,14 @@ pub fn router(coordinator: Coordinator) -> Router {
         let endpoint = if BATCH_ROUTES.contains(&path) {
             endpoint.layer(DefaultBodyLimit::max(
                 coordinator.options.max_batch_body_bytes,
+            ))
+        } else {
+            endpoint
+        };
+        let endpoint = if CREATING_ROUTES.contains(&path) {
+            endpoint.layer(middleware::from_fn_with_state(
+                coordinator.clone(),
+                crate::idempotency::layer,
             ))
         } else {
             endpoint
@@ -294,6 +310,26 @@ pub fn openapi_document(options: &crate::Options) -> Value {
                 }
             }
         }
+    }
+    // The routes that create work take an `Idempotency-Key`.
+    for path in CREATING_ROUTES {
+        let post = &mut doc["paths"][*path]["post"];
+        if !post.is_object() {
+            continue;
+        }
+        let parameter = json!({
+            "name": "Idempotency-Key", "in": "header", "required": false,
+            "description": "A retry with the same key and body gets the first answer (header `Idempotent-Replayed: true`) and creates nothing; the same key with another body is 409. Per tenant and route; kept as long as results. Not with `?stream=true` (400).",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}
+        });
+        match &mut post["parameters"] {
+            Value::Array(parameters) => parameters.push(parameter),
+            other => *other = json!([parameter]),
+        }
+        post["responses"]["409"] = json!({
+            "description": "The Idempotency-Key was used with another body, or its first request is still being handled.",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        });
     }
     let schemas = &mut doc["components"]["schemas"];
     let run_code = &mut schemas["RunCodeRequest"]["properties"];

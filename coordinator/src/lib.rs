@@ -21,6 +21,7 @@ mod error;
 mod executions;
 mod fusion;
 mod generators;
+mod idempotency;
 mod jobs;
 mod metrics;
 mod pipeline;
@@ -174,6 +175,9 @@ pub struct Coordinator {
     pub(crate) tenants: Option<Arc<dyn store::Tenants>>,
     /// Where tenants' request rates are metered (cluster-wide); without it, no rate limits.
     pub(crate) meters: Option<Arc<dyn store::Meters>>,
+    /// Where `Idempotency-Key`s are kept and for how long (as long as results); without it,
+    /// the header is ignored.
+    pub(crate) idempotency: Option<(Arc<dyn store::Idempotency>, Duration)>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -214,6 +218,7 @@ impl Coordinator {
             generators: None,
             tenants: None,
             meters: None,
+            idempotency: None,
         })
     }
 
@@ -221,6 +226,14 @@ impl Coordinator {
     /// sharing `meters`.
     pub fn with_meters(mut self, meters: Arc<dyn store::Meters>) -> Self {
         self.meters = Some(meters);
+        self
+    }
+
+    /// Honours `Idempotency-Key` on the routes that create work, keys kept in `keys` for
+    /// `ttl` (give it `store.result_ttl`: a key outliving its results would answer ids that
+    /// are gone).
+    pub fn with_idempotency(mut self, keys: Arc<dyn store::Idempotency>, ttl: Duration) -> Self {
+        self.idempotency = Some((keys, ttl));
         self
     }
 

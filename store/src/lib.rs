@@ -13,6 +13,7 @@
 //!   loses it.
 
 pub mod cache;
+pub mod idempotency;
 pub mod jobs;
 pub mod limits;
 pub mod memory;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
+pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
 pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;

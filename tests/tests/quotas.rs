@@ -103,6 +103,9 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
         }
     }
     let body = refused_post.expect("a burst of posts was refused");
-    assert!(body.get("execution_id").is_none(), "{body}");
+    assert!(
+        body.get("id").is_none() && body["error"].is_string(),
+        "{body}"
+    );
     cluster.cleanup().await;
 }

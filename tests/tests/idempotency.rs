@@ -1,0 +1,126 @@
+//! `Idempotency-Key` on the routes that create work, against a real coordinator and Redis: a
+//! retry with the same key and body gets the first answer and creates nothing; another body is
+//! 409; a failed request leaves its key free; keys are per tenant.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tests::Cluster;
+
+async fn post(
+    cluster: &Cluster,
+    path: &str,
+    tenant_key: &str,
+    idempotency_key: &str,
+    body: &Value,
+) -> (u16, HeaderMap, Value) {
+    let response = cluster
+        .http
+        .post(format!("{}{path}", cluster.url()))
+        .bearer_auth(tenant_key)
+        .header("Idempotency-Key", idempotency_key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (
+        status,
+        headers,
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
+    let _coordinator = cluster.coordinator().await;
+    let program = json!({"language": "python", "code": "print(1)"});
+    let path = "/v1/executions?wait=false";
+
+    let (status, headers, first) = post(&cluster, path, "key-acme", "run-1", &program).await;
+    assert_eq!(status, 202, "{first}");
+    assert!(headers.get("idempotent-replayed").is_none());
+    let id = first["id"].as_str().unwrap().to_owned();
+    let (status, headers, again) = post(&cluster, path, "key-acme", "run-1", &program).await;
+    assert_eq!((status, &again), (202, &first));
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again["id"], id.as_str());
+
+    // The same key with another body is a conflict naming the key.
+    let other = json!({"language": "python", "code": "print(2)"});
+    let (status, _, body) = post(&cluster, path, "key-acme", "run-1", &other).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("Idempotency-Key \"run-1\""),
+        "{body}"
+    );
+
+    // Keys are per tenant: globex's run-1 is its own.
+    let (status, _, theirs) = post(&cluster, path, "key-globex", "run-1", &program).await;
+    assert_eq!(status, 202);
+    assert_ne!(theirs["id"], id.as_str());
+
+    // A request that failed leaves its key free for the corrected one.
+    let bad = json!({"language": "cobol", "code": "x"});
+    let (status, _, _) = post(&cluster, path, "key-acme", "run-2", &bad).await;
+    assert_eq!(status, 422);
+    let (status, headers, fixed) = post(&cluster, path, "key-acme", "run-2", &program).await;
+    assert_eq!(status, 202, "{fixed}");
+    assert!(headers.get("idempotent-replayed").is_none());
+
+    // Jobs and batches of jobs too: the retry names the same job, the same batch.
+    let job = json!({"instruction": "add two numbers"});
+    let (status, _, first_job) = post(&cluster, "/v1/jobs", "key-acme", "job-1", &job).await;
+    assert_eq!(status, 202, "{first_job}");
+    let (_, headers, again_job) = post(&cluster, "/v1/jobs", "key-acme", "job-1", &job).await;
+    assert_eq!(again_job["job_id"], first_job["job_id"]);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    let batch = json!({"items": [{"language": "bash", "code": "echo hi"}]});
+    let (status, _, first_batch) = post(
+        &cluster,
+        "/v1/executions/batch?wait=false",
+        "key-acme",
+        "batch-1",
+        &batch,
+    )
+    .await;
+    assert_eq!(status, 202, "{first_batch}");
+    let (_, _, again_batch) = post(
+        &cluster,
+        "/v1/executions/batch?wait=false",
+        "key-acme",
+        "batch-1",
+        &batch,
+    )
+    .await;
+    assert_eq!(
+        again_batch["results"][0]["execution_id"],
+        first_batch["results"][0]["execution_id"]
+    );
+
+    // A streamed answer cannot be replayed: refused, naming the header.
+    let (status, _, body) = post(
+        &cluster,
+        "/v1/executions/batch?stream=true",
+        "key-acme",
+        "stream-1",
+        &batch,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Idempotency-Key")
+    );
+    cluster.cleanup().await;
+}
