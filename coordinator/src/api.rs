@@ -319,7 +319,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         }
         let parameter = json!({
             "name": "Idempotency-Key", "in": "header", "required": false,
-            "description": "A retry with the same key and body gets the first answer (header `Idempotent-Replayed: true`) and creates nothing; the same key with another body is 409. Per tenant and route; kept as long as results. Not with `?stream=true` (400).",
+            "description": "A retry with the same key and body gets the first answer (header `Idempotent-Replayed: true`) and creates nothing; the same key with another body is 409. Per tenant and route; kept as long as results. A streamed answer is replayed whole once it ended.",
             "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}
         });
         match &mut post["parameters"] {

@@ -2,7 +2,8 @@
 //! the first answer again (header `Idempotent-Replayed: true`) and creates nothing; the same
 //! key with another body is 409. Keys are per tenant and route and live as long as results
 //! (`store.result_ttl`). A request that failed (not 2xx) releases its key, so its retry runs.
-//! A streamed answer (`?stream=true`) cannot be replayed: a key there is refused (400).
+//! A streamed answer (`?stream=true`) is recorded as it streams and stored once it ended
+//! (replayed whole); one cut off before its end releases the key.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -48,13 +49,7 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
         }
     };
     let query = request.uri().query().unwrap_or_default().to_owned();
-    if query.split('&').any(|p| p == "stream=true") {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "Idempotency-Key: a streamed answer (?stream=true) cannot be replayed; use ?wait=false and poll",
-        )
-        .into_response();
-    }
+    let streamed = query.split('&').any(|p| p == "stream=true");
     let tenant = request
         .extensions()
         .get::<Tenant>()
@@ -110,6 +105,26 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
                 }
                 return response;
             }
+            let content_type = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_owned();
+            if streamed {
+                let recorder = Recorder {
+                    keys: keys.clone(),
+                    scope,
+                    hash,
+                    ttl,
+                    status: response.status().as_u16(),
+                    content_type,
+                    collected: Vec::new(),
+                    ended: false,
+                };
+                let (parts, body) = response.into_parts();
+                return Response::from_parts(parts, Body::from_stream(recorder.tee(body)));
+            }
             let (parts, body) = response.into_parts();
             let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
                 return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "answer unreadable")
@@ -117,12 +132,7 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
             };
             let answer = Answer {
                 status: parts.status.as_u16(),
-                content_type: parts
-                    .headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("application/json")
-                    .to_owned(),
+                content_type,
                 body: String::from_utf8_lossy(&body).into_owned(),
             };
             let claimed = Claimed {
@@ -135,6 +145,74 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
                 tracing::warn!(error = %e, "cannot store an idempotent answer");
             }
             Response::from_parts(parts, Body::from(body))
+        }
+    }
+}
+
+/// Records a streamed answer as it goes out; stores it once the stream ended, or releases the
+/// key if it was cut off (the client went away) so that a retry runs.
+struct Recorder {
+    keys: std::sync::Arc<dyn store::Idempotency>,
+    scope: String,
+    hash: String,
+    ttl: std::time::Duration,
+    status: u16,
+    content_type: String,
+    collected: Vec<u8>,
+    ended: bool,
+}
+
+impl Recorder {
+    fn tee(
+        self,
+        body: Body,
+    ) -> impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Send {
+        use futures::StreamExt;
+        futures::stream::unfold(
+            (body.into_data_stream(), self),
+            |(mut chunks, mut recorder)| async move {
+                match chunks.next().await {
+                    Some(Ok(chunk)) => {
+                        recorder.collected.extend_from_slice(&chunk);
+                        Some((Ok(chunk), (chunks, recorder)))
+                    }
+                    Some(Err(e)) => Some((Err(e), (chunks, recorder))),
+                    None => {
+                        recorder.ended = true;
+                        drop(recorder); // stores the answer
+                        None
+                    }
+                }
+            },
+        )
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let keys = self.keys.clone();
+        let scope = std::mem::take(&mut self.scope);
+        if self.ended {
+            let claimed = Claimed {
+                hash: std::mem::take(&mut self.hash),
+                answer: Some(Answer {
+                    status: self.status,
+                    content_type: std::mem::take(&mut self.content_type),
+                    body: String::from_utf8_lossy(&self.collected).into_owned(),
+                }),
+            };
+            let ttl = self.ttl;
+            tokio::spawn(async move {
+                if let Err(e) = keys.answer(&scope, &claimed, ttl).await {
+                    tracing::warn!(error = %e, "cannot store an idempotent answer");
+                }
+            });
+        } else {
+            tokio::spawn(async move {
+                if let Err(e) = keys.release(&scope).await {
+                    tracing::warn!(error = %e, "cannot release an idempotency key; it expires");
+                }
+            });
         }
     }
 }

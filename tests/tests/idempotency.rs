@@ -37,7 +37,9 @@ async fn post(
 async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
     let cluster = Cluster::new()
         .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
-        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex")
+        // No worker runs here: a streamed batch ends after `wait` with its items queued.
+        .with_env("CODEGEN__COORDINATOR__WAIT", "2s");
     let _coordinator = cluster.coordinator().await;
     let program = json!({"language": "python", "code": "print(1)"});
     let path = "/v1/executions?wait=false";
@@ -106,21 +108,32 @@ async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
         first_batch["results"][0]["execution_id"]
     );
 
-    // A streamed answer cannot be replayed: refused, naming the header.
-    let (status, _, body) = post(
-        &cluster,
-        "/v1/executions/batch?stream=true",
-        "key-acme",
-        "stream-1",
-        &batch,
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("Idempotency-Key")
-    );
+    // A streamed answer is recorded as it streams, and a retry after its end gets it whole.
+    let stream = |key: &'static str| {
+        cluster
+            .http
+            .post(format!("{}/v1/executions/batch?stream=true", cluster.url()))
+            .bearer_auth("key-acme")
+            .header("Idempotency-Key", key)
+            .json(&batch)
+            .send()
+    };
+    let first = stream("stream-1").await.unwrap();
+    assert_eq!(first.status().as_u16(), 200);
+    let first = first.text().await.unwrap();
+    assert!(first.contains("execution_id"), "{first}");
+    let mut replayed = None;
+    for _ in 0..50 {
+        let again = stream("stream-1").await.unwrap();
+        if again.status().as_u16() == 200 {
+            assert_eq!(again.headers()["idempotent-replayed"], "true");
+            replayed = Some(again.text().await.unwrap());
+            break;
+        }
+        // The answer is stored just after the stream ended: until then, "in progress".
+        assert_eq!(again.status().as_u16(), 409);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(replayed.as_deref(), Some(first.as_str()));
     cluster.cleanup().await;
 }
