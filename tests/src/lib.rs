@@ -128,6 +128,8 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new() -> Self {
+        // What earlier tests' killed workers left (see the function).
+        remove_orphaned_test_containers();
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         Self {
             prefix,
@@ -370,8 +372,57 @@ impl Cluster {
 /// The cluster's sandbox containers go with it, in any state, whether the test passed,
 /// failed or skipped `cleanup`: a worker killed between create and start leaves `Created`
 /// ones, and a killed worker leaves its warm pool.
+/// Removes the sandbox containers of test clusters (`t` + 12 hex digits) that were created and
+/// never started by a process of this host that is gone: a worker a test killed while Docker
+/// was creating a container leaves one behind, created after the test's own sweep, and with
+/// a cluster prefix no later worker ever reaps. Started containers and live processes' ones are
+/// left alone (other tests run beside this one).
+pub fn remove_orphaned_test_containers() {
+    let format = format!(
+        "{{{{.ID}}}} {{{{.Label \"{}\"}}}} {{{{.Label \"{}\"}}}}",
+        sandbox::LABEL_SANDBOX,
+        sandbox::docker::LABEL_OWNER
+    );
+    let Ok(listed) = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "status=created",
+            "--format",
+            &format,
+        ])
+        .output()
+    else {
+        return;
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let orphans: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (id, cluster, owner) = (fields.next()?, fields.next()?, fields.next()?);
+            let test_cluster = cluster.len() == 13
+                && cluster.starts_with('t')
+                && cluster[1..].bytes().all(|b| b.is_ascii_hexdigit());
+            let (owner_host, pid) = owner.split_once(':')?;
+            let gone = owner_host == host.trim()
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            (test_cluster && gone).then(|| id.to_owned())
+        })
+        .collect();
+    if !orphans.is_empty() {
+        let _ = Command::new("docker")
+            .arg("rm")
+            .arg("-f")
+            .args(&orphans)
+            .output();
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        remove_orphaned_test_containers();
         let listed = Command::new("docker")
             .args(["ps", "-aq", "--filter"])
             .arg(format!("label={}={}", sandbox::LABEL_SANDBOX, self.prefix))
