@@ -38,6 +38,25 @@ def final(url, job, tenant):
     return status in ("succeeded", "failed"), status
 
 
+def timeline(url, job, tenant):
+    """The job's events, each at its offset from the first (the ms of its stream id): where
+    the single job's time went."""
+    request = urllib.request.Request(f"{url}/v1/jobs/{job}/events",
+                                     headers={"Authorization": f"Bearer {KEYS[tenant]}"})
+    events, ident = [], None
+    with urllib.request.urlopen(request, timeout=60) as response:
+        for line in response:
+            line = line.decode().rstrip("\n")
+            if line.startswith("id: "):
+                ident = int(line[4:].split("-")[0])
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                events.append((ident, data["event"], data.get("function", "")))
+    start = events[0][0]
+    return "  ".join(f"{(ms - start) / 1000:.2f} {name}{'(' + f + ')' if f else ''}"
+                     for ms, name, f in events)
+
+
 def single(url, request, tenant):
     started = time.monotonic()
     job = call(url, "POST", "/v1/jobs", tenant, request)["job_id"]
@@ -46,7 +65,9 @@ def single(url, request, tenant):
         if done:
             if status != "succeeded":
                 sys.exit(f"single job {job} ended {status}")
-            return time.monotonic() - started
+            took = time.monotonic() - started
+            print(f"      events: {timeline(url, job, tenant)}", flush=True)
+            return took
         time.sleep(0.02)
 
 

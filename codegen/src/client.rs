@@ -28,6 +28,9 @@ pub struct ExecArgs {
     /// Wall-clock limit in milliseconds (coordinator default when omitted).
     #[arg(long)]
     pub timeout_ms: Option<u64>,
+    /// CPU-time limit in milliseconds (none when omitted).
+    #[arg(long)]
+    pub cpu_time_ms: Option<u64>,
     /// Memory limit in MiB (coordinator default when omitted).
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -78,6 +81,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         test,
         stdin,
         timeout_ms: args.timeout_ms,
+        cpu_time_ms: args.cpu_time_ms,
         memory_mb: args.memory_mb,
         fresh_container: None,
         files: Default::default(),
@@ -119,6 +123,12 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
                 .unwrap_or_else(|| "-".into()),
             result.duration_ms
         );
+        if let Some(cpu) = result.cpu_ms {
+            summary.push_str(&format!(" cpu_ms={cpu}"));
+        }
+        if let Some(peak) = result.peak_memory_kb {
+            summary.push_str(&format!(" peak_memory_kb={peak}"));
+        }
         if let Some(kind) = result.error_kind {
             summary.push_str(&format!(" error_kind={}", kind.as_str()));
         }
@@ -484,6 +494,10 @@ pub struct SubmitArgs {
     /// Implementation attempts per function (coordinator default when omitted).
     #[arg(long)]
     pub max_iterations: Option<u32>,
+    /// Where the coordinator POSTs the result once the job ends (a signed webhook; the
+    /// operator must allow its host).
+    #[arg(long)]
+    pub callback_url: Option<String>,
     /// Constraints the code must respect.
     #[arg(long)]
     pub constraints: Option<String>,
@@ -581,13 +595,13 @@ pub async fn cache(args: CacheArgs) -> anyhow::Result<u8> {
 }
 
 /// The coordinator's HTTP API.
-struct Api {
-    http: reqwest::Client,
+pub(crate) struct Api {
+    pub(crate) http: reqwest::Client,
     base: String,
 }
 
 impl Api {
-    fn new(url: &str, api_key: Option<&str>) -> anyhow::Result<Self> {
+    pub(crate) fn new(url: &str, api_key: Option<&str>) -> anyhow::Result<Self> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(key) = api_key {
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
@@ -606,11 +620,14 @@ impl Api {
         })
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<reqwest::Response> {
         request
             .send()
             .await
@@ -618,12 +635,15 @@ impl Api {
     }
 
     /// `GET path` as JSON; a non-2xx answer is an error carrying the coordinator's message.
-    async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+    pub(crate) async fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
         self.get_as(path).await
     }
 
     /// `GET path` as `T`.
-    async fn get_as<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+    pub(crate) async fn get_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<T> {
         let response = self.send(self.http.get(self.url(path))).await?;
         let (_, value) = read_json(response).await?;
         serde_json::from_value(value).with_context(|| {
@@ -633,7 +653,7 @@ impl Api {
 }
 
 /// Status and JSON body of a 2xx answer; otherwise an error with the coordinator's message.
-async fn read_json(
+pub(crate) async fn read_json(
     response: reqwest::Response,
 ) -> anyhow::Result<(reqwest::StatusCode, serde_json::Value)> {
     let status = response.status();
@@ -693,6 +713,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         constraints: args.constraints.clone(),
         test_requirements: args.test_requirements.clone(),
         max_iterations: args.max_iterations,
+        callback_url: args.callback_url.clone(),
     };
     let response = api
         .send(idempotent(

@@ -1,6 +1,7 @@
 //! `codegen`: the cluster's processes and its command-line client.
 
 mod client;
+mod control;
 mod report;
 mod settings;
 
@@ -48,6 +49,13 @@ enum Command {
     Batch(client::BatchArgs),
     /// Show or empty the solution and function-level caches.
     Cache(client::CacheArgs),
+    /// Cancel a job, or with --batch every unfinished job of a batch.
+    Cancel(control::CancelArgs),
+    /// List your jobs, batches or executions, newest first.
+    Jobs(control::ListArgs),
+    /// What your finished work cost over a window (jobs, executions, model calls, tokens,
+    /// sandbox time), as JSON.
+    Usage(control::UsageArgs),
     /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
     ModelServer(ModelServerArgs),
 }
@@ -92,6 +100,9 @@ fn main() -> std::process::ExitCode {
             Command::Status(args) => client::status(args).await,
             Command::Batch(args) => client::batch(args).await,
             Command::Cache(args) => client::cache(args).await,
+            Command::Cancel(args) => control::cancel(args).await,
+            Command::Jobs(args) => control::list(args).await,
+            Command::Usage(args) => control::usage(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });
@@ -134,7 +145,8 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
     tokio::spawn(supervisor.run(infra.clone()));
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
-    tokio::spawn(listener.run(infra.clone()));
+    // The coordinator serves event streams: it wants the notice of every new event.
+    tokio::spawn(listener.with_job_events().run(infra.clone()));
 
     let readiness = {
         let store = store.clone();
@@ -156,6 +168,10 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     .with_tenants(Arc::new(store.clone()))
     .with_meters(Arc::new(store.clone()))
     .with_idempotency(Arc::new(store.clone()), settings.store.result_ttl)
+    .with_index(Arc::new(store.clone()))
+    .with_usage(Arc::new(store.clone()), settings.store.usage_retention)
+    .with_quotas(Arc::new(store.clone()), settings.store.result_ttl)
+    .with_webhooks(Arc::new(store.clone()))?
     .with_presence(Arc::new(store));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await
@@ -305,6 +321,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         &registry,
     )?
     .with_pipeline(pipeline)
+    .with_sandbox_turns(settings.sandbox.pool_size)
     .with_gate(gate)
     .with_presence(Arc::new(presence), id)
     .with_tenants(Arc::new(tenants));

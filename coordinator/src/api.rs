@@ -35,15 +35,35 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
             "/v1/executions/batch",
             post(crate::executions::submit_batch),
         ),
+        ("GET", "/v1/executions", get(crate::listing::executions)),
+        (
+            "GET",
+            "/v1/executions/batches/{id}",
+            get(crate::executions::fetch_batch),
+        ),
         ("GET", "/v1/executions/{id}", get(crate::executions::fetch)),
         ("POST", "/v1/jobs", post(crate::jobs::submit)),
+        ("GET", "/v1/jobs", get(crate::listing::jobs)),
         ("GET", "/v1/jobs/{id}", get(crate::jobs::fetch)),
+        ("DELETE", "/v1/jobs/{id}", delete(crate::cancel::cancel_job)),
         ("GET", "/v1/jobs/{id}/events", get(crate::jobs::events)),
         ("POST", "/v1/batches", post(crate::batches::submit)),
+        ("GET", "/v1/batches", get(crate::listing::batches)),
         ("GET", "/v1/batches/{id}", get(crate::batches::fetch)),
+        (
+            "DELETE",
+            "/v1/batches/{id}",
+            delete(crate::cancel::cancel_batch),
+        ),
+        ("GET", "/v1/usage", get(crate::usage::usage)),
         ("GET", "/v1/cache/stats", get(crate::cache::cache_stats)),
         ("DELETE", "/v1/cache", delete(crate::cache::cache_clear)),
         ("POST", "/run_code", post(crate::fusion::run_code)),
+        (
+            "POST",
+            "/fusion/{key}/run_code",
+            post(crate::fusion::run_code_keyed),
+        ),
         ("GET", "/openapi.json", get(openapi_json)),
     ]
 }
@@ -115,7 +135,16 @@ pub fn router(coordinator: Coordinator) -> Router {
     router
         .layer(Extension(Document(document)))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
-        .layer(TraceLayer::new_for_http())
+        // Spans name the route, not the path: `/fusion/{key}/run_code` carries a key.
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let route = request
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map_or("unmatched", MatchedPath::as_str);
+                tracing::debug_span!("request", method = %request.method(), route)
+            }),
+        )
         .with_state(coordinator)
 }
 
@@ -175,14 +204,22 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::executions::submit,
         crate::executions::submit_batch,
         crate::executions::fetch,
+        crate::executions::fetch_batch,
         crate::jobs::submit,
         crate::jobs::fetch,
         crate::jobs::events,
         crate::batches::submit,
         crate::batches::fetch,
+        crate::cancel::cancel_job,
+        crate::listing::jobs,
+        crate::listing::batches,
+        crate::listing::executions,
+        crate::cancel::cancel_batch,
+        crate::usage::usage,
         crate::cache::cache_stats,
         crate::cache::cache_clear,
         crate::fusion::run_code,
+        crate::fusion::run_code_keyed,
         openapi_json,
         ops::healthz,
         ops::readyz,
@@ -196,6 +233,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         (name = "jobs", description = "Generate tested code from an instruction."),
         (name = "sandbox-fusion", description = "SandboxFusion's `/run_code`, for its clients and the tools built on them."),
         (name = "batches", description = "Many jobs in one request."),
+        (name = "usage", description = "What a tenant's finished work cost."),
         (name = "cache", description = "The solution and function-level caches."),
         (name = "operations", description = "Health, readiness, metrics and this document; never need a key."),
     )
@@ -251,10 +289,12 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .collect();
     limit(&mut execution["language"], json!({"enum": languages}));
-    limit(
-        &mut execution["timeout_ms"],
-        json!({"minimum": 1, "maximum": options.max_timeout_ms}),
-    );
+    for field in ["timeout_ms", "cpu_time_ms"] {
+        limit(
+            &mut execution[field],
+            json!({"minimum": 1, "maximum": options.max_timeout_ms}),
+        );
+    }
     limit(
         &mut execution["memory_mb"],
         json!({"minimum": options.min_memory_mb, "maximum": options.max_memory_mb}),
@@ -290,20 +330,27 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     if let Value::Object(properties) = &mut schemas["ExecutionSubmission"]["properties"] {
         properties.remove("id");
     }
-    // Every route that takes an API key is subject to its tenant's request rate.
+    // Every route that takes an API key is subject to its tenant's request rate, and those
+    // that create work to its quotas.
     if let Value::Object(paths) = &mut doc["paths"] {
         for (path, item) in paths.iter_mut() {
             if OPEN_ROUTES.contains(&path.as_str()) {
                 continue;
             }
+            let creates = CREATING_ROUTES.contains(&path.as_str()) || path.ends_with("/run_code");
             if let Value::Object(operations) = item {
                 let methods = ["get", "post", "put", "delete", "patch"];
-                for (_, operation) in operations
+                for (method, operation) in operations
                     .iter_mut()
                     .filter(|(method, _)| methods.contains(&method.as_str()))
                 {
+                    let description = if creates && method == "post" {
+                        "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`) or one of its quotas (`jobs_in_flight`, `executions_in_flight`, `model_tokens_per_period`, `sandbox_cpu_seconds_per_period`); the message names it. Nothing was queued; retry after `Retry-After` seconds."
+                    } else {
+                        "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`): nothing was done; retry after `Retry-After` seconds."
+                    };
                     operation["responses"]["429"] = json!({
-                        "description": "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`): nothing was done; retry after `Retry-After` seconds.",
+                        "description": description,
                         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
                     });
@@ -349,7 +396,9 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     limit(
         &mut run_code["files"],
         json!({"maxProperties": proto::execution::MAX_FILES,
-               "propertyNames": {"minLength": 1, "pattern": path_pattern}}),
+               "propertyNames": {"minLength": 1, "pattern": path_pattern},
+               "additionalProperties": {"type": ["string", "null"],
+                                        "pattern": proto::file::BASE64_PATTERN}}),
     );
     limit(
         &mut run_code["fetch_files"],

@@ -25,6 +25,13 @@ impl Tenant {
     }
 }
 
+/// The key of a path `/fusion/{key}/...` (SandboxFusion's client cannot send a header).
+fn key_in_path(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/fusion/")?;
+    let (key, _) = rest.split_once('/')?;
+    (!key.is_empty()).then_some(key)
+}
+
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers
         .get(header::AUTHORIZATION)
@@ -38,13 +45,11 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Compares without an early exit, so response timing does not reveal key prefixes.
+/// Compares in constant time, so response timing does not reveal key prefixes (a length
+/// mismatch answers at once: a key's length is not a secret worth guarding).
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    use subtle::ConstantTimeEq;
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 /// Middleware: resolves the API key to a tenant or answers 401.
@@ -57,10 +62,12 @@ pub(crate) async fn authenticate(
         request.extensions_mut().insert(Tenant(None));
         return next.run(request).await;
     }
-    let Some(key) = presented_key(request.headers()) else {
+    let path = request.uri().path().to_owned();
+    let Some(key) = presented_key(request.headers()).or_else(|| key_in_path(&path)) else {
         return ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY",
+            "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY (or, for \
+             SandboxFusion's client, the path /fusion/KEY/run_code)",
         )
         .into_response();
     };
@@ -91,6 +98,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("x-api-key", "k2".parse().unwrap());
         assert_eq!(presented_key(&headers), Some("k2"));
+        assert_eq!(key_in_path("/fusion/k3/run_code"), Some("k3"));
+        assert_eq!(key_in_path("/fusion//run_code"), None);
+        assert_eq!(key_in_path("/run_code"), None);
         assert!(same("abc", "abc"));
         assert!(!same("abc", "abd") && !same("abc", "abcd"));
         assert!(Tenant(Some("a".into())).sees(&Some("a".into())));

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Extension, Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -23,14 +23,19 @@ use proto::job::{Batch, JobRequest, JobSubmission};
 use crate::auth::Tenant;
 use crate::body::from_json;
 use crate::error::{ApiError, path_rejected, unavailable};
-use crate::jobs::{Created, create_job, refuse_without_generators, validate};
+use crate::jobs::{Created, create_job, refuse_without_generators, register_callback, validate};
 use crate::{Coordinator, now_ms};
+use store::index::Kind;
+use store::webhooks::HookKind;
 
 /// Jobs created (or statuses read) at once.
 const PARALLEL: usize = 16;
 
 /// Parses and validates every line; the first bad one is the error.
-async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError> {
+/// A line of a batch: the job and its own webhook.
+type Line = (JobRequest, Option<String>);
+
+async fn parse(c: &Coordinator, tenant: &Tenant, body: &[u8]) -> Result<Vec<Line>, ApiError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -61,18 +66,34 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
     }
     let mut requests = Vec::with_capacity(lines.len());
     for (number, line) in lines {
-        let submission: JobSubmission = from_json(line.as_bytes()).map_err(|e| {
+        let mut submission: JobSubmission = from_json(line.as_bytes()).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!("line {number}: invalid job: {e}"),
             )
         })?;
+        let callback = submission.callback_url.take();
+        if let Some(url) = &callback {
+            c.check_callback("callback_url", tenant.0.as_deref(), url)
+                .map_err(|e| e.prefixed(&format!("line {number}: ")))?;
+        }
         match validate(&c.options, submission) {
-            Ok(request) => requests.push(request),
+            Ok(request) => requests.push((request, callback)),
             Err(e) => return Err(e.prefixed(&format!("line {number}: "))),
         }
     }
     Ok(requests)
+}
+
+/// The query of `POST /v1/batches`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct SubmitParams {
+    /// Where to POST the batch once every job of it has ended (signed; an `http(s)` URL the
+    /// operator allows, `coordinator.webhook_allow`). Each line may carry its own
+    /// `callback_url` for its job.
+    callback_url: Option<String>,
 }
 
 /// Submits many jobs at once: a JSONL body, one `JobSubmission` per line (blank lines are
@@ -85,6 +106,7 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
     path = "/v1/batches",
     operation_id = "submit_batch",
     tag = "batches",
+    params(SubmitParams),
     request_body(
         content = Vec<JobSubmission>,
         content_type = "application/x-ndjson",
@@ -104,17 +126,49 @@ async fn parse(c: &Coordinator, body: &[u8]) -> Result<Vec<JobRequest>, ApiError
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(params) =
+        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let requests = parse(&c, &body).await?;
+    let requests = parse(&c, &tenant, &body).await?;
+    if let Some(url) = &params.callback_url {
+        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+    }
     refuse_without_generators(&c).await?;
     let total = requests.len();
-    let created: Vec<Result<Created, ApiError>> = futures::stream::iter(requests)
-        .map(|request| create_job(&c, request, tenant.0.clone()))
-        .buffered(PARALLEL)
-        .collect()
-        .await;
+    let ids: Vec<TaskId> = (0..total).map(|_| TaskId::new()).collect();
+    // The whole batch or nothing: a batch past a quota queues none of its jobs.
+    crate::quotas::admit(&c, Kind::Jobs, &tenant, &ids).await?;
+    let batch_id = TaskId::new();
+    // Before any job exists: a job answered from the cache ends as it is created.
+    if let (Some(url), Some((store, _))) = (&params.callback_url, &c.webhooks)
+        && let Err(e) = store
+            .register_batch(batch_id, &ids, url, tenant.0.as_deref())
+            .await
+    {
+        crate::quotas::release(&c, Kind::Jobs, &tenant, &ids).await;
+        return Err(unavailable(e));
+    }
+    let created: Vec<Result<Created, ApiError>> =
+        futures::stream::iter(ids.iter().copied().zip(requests))
+            .map(|(id, (request, callback))| {
+                let (c, tenant) = (c.clone(), tenant.clone());
+                async move {
+                    register_callback(&c, id, &tenant, callback.as_deref()).await?;
+                    create_job(&c, id, request, tenant.0.clone()).await
+                }
+            })
+            .buffered(PARALLEL)
+            .collect()
+            .await;
+    let uncreated: Vec<TaskId> = ids
+        .iter()
+        .zip(&created)
+        .filter_map(|(id, created)| created.is_err().then_some(*id))
+        .collect();
+    crate::quotas::release(&c, Kind::Jobs, &tenant, &uncreated).await;
     let mut jobs = Vec::with_capacity(total);
     let mut failure = None;
     for result in created {
@@ -134,11 +188,23 @@ pub(crate) async fn submit(
         return Err(e.prefixed(&prefix));
     }
     let batch = Batch {
-        id: TaskId::new(),
+        id: batch_id,
         tenant: tenant.0.clone(),
         jobs,
         submitted_at_ms: now_ms(),
     };
+    c.list(
+        Kind::Batches,
+        batch.tenant.as_deref(),
+        batch.submitted_at_ms,
+        &[batch.id],
+    )
+    .await
+    .map_err(|e| {
+        e.prefixed(&format!(
+            "batch not stored; its {total} jobs were created and run on: "
+        ))
+    })?;
     c.jobs.put_batch(&batch).await.map_err(|e| {
         unavailable(format!(
             "batch not stored ({e}); its {total} jobs were created and run on"
@@ -180,17 +246,12 @@ pub(crate) async fn fetch(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
-    let id: TaskId = id
-        .parse()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a batch id: {e}")))?;
-    let batch = c.jobs.batch(id).await.map_err(unavailable)?;
-    let Some(batch) = batch.filter(|b| tenant.sees(&b.tenant)) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no batch {id}"),
-        ));
-    };
-    // One round trip per answer: clients poll this.
+    let batch = visible(&c, &tenant, parse_id(&id)?).await?;
+    Ok(axum::Json(view(&c, &batch).await?).into_response())
+}
+
+/// The batch's jobs with their statuses, read in one round trip (clients poll this).
+pub(crate) async fn view(c: &Coordinator, batch: &Batch) -> Result<BatchView, ApiError> {
     let statuses = c.jobs.statuses(&batch.jobs).await.map_err(unavailable)?;
     let mut counts = BTreeMap::new();
     let mut done = true;
@@ -204,7 +265,7 @@ pub(crate) async fn fetch(
             status,
         });
     }
-    Ok(axum::Json(BatchView {
+    Ok(BatchView {
         batch_id: batch.id,
         status: if done {
             BatchStatus::Done
@@ -213,8 +274,25 @@ pub(crate) async fn fetch(
         },
         counts,
         jobs,
+        webhook: c.webhook_view(HookKind::Batch, batch.id).await,
     })
-    .into_response())
+}
+
+/// The batch `id` if `tenant` sees it, else 404 (as an unknown one).
+pub(crate) async fn visible(
+    c: &Coordinator,
+    tenant: &Tenant,
+    id: TaskId,
+) -> Result<Batch, ApiError> {
+    let batch = c.jobs.batch(id).await.map_err(unavailable)?;
+    batch
+        .filter(|b| tenant.sees(&b.tenant))
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no batch {id}")))
+}
+
+pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {
+    id.parse()
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a batch id: {e}")))
 }
 
 #[cfg(test)]

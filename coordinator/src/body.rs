@@ -26,7 +26,17 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<
         };
     let mut value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     integral(&mut value);
-    serde_path_to_error::deserialize(value).map_err(|_| describe(&error))
+    // Past the integral floats, another error may be the first: report that one.
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        if e.inner()
+            .to_string()
+            .starts_with("invalid type: floating point")
+        {
+            describe(&error)
+        } else {
+            describe(&e)
+        }
+    })
 }
 
 fn describe<E: std::fmt::Display>(e: &serde_path_to_error::Error<E>) -> String {

@@ -79,8 +79,21 @@ impl Coordinator {
             return;
         }
         let result = ExecutionResult::error(Status::Error, explanation);
-        match self.store.complete_execution(id, &result).await {
-            Ok(_) => {
+        let tenant = proto::Envelope::decode(&delivery.body)
+            .ok()
+            .and_then(|e| e.tenant);
+        match self
+            .store
+            .complete_execution(id, tenant.as_deref(), &result)
+            .await
+        {
+            Ok(stored) => {
+                if stored {
+                    self.metrics.usage.charge(
+                        tenant.as_deref(),
+                        &proto::api::UsageTotals::of_execution(&result).fields(),
+                    );
+                }
                 let _ = delivery.ack().await;
             }
             Err(e) => {

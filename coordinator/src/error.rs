@@ -2,7 +2,7 @@
 //! handler builds on.
 
 use axum::extract::rejection::PathRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use proto::api::ErrorBody;
 
@@ -11,6 +11,8 @@ use proto::api::ErrorBody;
 pub(crate) struct ApiError {
     status: StatusCode,
     message: String,
+    /// `Retry-After`, in seconds (a 429's).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -18,10 +20,16 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
         }
     }
 
-    #[cfg(test)]
+    /// The same error, answered with `Retry-After: seconds`.
+    pub(crate) fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
+    }
+
     pub(crate) fn message(&self) -> &str {
         &self.message
     }
@@ -36,6 +44,7 @@ impl ApiError {
         Self {
             status: self.status,
             message: format!("{prefix}{}", self.message),
+            retry_after: self.retry_after,
         }
     }
 
@@ -49,13 +58,19 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
             axum::Json(ErrorBody {
                 error: self.message,
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

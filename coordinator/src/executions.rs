@@ -1,5 +1,9 @@
 //! The execution routes: run a program, many programs, read a verdict.
 
+use std::pin::Pin;
+
+use tokio::sync::futures::Notified;
+
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -8,8 +12,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use broker::Outgoing;
 use proto::api::{
-    BatchItemView, ErrorBody, ExecutionBatch, ExecutionBatchView, ExecutionSubmission,
-    ExecutionView, Outcome, Pending, StreamedItemView,
+    BatchItemView, ErrorBody, ExecutionBatch, ExecutionBatchRecord, ExecutionBatchView,
+    ExecutionSubmission, ExecutionView, Outcome, Pending, StreamedItemView,
 };
 use proto::{
     Envelope, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId,
@@ -18,10 +22,17 @@ use serde::Deserialize;
 
 use crate::auth::Tenant;
 use crate::body::read_body;
-use crate::error::{ApiError, path_rejected};
+use crate::error::{ApiError, path_rejected, unavailable};
 use crate::{Coordinator, now_ms};
+use store::index::Kind;
+use store::webhooks::HookKind;
 
-/// Waiting for verdicts polls Redis: first after `POLL_FIRST`, doubling up to `POLL_MAX`.
+/// With notices (Redis), a batch's verdicts are read when one is stored, a moment later so that
+/// those landing together are read together, and at least every `NOTICE_SAFETY_POLL`.
+const NOTICE_COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
+const NOTICE_SAFETY_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// Without notices (the in-memory store), waiting for verdicts polls: first after
+/// `POLL_FIRST`, doubling up to `POLL_MAX`.
 const POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
 const POLL_MAX: std::time::Duration = std::time::Duration::from_millis(50);
 /// While a streamed batch's verdicts flow, one read per this at most: each read is an MGET of
@@ -95,6 +106,14 @@ pub(crate) fn validate(
             format!("must be between 1 and {}", options.max_timeout_ms),
         ));
     }
+    if let Some(cpu) = submission.cpu_time_ms
+        && (cpu == 0 || cpu > options.max_timeout_ms)
+    {
+        return Err(ApiError::invalid(
+            "cpu_time_ms",
+            format!("must be between 1 and {}", options.max_timeout_ms),
+        ));
+    }
     let memory_mb = submission.memory_mb.unwrap_or(options.default_memory_mb);
     if !(options.min_memory_mb..=options.max_memory_mb).contains(&memory_mb) {
         return Err(ApiError::invalid(
@@ -127,8 +146,9 @@ pub(crate) fn validate(
     }
     // Files and the test are code too: all of it shares the code size limit.
     let test_bytes = submission.test.as_ref().map_or(0, String::len);
-    let code_bytes =
-        submission.code.len() + test_bytes + files.values().map(String::len).sum::<usize>();
+    let code_bytes = submission.code.len()
+        + test_bytes
+        + files.values().map(proto::FileContent::len).sum::<usize>();
     if code_bytes > options.max_code_bytes {
         let field = if test_bytes > 0 { "test" } else { "files" };
         return Err(ApiError::invalid(
@@ -145,6 +165,7 @@ pub(crate) fn validate(
         stdin: submission.stdin,
         test: submission.test,
         timeout_ms,
+        cpu_time_ms: submission.cpu_time_ms,
         memory_mb,
         fresh_container: submission.fresh_container.unwrap_or(false),
         files,
@@ -192,7 +213,7 @@ pub(crate) async fn submit(
     let request = validate(&c.options, submission)?;
     let language = request.language;
     let id = TaskId::new();
-    enqueue(&c, &tenant, id, now_ms(), request).await?;
+    accept(&c, &tenant, id, request).await?;
     tracing::debug!(%id, %language, "execution queued");
 
     let result = if params.wait {
@@ -265,6 +286,10 @@ pub(crate) async fn submit_batch(
     let Query(params) =
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let batch: ExecutionBatch = read_body(body)?;
+    if let Some(url) = &batch.callback_url {
+        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+    }
+    let callback = batch.callback_url;
     let total = batch.items.len();
     if total == 0 || total > c.options.max_batch_executions {
         return Err(ApiError::invalid(
@@ -294,6 +319,34 @@ pub(crate) async fn submit_batch(
         prepared.push((label.unwrap_or_else(|| id.to_string()), id, request));
     }
     let submitted_at_ms = now_ms();
+    let ids: Vec<TaskId> = prepared.iter().map(|(_, id, _)| *id).collect();
+    crate::quotas::admit(&c, Kind::Executions, &tenant, &ids).await?;
+    let batch_id = callback.as_ref().map(|_| TaskId::new());
+    let recorded = async {
+        c.list(Kind::Executions, tenant.0.as_deref(), submitted_at_ms, &ids)
+            .await?;
+        // Before anything is queued: the last verdict must find the webhook waiting.
+        if let (Some(id), Some(url), Some((store, _))) = (batch_id, &callback, &c.webhooks) {
+            let record = ExecutionBatchRecord {
+                id,
+                tenant: tenant.0.clone(),
+                items: prepared
+                    .iter()
+                    .map(|(label, id, _)| (label.clone(), *id))
+                    .collect(),
+            };
+            store
+                .register_execution_batch(&record, url)
+                .await
+                .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+        }
+        Ok::<(), ApiError>(())
+    }
+    .await;
+    if let Err(e) = recorded {
+        crate::quotas::release(&c, Kind::Executions, &tenant, &ids).await;
+        return Err(e);
+    }
     let work: Vec<(TaskId, ExecutionRequest)> = prepared
         .iter()
         .map(|(_, id, request)| (*id, request.clone()))
@@ -306,6 +359,12 @@ pub(crate) async fn submit_batch(
         .buffered(64)
         .collect()
         .await;
+    let unqueued: Vec<TaskId> = ids
+        .iter()
+        .zip(&queued)
+        .filter_map(|(id, queued)| queued.is_err().then_some(*id))
+        .collect();
+    crate::quotas::release(&c, Kind::Executions, &tenant, &unqueued).await;
     if queued.iter().all(Result::is_err)
         && let Some(Err(e)) = queued.into_iter().next()
     {
@@ -323,13 +382,15 @@ pub(crate) async fn submit_batch(
     let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
     if params.wait {
         let deadline = tokio::time::Instant::now() + c.options.wait;
+        let watch = c.store.watch(&ids);
         let mut nap = POLL_FIRST;
         loop {
+            let notified = enabled(watch.as_ref());
             poll_results(&c, &items, &mut results).await;
             if results.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
                 break;
             }
-            tokio::time::sleep(nap.min(deadline - tokio::time::Instant::now())).await;
+            next_read(notified, nap, deadline).await;
             nap = (nap * 2).min(POLL_MAX);
         }
     }
@@ -350,6 +411,11 @@ pub(crate) async fn submit_batch(
             done,
             total,
             results: views,
+            batch_id,
+            webhook: match batch_id {
+                Some(id) => c.webhook_view(HookKind::ExecutionBatch, id).await,
+                None => None,
+            },
         }),
     )
         .into_response())
@@ -388,6 +454,107 @@ async fn poll_results(
     arrived
 }
 
+/// An execution batch kept for its webhook, as `GET /v1/executions/batches/{id}` and its
+/// webhook show it.
+pub(crate) async fn execution_batch_view(
+    c: &Coordinator,
+    record: &ExecutionBatchRecord,
+) -> Result<ExecutionBatchView, store::Error> {
+    let ids: Vec<TaskId> = record.items.iter().map(|(_, id)| *id).collect();
+    let results = c.store.execution_results(&ids).await?;
+    let done = results.iter().filter(|r| r.is_some()).count();
+    Ok(ExecutionBatchView {
+        done,
+        total: ids.len(),
+        results: record
+            .items
+            .iter()
+            .zip(results)
+            .map(|((label, id), result)| item_view(label.clone(), *id, result))
+            .collect(),
+        batch_id: Some(record.id),
+        webhook: c.webhook_view(HookKind::ExecutionBatch, record.id).await,
+    })
+}
+
+/// An execution batch that was given a `callback_url`: its items' verdicts so far and its
+/// webhook's attempts.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/batches/{id}",
+    operation_id = "get_execution_batch",
+    tag = "executions",
+    params(("id" = TaskId, Path, description = "The `batch_id` of `POST /v1/executions/batch`.")),
+    responses(
+        (status = 200, description = "Every item, in input order, and the webhook.", body = ExecutionBatchView),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such batch (not a batch id, another tenant's, or one without a `callback_url`: only those are kept).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn fetch_batch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
+    // Not an id is no such batch: what an item's label (`results[].id`, which tools may take
+    // for this path's `id`) finds here.
+    let Ok(id) = id.parse::<TaskId>() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no execution batch {id}"),
+        ));
+    };
+    let record = match &c.webhooks {
+        Some((store, _)) => store.execution_batch(id).await.map_err(unavailable)?,
+        None => None,
+    };
+    let Some(record) = record.filter(|r| tenant.sees(&r.tenant)) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no execution batch {id}"),
+        ));
+    };
+    let view = execution_batch_view(&c, &record)
+        .await
+        .map_err(unavailable)?;
+    Ok(axum::Json(view).into_response())
+}
+
+/// A wake-up for the next read of a batch's verdicts, registered before the read it follows
+/// (so a verdict stored in between is not missed); `None` without notices.
+fn enabled(watch: Option<&store::Watch>) -> Option<Pin<Box<Notified<'_>>>> {
+    watch.map(|watch| {
+        let mut notified = Box::pin(watch.notified());
+        notified.as_mut().enable();
+        notified
+    })
+}
+
+/// Until the next read of a batch's verdicts: a verdict's notice (then a moment more, so
+/// verdicts landing together are read in one round trip), else `nap` (the safety net, or the
+/// poll of a store that sends no notices); never past `until`.
+async fn next_read(
+    notified: Option<Pin<Box<Notified<'_>>>>,
+    nap: std::time::Duration,
+    until: tokio::time::Instant,
+) {
+    let nap = if notified.is_some() {
+        NOTICE_SAFETY_POLL
+    } else {
+        nap
+    }
+    .min(until.saturating_duration_since(tokio::time::Instant::now()));
+    match notified {
+        Some(notified) => tokio::select! {
+            () = notified => tokio::time::sleep(NOTICE_COALESCE).await,
+            () = tokio::time::sleep(nap) => {}
+        },
+        None => tokio::time::sleep(nap).await,
+    }
+}
+
 fn item_view(label: String, id: TaskId, result: Option<ExecutionResult>) -> BatchItemView {
     BatchItemView {
         id: label,
@@ -417,8 +584,11 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
         };
         let mut results: Vec<Option<ExecutionResult>> = vec![None; items.len()];
         let mut idle_until = tokio::time::Instant::now() + c.options.wait;
+        let ids: Vec<TaskId> = items.iter().map(|(_, id, _)| *id).collect();
+        let watch = c.store.watch(&ids);
         let mut nap = POLL_FIRST;
         while results.iter().any(Option::is_none) && tokio::time::Instant::now() < idle_until {
+            let notified = enabled(watch.as_ref());
             let arrived = poll_results(&c, &items, &mut results).await;
             if !arrived.is_empty() {
                 idle_until = tokio::time::Instant::now() + c.options.wait;
@@ -437,7 +607,7 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
             if results.iter().all(Option::is_some) {
                 break;
             }
-            tokio::time::sleep(nap).await;
+            next_read(notified, nap, idle_until).await;
             nap = (nap * 2).min(POLL_MAX);
         }
         for (i, (label, id, _)) in items.iter().enumerate() {
@@ -461,6 +631,28 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
 
 /// Longest `id` of a batch item, in characters (as the document's `maxLength` counts).
 pub(crate) const MAX_LABEL_CHARS: usize = 256;
+
+/// Admits one execution against its tenant's quotas, lists it, records it and publishes its
+/// task: `POST /v1/executions` and `/run_code`. A place admitted for nothing is given back.
+pub(crate) async fn accept(
+    c: &Coordinator,
+    tenant: &Tenant,
+    id: TaskId,
+    request: ExecutionRequest,
+) -> Result<(), ApiError> {
+    let at = now_ms();
+    crate::quotas::admit(c, Kind::Executions, tenant, &[id]).await?;
+    let queued = async {
+        c.list(Kind::Executions, tenant.0.as_deref(), at, &[id])
+            .await?;
+        enqueue(c, tenant, id, at, request).await
+    }
+    .await;
+    if queued.is_err() {
+        crate::quotas::release(c, Kind::Executions, tenant, &[id]).await;
+    }
+    queued
+}
 
 /// Records an execution and publishes its task. When publishing fails the record says so
 /// (`error`, "not queued"), so that nothing waits on a task no worker will ever see.
@@ -497,10 +689,17 @@ pub(crate) async fn enqueue(
         .await;
     if let Err(e) = published {
         let reason = format!("not queued: {e}");
-        let _ = c
+        let result = ExecutionResult::error(Status::Error, reason.clone());
+        if let Ok(true) = c
             .store
-            .complete_execution(id, &ExecutionResult::error(Status::Error, reason.clone()))
-            .await;
+            .complete_execution(id, tenant.0.as_deref(), &result)
+            .await
+        {
+            c.metrics.usage.charge(
+                tenant.0.as_deref(),
+                &proto::api::UsageTotals::of_execution(&result).fields(),
+            );
+        }
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }
     Ok(())

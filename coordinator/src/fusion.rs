@@ -21,15 +21,15 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use proto::api::ExecutionSubmission;
-use proto::{ExecutionResult, Status, TaskId};
+use proto::{ExecutionResult, FileContent, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::Coordinator;
 use crate::auth::Tenant;
 use crate::body::read_body;
 use crate::error::ApiError;
-use crate::executions::{enqueue, validate};
-use crate::{Coordinator, now_ms};
+use crate::executions::{accept, validate};
 
 /// SandboxFusion's `RunCodeRequest`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -120,7 +120,7 @@ pub(crate) struct RunCodeResponse {
         (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = proto::api::ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
-        (status = 422, description = "An unsupported language, a limit out of range or a file that is not base64 text; the message names the field.", body = proto::api::ErrorBody),
+        (status = 422, description = "An unsupported language, a limit out of range or a file that is not base64; the message names the field.", body = proto::api::ErrorBody),
         (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = proto::api::ErrorBody),
     )
 )]
@@ -134,7 +134,7 @@ pub(crate) async fn run_code(
     let execution = validate(&c.options, submission)?;
     let timeout_ms = execution.timeout_ms;
     let id = TaskId::new();
-    enqueue(&c, &tenant, id, now_ms(), execution).await?;
+    accept(&c, &tenant, id, execution).await?;
     // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
     let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
     let result = match c.store.wait_execution(id, wait).await {
@@ -178,16 +178,9 @@ fn submission(
     let mut files = BTreeMap::new();
     for (path, content) in request.files {
         let Some(content) = content else { continue };
-        let bytes = STANDARD.decode(content.as_bytes()).map_err(|e| {
-            ApiError::invalid(&format!("files[{path:?}]"), format!("not base64: {e}"))
-        })?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            ApiError::invalid(
-                &format!("files[{path:?}]"),
-                "binary files are not supported (the content must be UTF-8 text)",
-            )
-        })?;
-        files.insert(path, text);
+        let bytes = proto::file::decode_base64(&content)
+            .map_err(|e| ApiError::invalid(&format!("files[{path:?}]"), e))?;
+        files.insert(path, FileContent::from_bytes(bytes));
     }
     Ok(ExecutionSubmission {
         id: None,
@@ -196,6 +189,7 @@ fn submission(
         test: None,
         stdin: request.stdin,
         timeout_ms: Some(((request.run_timeout * 1000.0).ceil() as u64).max(1)),
+        cpu_time_ms: None,
         memory_mb: request
             .memory_limit_mb
             .filter(|m| *m > 0)
@@ -204,6 +198,33 @@ fn submission(
         files: Some(files),
         return_files: Some(request.fetch_files),
     })
+}
+
+/// `/run_code` under a path that carries the API key, for SandboxFusion's client, which cannot
+/// send a header: point it at `http://HOST:8080/fusion/KEY` (`set_endpoint`). The key is
+/// checked like a header's (`crate::auth`); logs and metrics name the route, never the path.
+#[utoipa::path(
+    post,
+    path = "/fusion/{key}/run_code",
+    operation_id = "run_code_keyed",
+    tag = "sandbox-fusion",
+    params(("key" = String, Path, description = "The caller's API key (with keys configured; any value without).")),
+    request_body = RunCodeRequest,
+    responses(
+        (status = 200, description = "The run, in SandboxFusion's shape (also for `SandboxError`).", body = RunCodeResponse),
+        (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
+        (status = 401, description = "API keys are configured and the path's key is unknown.", body = proto::api::ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
+        (status = 422, description = "An unsupported language, a limit out of range or a file that is not base64; the message names the field.", body = proto::api::ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = proto::api::ErrorBody),
+    )
+)]
+pub(crate) async fn run_code_keyed(
+    state: State<Coordinator>,
+    tenant: Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    run_code(state, tenant, body).await
 }
 
 /// A verdict in SandboxFusion's terms (see the module documentation).
@@ -245,7 +266,7 @@ fn response(result: ExecutionResult) -> RunCodeResponse {
                 result.stderr.clone(),
             )),
         ),
-        Status::Timeout => (
+        Status::Timeout | Status::CpuTimeLimit => (
             RunStatus::Failed,
             Some(run(
                 CommandRunStatus::TimeLimitExceeded,
@@ -293,9 +314,11 @@ mod tests {
             stderr: "err".into(),
             truncated: false,
             duration_ms: 1500,
+            cpu_ms: None,
+            peak_memory_kb: None,
             reason: reason.map(str::to_owned),
             error_kind: None,
-            files: BTreeMap::from([("a.txt".to_string(), "hi".to_string())]),
+            files: BTreeMap::from([("a.txt".to_string(), "hi".into())]),
             file_errors: BTreeMap::new(),
         }
     }
@@ -365,7 +388,7 @@ mod tests {
         assert_eq!(mapped.language, "nodejs");
         assert_eq!(mapped.timeout_ms, Some(2500));
         assert_eq!(mapped.memory_mb, None);
-        assert_eq!(mapped.files.unwrap()["data.txt"], "hi");
+        assert_eq!(mapped.files.unwrap()["data.txt"], "hi".into());
         assert_eq!(mapped.return_files.unwrap(), ["out.txt"]);
 
         let bad = |body: serde_json::Value| {
@@ -379,8 +402,15 @@ mod tests {
             bad(serde_json::json!({"code": "", "language": "python", "run_timeout": 0}))
                 .starts_with("run_timeout:")
         );
-        let binary =
-            bad(serde_json::json!({"code": "", "language": "bash", "files": {"b": "/w=="}}));
-        assert!(binary.contains("UTF-8"), "{binary}");
+        let not_base64 =
+            bad(serde_json::json!({"code": "", "language": "bash", "files": {"b": "%%"}}));
+        assert!(not_base64.contains("not base64"), "{not_base64}");
+        // Bytes that are not UTF-8 pass through as bytes.
+        let request: RunCodeRequest = serde_json::from_value(
+            serde_json::json!({"code": "", "language": "bash", "files": {"b": "/w=="}}),
+        )
+        .unwrap();
+        let mapped = submission(request, &options).unwrap();
+        assert_eq!(mapped.files.unwrap()["b"], FileContent::Bytes(vec![0xff]));
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
@@ -23,9 +23,12 @@ use crate::error::{ApiError, path_rejected, unavailable};
 use crate::pipeline::task;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
+use store::index::Kind;
+use store::webhooks::HookKind;
 
-/// How often an event stream looks for new events while its job runs.
-const EVENTS_POLL: Duration = Duration::from_millis(250);
+/// Longest an event stream waits for a new event before it checks the job's status again (the
+/// `finished` event ends it; this is the safety net for a job that ended without one).
+const EVENTS_WAIT: Duration = Duration::from_secs(15);
 
 /// Checks a job submission against the configured limits.
 pub(crate) fn validate(
@@ -124,14 +127,28 @@ pub(crate) async fn submit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let submission: JobSubmission = from_json(&body).map_err(|e| {
+    let mut submission: JobSubmission = from_json(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             format!("invalid request body: {e}"),
         )
     })?;
+    let callback = submission.callback_url.take();
     let request = validate(&c.options, submission)?;
-    Ok(match create_job(&c, request, tenant.0).await? {
+    if let Some(url) = &callback {
+        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+    }
+    let id = TaskId::new();
+    crate::quotas::admit(&c, Kind::Jobs, &tenant, &[id]).await?;
+    let created = async {
+        register_callback(&c, id, &tenant, callback.as_deref()).await?;
+        create_job(&c, id, request, tenant.0.clone()).await
+    }
+    .await;
+    if created.is_err() {
+        crate::quotas::release(&c, Kind::Jobs, &tenant, &[id]).await;
+    }
+    Ok(match created? {
         Created::Cached(result) => (StatusCode::OK, axum::Json(result)).into_response(),
         Created::Queued(id) => (
             StatusCode::ACCEPTED,
@@ -143,6 +160,23 @@ pub(crate) async fn submit(
         )
             .into_response(),
     })
+}
+
+/// Records job `id`'s webhook, if it has one, before the job exists (a job answered from the
+/// cache ends as it is created, and its end must find the webhook).
+pub(crate) async fn register_callback(
+    c: &Coordinator,
+    id: TaskId,
+    tenant: &Tenant,
+    url: Option<&str>,
+) -> Result<(), ApiError> {
+    match (url, &c.webhooks) {
+        (Some(url), Some((store, _))) => store
+            .register_job(id, url, tenant.0.as_deref())
+            .await
+            .map_err(unavailable),
+        _ => Ok(()),
+    }
 }
 
 /// A job [`create_job`] made.
@@ -168,10 +202,10 @@ impl Created {
 /// cannot be published is stored as failed (its id never stays "queued") and answers 503.
 pub(crate) async fn create_job(
     c: &Coordinator,
+    id: TaskId,
     request: JobRequest,
     tenant: Option<String>,
 ) -> Result<Created, ApiError> {
-    let id = TaskId::new();
     let cache_key = c
         .cache
         .as_ref()
@@ -200,6 +234,13 @@ pub(crate) async fn create_job(
         plan_model_calls: 0,
         cache_key,
     };
+    c.list(
+        Kind::Jobs,
+        meta.tenant.as_deref(),
+        meta.submitted_at_ms,
+        &[id],
+    )
+    .await?;
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
     let _ = c
         .jobs
@@ -253,12 +294,28 @@ async fn answer_from_cache(
         cache: CacheOutcome::Hit,
         ..JobMetrics::default()
     };
+    c.list(
+        Kind::Jobs,
+        meta.tenant.as_deref(),
+        meta.submitted_at_ms,
+        &[id],
+    )
+    .await?;
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
-    c.jobs.finish_job(id, &result).await.map_err(unavailable)?;
+    if c.jobs
+        .finish_job(id, meta.tenant.as_deref(), &result)
+        .await
+        .map_err(unavailable)?
+    {
+        c.metrics.usage.charge(
+            meta.tenant.as_deref(),
+            &proto::api::UsageTotals::of_job(&result).fields(),
+        );
+    }
     c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
     Ok(result)
 }
-fn parse_id(id: &str) -> Result<TaskId, ApiError> {
+pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {
     id.parse()
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a job id: {e}")))
 }
@@ -298,7 +355,8 @@ pub(crate) async fn fetch(
     // together), so a final status read here always finds its result below, and a job that
     // finishes in between is answered with its result, never as a final status without one.
     let status = c.jobs.status(id).await.map_err(unavailable)?;
-    if let Some(result) = c.jobs.result(id).await.map_err(unavailable)? {
+    if let Some(mut result) = c.jobs.result(id).await.map_err(unavailable)? {
+        result.webhook = c.webhook_view(HookKind::Job, id).await;
         return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
     }
     let Some(status) = status else {
@@ -329,8 +387,33 @@ pub(crate) async fn fetch(
         job_id: id,
         status,
         functions,
+        webhook: c.webhook_view(HookKind::Job, id).await,
     }))
     .into_response())
+}
+
+/// The `Last-Event-ID` header: an event id as this API writes them (a Redis stream id,
+/// `<ms>-<seq>`), or 400 naming the header.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let invalid = || {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "Last-Event-ID: not an event id of this stream (expected <ms>-<seq>, the id of an \
+             event received)",
+        )
+    };
+    // An empty value is refused like any other non-id: `EventSource` never sends one, and
+    // the document's pattern does not admit it.
+    let value = value.to_str().map_err(|_| invalid())?.trim();
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    match value.split_once('-') {
+        Some((ms, seq)) if digits(ms) && digits(seq) => Ok(Some(value.to_owned())),
+        None if digits(value) => Ok(Some(value.to_owned())),
+        _ => Err(invalid()),
+    }
 }
 
 /// One server-sent event of `GET /v1/jobs/{id}/events` (documentation only: the handler writes
@@ -348,22 +431,28 @@ pub(crate) struct JobEvent {
     data: String,
 }
 
-/// A job's progress as server-sent events, replayed from the start and ending with the job.
+/// A job's progress as server-sent events, replayed from the start (or after `Last-Event-ID`)
+/// and ending with the job.
 ///
 /// Each event's data is one `Progress` object; the event's name is its `event` field
 /// (`queued`, `planning`, `planned`, `replanning`, `function_started`, `attempt`,
 /// `function_cached`, `function_done`, `finished`), its id the position in the job's stream.
-/// `finished` is always the last event.
+/// `finished` is always the last event. A client whose stream broke sends the last id it
+/// received as `Last-Event-ID` (as browsers' `EventSource` does) and gets the events after it.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/events",
     operation_id = "job_events",
     tag = "jobs",
-    params(("id" = TaskId, Path, description = "Job id.")),
+    params(
+        ("id" = TaskId, Path, description = "Job id."),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = r"^[0-9]{1,20}(-[0-9]{1,20})?$",
+            description = "Resume after this event id (the `id` of an event already received)."),
+    ),
     responses(
         (status = 200, description = "The event stream; the schema is that of one event.",
             body = JobEvent, content_type = "text/event-stream"),
-        (status = 400, description = "Not a job id.", body = ErrorBody),
+        (status = 400, description = "Not a job id, or a `Last-Event-ID` that is not an event id.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -373,9 +462,11 @@ pub(crate) async fn events(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
     id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
     let id = parse_id(&id)?;
+    let after = last_event_id(&headers)?;
     visible(&c, &tenant, id).await?;
     if c.jobs.status(id).await.map_err(unavailable)?.is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
@@ -386,7 +477,7 @@ pub(crate) async fn events(
         finished: bool,
     }
     let start = Cursor {
-        after: None,
+        after,
         pending: Default::default(),
         finished: false,
     };
@@ -403,17 +494,32 @@ pub(crate) async fn events(
             if cursor.finished {
                 return None;
             }
-            // Read the status before the events, so the last events are not missed.
-            let status = c.jobs.status(id).await.ok().flatten();
-            if let Ok(events) = c.jobs.events(id, cursor.after.as_deref()).await {
-                cursor.pending.extend(events);
-            }
-            if status.is_some_and(JobStatus::is_final) {
-                cursor.finished = true;
-                continue;
-            }
-            if cursor.pending.is_empty() {
-                tokio::time::sleep(EVENTS_POLL).await;
+            // Woken by each new event's notice; `finished` is always the last event.
+            match c
+                .jobs
+                .wait_events(id, cursor.after.as_deref(), EVENTS_WAIT)
+                .await
+            {
+                Ok(events) if !events.is_empty() => {
+                    cursor.finished = events
+                        .iter()
+                        .any(|e| matches!(e.event, Progress::Finished { .. }));
+                    cursor.pending.extend(events);
+                }
+                // Nothing new for a while (or Redis away): a job that ended without its event
+                // (expired state) ends the stream; the status is read before the events, so
+                // the last events are not missed.
+                _ => {
+                    let status = c.jobs.status(id).await;
+                    if let Ok(status) = status
+                        && status.is_none_or(JobStatus::is_final)
+                    {
+                        if let Ok(events) = c.jobs.events(id, cursor.after.as_deref()).await {
+                            cursor.pending.extend(events);
+                        }
+                        cursor.finished = true;
+                    }
+                }
             }
         }
     });

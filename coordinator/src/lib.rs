@@ -16,6 +16,7 @@ pub mod auth;
 mod batches;
 mod body;
 mod cache;
+mod cancel;
 mod dead_letters;
 mod error;
 mod executions;
@@ -23,11 +24,14 @@ mod fusion;
 mod generators;
 mod idempotency;
 mod jobs;
+mod listing;
 mod metrics;
 mod pipeline;
 pub mod planning;
 mod quotas;
 pub mod tenants;
+mod usage;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,6 +106,20 @@ pub struct Options {
     pub tenants: std::collections::BTreeMap<String, TenantOptions>,
     /// Every tenant's settings where `tenants.<name>` leaves one out.
     pub tenant_defaults: TenantOptions,
+    /// The period of `model_tokens_per_period` and `sandbox_cpu_seconds_per_period`: whole
+    /// hours, periods counted from the Unix epoch (a day is a UTC day).
+    #[serde(with = "humantime_serde")]
+    pub quota_period: Duration,
+    /// Where webhooks may go: comma-separated `host:port` patterns (`*` matches any run of
+    /// characters), e.g. `hooks.example.com:443,*.acme.test:*`. A `callback_url` whose host
+    /// and port match none is refused (422). Empty: no webhooks.
+    pub webhook_allow: String,
+    /// How long a webhook is retried (with backoff) after its resource ended.
+    #[serde(with = "humantime_serde")]
+    pub webhook_retry_for: Duration,
+    /// Limit per webhook attempt.
+    #[serde(with = "humantime_serde")]
+    pub webhook_timeout: Duration,
 }
 
 impl Options {
@@ -144,6 +162,10 @@ impl Default for Options {
             outage_wait: Duration::from_secs(300),
             tenants: Default::default(),
             tenant_defaults: TenantOptions::default(),
+            quota_period: Duration::from_secs(24 * 3600),
+            webhook_allow: String::new(),
+            webhook_retry_for: Duration::from_secs(3600),
+            webhook_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -178,6 +200,17 @@ pub struct Coordinator {
     /// Where `Idempotency-Key`s are kept and for how long (as long as results); without it,
     /// the header is ignored.
     pub(crate) idempotency: Option<(Arc<dyn store::Idempotency>, Duration)>,
+    /// Each tenant's jobs, batches and executions, for the listing routes.
+    pub(crate) index: Option<Arc<dyn store::Index>>,
+    /// Each tenant's hourly usage totals, for `GET /v1/usage`.
+    pub(crate) usage: Option<Arc<dyn store::Usage>>,
+    /// How long those totals are kept (`store.usage_retention`).
+    pub(crate) usage_retention: Duration,
+    /// Where tenants' quotas are kept, and how long an execution may wait for its verdict
+    /// (`store.result_ttl`); without it, no quotas.
+    pub(crate) quotas: Option<(Arc<dyn store::Quotas>, Duration)>,
+    /// Where webhooks wait and are recorded, and the client that delivers them.
+    pub(crate) webhooks: Option<(Arc<dyn store::Webhooks>, reqwest::Client)>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -207,7 +240,17 @@ impl Coordinator {
             ));
         }
         options.check_tenants()?;
+        if options.quota_period < Duration::from_secs(3600)
+            || !options.quota_period.as_secs().is_multiple_of(3600)
+            || options.quota_period.subsec_nanos() != 0
+        {
+            return Err(Error::Config(format!(
+                "quota_period must be a whole number of hours (usage is kept per hour), not {}",
+                humantime_serde::re::humantime::format_duration(options.quota_period)
+            )));
+        }
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
+        metrics.usage.know(options.weights().into_keys());
         Ok(Self {
             options: Arc::new(options),
             broker,
@@ -219,7 +262,68 @@ impl Coordinator {
             tenants: None,
             meters: None,
             idempotency: None,
+            index: None,
+            usage: None,
+            usage_retention: store::usage::DEFAULT_RETENTION,
+            quotas: None,
+            webhooks: None,
         })
+    }
+
+    /// Enforces the tenants' quotas (`jobs_in_flight`, `executions_in_flight`,
+    /// `model_tokens_per_period`, `sandbox_cpu_seconds_per_period`) across every coordinator
+    /// sharing `quotas`; `result_ttl` bounds how long an execution may count as in flight.
+    pub fn with_quotas(mut self, quotas: Arc<dyn store::Quotas>, result_ttl: Duration) -> Self {
+        self.quotas = Some((quotas, result_ttl));
+        self
+    }
+
+    /// Accepts `callback_url`s and delivers their webhooks (every coordinator sharing
+    /// `webhooks` takes part).
+    pub fn with_webhooks(mut self, webhooks: Arc<dyn store::Webhooks>) -> Result<Self, Error> {
+        let client = reqwest::Client::builder()
+            .timeout(self.options.webhook_timeout)
+            // An allowed host must not send the cluster on to one that is not.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("codegen-cluster/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Config(format!("webhook client: {e}")))?;
+        self.webhooks = Some((webhooks, client));
+        Ok(self)
+    }
+
+    /// Answers `GET /v1/usage` from `usage`, which keeps totals for `retention`; without it
+    /// that route answers 503.
+    pub fn with_usage(mut self, usage: Arc<dyn store::Usage>, retention: Duration) -> Self {
+        self.usage = Some(usage);
+        self.usage_retention = retention;
+        self
+    }
+
+    /// Keeps each tenant's work listed in `index` (`GET /v1/jobs`, `/v1/batches`,
+    /// `/v1/executions`); without it those routes answer 503.
+    pub fn with_index(mut self, index: Arc<dyn store::Index>) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// Lists `ids` among `tenant`'s `kind`, before they are created: an id listed whose
+    /// creation then failed is skipped by the listing, while one created but never listed
+    /// could not be found again.
+    pub(crate) async fn list(
+        &self,
+        kind: store::index::Kind,
+        tenant: Option<&str>,
+        at_ms: u64,
+        ids: &[proto::TaskId],
+    ) -> Result<(), error::ApiError> {
+        match &self.index {
+            Some(index) => index
+                .record(kind, tenant, at_ms, ids)
+                .await
+                .map_err(error::unavailable),
+            None => Ok(()),
+        }
     }
 
     /// Enforces the tenants' request rates (`requests_per_second`) across every coordinator
@@ -272,6 +376,7 @@ impl Coordinator {
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
         let events = tokio::spawn(self.clone().consume_events(cancel.clone()));
         let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
+        let hooks = tokio::spawn(self.clone().deliver_webhooks(cancel.clone()));
         if let Some(register) = self.tenants.clone() {
             tokio::spawn(tenants::register(
                 register,
@@ -290,6 +395,7 @@ impl Coordinator {
         let _ = dead_letters.await;
         let _ = events.await;
         let _ = reaper.await;
+        let _ = hooks.await;
         result.map_err(|source| Error::Listen { addr, source })
     }
 }

@@ -10,6 +10,9 @@ pub struct Metrics {
     pub jobs: IntCounterVec,
     /// Jobs this coordinator failed (planning failed, dead-lettered, overdue, not queued).
     pub job_seconds: HistogramVec,
+    /// What the work this coordinator ended (failed, cancelled, answered from the cache,
+    /// dead-lettered) cost, by tenant.
+    pub usage: telemetry::TenantUsage,
 }
 
 impl Metrics {
@@ -49,6 +52,7 @@ impl Metrics {
                 &["outcome"],
             )?,
             job_seconds: telemetry::job_seconds()?,
+            usage: telemetry::TenantUsage::register(registry)?,
         };
         registry.register(Box::new(metrics.job_seconds.clone()))?;
         registry.register(Box::new(metrics.jobs.clone()))?;
@@ -61,7 +65,7 @@ impl Metrics {
         for reason in ["delivery_limit", "rejected"] {
             metrics.dead_letters.with_label_values(&[reason]);
         }
-        for outcome in ["accepted", "cache_hit", "failed"] {
+        for outcome in ["accepted", "cache_hit", "failed", "cancelled"] {
             metrics.jobs.with_label_values(&[outcome]);
         }
         Ok(metrics)

@@ -2,7 +2,6 @@
 //! tasks (the functions a finished one unblocks, then integration), fails jobs that cannot go
 //! on, and fails the overdue ones. Handlers call into it; it knows no HTTP.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker::{Delivery, Outgoing, Queue};
@@ -93,9 +92,24 @@ impl Coordinator {
     /// Ends a job as failed with `reason`, keeping whatever it produced; a job that already
     /// finished keeps its result.
     pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) -> Result<(), store::Error> {
-        let specs = match self.jobs.plan(meta.id).await {
-            Ok(Some(plan)) => plan.specs,
-            _ => self
+        self.end_job(meta, JobStatus::Failed, reason)
+            .await
+            .map(drop)
+    }
+
+    /// Ends a job before its integration with `status` (`failed`, `cancelled`) and `reason`,
+    /// keeping what it produced: the functions finished so far, their tests and their
+    /// history. Returns the job's result: this one, or the one it had finished with already.
+    pub(crate) async fn end_job(
+        &self,
+        meta: &JobMeta,
+        status: JobStatus,
+        reason: &str,
+    ) -> Result<JobResult, store::Error> {
+        let plan = self.jobs.plan(meta.id).await.ok().flatten();
+        let specs = match &plan {
+            Some(plan) => plan.specs.clone(),
+            None => self
                 .jobs
                 .specs(meta.id)
                 .await
@@ -103,40 +117,87 @@ impl Coordinator {
                 .flatten()
                 .unwrap_or_default(),
         };
+        let mut outcomes = Vec::new();
+        if plan.is_some() {
+            for spec in &specs {
+                if let Some(outcome) = self.jobs.function(meta.id, &spec.name).await? {
+                    outcomes.push(outcome);
+                }
+            }
+        }
+        let mut metrics = JobMetrics {
+            total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
+            cache: CacheOutcome::Miss,
+            model_calls: meta.plan_model_calls,
+            tokens: meta.plan_tokens,
+            ..JobMetrics::default()
+        };
+        for o in &outcomes {
+            metrics.model_calls += o.model_calls;
+            metrics.tokens.prompt += o.tokens.prompt;
+            metrics.tokens.completion += o.tokens.completion;
+            metrics.generation_ms += o.generation_ms;
+            metrics.execution_ms += o.execution_ms;
+            metrics.sandbox_cpu_ms += o.cpu_ms;
+        }
         let result = JobResult {
             job_id: meta.id,
-            status: JobStatus::Failed,
+            status,
             instruction: meta.request.instruction.clone(),
             language: meta.request.language,
             function_specs: specs,
-            implementations: BTreeMap::new(),
-            tests: BTreeMap::new(),
-            test_results: vec![],
+            // Only code that passed its tests: a half-repaired attempt is not a result.
+            implementations: outcomes
+                .iter()
+                .filter(|o| o.passed)
+                .filter_map(|o| o.code.clone().map(|c| (o.name.clone(), c)))
+                .collect(),
+            tests: outcomes
+                .iter()
+                .filter(|o| !o.tests.is_empty())
+                .map(|o| (o.name.clone(), o.tests.clone()))
+                .collect(),
+            test_results: outcomes
+                .iter()
+                .filter(|o| o.done)
+                .flat_map(|o| o.test_results.iter().cloned())
+                .collect(),
             all_tests_passed: false,
-            improvement_history: vec![],
+            improvement_history: outcomes
+                .iter()
+                .flat_map(|o| o.history.iter().cloned())
+                .collect(),
             documentation: String::new(),
             quality: Quality::default(),
-            metrics: JobMetrics {
-                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
-                cache: CacheOutcome::Miss,
-                ..JobMetrics::default()
-            },
+            metrics,
             failure: Some(reason.to_owned()),
+            webhook: None,
             validation: Validation::NotValidated,
             manual_review_recommended: true,
         };
-        let finished = self.jobs.finish_job(meta.id, &result).await?;
+        let finished = self
+            .jobs
+            .finish_job(meta.id, meta.tenant.as_deref(), &result)
+            .await?;
         if finished {
-            self.metrics.jobs.with_label_values(&["failed"]).inc();
+            self.metrics.usage.charge(
+                meta.tenant.as_deref(),
+                &proto::api::UsageTotals::of_job(&result).fields(),
+            );
+            self.metrics
+                .jobs
+                .with_label_values(&[status.as_str()])
+                .inc();
             self.metrics
                 .job_seconds
-                .with_label_values(&["failed"])
+                .with_label_values(&[status.as_str()])
                 .observe(result.metrics.total_ms as f64 / 1000.0);
-            tracing::info!(job = %meta.id, %reason, "job failed");
+            tracing::info!(job = %meta.id, status = status.as_str(), %reason, "job ended");
+            Ok(result)
         } else {
             tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");
+            Ok(self.jobs.result(meta.id).await?.unwrap_or(result))
         }
-        Ok(())
     }
 
     /// Fails every job still unfinished `job_deadline` after its submission, until `cancel`

@@ -26,15 +26,36 @@ pub struct TenantOptions {
     pub weight: Option<u32>,
     /// API requests per second, bursts of up to a second's worth, across every coordinator
     /// (0 or none: no limit). Past it: 429 with `Retry-After`, nothing done.
-    pub requests_per_second: Option<u32>,
+    pub requests_per_second: Option<u64>,
+    /// Generation jobs submitted and not yet ended, across every coordinator (0 or none: no
+    /// limit). A job or batch that would pass it: 429, nothing queued.
+    pub jobs_in_flight: Option<u64>,
+    /// Executions submitted and without a verdict yet (0 or none: no limit).
+    pub executions_in_flight: Option<u64>,
+    /// Model tokens (prompt + completion) the jobs that ended in the current
+    /// `coordinator.quota_period` may have used; once reached, new jobs get 429 until the
+    /// period ends (0 or none: no limit). Work already admitted runs to its end.
+    pub model_tokens_per_period: Option<u64>,
+    /// Sandbox CPU seconds the jobs and executions that ended in the current period may have
+    /// used; once reached, new work gets 429 until the period ends (0 or none: no limit).
+    pub sandbox_cpu_seconds_per_period: Option<u64>,
+    /// The key webhooks to this tenant are signed with (HMAC-SHA256). A secret: give it in the
+    /// environment (`CODEGEN__COORDINATOR__TENANTS__<NAME>__WEBHOOK_SECRET`). Without one the
+    /// tenant cannot ask for webhooks. Never taken from `tenant_defaults` for a named tenant
+    /// (tenants sharing a key could forge each other's); there it is the open API's.
+    #[serde(skip_serializing)]
+    pub webhook_secret: Option<String>,
 }
 
-/// A tenant's settings with the defaults filled in.
+/// A tenant's settings with the defaults filled in; 0 is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TenantLimits {
     pub weight: u32,
-    /// 0: no limit.
-    pub requests_per_second: u32,
+    pub requests_per_second: u64,
+    pub jobs_in_flight: u64,
+    pub executions_in_flight: u64,
+    pub model_tokens_per_period: u64,
+    pub sandbox_cpu_seconds_per_period: u64,
 }
 
 /// The most a weight may be: beyond it, a stride of the fair scheduler loses precision.
@@ -48,14 +69,37 @@ impl Options {
     /// `tenant`'s settings (`None`: the tenant of an open API), defaults filled in.
     pub fn tenant(&self, tenant: Option<&str>) -> TenantLimits {
         let own = tenant.and_then(|t| self.tenants.get(t));
-        let pick = |f: fn(&TenantOptions) -> Option<u32>, fallback: u32| {
+        let pick = |f: fn(&TenantOptions) -> Option<u64>| {
             own.and_then(f)
                 .or_else(|| f(&self.tenant_defaults))
-                .unwrap_or(fallback)
+                .unwrap_or(0)
         };
         TenantLimits {
-            weight: pick(|o| o.weight, 1),
-            requests_per_second: pick(|o| o.requests_per_second, 0),
+            weight: own
+                .and_then(|o| o.weight)
+                .or(self.tenant_defaults.weight)
+                .unwrap_or(1),
+            requests_per_second: pick(|o| o.requests_per_second),
+            jobs_in_flight: pick(|o| o.jobs_in_flight),
+            executions_in_flight: pick(|o| o.executions_in_flight),
+            model_tokens_per_period: pick(|o| o.model_tokens_per_period),
+            sandbox_cpu_seconds_per_period: pick(|o| o.sandbox_cpu_seconds_per_period),
+        }
+    }
+
+    /// The setting `field` of `tenant` as an operator writes it: its own entry when it has
+    /// one for that field, else the defaults'.
+    pub(crate) fn setting(
+        &self,
+        tenant: Option<&str>,
+        field: &str,
+        own: fn(&TenantOptions) -> bool,
+    ) -> String {
+        match tenant {
+            Some(t) if self.tenants.get(t).is_some_and(own) => {
+                format!("coordinator.tenants.{t}.{field}")
+            }
+            _ => format!("coordinator.tenant_defaults.{field}"),
         }
     }
 
@@ -71,12 +115,7 @@ impl Options {
     /// Tenant names become queue names: letters, digits, `-` and `_`, at most 64 bytes.
     pub(crate) fn check_tenants(&self) -> Result<(), Error> {
         for tenant in self.api_keys.keys().chain(self.tenants.keys()) {
-            let valid = !tenant.is_empty()
-                && tenant.len() <= 64
-                && tenant
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-            if !valid {
+            if !valid_name(tenant) {
                 return Err(Error::Config(format!(
                     "tenant name {tenant:?}: use 1 to 64 letters, digits, '-' or '_'"
                 )));
@@ -101,6 +140,15 @@ impl Options {
         }
         Ok(())
     }
+}
+
+/// Whether `name` may name a tenant: 1 to 64 letters, digits, `-` or `_`.
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Registers `weights` now and every [`REGISTER_PERIOD`] until `cancel`.
@@ -152,6 +200,8 @@ mod tests {
             TenantOptions {
                 weight: Some(3),
                 requests_per_second: Some(50),
+                jobs_in_flight: Some(7),
+                ..TenantOptions::default()
             },
         );
         options
@@ -167,6 +217,20 @@ mod tests {
         assert_eq!(options.tenant(Some("bulk")).requests_per_second, 50);
         assert_eq!(options.tenant(Some("acme")).requests_per_second, 5);
         assert_eq!(options.tenant(None).requests_per_second, 5);
+        assert_eq!(options.tenant(Some("bulk")).jobs_in_flight, 7);
+        assert_eq!(options.tenant(Some("acme")).jobs_in_flight, 0);
+        assert_eq!(
+            options.setting(Some("bulk"), "jobs_in_flight", |o| o
+                .jobs_in_flight
+                .is_some()),
+            "coordinator.tenants.bulk.jobs_in_flight"
+        );
+        assert_eq!(
+            options.setting(Some("acme"), "jobs_in_flight", |o| o
+                .jobs_in_flight
+                .is_some()),
+            "coordinator.tenant_defaults.jobs_in_flight"
+        );
         assert!(options.check_tenants().is_ok());
         options
             .tenants

@@ -366,6 +366,7 @@ fn limits_config(options: &Options) -> limits::Config {
         max_concurrency: u32::try_from(options.max_concurrency).unwrap_or(u32::MAX),
         requests_per_second: options.requests_per_second,
         tokens_per_minute: options.tokens_per_minute,
+        reserve: options.tenant_reserve,
     }
 }
 

@@ -308,6 +308,11 @@ pub struct Options {
     /// Calls in flight at once: for the whole cluster when the workers share their limits in
     /// Redis (they do), else per process.
     pub max_concurrency: usize,
+    /// Of `max_concurrency` (shared limits), the calls kept for tenants with fewer than this
+    /// many in flight while more than one tenant calls, so that a tenant's single job does
+    /// not wait for another tenant's batch to free a call; capped at a quarter of
+    /// `max_concurrency`, 0 for none. A tenant calling alone has every call.
+    pub tenant_reserve: u32,
     /// Calls started per second, with the same scope (0: unlimited).
     pub requests_per_second: u32,
     /// Prompt and completion tokens per minute, with the same scope (0: unlimited). A call is
@@ -337,6 +342,7 @@ impl Default for Options {
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
             max_concurrency: 64,
+            tenant_reserve: 4,
             requests_per_second: 0,
             tokens_per_minute: 0,
             script_file: None,

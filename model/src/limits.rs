@@ -52,6 +52,8 @@ pub enum Admit {
     Granted,
     /// Not now; asking again after this long may succeed.
     Wait(Duration),
+    /// Not for this tenant now: what is free is kept for other tenants' calls.
+    Reserved,
 }
 
 /// A GCRA meter.
@@ -74,9 +76,18 @@ impl Meter {
 /// Every decision also honours the pause and the slow-down recorded by [`Self::throttled`].
 #[async_trait]
 pub trait SharedLimits: Send + Sync + 'static {
-    /// Takes lease `id` when fewer than `limit` leases (scaled down after a 429) are held.
-    /// A lease not released expires after `ttl` (its holder died).
-    async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Admit, String>;
+    /// Takes lease `id` (`{tenant}/{unique}`) for `tenant` when fewer than `limit` leases
+    /// (scaled down after a 429) are held; the last `reserve` of them only while `tenant` holds
+    /// fewer than `reserve` or no other tenant is asking ([`Admit::Reserved`] otherwise). A
+    /// lease not released expires after `ttl` (its holder died).
+    async fn lease(
+        &self,
+        id: &str,
+        tenant: &str,
+        limit: u32,
+        reserve: u32,
+        ttl: Duration,
+    ) -> Result<Admit, String>;
 
     async fn release(&self, id: &str) -> Result<(), String>;
 
@@ -105,6 +116,9 @@ pub struct Config {
     pub max_concurrency: u32,
     pub requests_per_second: u32,
     pub tokens_per_minute: u32,
+    /// Shared limits: of `max_concurrency`, the calls kept for tenants with fewer than this
+    /// many in flight while several tenants call (at most a quarter; 0: none).
+    pub reserve: u32,
 }
 
 /// The limits a [`crate::Model`] passes its calls through; cheap to clone.
@@ -340,11 +354,38 @@ impl Shared {
     }
 
     async fn admit(&self, tokens: u64) -> Permit<'_> {
-        let _turn = self.turn.enter().await;
-        let id = format!("{:016x}", rand::random::<u64>());
+        let mut turn = self.turn.enter().await;
+        let tenant = crate::turnstile::current_lane()
+            .tenant
+            .unwrap_or_else(|| "#".to_owned());
+        let id = format!("{tenant}/{:016x}", rand::random::<u64>());
         let limit = self.config.max_concurrency.max(1);
-        self.until_granted("lease", || self.store.lease(&id, limit, LEASE_TTL))
-            .await;
+        let reserve = self.config.reserve;
+        loop {
+            match self
+                .store
+                .lease(&id, &tenant, limit, reserve, LEASE_TTL)
+                .await
+            {
+                Ok(Admit::Granted) => break,
+                // A lease is free, but kept for other tenants: a call of another lane
+                // waiting here takes the turn first (it may be one of them).
+                Ok(Admit::Reserved) => {
+                    let (back, deferred) = turn.defer().await;
+                    turn = back;
+                    if !deferred {
+                        tokio::time::sleep(MAX_NAP).await;
+                    }
+                }
+                // A full semaphore cannot say when a lease frees.
+                Ok(Admit::Wait(wait)) if wait.is_zero() => tokio::time::sleep(MAX_NAP).await,
+                Ok(Admit::Wait(wait)) => tokio::time::sleep(wait).await,
+                Err(e) => {
+                    tracing::warn!(limit = "lease", error = %e, "cannot ask the shared model limits; asking again");
+                    tokio::time::sleep(STORE_RETRY).await;
+                }
+            }
+        }
         self.held.lock().expect("poisoned").insert(id.clone());
         let permit = Permit {
             _local: None,
@@ -381,7 +422,8 @@ impl Shared {
     {
         loop {
             match ask().await {
-                Ok(Admit::Granted) => return,
+                // Meters keep nothing for anyone.
+                Ok(Admit::Granted | Admit::Reserved) => return,
                 // A meter or a pause says how long; a full semaphore cannot.
                 Ok(Admit::Wait(wait)) if wait.is_zero() => tokio::time::sleep(MAX_NAP).await,
                 Ok(Admit::Wait(wait)) => tokio::time::sleep(wait).await,

@@ -43,7 +43,7 @@ pub async fn with_lane<F: Future>(lane: Lane, future: F) -> F::Output {
     LANE.scope(lane, future).await
 }
 
-fn current_lane() -> Lane {
+pub(crate) fn current_lane() -> Lane {
     LANE.try_with(Clone::clone).unwrap_or_default()
 }
 
@@ -57,7 +57,9 @@ struct Waiter {
 
 #[derive(Default)]
 struct State {
-    busy: bool,
+    /// Turns held now, at most `permits`.
+    busy: usize,
+    permits: usize,
     waiting: Vec<Waiter>,
     /// Each lane's pass and stride.
     lanes: HashMap<Option<String>, (u64, u64)>,
@@ -66,10 +68,17 @@ struct State {
     seq: u64,
 }
 
-/// The turn; `enter` waits for it, dropping the guard passes it on.
-#[derive(Default)]
-pub(crate) struct Turnstile {
+/// The turn (or `permits` turns at once); `enter` waits for one, dropping the guard passes it
+/// on. Besides the model's limits, the worker orders its sandbox runs with one (a pool's
+/// containers as the permits), so a tenant's run does not wait behind another's backlog.
+pub struct Turnstile {
     state: Mutex<State>,
+}
+
+impl Default for Turnstile {
+    fn default() -> Self {
+        Self::new(1)
+    }
 }
 
 impl std::fmt::Debug for Turnstile {
@@ -82,13 +91,25 @@ impl std::fmt::Debug for Turnstile {
     }
 }
 
-pub(crate) struct Turn<'a> {
+/// A turn held; dropping it passes the turn on.
+#[derive(Debug)]
+pub struct Turn<'a> {
     turnstile: &'a Turnstile,
 }
 
 impl Turnstile {
-    /// Waits for the turn, in the current task's lane.
-    pub(crate) async fn enter(&self) -> Turn<'_> {
+    /// `permits` turns at once (at least one).
+    pub fn new(permits: usize) -> Self {
+        Self {
+            state: Mutex::new(State {
+                permits: permits.max(1),
+                ..State::default()
+            }),
+        }
+    }
+
+    /// Waits for a turn, in the current task's lane.
+    pub async fn enter(&self) -> Turn<'_> {
         let lane = current_lane();
         let waiting = {
             let mut state = self.state.lock().expect("poisoned");
@@ -104,7 +125,7 @@ impl Turnstile {
                 // Back from idle: no credit for the time it had nothing waiting.
                 entry.0 = entry.0.max(now);
             }
-            if state.busy {
+            if state.busy >= state.permits {
                 let (wake, woken) = oneshot::channel();
                 state.seq += 1;
                 let seq = state.seq;
@@ -119,7 +140,7 @@ impl Turnstile {
                     woken: Some(woken),
                 })
             } else {
-                state.busy = true;
+                state.busy += 1;
                 charge(&mut state, &lane.tenant);
                 None
             }
@@ -149,7 +170,7 @@ impl Turnstile {
             })
             .map(|(i, _)| i);
         let Some(i) = next else {
-            state.busy = false;
+            state.busy = state.busy.saturating_sub(1);
             return;
         };
         let waiter = state.waiting.swap_remove(i);
@@ -193,6 +214,53 @@ fn charge(state: &mut State, tenant: &Option<String>) {
     if let Some((pass, stride)) = state.lanes.get_mut(tenant) {
         state.now = *pass;
         *pass += *stride;
+    }
+}
+
+impl<'a> Turn<'a> {
+    /// The holder cannot go on now, but a call of another lane might (the model's shared
+    /// limits keep their last leases for other tenants): the turn goes to the waiting call of
+    /// another lane with the lowest pass, and this one waits for it again, behind its own
+    /// lane. Returns the turn and whether it was passed on (not: no other lane waits).
+    pub async fn defer(self) -> (Turn<'a>, bool) {
+        let turnstile = self.turnstile;
+        let tenant = current_lane().tenant;
+        let waiting = {
+            let mut state = turnstile.state.lock().expect("poisoned");
+            let next = state
+                .waiting
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| w.tenant != tenant)
+                .min_by_key(|(_, w)| {
+                    let pass = state.lanes.get(&w.tenant).map_or(0, |l| l.0);
+                    (pass, w.seq)
+                })
+                .map(|(i, _)| i);
+            let Some(i) = next else {
+                return (self, false);
+            };
+            // The turn changes hands here: this guard must not pass it on again.
+            std::mem::forget(self);
+            let waiter = state.waiting.swap_remove(i);
+            charge(&mut state, &waiter.tenant);
+            let _ = waiter.wake.send(());
+            let (wake, woken) = oneshot::channel();
+            state.seq += 1;
+            let seq = state.seq;
+            state.waiting.push(Waiter { seq, tenant, wake });
+            Waiting {
+                turnstile,
+                seq,
+                woken: Some(woken),
+            }
+        };
+        let mut waiting = waiting;
+        if let Some(woken) = waiting.woken.as_mut() {
+            let _ = woken.await;
+        }
+        waiting.woken = None;
+        (Turn { turnstile }, true)
     }
 }
 
@@ -291,5 +359,90 @@ mod tests {
             .await
             .expect("the turn reached the live waiter")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn permits_are_held_at_once_and_the_next_goes_by_lane() {
+        let turnstile = Arc::new(Turnstile::new(2));
+        let a = turnstile.enter().await;
+        let b = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter())
+            .await
+            .expect("a second permit is free");
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for tenant in ["bulk", "bulk", "bulk", "solo"] {
+            let (turnstile, got) = (turnstile.clone(), got.clone());
+            waiting.push(tokio::spawn(with_lane(lane(tenant, 1), async move {
+                let _turn = turnstile.enter().await;
+                got.lock().unwrap().push(tenant);
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            })));
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(got.lock().unwrap().is_empty(), "both permits are held");
+        drop(a);
+        drop(b);
+        for task in waiting {
+            task.await.unwrap();
+        }
+        let order = got.lock().unwrap().clone();
+        assert!(order[..2].contains(&"solo"), "{order:?}");
+    }
+
+    #[tokio::test]
+    async fn a_deferred_turn_goes_to_another_lane_and_comes_back() {
+        let turnstile = Arc::new(Turnstile::default());
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let held = with_lane(lane("bulk", 1), turnstile.enter()).await;
+        let mut tasks = Vec::new();
+        for tenant in ["bulk", "solo"] {
+            let (turnstile, got) = (turnstile.clone(), got.clone());
+            tasks.push(tokio::spawn(with_lane(lane(tenant, 1), async move {
+                let _turn = turnstile.enter().await;
+                got.lock().unwrap().push(tenant);
+            })));
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        // The holder (bulk) cannot go on: solo's call goes first, though bulk's arrived
+        // earlier; the holder then waits behind its own lane.
+        let (back, deferred) = with_lane(lane("bulk", 1), held.defer()).await;
+        assert!(deferred);
+        assert_eq!(*got.lock().unwrap(), vec!["solo", "bulk"]);
+        // Nobody waits now: deferring keeps the turn.
+        let (back, deferred) = with_lane(lane("bulk", 1), back.defer()).await;
+        assert!(!deferred);
+        drop(back);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*got.lock().unwrap(), vec!["solo", "bulk"]);
+        // Every turn came back: the next one is free at once.
+        let free = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter()).await;
+        assert!(free.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_deferring_call_given_up_passes_its_turn_on() {
+        let turnstile = Arc::new(Turnstile::default());
+        let held = with_lane(lane("bulk", 1), turnstile.enter()).await;
+        let solo = {
+            let turnstile = turnstile.clone();
+            tokio::spawn(with_lane(lane("solo", 1), async move {
+                let turn = turnstile.enter().await;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                drop(turn);
+            }))
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        // Bulk defers to solo, and is cancelled while it waits to get the turn back.
+        let gave_up = tokio::time::timeout(
+            std::time::Duration::from_millis(10),
+            with_lane(lane("bulk", 1), held.defer()),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        solo.await.unwrap();
+        let free = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter()).await;
+        assert!(free.is_ok(), "the turn was lost");
     }
 }

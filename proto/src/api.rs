@@ -2,11 +2,19 @@
 
 mod batches;
 mod jobs;
+mod lists;
+mod usage;
+mod webhooks;
 
 pub use batches::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView};
 pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
+pub use lists::{
+    BatchList, BatchSummary, ExecutionList, ExecutionState, ExecutionSummary, JobList, JobSummary,
+};
 use serde::{Deserialize, Serialize};
+pub use usage::{Usage, UsageTotals};
 use utoipa::ToSchema;
+pub use webhooks::{Webhook, WebhookAttempt, WebhookState};
 
 use crate::{ExecutionResult, TaskId};
 
@@ -29,14 +37,20 @@ pub struct ExecutionSubmission {
     pub stdin: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// CPU-time limit in milliseconds (the program and every process it starts), beside the
+    /// wall-clock `timeout_ms`; past it the verdict is `cpu_time_limit`. None by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
     /// Run in a container of its own instead of a warm one (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fresh_container: Option<bool>,
-    /// Text files to put next to the program, by relative path.
+    /// Files to put next to the program, by relative path: UTF-8 text as a string, any bytes
+    /// as `{"base64": "..."}`. Their decoded sizes count against the code size limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files: Option<std::collections::BTreeMap<String, String>>,
+    #[schema(value_type = Option<std::collections::BTreeMap<String, crate::file::FileContentWire>>)]
+    pub files: Option<std::collections::BTreeMap<String, crate::FileContent>>,
     /// Files of the work directory to send back after the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_files: Option<Vec<String>>,
@@ -69,6 +83,11 @@ pub enum Pending {
 #[serde(deny_unknown_fields)]
 pub struct ExecutionBatch {
     pub items: Vec<ExecutionSubmission>,
+    /// Where to POST the batch once every item has its verdict (signed; an `http(s)` URL the
+    /// operator allows, `coordinator.webhook_allow`). The answer then carries a `batch_id`
+    /// (`GET /v1/executions/batches/{batch_id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 /// One item of a batch: its label, its execution and the verdict (or `queued`).
@@ -99,6 +118,23 @@ pub struct ExecutionBatchView {
     pub done: usize,
     pub total: usize,
     pub results: Vec<BatchItemView>,
+    /// The batch, when it was given a `callback_url` (and so is kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub batch_id: Option<TaskId>,
+    /// Its webhook and every delivery attempt, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub webhook: Option<Webhook>,
+}
+
+/// An execution batch as kept for its webhook: its tenant and its items (label, execution).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionBatchRecord {
+    pub id: TaskId,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    pub items: Vec<(String, TaskId)>,
 }
 
 /// Body of every 4xx/5xx answer.
@@ -123,6 +159,8 @@ mod tests {
                 stderr: "boom".into(),
                 truncated: false,
                 duration_ms: 5,
+                cpu_ms: None,
+                peak_memory_kb: None,
                 reason: None,
                 error_kind: Some(crate::ErrorKind::Runtime),
                 files: Default::default(),

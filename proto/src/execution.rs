@@ -1,5 +1,6 @@
 //! Plain executions: code in, verdict out.
 
+use crate::FileContent;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -121,16 +122,20 @@ pub struct ExecutionRequest {
     pub test: Option<String>,
     /// Wall-clock limit for the program, in milliseconds.
     pub timeout_ms: u64,
+    /// CPU-time limit (user + system of the program and every process it started), in
+    /// milliseconds; none when absent (the wall-clock limit still holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<u64>,
     /// Memory limit (RAM and swap together), in MiB.
     pub memory_mb: u64,
     /// Run in a container of its own, created for this execution and removed after it,
     /// instead of a warm container of the pool (slower: a container start-up per run).
     #[serde(default, skip_serializing_if = "is_false")]
     pub fresh_container: bool,
-    /// Text files written to the work directory before the program runs (path relative to
-    /// it, no `..`); the program can import the Python ones.
+    /// Files written to the work directory before the program runs (path relative to it, no
+    /// `..`), text or bytes; the program can import the Python ones.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub files: BTreeMap<String, String>,
+    pub files: BTreeMap<String, FileContent>,
     /// Files of the work directory to return after the run (relative paths). Symbolic links
     /// are never followed; a path that is not a regular file comes back as an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -181,6 +186,8 @@ pub enum Status {
     Failed,
     /// The wall-clock limit was reached and the program was killed.
     Timeout,
+    /// The CPU-time limit (`cpu_time_ms`) was reached and the program was killed.
+    CpuTimeLimit,
     /// The program was killed for exceeding its memory limit.
     MemoryLimit,
     /// The program wrote more than the hard output cap and was killed. (Output past the
@@ -198,6 +205,7 @@ impl Status {
             Status::Passed => "passed",
             Status::Failed => "failed",
             Status::Timeout => "timeout",
+            Status::CpuTimeLimit => "cpu_time_limit",
             Status::MemoryLimit => "memory_limit",
             Status::OutputLimit => "output_limit",
             Status::SandboxError => "sandbox_error",
@@ -265,6 +273,18 @@ pub struct ExecutionResult {
     pub truncated: bool,
     /// Wall time of the program itself inside the sandbox.
     pub duration_ms: u64,
+    /// CPU time (user + system) its container's cgroup used over the run: the program and
+    /// every process it started. Absent when nothing ran or the cgroup could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub cpu_ms: Option<u64>,
+    /// The program's peak resident memory, in KiB: what it added to the warm interpreter it
+    /// was forked from (Python), or the high-water mark of the program's executable (other
+    /// languages; never below the runner's size at the fork, about 10 MiB), including the
+    /// children it waited for. Absent when nothing ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub peak_memory_kb: Option<u64>,
     /// Why the execution ended as it did when the status alone does not say it: the
     /// exception of a `failed` run, the limit of a `timeout`/`memory_limit`/`output_limit`,
     /// what went wrong for `sandbox_error` or `error`.
@@ -275,9 +295,11 @@ pub struct ExecutionResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub error_kind: Option<ErrorKind>,
-    /// The requested `return_files` that could be read, by path.
+    /// The requested `return_files` that could be read, by path: a string when the content
+    /// is UTF-8 text, else `{"base64": "..."}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub files: BTreeMap<String, String>,
+    #[schema(value_type = BTreeMap<String, crate::file::FileContentWire>)]
+    pub files: BTreeMap<String, FileContent>,
     /// The requested `return_files` that could not be read, with why (missing, a symbolic
     /// link, not a regular file, cut at the size cap).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -294,6 +316,8 @@ impl ExecutionResult {
             stderr: String::new(),
             truncated: false,
             duration_ms: 0,
+            cpu_ms: None,
+            peak_memory_kb: None,
             reason: Some(reason.into()),
             error_kind: None,
             files: BTreeMap::new(),
@@ -344,6 +368,8 @@ mod tests {
             stderr: String::new(),
             truncated: false,
             duration_ms: 12,
+            cpu_ms: None,
+            peak_memory_kb: None,
             reason: None,
             error_kind: None,
             files: BTreeMap::new(),

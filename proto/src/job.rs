@@ -29,6 +29,10 @@ pub struct JobSubmission {
     pub test_requirements: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
+    /// Where to POST the job's result once it ends (signed; see the README's "Webhooks"). An
+    /// `http(s)` URL whose host the operator allows (`coordinator.webhook_allow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 fn default_language() -> String {
@@ -58,12 +62,18 @@ pub enum JobStatus {
     Integrating,
     Succeeded,
     Failed,
+    /// Stopped by its tenant (`DELETE /v1/jobs/{id}`), with what it had produced.
+    Cancelled,
 }
 
 impl JobStatus {
     /// The statuses a job ends in; everything else is on the way. The one place the rule
     /// lives: the store's scripts receive it from here, and clients call [`Self::is_final`].
-    pub const FINAL: [JobStatus; 2] = [JobStatus::Succeeded, JobStatus::Failed];
+    pub const FINAL: [JobStatus; 3] = [
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
 
     pub fn is_final(self) -> bool {
         Self::FINAL.contains(&self)
@@ -77,6 +87,7 @@ impl JobStatus {
             JobStatus::Integrating => "integrating",
             JobStatus::Succeeded => "succeeded",
             JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -283,6 +294,9 @@ pub struct FunctionOutcome {
     pub model_calls: u32,
     pub generation_ms: u64,
     pub execution_ms: u64,
+    /// CPU time of the function's sandbox runs.
+    #[serde(default)]
+    pub cpu_ms: u64,
     /// Reused from the function-level cache.
     #[serde(default)]
     pub cached: bool,
@@ -307,6 +321,7 @@ impl FunctionOutcome {
             model_calls: 0,
             generation_ms: 0,
             execution_ms: 0,
+            cpu_ms: 0,
             cached: false,
             validation: Validation::Tested,
         }
@@ -382,7 +397,11 @@ pub struct Quality {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobMetrics {
     pub generation_ms: u64,
+    /// Wall time of the job's sandbox runs.
     pub execution_ms: u64,
+    /// CPU time of the job's sandbox runs (their containers' cgroups).
+    #[serde(default)]
+    pub sandbox_cpu_ms: u64,
     pub total_ms: u64,
     pub model_calls: u32,
     pub tokens: Tokens,
@@ -410,6 +429,10 @@ pub struct JobResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub failure: Option<String>,
+    /// The job's webhook (`callback_url`) and its delivery attempts, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub webhook: Option<crate::api::Webhook>,
     /// `tested`; `static_analysis_only` when no sandbox could run the tests; `none` when the
     /// job failed before any code was checked.
     pub validation: Validation,

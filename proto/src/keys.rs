@@ -7,6 +7,7 @@
 //! | `{prefix}:exec:{id}:meta` | MessagePack [`ExecutionMeta`](crate::execution) — written by the coordinator before publishing |
 //! | `{prefix}:exec:{id}:result` | MessagePack [`ExecutionResult`](crate::ExecutionResult) — written once (`SET NX`) by whoever finishes the task |
 //! | `{prefix}:exec:done` | pub/sub channel; the payload is the id of a finished execution |
+//! | `{prefix}:job:events` | pub/sub channel; the payload is the id of a job with a new progress event |
 
 use crate::TaskId;
 
@@ -32,6 +33,10 @@ impl Keys {
 
     pub fn execution_done_channel(&self) -> String {
         format!("{}:exec:done", self.prefix)
+    }
+
+    pub fn job_events_channel(&self) -> String {
+        format!("{}:job:events", self.prefix)
     }
 }
 

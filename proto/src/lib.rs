@@ -12,6 +12,7 @@ pub mod api;
 pub mod clock;
 pub mod codec;
 pub mod execution;
+pub mod file;
 pub mod generation;
 pub mod harness;
 pub mod job;
@@ -24,5 +25,6 @@ pub use clock::now_ms;
 pub use execution::{
     ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status,
 };
+pub use file::FileContent;
 pub use progress::Progress;
 pub use task::{Envelope, SCHEMA_VERSION, Task, TaskId};

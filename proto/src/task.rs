@@ -144,6 +144,7 @@ mod tests {
                 stdin: Some("in".into()),
                 test: None,
                 timeout_ms: 1000,
+                cpu_time_ms: Some(500),
                 memory_mb: 128,
                 fresh_container: false,
                 files: Default::default(),

@@ -21,16 +21,28 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    program is killed ("output_limited")
                        "test": str|null,           optional test script, run after the code
                                                    in the same namespace / scope / shell
-                       "files": {relpath: str},    optional, written to /work before the run;
+                       "files": {relpath: str | {"base64": str}},
+                                                   optional, written to /work before the run
+                                                   (text as UTF-8, or the decoded bytes);
                                                    the language's main and test file names
                                                    are reserved (an "error" answer)
                        "return_files": [relpath],  optional, read back after the run
-                       "harness": null | object}   optional, Python in-process only: run by
+                       "harness": null | object,   optional, Python in-process only: run by
                                                    harness.py (see there); not with "test"
+                       "cpu_time_ms": int|null}    optional CPU-time limit (the container
+                                                   cgroup's, over the run): past it the
+                                                   program is killed ("cpu_limited")
   runner -> worker  {"type": "result", "exit_code": int|null, "signal": int|null,
                      "timed_out": bool, "oom_killed": bool, "output_limited": bool,
                      "stdout": str, "stderr": str, "stdout_truncated": bool,
                      "stderr_truncated": bool, "duration_ms": int,
+                     "cpu_ms": int|null,          the container cgroup's CPU time over the run
+                     "cpu_limited": bool,         killed at "cpu_time_ms"
+                     "peak_memory_kb": int|null,  the program's peak resident memory: P's
+                                                  high-water mark (and that of the children it
+                                                  waited for) from Z's wait4, less P's own
+                                                  before the request (in-process mode: the
+                                                  zygote's pages it shares); see peak_memory()
                      "exception": null | {"type", "module", "message",
                                           "kind": "syntax"|"import"|"assertion"|"runtime"},
                                   (only with exit_code 1: the uncaught exception that ended it)
@@ -43,7 +55,8 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                   exit before the test's end); the verdict still needs
                                   exit_code 0
                      "harness": null | object,
-                     "files": {relpath: str|null}, "file_errors": {relpath: str}}
+                     "files": {relpath: str|{"base64": str}|null},  text when UTF-8, else base64
+                     "file_errors": {relpath: str}}
                     or {"type": "error", "message": str} for a request it cannot run.
   runner -> worker  {"type": "fatal", "message": str, "oom_killed": bool}: the runner cannot
                     vouch for a clean container (a scrub failed, a process survived, a
@@ -94,6 +107,7 @@ starts from Z's start-up state: no earlier request was ever in the memory it cam
 import errno
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -110,6 +124,7 @@ SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
 HARNESS_PATH = "/opt/codegen/harness.py"
 LANGUAGE_PATH = "/opt/codegen/language.json"
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"
+CPU_USAGE = "/sys/fs/cgroup/cpuacct/cpuacct.usage"
 MAX_FRAME = 256 << 20
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 MAX_OUTPUT_BYTES = 1 << 30
@@ -303,6 +318,9 @@ def parse_request(raw):
         "timeout_ms": integer("timeout_ms", 1, MAX_TIMEOUT_MS),
         "max_output_bytes": integer("max_output_bytes", 0, MAX_OUTPUT_BYTES),
     }
+    out["cpu_time_ms"] = (
+        None if req.get("cpu_time_ms") is None else integer("cpu_time_ms", 1, MAX_TIMEOUT_MS)
+    )
     out["output_limit_bytes"] = integer(
         "output_limit_bytes", 0, 1 << 62, default=max(2 * out["max_output_bytes"], 100 << 20)
     )
@@ -311,10 +329,10 @@ def parse_request(raw):
     files = req.get("files")
     files = {} if files is None else files
     if not isinstance(files, dict):
-        raise RequestError("'files' must be an object of path -> text")
+        raise RequestError("'files' must be an object of path -> content")
     for path, content in files.items():
         check_relpath(path)
-        text("files[%r]" % path, content)
+        file_bytes("files[%r]" % path, content, text)
     out["files"] = files
     returned = req.get("return_files")
     returned = [] if returned is None else returned
@@ -332,6 +350,35 @@ def parse_request(raw):
         raise RequestError("'harness' and 'test' cannot be combined")
     out["harness"] = harness
     return out
+
+
+def file_bytes(name, content, text=None):
+    """A file's content as the request carries it: text (a string) or any bytes
+    ({"base64": str}, standard alphabet, padded). Returns the bytes to write."""
+    import binascii
+
+    if isinstance(content, str):
+        if text is not None:
+            text(name, content)
+        return content.encode("utf-8")
+    if isinstance(content, dict) and set(content) == {"base64"} and isinstance(
+        content["base64"], str
+    ):
+        try:
+            return binascii.a2b_base64(content["base64"], strict_mode=True)
+        except (binascii.Error, ValueError) as e:
+            raise RequestError("%s: not base64: %s" % (name, e))
+    raise RequestError('%s must be a string (text) or {"base64": str} (bytes)' % name)
+
+
+def returned_content(data):
+    """A returned file as the answer carries it: a string when it is UTF-8, else base64."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        import binascii
+
+        return {"base64": binascii.b2a_base64(data, newline=False).decode("ascii")}
 
 
 def check_relpath(path):
@@ -362,6 +409,15 @@ def oom_kills():
     except (OSError, ValueError):
         pass
     return None
+
+
+def cpu_ns():
+    """CPU time the container's cgroup has used, in nanoseconds (cgroup v1), or None."""
+    try:
+        with open(CPU_USAGE, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def program_pids():
@@ -570,7 +626,7 @@ def collect_files(paths, budget):
                 data = data[:room]
                 errors[path] = "cut at %d bytes (the cap on returned files)" % room
             budget -= len(data)
-            files[path] = data.decode("utf-8", errors="replace")
+            files[path] = returned_content(data)
         except OSError as e:
             files[path] = None
             if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link_on_path(parts):
@@ -689,7 +745,10 @@ def program_main(fds):
             sys.modules["random"].seed()
         main = None if exec_mode() else prepare_interpreter()
         problems = scrub()
-        write_frame(status_w, {"prepared": not problems, "problems": problems})
+        # The high-water mark so far: what P is before any of the request (the zygote's pages
+        # it maps count as its own), so that the program's peak is measured from here.
+        base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        write_frame(status_w, {"prepared": not problems, "problems": problems, "rss_kb": base_kb})
         if problems:
             os._exit(71)
         raw = read_frame(req_r)
@@ -717,8 +776,8 @@ def write_files(files):
         parts = path.split("/")
         if len(parts) > 1:
             os.makedirs(os.path.join(WORKDIR, *parts[:-1]), exist_ok=True)
-        with open(os.path.join(WORKDIR, path), "w", encoding="utf-8") as f:
-            f.write(content)
+        with open(os.path.join(WORKDIR, path), "wb") as f:
+            f.write(file_bytes(path, content))
 
 
 def write_text(path, text):
@@ -1050,6 +1109,8 @@ class Supervisor:
         self.req_w, self.stdin_w, self.out_r, self.err_r, self.st_r = fds
         self.status = FrameReader(MAX_STATUS_BYTES)
         self.exit_status = None  # as waitpid reports it, once Z has reaped P
+        self.maxrss_kb = None  # P's high-water mark (and its waited-for children's), from Z
+        self.base_kb = 0  # P's high-water mark when it was prepared
         self.open = set(fds)
 
     def close(self, fd):
@@ -1066,10 +1127,21 @@ class Supervisor:
         except BlockingIOError:
             return False
         parts = msg.split()
-        if len(parts) != 3 or parts[0] != b"exited" or int(parts[1]) != self.pid:
+        if len(parts) != 4 or parts[0] != b"exited" or int(parts[1]) != self.pid:
             raise Fatal("unexpected message from the zygote: %r" % msg[:64])
         self.exit_status = int(parts[2])
+        self.maxrss_kb = int(parts[3])
         return True
+
+    def peak_memory(self):
+        """The program's peak resident memory (KiB): P's high-water mark less what P was when
+        prepared. In exec mode the program is another executable, whose own high-water mark
+        counts from its exec (but never reads below the runner's size at the fork, about
+        10 MiB: the kernel carries the pre-exec mark over); children the program did not
+        wait for are not in it."""
+        if self.maxrss_kb is None:
+            return None
+        return max(0, self.maxrss_kb - self.base_kb)
 
     def describe_exit(self):
         self.take_exit(block=True)
@@ -1087,6 +1159,8 @@ class Supervisor:
                 if first.get("prepared") is not True:
                     raise Fatal("scrub failed: %s"
                                 % "; ".join(map(str, first.get("problems") or ["?"])))
+                base = first.get("rss_kb")
+                self.base_kb = base if isinstance(base, int) and not exec_mode() else 0
                 return
             chunk = os.read(self.st_r, 4096)
             if not chunk:
@@ -1126,6 +1200,7 @@ class Supervisor:
         hard_cap = req["output_limit_bytes"]
         pending = memoryview(req["stdin"].encode("utf-8"))
         oom_before = oom_kills()
+        cpu_before = cpu_ns()
 
         t0 = time.monotonic()
         try:
@@ -1169,14 +1244,26 @@ class Supervisor:
                     return
 
         report = None
-        timed_out = output_limited = False
+        timed_out = output_limited = cpu_limited = False
+        cpu_limit_ns = None
+        if req["cpu_time_ms"] is not None and cpu_before is not None:
+            cpu_limit_ns = req["cpu_time_ms"] * 1_000_000
         end = None
         while report is None and self.exit_status is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            for fd, _ in poller.poll(int(remaining * 1000) + 1):
+            wait_ms = int(remaining * 1000) + 1
+            if cpu_limit_ns is not None:
+                used = (cpu_ns() or cpu_before) - cpu_before
+                if used > cpu_limit_ns:
+                    cpu_limited = True
+                    break
+                # Looked at again after a tenth of what is left (5 ms at least): a check
+                # costs a read of one cgroup file.
+                wait_ms = min(wait_ms, max(5, (cpu_limit_ns - used) // 10_000_000))
+            for fd, _ in poller.poll(wait_ms):
                 if fd == ctl:
                     poller.unregister(ctl)
                     self.take_exit(block=True)
@@ -1229,14 +1316,23 @@ class Supervisor:
             for fd in (self.out_r, self.err_r):
                 if fd in sinks:
                     read_ready(fd)
+            # P exits right after its report (or died of the SIGKILL above): Z's word on it
+            # carries its peak memory.
+            reaped_by = time.monotonic() + 5.0
+            while not self.take_exit(block=False):
+                if time.monotonic() > reaped_by:
+                    raise Fatal("the program process was not reaped after its report")
+                select.select([self.ctl], [], [], 0.05)
         if out.total + err.total > hard_cap:
             output_limited = True
         oom_after = oom_kills()
+        cpu_after = cpu_ns()
 
         wait_status = self.exit_status
-        if report is not None and isinstance(report.get("exit"), int) and not timed_out:
+        killed = timed_out or cpu_limited
+        if report is not None and isinstance(report.get("exit"), int) and not killed:
             exit_code, sig = report["exit"], None
-        elif report is not None and isinstance(report.get("signal"), int) and not timed_out:
+        elif report is not None and isinstance(report.get("signal"), int) and not killed:
             exit_code, sig = None, report["signal"]  # exec mode: the child's signal
         elif wait_status is None:
             exit_code, sig = None, None
@@ -1257,7 +1353,7 @@ class Supervisor:
         test_finished = None
         if req["test"] is not None:
             # No report (os._exit, a kill) means the test did not finish.
-            test_finished = report.get("test_finished") is True and not timed_out
+            test_finished = report.get("test_finished") is True and not killed
         return {
             "type": "result",
             "exit_code": exit_code,
@@ -1267,11 +1363,20 @@ class Supervisor:
                 oom_before is not None and oom_after is not None and oom_after > oom_before
             ),
             "output_limited": output_limited,
+            "cpu_limited": cpu_limited,
+            "peak_memory_kb": self.peak_memory(),
             "stdout": out.text(),
             "stderr": err.text(),
             "stdout_truncated": out.truncated,
             "stderr_truncated": err.truncated,
             "duration_ms": int(round((end - t0) * 1000)),
+            # The whole container's CPU over the run: the program and its children, plus the
+            # supervisor's few reads while it waited (one run at a time per container).
+            "cpu_ms": (
+                int(round((cpu_after - cpu_before) / 1e6))
+                if cpu_before is not None and cpu_after is not None
+                else None
+            ),
             "exception": exception,
             "phase": phase if phase in ("code", "test") else None,
             "test_finished": test_finished,
@@ -1476,7 +1581,7 @@ def zygote(ctl, cpid):
         # P's orphans are reparented to init (docker's), which reaps them; Z waits for its
         # own two children only.
         while True:
-            done, status = os.waitpid(-1, 0)
+            done, status, usage = os.wait4(-1, 0)
             if done == pid:
                 break
             if done == cpid:
@@ -1485,7 +1590,7 @@ def zygote(ctl, cpid):
                 REAPED[cpid] = status
                 return supervisor_gone(cpid)
         try:
-            ctl.send(b"exited %d %d" % (pid, status))
+            ctl.send(b"exited %d %d %d" % (pid, status, usage.ru_maxrss))
         except OSError:
             return supervisor_gone(cpid)
 

@@ -10,6 +10,7 @@ tests are skipped when Docker or the image is missing. What each language image 
 "test" is tested in the language folders (test_<language>.py).
 """
 
+import base64
 import json
 import os
 import struct
@@ -44,7 +45,13 @@ class PureFunctionTest(unittest.TestCase):
                     b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "files": []}',
                     b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "files": {"../a": ""}}',
                     b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "return_files": ["/etc"]}',
-                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "harness": 3}'):
+                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "harness": 3}',
+                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "files": {"a": 3}}',
+                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, '
+                    b'"files": {"a": {"base64": "%%"}}}',
+                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, '
+                    b'"files": {"a": {"base64": "QQ==", "more": 1}}}',
+                    b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "cpu_time_ms": 0}'):
             with self.subTest(payload=bad):
                 with self.assertRaises(runner.RequestError):
                     runner.parse_request(bad)
@@ -295,6 +302,17 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertEqual(r["exit_code"], 0, r["stderr"])
         self.assertEqual(r["files"], {"out/x.txt": "abab", "nope": None})
         self.assertIn("nope", r["file_errors"])
+
+    def test_binary_files_in_and_out(self):
+        blob = bytes(range(256))
+        r = self.run_code("data = open('in.bin', 'rb').read()\n"
+                          "open('out.bin', 'wb').write(data[::-1])\n"
+                          "open('same.txt', 'wb').write('héllo'.encode())",
+                          files={"in.bin": {"base64": base64.b64encode(blob).decode()}},
+                          return_files=["out.bin", "same.txt"])
+        self.assertEqual(r["exit_code"], 0, r["stderr"])
+        self.assertEqual(base64.b64decode(r["files"]["out.bin"]["base64"]), blob[::-1])
+        self.assertEqual(r["files"]["same.txt"], "héllo")
 
     def test_no_request_data_survives_into_the_next_run(self):
         # The first request carries the marker in its code; the second one carries only its

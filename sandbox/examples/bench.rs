@@ -78,6 +78,7 @@ fn request(code: &str, fresh: bool) -> ExecutionRequest {
         stdin: None,
         test: None,
         timeout_ms: 10_000,
+        cpu_time_ms: None,
         memory_mb: Options::default().pool_memory_mb,
         fresh_container: fresh,
         files: Default::default(),

@@ -665,12 +665,7 @@ impl Inner {
         let runner = lease.take();
         match outcome {
             Ok(raw) => {
-                let result = verdict(
-                    raw,
-                    self.options.output_limit_bytes,
-                    request.memory_mb,
-                    request.test.is_some(),
-                );
+                let result = verdict(raw, self.options.output_limit_bytes, request);
                 self.release(runner, is_breach(result.status));
                 Ok(result)
             }
@@ -712,12 +707,7 @@ impl Inner {
             )
             .await;
         let result = match outcome {
-            Ok(raw) => Ok(verdict(
-                raw,
-                self.options.output_limit_bytes,
-                request.memory_mb,
-                request.test.is_some(),
-            )),
+            Ok(raw) => Ok(verdict(raw, self.options.output_limit_bytes, request)),
             Err(Failure::Refused(message)) => Err(Error::Runner(format!(
                 "the runner refused the request: {message}"
             ))),

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use proto::{ErrorKind, ExecutionRequest, ExecutionResult, Status};
+use proto::{ErrorKind, ExecutionRequest, ExecutionResult, FileContent, Status};
 use serde::{Deserialize, Serialize};
 
 /// Protocol version the runner announces in its `ready` message.
@@ -20,10 +20,12 @@ pub(crate) struct RunnerRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test: Option<&'a str>,
     pub timeout_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<u64>,
     pub max_output_bytes: u64,
     pub output_limit_bytes: u64,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub files: &'a BTreeMap<String, String>,
+    pub files: &'a BTreeMap<String, FileContent>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub return_files: &'a [String],
 }
@@ -35,6 +37,7 @@ impl<'a> RunnerRequest<'a> {
             stdin: request.stdin.as_deref(),
             test: request.test.as_deref(),
             timeout_ms: request.timeout_ms,
+            cpu_time_ms: request.cpu_time_ms,
             max_output_bytes,
             output_limit_bytes: output_limit,
             files: &request.files,
@@ -73,17 +76,24 @@ pub(crate) struct RunnerResult {
     pub timed_out: bool,
     pub oom_killed: bool,
     pub output_limited: bool,
+    /// Killed at the request's `cpu_time_ms`.
+    pub cpu_limited: bool,
     pub stdout: String,
     pub stderr: String,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub duration_ms: u64,
+    /// The container cgroup's CPU time over the run (`None`: the cgroup could not be read).
+    pub cpu_ms: Option<u64>,
+    /// The program's peak resident memory (`None`: not measured).
+    pub peak_memory_kb: Option<u64>,
     pub exception: Option<RunnerException>,
     /// With a test: whether the program and its test both ran to their end.
     pub test_finished: Option<bool>,
     /// Where the exception or early exit happened: `code` or `test`.
     pub phase: Option<String>,
-    pub files: BTreeMap<String, Option<String>>,
+    /// Each returned file: a string when it is UTF-8 text, else `{"base64"}`.
+    pub files: BTreeMap<String, Option<FileContent>>,
     pub file_errors: BTreeMap<String, String>,
 }
 
@@ -153,26 +163,29 @@ impl FrameDecoder {
 pub(crate) fn is_breach(status: Status) -> bool {
     matches!(
         status,
-        Status::Timeout | Status::MemoryLimit | Status::OutputLimit
+        Status::Timeout | Status::CpuTimeLimit | Status::MemoryLimit | Status::OutputLimit
     )
 }
 
 /// Maps what the runner saw to a verdict. Order matters: a program killed for its output is
 /// `output_limit` even if it also ran out of time; the OOM counter of the container's memory
 /// cgroup decides `memory_limit` (a SIGKILL alone does not: the program may send it itself).
-/// With a test (`with_test`), exiting 0 is not enough: the test must have run to its end, so a
+/// With a test, exiting 0 is not enough: the test must have run to its end, so a
 /// program that exits early to skip its test fails.
 pub(crate) fn verdict(
     result: RunnerResult,
     output_limit: u64,
-    memory_mb: u64,
-    with_test: bool,
+    request: &ExecutionRequest,
 ) -> ExecutionResult {
+    let (memory_mb, cpu_time_ms) = (request.memory_mb, request.cpu_time_ms);
+    let with_test = request.test.is_some();
     let skipped_test = with_test && result.test_finished != Some(true);
     let status = if result.output_limited {
         Status::OutputLimit
     } else if result.oom_killed {
         Status::MemoryLimit
+    } else if result.cpu_limited {
+        Status::CpuTimeLimit
     } else if result.timed_out {
         Status::Timeout
     } else if result.exit_code == Some(0) && !skipped_test {
@@ -192,6 +205,13 @@ pub(crate) fn verdict(
             Some(format!("killed at the memory limit of {memory_mb} MiB")),
         ),
         Status::Timeout => (None, Some("killed at the wall-clock limit".into())),
+        Status::CpuTimeLimit => (
+            None,
+            Some(format!(
+                "killed at the CPU-time limit of {} ms",
+                cpu_time_ms.unwrap_or_default()
+            )),
+        ),
         Status::Failed if result.exit_code == Some(0) => (
             Some(ErrorKind::Runtime),
             Some(format!(
@@ -223,6 +243,8 @@ pub(crate) fn verdict(
         stderr: result.stderr,
         truncated: result.stdout_truncated || result.stderr_truncated,
         duration_ms: result.duration_ms,
+        cpu_ms: result.cpu_ms,
+        peak_memory_kb: result.peak_memory_kb,
         reason,
         error_kind,
         files,
@@ -256,6 +278,21 @@ fn failure(result: &RunnerResult) -> (Option<ErrorKind>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(with_test: bool) -> ExecutionRequest {
+        ExecutionRequest {
+            language: proto::Language::Python,
+            code: String::new(),
+            stdin: None,
+            test: with_test.then(String::new),
+            timeout_ms: 1000,
+            cpu_time_ms: Some(200),
+            memory_mb: 64,
+            fresh_container: false,
+            files: BTreeMap::new(),
+            return_files: Vec::new(),
+        }
+    }
 
     fn result() -> RunnerResult {
         RunnerResult {
@@ -295,13 +332,13 @@ mod tests {
 
     #[test]
     fn verdicts_follow_the_runner_and_the_oom_counter() {
-        assert_eq!(verdict(result(), 1, 64, false).status, Status::Passed);
+        assert_eq!(verdict(result(), 1, &request(false)).status, Status::Passed);
         let killed_by_itself = RunnerResult {
             exit_code: None,
             signal: Some(9),
             ..result()
         };
-        let v = verdict(killed_by_itself, 1, 64, false);
+        let v = verdict(killed_by_itself, 1, &request(false));
         assert_eq!(v.status, Status::Failed, "SIGKILL alone is not an OOM");
         assert_eq!(v.error_kind, Some(ErrorKind::Runtime));
         assert_eq!(v.reason.as_deref(), Some("killed by signal 9"));
@@ -311,19 +348,32 @@ mod tests {
             oom_killed: true,
             ..result()
         };
-        assert_eq!(verdict(oom, 1, 64, false).status, Status::MemoryLimit);
+        assert_eq!(verdict(oom, 1, &request(false)).status, Status::MemoryLimit);
         let timeout = RunnerResult {
             timed_out: true,
             ..result()
         };
-        assert_eq!(verdict(timeout, 1, 64, false).status, Status::Timeout);
+        assert_eq!(verdict(timeout, 1, &request(false)).status, Status::Timeout);
+        let cpu = RunnerResult {
+            cpu_limited: true,
+            exit_code: None,
+            signal: Some(9),
+            ..result()
+        };
+        let v = verdict(cpu, 1, &request(false));
+        assert_eq!(v.status, Status::CpuTimeLimit);
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("killed at the CPU-time limit of 200 ms")
+        );
+        assert!(is_breach(v.status));
         let flood = RunnerResult {
             output_limited: true,
             timed_out: true,
             stdout_truncated: true,
             ..result()
         };
-        let v = verdict(flood, 100, 64, false);
+        let v = verdict(flood, 100, &request(false));
         assert_eq!(v.status, Status::OutputLimit);
         assert!(v.truncated && v.reason.unwrap().contains("100 bytes"));
         for status in [Status::Timeout, Status::MemoryLimit, Status::OutputLimit] {
@@ -350,7 +400,7 @@ mod tests {
                 }),
                 ..result()
             };
-            let v = verdict(r, 1, 64, false);
+            let v = verdict(r, 1, &request(false));
             assert_eq!(v.status, Status::Failed);
             assert_eq!(v.error_kind, Some(expected));
             assert_eq!(v.reason.as_deref(), Some("E: boom"));
@@ -359,7 +409,7 @@ mod tests {
             exit_code: Some(3),
             ..result()
         };
-        let v = verdict(exit3, 1, 64, false);
+        let v = verdict(exit3, 1, &request(false));
         assert_eq!(
             (v.error_kind, v.reason.as_deref()),
             (Some(ErrorKind::Runtime), Some("exited with status 3"))
@@ -372,19 +422,19 @@ mod tests {
             test_finished: Some(true),
             ..result()
         };
-        assert_eq!(verdict(finished, 1, 64, true).status, Status::Passed);
+        assert_eq!(verdict(finished, 1, &request(true)).status, Status::Passed);
         // `sys.exit(0)` / `process.exit(0)` / `exit 0` before the test ran: not a pass.
         let skipped = RunnerResult {
             test_finished: Some(false),
             phase: Some("code".into()),
             ..result()
         };
-        let v = verdict(skipped, 1, 64, true);
+        let v = verdict(skipped, 1, &request(true));
         assert_eq!(v.status, Status::Failed);
         assert_eq!(v.error_kind, Some(ErrorKind::Runtime));
         assert!(v.reason.unwrap().contains("before the test finished"));
         // No report at all (os._exit(0)) is no better.
-        assert_eq!(verdict(result(), 1, 64, true).status, Status::Failed);
+        assert_eq!(verdict(result(), 1, &request(true)).status, Status::Failed);
         let failing = RunnerResult {
             exit_code: Some(1),
             test_finished: Some(false),
@@ -396,7 +446,7 @@ mod tests {
             }),
             ..result()
         };
-        let v = verdict(failing, 1, 64, true);
+        let v = verdict(failing, 1, &request(true));
         assert_eq!(v.error_kind, Some(ErrorKind::Assertion));
     }
 
@@ -404,14 +454,16 @@ mod tests {
     fn returned_files_and_their_errors_are_split() {
         let r = RunnerResult {
             files: BTreeMap::from([
-                ("ok.txt".to_string(), Some("fine".to_string())),
+                ("ok.txt".to_string(), Some("fine".into())),
+                ("bin".to_string(), Some(FileContent::Bytes(vec![0, 255]))),
                 ("link".to_string(), None),
             ]),
             file_errors: BTreeMap::from([("link".to_string(), "a symbolic link".to_string())]),
             ..result()
         };
-        let v = verdict(r, 1, 64, false);
-        assert_eq!(v.files.get("ok.txt").map(String::as_str), Some("fine"));
+        let v = verdict(r, 1, &request(false));
+        assert_eq!(v.files["ok.txt"].as_text(), Some("fine"));
+        assert_eq!(v.files["bin"].as_bytes(), [0, 255]);
         assert!(!v.files.contains_key("link"));
         assert_eq!(v.file_errors["link"], "a symbolic link");
     }

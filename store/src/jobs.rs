@@ -95,15 +95,37 @@ pub trait JobStore: Send + Sync + 'static {
     /// Of `names`, those not recorded as published: what a repeated event may publish again.
     async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error>;
     /// Finishes the job, atomically: stores `result` unless one exists, and with it appends
-    /// its `finished` progress event and sets the final status. Returns whether this call
-    /// finished it; a job finishes once, with one result, one `finished` event and the status
-    /// of that result.
-    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error>;
+    /// its `finished` progress event, sets the final status and charges `tenant`'s usage with
+    /// what the result reports. Returns whether this call finished it; a job finishes once,
+    /// with one result, one `finished` event, the status of that result and one charge.
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        tenant: Option<&str>,
+        result: &JobResult,
+    ) -> Result<bool, Error>;
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
     async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error>;
     /// Events after `after` (stream id; `None`: from the start). An event this process cannot
     /// read (written by a newer one) is left out.
     async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error>;
+    /// The events after `after` as soon as there are any, waiting up to `timeout` (then
+    /// none). The default polls; Redis wakes on the notice each new event publishes.
+    async fn wait_events(
+        &self,
+        id: TaskId,
+        after: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Vec<StoredEvent>, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let events = self.events(id, after).await?;
+            if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(events);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     /// Stores a batch (kept as long as its jobs).
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error>;
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error>;
@@ -135,6 +157,9 @@ impl JobKeys {
         format!("{}:{part}", self.base)
     }
 }
+
+/// How often an event wait reads the stream without a notice.
+const EVENTS_SAFETY_POLL: Duration = Duration::from_secs(5);
 
 /// Progress events kept per job (about: Redis trims streams lazily); a job's whole history
 /// is far shorter, so nothing is lost but a runaway writer is bounded.
@@ -182,15 +207,36 @@ redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return 1
 "#;
 
-/// Stores the result once, with its `finished` event and final status.
-/// KEYS: result, events, status, unfinished. ARGV: result bytes, ttl, event JSON, status, id,
-/// [`EVENTS_MAX_LEN`].
+/// Stores the result once, with its `finished` event and final status, and charges the
+/// tenant's usage with it (`crate::usage`).
+/// KEYS: result, events, status, unfinished, usage bucket, the tenant's jobs in flight
+/// (`crate::quotas`), the job's webhook, the due webhooks, the job's batch link
+/// (`crate::webhooks`). ARGV: result bytes, ttl, event JSON, status, id, [`EVENTS_MAX_LEN`],
+/// usage ttl, now (ms), the key prefix, the events channel, (field, n)...
+///
+/// The batch's webhook key is built from the link's value: a key the caller cannot name, as
+/// only the script reads the link (Redis standalone, as every multi-key script here).
 const FINISH_JOB: &str = r#"
 redis.call('ZREM', KEYS[4], ARGV[5])
+redis.call('ZREM', KEYS[6], ARGV[5])
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'data', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
+redis.call('PUBLISH', ARGV[10], ARGV[5])
+charge(KEYS[5], ARGV[7], 11)
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  redis.call('HSET', KEYS[7], 'state', 'pending', 'since', ARGV[8])
+  redis.call('ZADD', KEYS[8], ARGV[8], 'job:' .. ARGV[5])
+end
+local batch = redis.call('GET', KEYS[9])
+if batch then
+  local hook = ARGV[9] .. ':hook:batch:' .. batch
+  if redis.call('EXISTS', hook) == 1 and redis.call('HINCRBY', hook, 'left', -1) == 0 then
+    redis.call('HSET', hook, 'state', 'pending', 'since', ARGV[8])
+    redis.call('ZADD', KEYS[8], ARGV[8], 'batch:' .. batch)
+  end
+end
 return 1
 "#;
 
@@ -436,19 +482,53 @@ impl JobStore for crate::RedisStore {
             .collect())
     }
 
-    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        tenant: Option<&str>,
+        result: &JobResult,
+    ) -> Result<bool, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let finished: i64 = redis::Script::new(FINISH_JOB)
+        static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+            redis::Script::new(&format!("{}{FINISH_JOB}", crate::usage::CHARGE))
+        });
+        let mut invocation = SCRIPT.prepare_invoke();
+        invocation
             .key(keys.key("result"))
             .key(keys.key("events"))
             .key(keys.key("status"))
             .key(unfinished_key(self.prefix()))
+            .key(crate::usage::bucket_key(
+                self.prefix(),
+                tenant,
+                proto::now_ms(),
+            ))
+            .key(crate::quotas::in_flight_key(
+                self.prefix(),
+                crate::index::Kind::Jobs,
+                tenant,
+            ))
+            .key(crate::webhooks::hook_key(
+                self.prefix(),
+                crate::webhooks::HookKind::Job,
+                id,
+            ))
+            .key(crate::webhooks::due_key(self.prefix()))
+            .key(crate::webhooks::batch_link_key(self.prefix(), id))
             .arg(result.encode())
             .arg(self.ttl_secs())
             .arg(Progress::finished(result).to_json())
             .arg(result.status.as_str())
             .arg(id.to_string())
             .arg(EVENTS_MAX_LEN)
+            .arg(self.usage_ttl_secs())
+            .arg(proto::now_ms())
+            .arg(self.prefix())
+            .arg(self.keys().job_events_channel());
+        for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
+            invocation.arg(field).arg(value);
+        }
+        let finished: i64 = invocation
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
@@ -482,6 +562,8 @@ impl JobStore for crate::RedisStore {
             .ignore()
             .expire(&key, self.ttl_secs() as i64)
             .ignore()
+            .publish(self.keys().job_events_channel(), id.to_string())
+            .ignore()
             .query_async::<()>(&mut connection)
             .await
             .map_err(crate::redis::backend)
@@ -512,6 +594,23 @@ impl JobStore for crate::RedisStore {
                 }
             })
             .collect())
+    }
+
+    async fn wait_events(
+        &self,
+        id: TaskId,
+        after: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Vec<StoredEvent>, Error> {
+        // Woken by the notice each event publishes; the poll is only the safety net for a
+        // notice lost in a reconnect (which wakes every waiter anyway).
+        let events = self
+            .after_notice(id, timeout, EVENTS_SAFETY_POLL, || async {
+                let events = self.events(id, after).await?;
+                Ok((!events.is_empty()).then_some(events))
+            })
+            .await?;
+        Ok(events.unwrap_or_default())
     }
 
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error> {
@@ -683,7 +782,12 @@ impl JobStore for MemoryJobs {
             .filter(|n| !published.is_some_and(|p| p.contains(n)))
             .collect())
     }
-    async fn finish_job(&self, id: TaskId, result: &JobResult) -> Result<bool, Error> {
+    async fn finish_job(
+        &self,
+        id: TaskId,
+        _tenant: Option<&str>,
+        result: &JobResult,
+    ) -> Result<bool, Error> {
         let mut s = self.state();
         s.unfinished.remove(&id);
         if s.results.contains_key(&id) {

@@ -14,12 +14,16 @@
 
 pub mod cache;
 pub mod idempotency;
+pub mod index;
 pub mod jobs;
 pub mod limits;
 pub mod memory;
 pub mod presence;
+pub mod quotas;
 pub mod redis;
 pub mod tenants;
+pub mod usage;
+pub mod webhooks;
 
 use std::time::Duration;
 
@@ -30,11 +34,15 @@ use serde::{Deserialize, Serialize};
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
+pub use index::{Index, MemoryIndex};
 pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};
+pub use quotas::Quotas;
 pub use tenants::{MemoryTenants, Tenants};
+pub use usage::Usage;
+pub use webhooks::Webhooks;
 
 /// Store settings (`[store]` in `codegen.toml`, `CODEGEN__STORE__*` in the environment).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +61,9 @@ pub struct Options {
     /// How often a waiter re-reads a result it has not been notified about.
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// How long each tenant's hourly usage totals are kept (`GET /v1/usage`).
+    #[serde(with = "humantime_serde")]
+    pub usage_retention: Duration,
 }
 
 impl Default for Options {
@@ -63,6 +74,7 @@ impl Default for Options {
             result_ttl: Duration::from_secs(24 * 3600),
             response_timeout: Duration::from_secs(2),
             poll_interval: Duration::from_millis(500),
+            usage_retention: usage::DEFAULT_RETENTION,
         }
     }
 }
@@ -108,10 +120,15 @@ pub trait Store: Send + Sync + 'static {
         Ok(results)
     }
 
-    /// Stores `result` unless a result already exists and notifies waiters. Returns whether
-    /// this call stored it (false: an earlier delivery of the same task got there first).
-    async fn complete_execution(&self, id: TaskId, result: &ExecutionResult)
-    -> Result<bool, Error>;
+    /// Stores `result` unless a result already exists and notifies waiters; the one call that
+    /// stores it charges `tenant`'s usage with it. Returns whether this call stored it (false:
+    /// an earlier delivery of the same task got there first).
+    async fn complete_execution(
+        &self,
+        id: TaskId,
+        tenant: Option<&str>,
+        result: &ExecutionResult,
+    ) -> Result<bool, Error>;
 
     /// Waits up to `timeout` for the result of `id`.
     async fn wait_execution(
@@ -122,4 +139,36 @@ pub trait Store: Send + Sync + 'static {
 
     /// `Ok` when the store answers; otherwise why not, for `/readyz`.
     async fn health(&self) -> Result<(), String>;
+
+    /// Watches the verdicts of `ids`: the watch is woken whenever one of them may have been
+    /// stored, so a caller waiting for many re-reads on a notice instead of polling. `None`:
+    /// this store sends no notices (the caller polls).
+    fn watch(&self, _ids: &[TaskId]) -> Option<Watch> {
+        None
+    }
+}
+
+/// A watch on many executions' verdicts (`Store::watch`); dropping it stops watching.
+#[derive(Debug)]
+pub struct Watch {
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    ids: Vec<TaskId>,
+    watchers: std::sync::Arc<dashmap::DashMap<TaskId, std::sync::Arc<tokio::sync::Notify>>>,
+}
+
+impl Watch {
+    /// Woken by the next notice for any watched id (create it before reading, so a notice
+    /// between the read and the wait is not missed: `enable` it, then read, then await).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            self.watchers
+                .remove_if(id, |_, notify| std::sync::Arc::ptr_eq(notify, &self.notify));
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //!
 //! | key | value |
 //! | --- | --- |
-//! | `{prefix}:limits:{scope}:leases` | sorted set: lease id → expiry (ms) |
+//! | `{prefix}:limits:{scope}:leases` | sorted set: lease id (`{tenant}/{unique}`) → expiry (ms) |
+//! | `{prefix}:limits:{scope}:askers` | sorted set: tenant → when it last asked for a lease (ms) |
 //! | `{prefix}:limits:{scope}:{meter}` | GCRA theoretical arrival time (µs) |
 //! | `{prefix}:limits:{scope}:slow` | hash: `factor`, `at` (ms), `until` (ms), `cut` (ms) |
 //!
@@ -23,6 +24,18 @@ pub enum Decision {
     Granted,
     Wait(Duration),
 }
+
+/// A lease's decision: a [`Decision`], or a lease free but kept for other tenants (see
+/// [`RedisLimits::lease`]): let another tenant's call ask first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseDecision {
+    Granted,
+    Wait(Duration),
+    Reserved,
+}
+
+/// How long a tenant that asked for a lease counts as one that shares the semaphore.
+pub const ASKER_WINDOW: Duration = Duration::from_secs(10);
 
 /// How the slow-down after a 429 behaves.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,13 +74,31 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
 ";
 
-/// KEYS: leases, slow. ARGV: id, limit, ttl ms, recovery ms. Returns {granted, wait ms}.
+/// KEYS: leases, slow, askers. ARGV: id, limit, ttl ms, recovery ms, tenant, reserve, asker
+/// window ms. Returns {granted, wait ms}; {0, -1}: the lease left is reserved for others.
 const LEASE: &str = r"
 local factor, pause = slowdown(KEYS[2], now, tonumber(ARGV[4]))
 if pause > 0 then return {0, pause} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local limit = math.max(1, math.floor(tonumber(ARGV[2]) * factor))
-if redis.call('ZCARD', KEYS[1]) >= limit then return {0, 0} end
+local reserve = math.min(tonumber(ARGV[6]), math.floor(limit / 4))
+local window = tonumber(ARGV[7])
+local tenant = ARGV[5]
+if reserve > 0 then
+  redis.call('ZADD', KEYS[3], now, tenant)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+  redis.call('PEXPIRE', KEYS[3], 2 * window)
+end
+local held = redis.call('ZCARD', KEYS[1])
+if held >= limit then return {0, 0} end
+if reserve > 0 and held >= limit - reserve and redis.call('ZCARD', KEYS[3]) > 1 then
+  local prefix = tenant .. '/'
+  local mine = 0
+  for _, lease in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(lease, 1, #prefix) == prefix then mine = mine + 1 end
+  end
+  if mine >= reserve then return {0, -1} end
+end
 local ttl = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
@@ -148,6 +179,16 @@ fn decision(reply: (i64, i64)) -> Decision {
     }
 }
 
+fn lease_decision(reply: (i64, i64)) -> LeaseDecision {
+    match reply {
+        (_, -1) => LeaseDecision::Reserved,
+        reply => match decision(reply) {
+            Decision::Granted => LeaseDecision::Granted,
+            Decision::Wait(wait) => LeaseDecision::Wait(wait),
+        },
+    }
+}
+
 impl RedisLimits {
     /// The limits of `scope` (e.g. a hash of the provider's endpoint and key).
     pub fn new(store: RedisStore, scope: &str, slow: SlowDown) -> Self {
@@ -159,18 +200,41 @@ impl RedisLimits {
         format!("{}:{what}", self.base)
     }
 
-    /// Takes lease `id` when fewer than `limit` (times the slow-down factor) are held.
-    pub async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Decision, Error> {
+    /// Takes lease `id` (`{tenant}/{unique}`) for `tenant` when fewer than `limit` (times the
+    /// slow-down factor) are held, and expiring after `ttl` unless renewed.
+    ///
+    /// The last `reserve` leases (at most a quarter of the limit) are kept for tenants holding
+    /// fewer than `reserve` while more than one tenant asked within [`ASKER_WINDOW`]: a
+    /// tenant's single job does not wait for another tenant's batch to free a lease (with a
+    /// model answering at a fixed pace, a full semaphore frees in waves, a whole call apart).
+    /// A tenant alone has every lease.
+    pub async fn lease(
+        &self,
+        id: &str,
+        tenant: &str,
+        limit: u32,
+        reserve: u32,
+        ttl: Duration,
+    ) -> Result<LeaseDecision, Error> {
+        debug_assert!(
+            id.strip_prefix(tenant)
+                .is_some_and(|rest| rest.starts_with('/')),
+            "a lease id begins with its tenant"
+        );
         LEASE_SCRIPT
             .key(self.key("leases"))
             .key(self.key("slow"))
+            .key(self.key("askers"))
             .arg(id)
             .arg(limit)
             .arg(millis(ttl))
             .arg(millis(self.slow.recovery))
+            .arg(tenant)
+            .arg(reserve)
+            .arg(millis(ASKER_WINDOW))
             .invoke_async::<(i64, i64)>(&mut self.store.connection())
             .await
-            .map(decision)
+            .map(lease_decision)
             .map_err(crate::redis::backend)
     }
 

@@ -65,6 +65,7 @@ impl Store for MemoryStore {
     async fn complete_execution(
         &self,
         id: TaskId,
+        _tenant: Option<&str>,
         result: &ExecutionResult,
     ) -> Result<bool, Error> {
         let stored = {
@@ -120,13 +121,13 @@ mod tests {
         let id = TaskId::new();
         assert!(
             store
-                .complete_execution(id, &result(Status::Passed))
+                .complete_execution(id, None, &result(Status::Passed))
                 .await
                 .unwrap()
         );
         assert!(
             !store
-                .complete_execution(id, &result(Status::Failed))
+                .complete_execution(id, None, &result(Status::Failed))
                 .await
                 .unwrap()
         );
@@ -144,7 +145,7 @@ mod tests {
         };
         tokio::task::yield_now().await;
         store
-            .complete_execution(id, &result(Status::Timeout))
+            .complete_execution(id, None, &result(Status::Timeout))
             .await
             .unwrap();
         let got = waiter.await.unwrap().unwrap().unwrap();

@@ -26,6 +26,8 @@ struct Inner {
     keys: Keys,
     connection: ConnectionManager,
     waiters: DashMap<TaskId, Arc<Notify>>,
+    /// Watches of many executions at once (`Store::watch`), by execution.
+    watchers: Arc<DashMap<TaskId, Arc<Notify>>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -42,6 +44,8 @@ impl std::fmt::Debug for RedisStore {
 pub struct Listener {
     store: RedisStore,
     pushes: mpsc::UnboundedReceiver<PushInfo>,
+    /// Also wake waiters for jobs' progress events (`JobStore::wait_events`).
+    job_events: bool,
 }
 
 pub(crate) fn backend(e: redis::RedisError) -> Error {
@@ -83,6 +87,7 @@ impl RedisStore {
                 keys,
                 connection,
                 waiters: DashMap::new(),
+                watchers: Arc::default(),
             }),
         };
         Ok((
@@ -90,6 +95,7 @@ impl RedisStore {
             Listener {
                 store: store.clone(),
                 pushes,
+                job_events: false,
             },
         ))
     }
@@ -127,8 +133,57 @@ impl RedisStore {
             .map_err(backend)
     }
 
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// Waits (at most `nap`) for a notice about `id`, or returns at once when `ready` says
+    /// there is something already; registered before `ready` reads, so a notice between the
+    /// read and the wait is not missed. Shared by result waits and event waits.
+    pub(crate) async fn after_notice<T, F, Fut>(
+        &self,
+        id: TaskId,
+        timeout: Duration,
+        nap: Duration,
+        ready: F,
+    ) -> Result<Option<T>, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Option<T>, Error>>,
+    {
+        let notify = self.inner.waiters.entry(id).or_default().clone();
+        let deadline = Instant::now() + timeout;
+        let outcome = loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let read = ready().await;
+            let now = Instant::now();
+            match read {
+                Ok(Some(value)) => break Ok(Some(value)),
+                Ok(None) if now >= deadline => break Ok(None),
+                Err(e) if now >= deadline || !e.is_retryable() => break Err(e),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, %id, "not readable yet"),
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(nap.min(deadline - now)) => {}
+            }
+        };
+        // Another waiter for the same id may still hold the Notify; it then polls, which is fine.
+        if Arc::strong_count(&notify) <= 2 {
+            self.inner.waiters.remove(&id);
+        }
+        outcome
+    }
+
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
+    }
+
+    pub(crate) fn usage_ttl_secs(&self) -> u64 {
+        self.inner.options.usage_retention.as_secs().max(1)
     }
 
     pub(crate) fn ttl_secs(&self) -> u64 {
@@ -141,13 +196,24 @@ impl RedisStore {
 }
 
 impl Listener {
+    /// Also subscribes to the notices of jobs' progress events, for event streams (a process
+    /// that serves none leaves them out: every job's events would reach it).
+    pub fn with_job_events(mut self) -> Self {
+        self.job_events = true;
+        self
+    }
+
     /// Subscribes to completion notices (retrying until Redis answers) and dispatches them to
     /// waiters until `cancel` fires. Resubscription after a reconnect is automatic.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let channel = self.store.inner.keys.execution_done_channel();
+        let mut channels = vec![self.store.inner.keys.execution_done_channel()];
+        if self.job_events {
+            channels.push(self.store.inner.keys.job_events_channel());
+        }
+        let channel = channels.join(", ");
         loop {
             let mut connection = self.store.connection();
-            match connection.subscribe(&channel).await {
+            match connection.subscribe(&channels).await {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot subscribe to completion notices; retrying");
@@ -174,13 +240,21 @@ impl Listener {
                         .get(1)
                         .and_then(value_str)
                         .and_then(|s| s.parse().ok());
-                    if let Some(notify) = id.and_then(|id| self.store.inner.waiters.get(&id)) {
-                        notify.notify_waiters();
+                    if let Some(id) = id {
+                        if let Some(notify) = self.store.inner.waiters.get(&id) {
+                            notify.notify_waiters();
+                        }
+                        if let Some(notify) = self.store.inner.watchers.get(&id) {
+                            notify.notify_waiters();
+                        }
                     }
                 }
                 PushKind::Disconnection => {
                     // Notices sent while disconnected are lost: wake everyone to re-read.
                     for entry in self.store.inner.waiters.iter() {
+                        entry.value().notify_waiters();
+                    }
+                    for entry in self.store.inner.watchers.iter() {
                         entry.value().notify_waiters();
                     }
                 }
@@ -197,6 +271,29 @@ fn value_str(value: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+/// Stores a verdict once, charging its tenant when it does, and notifies waiters either way.
+/// KEYS: result, usage bucket, the tenant's executions in flight (`crate::quotas`), the
+/// execution's batch link, the due webhooks (`crate::webhooks`). ARGV: result bytes, ttl,
+/// channel, id, usage ttl, now (ms), the key prefix, (field, n)...
+const COMPLETE_EXECUTION: &str = r#"
+redis.call('ZREM', KEYS[3], ARGV[4])
+local stored = 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+  stored = 1
+  charge(KEYS[2], ARGV[5], 8)
+  local batch = redis.call('GET', KEYS[4])
+  if batch then
+    local hook = ARGV[7] .. ':hook:execution_batch:' .. batch
+    if redis.call('EXISTS', hook) == 1 and redis.call('HINCRBY', hook, 'left', -1) == 0 then
+      redis.call('HSET', hook, 'state', 'pending', 'since', ARGV[6])
+      redis.call('ZADD', KEYS[5], ARGV[6], 'execution_batch:' .. batch)
+    end
+  end
+end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return stored
+"#;
 
 #[async_trait]
 impl Store for RedisStore {
@@ -269,25 +366,45 @@ impl Store for RedisStore {
     async fn complete_execution(
         &self,
         id: TaskId,
+        tenant: Option<&str>,
         result: &ExecutionResult,
     ) -> Result<bool, Error> {
-        let key = self.inner.keys.execution_result(id);
         let ttl = self.inner.options.result_ttl.as_secs().max(1);
-        let (stored,): (Option<String>,) = redis::pipe()
-            .cmd("SET")
-            .arg(&key)
+        static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+            redis::Script::new(&format!("{}{COMPLETE_EXECUTION}", crate::usage::CHARGE))
+        });
+        let mut invocation = SCRIPT.prepare_invoke();
+        invocation
+            .key(self.inner.keys.execution_result(id))
+            .key(crate::usage::bucket_key(
+                self.prefix(),
+                tenant,
+                proto::now_ms(),
+            ))
+            .key(crate::quotas::in_flight_key(
+                self.prefix(),
+                crate::index::Kind::Executions,
+                tenant,
+            ))
+            .key(crate::webhooks::execution_link_key(self.prefix(), id))
+            .key(crate::webhooks::due_key(self.prefix()))
             .arg(result.encode())
-            .arg("NX")
-            .arg("EX")
             .arg(ttl)
-            .cmd("PUBLISH")
             .arg(self.inner.keys.execution_done_channel())
             .arg(id.to_string())
-            .ignore()
-            .query_async(&mut self.connection())
+            .arg(self.usage_ttl_secs())
+            .arg(proto::now_ms())
+            .arg(self.prefix());
+        for (field, value) in
+            crate::usage::increments(&proto::api::UsageTotals::of_execution(result))
+        {
+            invocation.arg(field).arg(value);
+        }
+        let stored: i64 = invocation
+            .invoke_async(&mut self.connection())
             .await
             .map_err(backend)?;
-        Ok(stored.is_some())
+        Ok(stored == 1)
     }
 
     async fn wait_execution(
@@ -295,34 +412,21 @@ impl Store for RedisStore {
         id: TaskId,
         timeout: Duration,
     ) -> Result<Option<ExecutionResult>, Error> {
-        let notify = self.inner.waiters.entry(id).or_default().clone();
-        let deadline = Instant::now() + timeout;
         let poll = self.inner.options.poll_interval;
-        let outcome = loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            // Register before reading, so a notice between the read and the wait is not missed.
-            notified.as_mut().enable();
-            let read = self.execution_result(id).await;
-            let now = Instant::now();
-            match read {
-                Ok(Some(result)) => break Ok(Some(result)),
-                Ok(None) if now >= deadline => break Ok(None),
-                Err(e) if now >= deadline || !e.is_retryable() => break Err(e),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, %id, "result not readable yet"),
-            }
-            let nap = poll.min(deadline - now);
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
-        };
-        // Another waiter for the same id may still hold the Notify; it then polls, which is fine.
-        if Arc::strong_count(&notify) <= 2 {
-            self.inner.waiters.remove(&id);
+        self.after_notice(id, timeout, poll, || self.execution_result(id))
+            .await
+    }
+
+    fn watch(&self, ids: &[TaskId]) -> Option<crate::Watch> {
+        let notify = Arc::new(Notify::new());
+        for id in ids {
+            self.inner.watchers.insert(*id, notify.clone());
         }
-        outcome
+        Some(crate::Watch {
+            notify,
+            ids: ids.to_vec(),
+            watchers: self.inner.watchers.clone(),
+        })
     }
 
     async fn health(&self) -> Result<(), String> {

@@ -5,6 +5,10 @@
 //! every dependency check passes and the process is not shutting down, and otherwise 503 with
 //! each failing dependency named and why.
 
+mod usage;
+
+pub use usage::TenantUsage;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;

@@ -56,6 +56,15 @@ class SyncClient(unittest.TestCase):
         self.assertEqual(r.status, RunStatus.Success, r)
         self.assertEqual(base64.b64decode(r.files["out.txt"]), b"12")
 
+    def test_binary_files_in_and_out(self):
+        blob = bytes(range(256))
+        files = {"in.bin": base64.b64encode(blob).decode()}
+        code = "open('out.bin', 'wb').write(open('in.bin', 'rb').read()[::-1])"
+        r = run_code(RunCodeRequest(code=code, language="python", files=files,
+                                    fetch_files=["out.bin"]))
+        self.assertEqual(r.status, RunStatus.Success, r)
+        self.assertEqual(base64.b64decode(r.files["out.bin"]), blob[::-1])
+
     def test_unsupported_language_is_a_client_error(self):
         import requests
         answer = requests.post(URL + "/run_code", json={"code": "int main(){}", "language": "cpp"})

@@ -154,7 +154,14 @@ impl InProcess {
 /// The FAKE sandbox: it runs nothing and answers the drivers' report lines.
 fn fake_sandbox() -> ScriptedSandbox {
     ScriptedSandbox::new(|request| {
-        let file = |name: &str| request.files.get(name).cloned().unwrap_or_default();
+        let file = |name: &str| {
+            request
+                .files
+                .get(name)
+                .and_then(|f| f.as_text())
+                .unwrap_or_default()
+                .to_owned()
+        };
         let driver: Value = serde_json::from_str(&file("request.json")).unwrap_or(Value::Null);
         // Written with the contract's own types, so the FAKE cannot drift from what the
         // worker reads.
@@ -219,6 +226,8 @@ fn fake_sandbox() -> ScriptedSandbox {
             stderr: String::new(),
             truncated: false,
             duration_ms: 1,
+            cpu_ms: None,
+            peak_memory_kb: None,
             reason: None,
             error_kind: None,
             files: Default::default(),

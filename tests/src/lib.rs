@@ -64,6 +64,20 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A free loopback port below the kernel's ephemeral range (32768 and up), for a server a test
+/// stops and starts again on the same port: a port from [`free_port`] may meanwhile be the
+/// local end of any outgoing connection, or be handed to a concurrent test, and the restarted
+/// server could not listen on it.
+pub fn server_port() -> u16 {
+    loop {
+        let random = uuid::Uuid::new_v4().as_u128();
+        let port = 20_000 + (random % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A child process that is killed when dropped.
 #[derive(Debug)]
 pub struct Process {
@@ -502,7 +516,7 @@ impl PrivateRedis {
 
     fn start_with(persistent: bool) -> Self {
         let mut redis = Self {
-            port: free_port(),
+            port: server_port(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
             persistent,
@@ -636,6 +650,45 @@ impl Cluster {
             .expect("events body")
     }
 
+    /// `method url` as the tenant of API key `key`, with an optional JSON body: the status,
+    /// `Retry-After` (seconds) and the JSON answer (`Null` when it has none).
+    pub async fn request_as(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        key: &str,
+        body: Option<Value>,
+    ) -> (u16, Option<u64>, Value) {
+        let mut request = self.http.request(method, url).bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("coordinator answers");
+        let status = response.status().as_u16();
+        let retry = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        (status, retry, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls job `id` as the tenant of `key` until it has ended (succeeded, failed or
+    /// cancelled), up to two minutes.
+    pub async fn wait_ended_as(&self, id: &str, key: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let url = format!("{}/v1/jobs/{id}", self.url());
+        loop {
+            let (status, _, body) = self.request_as(reqwest::Method::GET, &url, key, None).await;
+            assert_eq!(status, 200, "{body}");
+            if ["succeeded", "failed", "cancelled"].contains(&body["status"].as_str().unwrap_or(""))
+            {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "job {id} never finished: {body}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Polls a job until it is final, up to `timeout`.
     pub async fn wait_job(&self, id: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
@@ -720,6 +773,7 @@ impl TestSandbox {
             stdin: None,
             test: None,
             timeout_ms: 20_000,
+            cpu_time_ms: None,
             memory_mb: sandbox::Options::default().pool_memory_mb,
             fresh_container: false,
             files: Default::default(),
@@ -925,15 +979,23 @@ pub struct PrivateRabbit {
 }
 
 impl PrivateRabbit {
+    /// Starts a node on fresh ports; a node that dies while booting (a port taken meanwhile) is
+    /// started again on others.
     pub fn start() -> Self {
-        let mut rabbit = Self {
-            port: free_port(),
-            dist_port: free_port(),
-            dir: tempfile::tempdir().expect("tempdir"),
-            launcher: None,
-        };
-        rabbit.restart();
-        rabbit
+        let mut attempt = 1;
+        loop {
+            let mut rabbit = Self {
+                port: server_port(),
+                dist_port: server_port(),
+                dir: tempfile::tempdir().expect("tempdir"),
+                launcher: None,
+            };
+            match rabbit.boot() {
+                Ok(()) => return rabbit,
+                Err(log) if attempt == 3 => panic!("private rabbitmq did not start: {log}"),
+                Err(_) => attempt += 1,
+            }
+        }
     }
 
     pub fn url(&self) -> String {
@@ -946,6 +1008,13 @@ impl PrivateRabbit {
 
     /// (Re)starts the node on the same ports and data; waits until it takes AMQP connections.
     pub fn restart(&mut self) {
+        if let Err(log) = self.boot() {
+            panic!("private rabbitmq did not start again: {log}");
+        }
+    }
+
+    /// Starts the node and waits until it finished booting; on failure, its log.
+    fn boot(&mut self) -> Result<(), String> {
         assert!(self.launcher.is_none(), "already running");
         let base = self.dir.path();
         for sub in ["home", "mnesia", "log"] {
@@ -982,13 +1051,29 @@ impl PrivateRabbit {
             .spawn()
             .expect("rabbitmq-server is installed (scripts/cluster services installs it)");
         self.launcher = Some(child);
+        // The AMQP port opens before the boot ends, and something else may answer on it: ready
+        // is our own node saying it booted, still running, and the port taking connections.
+        let log_file = base.join("server.log");
+        let log = || std::fs::read_to_string(&log_file).unwrap_or_default();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "private rabbitmq did not start: {}",
-                std::fs::read_to_string(base.join("server.log")).unwrap_or_default()
-            );
+        loop {
+            let exited = self
+                .launcher
+                .as_mut()
+                .is_some_and(|l| l.try_wait().ok().flatten().is_some());
+            if exited {
+                self.launcher = None;
+                return Err(format!("the node exited while booting:\n{}", log()));
+            }
+            if log().contains("Starting broker... completed")
+                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.stop();
+                return Err(format!("not booted after 60 s:\n{}", log()));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -258,3 +258,53 @@ async fn a_killed_worker_loses_no_task() {
     assert_eq!(body["stdout"], "survived\n");
     cluster.cleanup().await;
 }
+
+/// Calls of `command` Redis has served so far (`INFO commandstats`).
+fn redis_calls(redis: &PrivateRedis, command: &str) -> u64 {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "INFO", "commandstats"])
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A batch answer waits for its verdicts' notices instead of polling Redis: three programs
+/// that each take two seconds cost a handful of reads of their results, not one every few
+/// milliseconds (the poll without notices backs off to 50 ms: about 40 reads a second).
+#[tokio::test]
+async fn a_batch_waits_for_notices_not_by_polling() {
+    let redis = PrivateRedis::start();
+    let cluster = Cluster::new().with_redis(redis.url());
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    let items: Vec<serde_json::Value> = (0..3)
+        .map(|i| json!({"id": i.to_string(), "language": "python", "code": "import time\ntime.sleep(2)\nprint('ok')"}))
+        .collect();
+    let before = redis_calls(&redis, "mget");
+    let started = std::time::Instant::now();
+    let response = cluster
+        .http
+        .post(format!("{}/v1/executions/batch", cluster.url()))
+        .json(&json!({ "items": items }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(body["done"], 3, "{body}");
+    let reads = redis_calls(&redis, "mget") - before;
+    assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
+    // One read up front, one per notice (three, or fewer when they land together), one per
+    // 500 ms safety poll.
+    let bound = 4 + 2 * elapsed.as_secs() + 2;
+    assert!(
+        reads <= bound,
+        "{reads} reads of the results in {elapsed:?} (at most {bound})"
+    );
+    cluster.cleanup().await;
+}

@@ -168,6 +168,35 @@ async fn every_language_runs_programs_and_tests_with_their_own_verdicts() {
         .await;
     assert_eq!(answer["status"], "timeout", "{answer:#}");
 
+    // Bytes in and out over HTTP (base64), in a language that execs its program; a CPU limit
+    // stops a busy loop with its own verdict; every verdict says what it used.
+    let (got, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "bash",
+                   "code": "head -c 3 in.bin | od -An -tu1 | tr -s ' '; printf '\\377\\000' > out.bin",
+                   "files": {"in.bin": {"base64": "AP+A"}}, "return_files": ["out.bin"]}),
+        )
+        .await;
+    assert_eq!(got, 200, "{answer}");
+    assert_eq!(answer["status"], "passed", "{answer:#}");
+    assert_eq!(answer["stdout"], " 0 255 128\n", "{answer:#}");
+    assert_eq!(
+        answer["files"]["out.bin"],
+        json!({"base64": "/wA="}),
+        "{answer:#}"
+    );
+    assert!(answer["peak_memory_kb"].as_u64().unwrap() > 0, "{answer:#}");
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "javascript", "code": "while (true) {}",
+                   "cpu_time_ms": 300, "timeout_ms": 5000}),
+        )
+        .await;
+    assert_eq!(answer["status"], "cpu_time_limit", "{answer:#}");
+    assert!(answer["duration_ms"].as_u64().unwrap() < 2000, "{answer:#}");
+
     // Files reserved for the program or its test are refused, naming the field.
     let (got, answer) = cluster
         .execute(

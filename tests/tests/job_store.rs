@@ -192,10 +192,10 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<S: Job
     store.set_status(job, JobStatus::Integrating).await.unwrap();
     let mut result = succeeded(job);
     let finished = Progress::finished(&result);
-    assert!(store.finish_job(job, &result).await.unwrap());
+    assert!(store.finish_job(job, None, &result).await.unwrap());
     // A late failure (a dead letter, a duplicate integration) changes nothing.
     result.status = JobStatus::Failed;
-    assert!(!store.finish_job(job, &result).await.unwrap());
+    assert!(!store.finish_job(job, None, &result).await.unwrap());
     store.set_status(job, JobStatus::Running).await.unwrap();
     assert_eq!(
         store.status(job).await.unwrap(),
@@ -214,7 +214,7 @@ async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<S: Job
 async fn many_statuses_are_read_at_once_in_order<S: JobStore + Clone>(store: S) {
     let (a, b, unknown) = (TaskId::new(), TaskId::new(), TaskId::new());
     store.set_status(a, JobStatus::Running).await.unwrap();
-    store.finish_job(b, &succeeded(b)).await.unwrap();
+    store.finish_job(b, None, &succeeded(b)).await.unwrap();
     assert_eq!(
         store.statuses(&[b, unknown, a]).await.unwrap(),
         vec![Some(JobStatus::Succeeded), None, Some(JobStatus::Running)]
@@ -256,7 +256,12 @@ async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore +
         store.unfinished_before(5_000, 10).await.unwrap(),
         vec![old.id]
     );
-    assert!(store.finish_job(old.id, &succeeded(old.id)).await.unwrap());
+    assert!(
+        store
+            .finish_job(old.id, None, &succeeded(old.id))
+            .await
+            .unwrap()
+    );
     assert!(store.unfinished_before(5_000, 10).await.unwrap().is_empty());
     assert_eq!(
         store.unfinished_before(10_000, 10).await.unwrap(),
@@ -295,3 +300,65 @@ against_both_stores!(
     unfinished_jobs_are_listed_oldest_first_until_they_finish,
     many_statuses_are_read_at_once_in_order,
 );
+
+/// An event stream's wait is woken by the notice each new event publishes, not by its safety
+/// poll (5 s): a waiter with a listener gets an event pushed from another handle well within
+/// that, and a finished job's `finished` event the same way.
+#[tokio::test]
+async fn an_event_wait_wakes_on_the_new_events_notice() {
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        result_ttl: Duration::from_secs(600),
+        ..store::Options::default()
+    };
+    let (waiter, listener) = RedisStore::build(options.clone()).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(listener.with_job_events().run(cancel.clone()));
+    let writer = RedisStore::build(options).unwrap().0;
+    let job = TaskId::new();
+    writer
+        .push_event(job, &Progress::Queued { job_id: job })
+        .await
+        .unwrap();
+    let first = waiter
+        .wait_events(job, None, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    // Let the subscription settle, then time a wake-up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for event in [Progress::Planning, Progress::finished(&succeeded(job))] {
+        let after = waiter
+            .events(job, None)
+            .await
+            .unwrap()
+            .last()
+            .unwrap()
+            .id
+            .clone();
+        let writer = writer.clone();
+        let push = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match event {
+                Progress::Finished { .. } => {
+                    assert!(writer.finish_job(job, None, &succeeded(job)).await.unwrap());
+                }
+                event => writer.push_event(job, &event).await.unwrap(),
+            }
+        });
+        let started = std::time::Instant::now();
+        let events = waiter
+            .wait_events(job, Some(&after), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        push.await.unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(
+            waited < Duration::from_secs(3),
+            "woken after {waited:?}: by the safety poll, not the notice"
+        );
+    }
+    cancel.cancel();
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use model::scripted::Counting;
 use model::{Metrics, Model, Options, Phase, Prompt, Provider};
 use proto::generation::Implementation;
-use store::limits::{Decision, SlowDown};
+use store::limits::{Decision, LeaseDecision, SlowDown};
 use store::{Presence, RedisLimits, RedisStore};
 use tokio::time::Instant;
 use worker::RedisModelLimits;
@@ -50,34 +50,97 @@ async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
     let limits = limits();
     let long = Duration::from_secs(60);
     for id in ["a", "b", "c"] {
-        assert_eq!(limits.lease(id, 3, long).await.unwrap(), Decision::Granted);
+        assert_eq!(
+            limits
+                .lease(&format!("#/{id}"), "#", 3, 0, long)
+                .await
+                .unwrap(),
+            LeaseDecision::Granted
+        );
     }
     assert!(matches!(
-        limits.lease("d", 3, long).await.unwrap(),
-        Decision::Wait(_)
+        limits.lease("#/d", "#", 3, 0, long).await.unwrap(),
+        LeaseDecision::Wait(_)
     ));
-    limits.release("b").await.unwrap();
-    assert_eq!(limits.lease("d", 3, long).await.unwrap(), Decision::Granted);
+    limits.release("#/b").await.unwrap();
+    assert_eq!(
+        limits.lease("#/d", "#", 3, 0, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
     assert_eq!(limits.leases().await.unwrap(), 3);
 
     // A holder that never releases (a dead worker): its lease frees the slot after its ttl.
     let other = RedisLimits::new(redis_store(), "scope", SLOW);
     assert_eq!(
         other
-            .lease("dies", 1, Duration::from_millis(300))
+            .lease("#/dies", "#", 1, 0, Duration::from_millis(300))
             .await
             .unwrap(),
-        Decision::Granted
+        LeaseDecision::Granted
     );
     assert!(matches!(
-        other.lease("waits", 1, long).await.unwrap(),
-        Decision::Wait(_)
+        other.lease("#/waits", "#", 1, 0, long).await.unwrap(),
+        LeaseDecision::Wait(_)
     ));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
-        other.lease("waits", 1, long).await.unwrap(),
-        Decision::Granted
+        other.lease("#/waits", "#", 1, 0, long).await.unwrap(),
+        LeaseDecision::Granted
     );
+}
+
+/// The last leases are kept for a tenant with few calls in flight while another tenant holds
+/// the rest; a tenant alone takes every lease.
+#[tokio::test]
+async fn the_last_leases_are_kept_for_a_tenant_with_few_in_flight() {
+    let limits = limits();
+    let long = Duration::from_secs(60);
+    // bulk alone: all 8, the reserve of 2 included.
+    for i in 0..8 {
+        let id = format!("bulk/{i}");
+        assert_eq!(
+            limits.lease(&id, "bulk", 8, 2, long).await.unwrap(),
+            LeaseDecision::Granted,
+            "{id}"
+        );
+    }
+    assert!(matches!(
+        limits.lease("solo/0", "solo", 8, 2, long).await.unwrap(),
+        LeaseDecision::Wait(_)
+    ));
+    // Two of bulk's calls end; solo now asks too, so those two are solo's, not bulk's.
+    limits.release("bulk/0").await.unwrap();
+    limits.release("bulk/1").await.unwrap();
+    assert_eq!(
+        limits.lease("bulk/8", "bulk", 8, 2, long).await.unwrap(),
+        LeaseDecision::Reserved
+    );
+    for id in ["solo/1", "solo/2"] {
+        assert_eq!(
+            limits.lease(id, "solo", 8, 2, long).await.unwrap(),
+            LeaseDecision::Granted,
+            "{id}"
+        );
+    }
+    assert_eq!(limits.leases().await.unwrap(), 8);
+    // Below the reserve, everyone may take a lease.
+    for id in ["bulk/2", "bulk/3", "bulk/4"] {
+        limits.release(id).await.unwrap();
+    }
+    assert_eq!(
+        limits.lease("bulk/9", "bulk", 8, 2, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
+    // The reserve is for tenants holding fewer than its size: solo now holds 2, so neither
+    // takes the last two while both ask (the price of keeping them for a newcomer).
+    for (id, tenant) in [("solo/3", "solo"), ("bulk/10", "bulk")] {
+        assert_eq!(
+            limits.lease(id, tenant, 8, 2, long).await.unwrap(),
+            LeaseDecision::Reserved,
+            "{id}"
+        );
+    }
+    assert_eq!(limits.leases().await.unwrap(), 6);
 }
 
 #[tokio::test]
@@ -85,37 +148,37 @@ async fn a_renewed_lease_outlives_its_ttl_and_an_expired_one_is_not_revived() {
     let limits = limits();
     let short = Duration::from_millis(300);
     assert_eq!(
-        limits.lease("live", 2, short).await.unwrap(),
-        Decision::Granted
+        limits.lease("#/live", "#", 2, 0, short).await.unwrap(),
+        LeaseDecision::Granted
     );
     assert_eq!(
-        limits.lease("dead", 2, short).await.unwrap(),
-        Decision::Granted
+        limits.lease("#/dead", "#", 2, 0, short).await.unwrap(),
+        LeaseDecision::Granted
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     limits
-        .renew(&["live".to_owned()], Duration::from_secs(60))
+        .renew(&["#/live".to_owned()], Duration::from_secs(60))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     // "dead" expired, "live" was renewed: one slot free, then none.
     assert_eq!(limits.leases().await.unwrap(), 1);
     assert_eq!(
-        limits.lease("next", 2, short).await.unwrap(),
-        Decision::Granted
+        limits.lease("#/next", "#", 2, 0, short).await.unwrap(),
+        LeaseDecision::Granted
     );
     assert!(matches!(
-        limits.lease("over", 2, short).await.unwrap(),
-        Decision::Wait(_)
+        limits.lease("#/over", "#", 2, 0, short).await.unwrap(),
+        LeaseDecision::Wait(_)
     ));
     // Renewing a lease that expired does not bring it back.
     limits
-        .renew(&["dead".to_owned()], Duration::from_secs(60))
+        .renew(&["#/dead".to_owned()], Duration::from_secs(60))
         .await
         .unwrap();
     assert!(matches!(
-        limits.lease("over", 3, short).await.unwrap(),
-        Decision::Granted
+        limits.lease("#/over", "#", 3, 0, short).await.unwrap(),
+        LeaseDecision::Granted
     ));
 }
 
@@ -193,9 +256,9 @@ async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
     let factor = other.throttled(None).await.unwrap();
     assert!((factor - 0.5).abs() < 0.01, "debounced: {factor}");
     // Every process sees the pause, on leases and meters alike.
-    match other.lease("x", 4, long).await.unwrap() {
-        Decision::Wait(wait) => assert!(wait >= Duration::from_millis(300), "{wait:?}"),
-        Decision::Granted => panic!("the pause was not honoured"),
+    match other.lease("#/x", "#", 4, 0, long).await.unwrap() {
+        LeaseDecision::Wait(wait) => assert!(wait >= Duration::from_millis(300), "{wait:?}"),
+        other => panic!("the pause was not honoured: {other:?}"),
     }
     assert!(matches!(
         other
@@ -206,11 +269,17 @@ async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
     ));
     tokio::time::sleep(Duration::from_millis(450)).await;
     // After the pause, a limit of 4 holds 2 (and a little more as it grows back).
-    assert_eq!(limits.lease("a", 4, long).await.unwrap(), Decision::Granted);
-    assert_eq!(limits.lease("b", 4, long).await.unwrap(), Decision::Granted);
+    assert_eq!(
+        limits.lease("#/a", "#", 4, 0, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
+    assert_eq!(
+        limits.lease("#/b", "#", 4, 0, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
     assert!(matches!(
-        limits.lease("c", 4, long).await.unwrap(),
-        Decision::Wait(_)
+        limits.lease("#/c", "#", 4, 0, long).await.unwrap(),
+        LeaseDecision::Wait(_)
     ));
 }
 

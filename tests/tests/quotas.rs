@@ -109,3 +109,249 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
     );
     cluster.cleanup().await;
 }
+
+/// `method path` on `base` as `key`: status, `Retry-After` and the JSON answer.
+async fn send(
+    cluster: &Cluster,
+    method: reqwest::Method,
+    url: String,
+    key: &str,
+    body: Option<Value>,
+) -> (u16, Option<u64>, Value) {
+    cluster.request_as(method, &url, key, body).await
+}
+
+/// Quotas on work hold across two coordinators: jobs and executions in flight, model tokens
+/// and sandbox CPU per period. Past one: 429 naming the setting, `Retry-After`, nothing queued
+/// (the listing shows it); a place comes back when the work ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_on_work_hold_across_two_coordinators() {
+    use reqwest::Method;
+    use tests::faults::{ModelServer, distinct_job, distinct_jobs_script};
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServer::start(&distinct_jobs_script(dir.path(), 10, 1500), dir.path());
+    let cluster = Cluster::new()
+        .use_model(&model)
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex")
+        .with_env("CODEGEN__COORDINATOR__TENANTS__ACME__JOBS_IN_FLIGHT", "3")
+        .with_env(
+            "CODEGEN__COORDINATOR__TENANTS__ACME__EXECUTIONS_IN_FLIGHT",
+            "2",
+        )
+        .with_env(
+            "CODEGEN__COORDINATOR__TENANTS__GLOBEX__MODEL_TOKENS_PER_PERIOD",
+            "1",
+        )
+        .with_env(
+            "CODEGEN__COORDINATOR__TENANTS__GLOBEX__SANDBOX_CPU_SECONDS_PER_PERIOD",
+            "1",
+        );
+    let _first = cluster.coordinator().await;
+    let (_second, second) = cluster.another_coordinator("coordinator-2").await;
+    let (_worker, _) = cluster.worker("worker-1").await;
+    let bases = [cluster.url(), second];
+
+    // Jobs in flight: three, whichever coordinator takes them.
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let (status, _, body) = send(
+            &cluster,
+            Method::POST,
+            format!("{}/v1/jobs", bases[i % 2]),
+            "key-acme",
+            Some(json!({"instruction": distinct_job(i)})),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+        jobs.push(body["job_id"].as_str().unwrap().to_owned());
+    }
+    let (status, retry, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/jobs", bases[1]),
+        "key-acme",
+        Some(json!({"instruction": distinct_job(3)})),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(retry.unwrap() >= 1);
+    let message = body["error"].as_str().unwrap();
+    assert!(
+        message.contains("coordinator.tenants.acme.jobs_in_flight") && message.contains("3"),
+        "{message}"
+    );
+    // A batch that would pass it queues none of its jobs.
+    let response = cluster
+        .http
+        .post(format!("{}/v1/batches", bases[0]))
+        .bearer_auth("key-acme")
+        .header("content-type", "application/x-ndjson")
+        .body(format!(
+            "{}\n{}\n",
+            json!({"instruction": distinct_job(4)}),
+            json!({"instruction": distinct_job(5)})
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    let (_, _, listed) = send(
+        &cluster,
+        Method::GET,
+        format!("{}/v1/jobs?limit=100", bases[1]),
+        "key-acme",
+        None,
+    )
+    .await;
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 3, "{listed}");
+    // Another tenant is not held back by acme's quota.
+    let (status, _, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/jobs", bases[0]),
+        "key-globex",
+        Some(json!({"instruction": distinct_job(6)})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let globex_job = body["job_id"].as_str().unwrap().to_owned();
+    // Ending one gives its place back.
+    let (status, _, body) = send(
+        &cluster,
+        Method::DELETE,
+        format!("{}/v1/jobs/{}", bases[0], jobs[0]),
+        "key-acme",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/jobs", bases[1]),
+        "key-acme",
+        Some(json!({"instruction": distinct_job(7)})),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+
+    // Executions in flight: two sleeping programs, then 429 for a third.
+    let sleeper = json!({"language": "python", "code": "import time\ntime.sleep(3)"});
+    for base in &bases {
+        let (status, _, body) = send(
+            &cluster,
+            Method::POST,
+            format!("{base}/v1/executions?wait=false"),
+            "key-acme",
+            Some(sleeper.clone()),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+    }
+    let (status, _, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/executions?wait=false", bases[0]),
+        "key-acme",
+        Some(sleeper.clone()),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("coordinator.tenants.acme.executions_in_flight"),
+        "{body}"
+    );
+    // Once they have their verdicts, their places are free again.
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, _, body) = send(
+            &cluster,
+            Method::POST,
+            format!("{}/v1/executions", bases[1]),
+            "key-acme",
+            Some(json!({"language": "python", "code": "print(1)"})),
+        )
+        .await;
+        if status == 200 {
+            assert_eq!(body["status"], "passed", "{body}");
+            break;
+        }
+        assert_eq!(status, 429, "{body}");
+        assert!(Instant::now() < deadline, "no place came back: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+
+    // Sandbox CPU per period: a second and a bit of CPU, then 429 until the period ends.
+    let burn = json!({"language": "python",
+        "code": "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2:\n    pass"});
+    let (status, _, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/executions", bases[0]),
+        "key-globex",
+        Some(burn.clone()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["cpu_ms"].as_u64().unwrap() >= 1200, "{body}");
+    let (status, retry, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/executions", bases[1]),
+        "key-globex",
+        Some(burn),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(retry.unwrap() >= 1);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("coordinator.tenants.globex.sandbox_cpu_seconds_per_period"),
+        "{body}"
+    );
+
+    // Model tokens per period: once globex's job ended with its tokens, its next job is 429.
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, _, job) = send(
+            &cluster,
+            Method::GET,
+            format!("{}/v1/jobs/{globex_job}", bases[0]),
+            "key-globex",
+            None,
+        )
+        .await;
+        if job["status"] == "succeeded" {
+            assert!(job["metrics"]["tokens"]["prompt"].as_u64().unwrap() > 0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "globex's job never finished: {job}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let (status, _, body) = send(
+        &cluster,
+        Method::POST,
+        format!("{}/v1/jobs", bases[1]),
+        "key-globex",
+        Some(json!({"instruction": distinct_job(8)})),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("coordinator.tenants.globex.model_tokens_per_period"),
+        "{body}"
+    );
+    cluster.cleanup().await;
+}

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use proto::{ErrorKind, Status};
+use proto::{ErrorKind, FileContent, Status};
 use serde_json::Value;
 use tests::TestSandbox;
 
@@ -610,7 +610,10 @@ os.symlink("ok.txt", "/work/relative")
     .to_vec();
     let result = sandbox.run_request(&request).await;
     assert_eq!(result.status, Status::Passed, "{result:#?}");
-    assert_eq!(result.files.get("ok.txt").map(String::as_str), Some("fine"));
+    assert_eq!(
+        result.files.get("ok.txt").and_then(FileContent::as_text),
+        Some("fine")
+    );
     for link in ["passwd", "environ", "etc/passwd", "relative"] {
         assert!(!result.files.contains_key(link), "{link}: {result:#?}");
         assert!(
@@ -624,7 +627,7 @@ os.symlink("ok.txt", "/work/relative")
         assert!(!result.files.contains_key(other));
     }
     // Returned files share the capture cap: the big one is cut, and says so.
-    let big = result.files.get("big").map_or(0, String::len) as u64;
+    let big = result.files.get("big").map_or(0, FileContent::len) as u64;
     assert_eq!(big, sandbox.options.max_output_bytes - 4, "{big}");
     assert!(
         result.file_errors["big"].contains("cut"),

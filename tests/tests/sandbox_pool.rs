@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use proto::Status;
+use proto::{FileContent, Status};
 use tests::{TestSandbox, sandbox_containers};
 
 fn docker(args: &[&str]) -> String {
@@ -248,6 +248,8 @@ from pkg.sub import VALUE
 data = sys.stdin.read()
 print(helper.shout(data[:5]), VALUE, len(data), "héllo ✓")
 open("out.txt", "w").write("written ✓")
+blob = open("blob.bin", "rb").read()
+open("out.bin", "wb").write(bytes(reversed(blob)))
 "#,
     );
     request.stdin = Some(format!("hello{}", "x".repeat(1 << 20)));
@@ -257,16 +259,23 @@ open("out.txt", "w").write("written ✓")
         ("pkg/sub.py", "VALUE = 42\n"),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .map(|(k, v)| (k.to_string(), v.into()))
     .collect();
-    request.return_files = vec!["out.txt".into()];
+    // Bytes in and out: every byte value, not UTF-8.
+    let blob: Vec<u8> = (0..=255).collect();
+    request
+        .files
+        .insert("blob.bin".into(), FileContent::Bytes(blob.clone()));
+    request.return_files = vec!["out.txt".into(), "out.bin".into()];
     let result = sandbox.run_request(&request).await;
     assert_eq!(result.status, Status::Passed, "{result:#?}");
     assert_eq!(
         result.stdout,
         format!("HELLO 42 {} héllo ✓\n", 5 + (1 << 20))
     );
-    assert_eq!(result.files["out.txt"], "written ✓");
+    assert_eq!(result.files["out.txt"], FileContent::from("written ✓"));
+    let reversed: Vec<u8> = blob.into_iter().rev().collect();
+    assert_eq!(result.files["out.bin"], FileContent::Bytes(reversed));
     // A program that ignores a large stdin is not blocked by it.
     let mut request = TestSandbox::request("print('ignored')");
     request.stdin = Some("y".repeat(1 << 20));
@@ -287,4 +296,98 @@ async fn a_missing_image_is_a_configuration_error() {
     assert!(!error.is_retryable());
     let health = sandbox::Sandbox::health(&sandbox).await.unwrap_err();
     assert!(health.contains("does-not-exist"), "{health}");
+}
+
+/// A run reports the CPU its container used: the program's own and its children's, in a warm
+/// container whose supervisor and zygote outlive the run (so a per-process measure of the
+/// runner would miss the children, and a cumulative one would count earlier runs).
+#[tokio::test]
+async fn a_run_reports_the_cpu_of_the_program_and_its_children() {
+    let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
+    // Warm the container with a run of its own: its CPU must not count towards the next.
+    sandbox.pass("sum(range(3_000_000))").await;
+    let burn = "import os, time\n\
+                def burn(seconds):\n    t = time.process_time()\n    while time.process_time() - t < seconds:\n        pass\n\
+                pid = os.fork()\n\
+                if pid == 0:\n    burn(0.2)\n    os._exit(0)\n\
+                burn(0.3)\n\
+                os.waitpid(pid, 0)\n\
+                print('done')";
+    let result = sandbox.run(burn).await;
+    assert_eq!(result.status, Status::Passed, "{result:?}");
+    let cpu_ms = result.cpu_ms.expect("the cgroup was read");
+    // 300 ms in the program, 200 ms in its child; the supervisor adds a few polls.
+    assert!((500..=575).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
+    // An idle program costs next to nothing.
+    let idle = sandbox.run("import time\ntime.sleep(0.3)").await;
+    assert!(idle.cpu_ms.expect("the cgroup was read") < 60, "{idle:?}");
+    sandbox.stop().await;
+}
+
+/// The issue's probe: a program that burns 300 ms of CPU and allocates 100 MiB reports both
+/// within 15 %, in a warm (forked) container, run after run.
+#[tokio::test]
+async fn a_run_reports_its_cpu_and_peak_memory_within_15_percent() {
+    let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
+    // 300 ms of CPU in all: the allocation's page faults, then a loop up to 300 ms.
+    let program = "import time\n\
+                   t = time.process_time()\n\
+                   block = bytearray(100 << 20)\n\
+                   for i in range(0, len(block), 4096):\n    block[i] = 1\n\
+                   while time.process_time() - t < 0.3:\n    pass\n\
+                   print(len(block))";
+    for _ in 0..3 {
+        let result = sandbox.run(program).await;
+        assert_eq!(result.status, Status::Passed, "{result:?}");
+        let cpu_ms = result.cpu_ms.expect("the cgroup was read");
+        assert!((300..=345).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
+        let peak = result.peak_memory_kb.expect("measured");
+        assert!(
+            (100 * 1024 * 85 / 100..=100 * 1024 * 115 / 100).contains(&peak),
+            "peak_memory_kb = {peak}"
+        );
+    }
+    // A small program reports a small peak: the interpreter it was forked from is not its own.
+    let small = sandbox.run("print(sum(range(1000)))").await;
+    assert!(
+        small.peak_memory_kb.expect("measured") < 4 * 1024,
+        "{small:?}"
+    );
+    sandbox.stop().await;
+}
+
+/// `cpu_time_ms` kills at CPU time, not wall time: a loop (or its child's) is stopped near the
+/// limit with its own verdict, while a program sleeping well past the limit passes.
+#[tokio::test]
+async fn the_cpu_time_limit_stops_busy_programs_and_spares_sleeping_ones() {
+    let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
+    let limited = |code: &str| {
+        let mut request = TestSandbox::request(code);
+        request.cpu_time_ms = Some(300);
+        request.timeout_ms = 10_000;
+        request
+    };
+    let busy = sandbox.run_request(&limited("while True:\n    pass")).await;
+    assert_eq!(busy.status, Status::CpuTimeLimit, "{busy:?}");
+    assert_eq!(
+        busy.reason.as_deref(),
+        Some("killed at the CPU-time limit of 300 ms")
+    );
+    let cpu_ms = busy.cpu_ms.expect("the cgroup was read");
+    assert!((300..=400).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
+    assert!(busy.duration_ms < 1_000, "{busy:?}");
+    // The CPU is the container's: a child burning it while the program sleeps is caught too.
+    let child = "import os, time\n\
+                 if os.fork() == 0:\n    while True:\n        pass\n\
+                 time.sleep(30)";
+    let by_child = sandbox.run_request(&limited(child)).await;
+    assert_eq!(by_child.status, Status::CpuTimeLimit, "{by_child:?}");
+    assert!(by_child.duration_ms < 1_000, "{by_child:?}");
+    // Wall time is not CPU time.
+    let sleeper = sandbox
+        .run_request(&limited("import time\ntime.sleep(0.8)\nprint('awake')"))
+        .await;
+    assert_eq!(sleeper.status, Status::Passed, "{sleeper:?}");
+    assert_eq!(sleeper.stdout, "awake\n");
+    sandbox.stop().await;
 }

@@ -200,3 +200,64 @@ async fn without_keys_the_api_is_open_and_says_so() {
     );
     cluster.cleanup().await;
 }
+
+/// SandboxFusion's client cannot send a header: with keys configured, it authenticates with
+/// the key in its endpoint path (`set_endpoint("http://HOST/fusion/KEY")`), and its runs
+/// belong to that key's tenant.
+#[tokio::test]
+async fn sandbox_fusions_client_authenticates_with_the_key_in_its_path() {
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
+    let coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker-1").await;
+    let run = json!({"code": "print(6 * 7)", "language": "python"});
+    let post = |path: &str| {
+        cluster
+            .http
+            .post(format!("{}{path}", cluster.url()))
+            .json(&run)
+            .send()
+    };
+    let response = post("/fusion/key-acme/run_code").await.unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["status"], "Success", "{answer}");
+    assert_eq!(answer["run_result"]["stdout"], "42\n", "{answer}");
+    for path in ["/fusion/wrong/run_code", "/run_code", "/fusion//run_code"] {
+        let response = post(path).await.unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    // The run is acme's: listed for acme, not for globex.
+    let listed = |key: &'static str| {
+        let cluster = &cluster;
+        async move {
+            let (status, page) = call(
+                cluster,
+                reqwest::Method::GET,
+                "/v1/executions",
+                Some(key),
+                None,
+            )
+            .await;
+            assert_eq!(status, 200, "{page}");
+            page["executions"].as_array().unwrap().len()
+        }
+    };
+    assert_eq!(listed("key-acme").await, 1);
+    assert_eq!(listed("key-globex").await, 0);
+    // Neither logs nor metrics carry the path's key.
+    assert!(!coordinator.log_text().contains("key-acme"));
+    let metrics = cluster
+        .http
+        .get(format!("{}/metrics", cluster.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("/fusion/{key}/run_code"), "{metrics}");
+    assert!(!metrics.contains("key-acme"));
+    cluster.cleanup().await;
+}

@@ -7,6 +7,10 @@
 //! next. Two saturating tenants with weights 3 and 1 get their tasks started 3:1; a tenant
 //! whose lane was empty comes back at the current pass, so a single job behind another
 //! tenant's batch starts at the next free slot, and idle time earns no credit for later.
+//!
+//! A next free slot can be a long way off when the slots are full of another tenant's calls
+//! to a slow model: the worker also starts tasks beyond its slots, a few ([`SPARE`]), but only
+//! of lanes with fewer than that many running ([`Fair::only_light`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -19,6 +23,11 @@ use futures::stream::BoxStream;
 /// `STRIDE / w`.
 const STRIDE: u64 = 1 << 20;
 
+/// Tasks a worker may start beyond its slots, each of a lane with fewer than this many
+/// running: a tenant's single job (a plan, then its functions, spread over the workers)
+/// starts at once behind another tenant's batch.
+pub const SPARE: usize = 4;
+
 struct Lane {
     tenant: Option<String>,
     deliveries: BoxStream<'static, Delivery>,
@@ -27,6 +36,8 @@ struct Lane {
     pass: u64,
     stride: u64,
     ended: bool,
+    /// Deliveries handed out and not yet [`Fair::finished`].
+    running: usize,
 }
 
 /// The deliveries of several lanes, in weighted fair order; ends once every lane ended.
@@ -35,6 +46,8 @@ pub struct Fair {
     lanes: Vec<Lane>,
     /// The pass of the last delivery handed out: where a lane coming back from idle starts.
     now: u64,
+    /// Only lanes with fewer than this many running get a start (see [`Fair::only_light`]).
+    light_below: Option<usize>,
 }
 
 impl std::fmt::Debug for Fair {
@@ -42,7 +55,7 @@ impl std::fmt::Debug for Fair {
         let lanes: Vec<_> = self
             .lanes
             .iter()
-            .map(|l| (&l.tenant, l.pass, l.stride, l.head.is_some()))
+            .map(|l| (&l.tenant, l.pass, l.stride, l.head.is_some(), l.running))
             .collect();
         f.debug_struct("Fair")
             .field("now", &self.now)
@@ -70,7 +83,24 @@ impl Fair {
             pass: self.now,
             stride: stride(weight),
             ended: false,
+            running: 0,
         });
+    }
+
+    /// From now on, starts only lanes with fewer than `below` running (`None`: every lane).
+    pub fn only_light(&mut self, below: Option<usize>) {
+        self.light_below = below;
+    }
+
+    /// A delivery of `tenant`'s lane handed out earlier is done.
+    pub fn finished(&mut self, tenant: Option<&str>) {
+        if let Some(lane) = self
+            .lanes
+            .iter_mut()
+            .find(|l| l.tenant.as_deref() == tenant)
+        {
+            lane.running = lane.running.saturating_sub(1);
+        }
     }
 
     pub fn has(&self, tenant: Option<&str>) -> bool {
@@ -87,10 +117,13 @@ impl Fair {
     }
 }
 
-impl Stream for Fair {
-    type Item = Delivery;
+/// A delivery and the tenant of its lane (to tell [`Fair::finished`] when it is done).
+pub type Start = (Option<String>, Delivery);
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+impl Stream for Fair {
+    type Item = Start;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Start>> {
         let this = self.get_mut();
         let now = this.now;
         for lane in &mut this.lanes {
@@ -107,15 +140,17 @@ impl Stream for Fair {
                 Poll::Pending => {}
             }
         }
+        let light_below = this.light_below;
         let next = this
             .lanes
             .iter_mut()
-            .filter(|l| l.head.is_some())
+            .filter(|l| l.head.is_some() && light_below.is_none_or(|n| l.running < n))
             .min_by_key(|l| l.pass);
         if let Some(lane) = next {
             this.now = lane.pass;
             lane.pass += lane.stride;
-            return Poll::Ready(lane.head.take());
+            lane.running += 1;
+            return Poll::Ready(lane.head.take().map(|d| (lane.tenant.clone(), d)));
         }
         if !this.lanes.is_empty() && this.lanes.iter().all(|l| l.ended) {
             return Poll::Ready(None);
@@ -155,9 +190,10 @@ mod tests {
     async fn take(fair: &mut Fair, n: usize) -> Vec<String> {
         let mut order = Vec::new();
         for _ in 0..n {
-            let d = fair.next().await.unwrap();
+            let (tenant, d) = fair.next().await.unwrap();
             order.push(String::from_utf8(d.body.clone()).unwrap());
             d.ack().await.unwrap();
+            fair.finished(tenant.as_deref());
         }
         order
     }
@@ -208,10 +244,43 @@ mod tests {
         take(&mut fair, 1).await;
         cancel.cancel();
         let mut rest = 0;
-        while let Some(d) = fair.next().await {
+        while let Some((_, d)) = fair.next().await {
             d.ack().await.unwrap();
             rest += 1;
         }
         assert!(rest <= 1);
+    }
+
+    #[tokio::test]
+    async fn past_the_slots_only_lanes_with_few_running_start() {
+        let broker = MemoryBroker::new(5);
+        fill(&broker, "bulk", 20).await;
+        let cancel = CancellationToken::new();
+        let mut fair = Fair::default();
+        fair.add(Some("bulk".into()), 1, lane(&broker, "bulk", &cancel));
+        fair.add(Some("solo".into()), 1, lane(&broker, "solo", &cancel));
+        // bulk fills the slots (kept running), then the worker is at its limit.
+        for _ in 0..6 {
+            assert_eq!(fair.next().await.unwrap().0.as_deref(), Some("bulk"));
+        }
+        fair.only_light(Some(2));
+        let wait = std::time::Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, fair.next()).await.is_err(),
+            "bulk went over"
+        );
+        fill(&broker, "solo", 3).await;
+        for _ in 0..2 {
+            assert_eq!(fair.next().await.unwrap().0.as_deref(), Some("solo"));
+        }
+        assert!(
+            tokio::time::timeout(wait, fair.next()).await.is_err(),
+            "solo went over"
+        );
+        // One of solo's ends: its third starts; bulk still waits for a slot.
+        fair.finished(Some("solo"));
+        assert_eq!(fair.next().await.unwrap().0.as_deref(), Some("solo"));
+        fair.only_light(None);
+        assert_eq!(fair.next().await.unwrap().0.as_deref(), Some("bulk"));
     }
 }

@@ -21,6 +21,7 @@ pub mod gate;
 mod metrics;
 pub mod model_limits;
 pub mod pipeline;
+pub mod sandbox_turns;
 pub mod static_check;
 
 use std::sync::Arc;
@@ -117,6 +118,8 @@ pub struct Worker {
     tenants: Option<Arc<dyn Tenants>>,
     /// The registered weights, for the model's turn ([`model::turnstile`]).
     weights: std::sync::RwLock<std::collections::HashMap<String, u32>>,
+    /// Whose pooled sandbox run goes next ([`sandbox_turns`]); shared with the pipeline.
+    sandbox_turns: Option<Arc<sandbox_turns::SandboxTurns>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -137,6 +140,8 @@ pub enum Outcome {
     Requeued,
     /// A dependency stayed down: back to the queue, not counted.
     HandedBack,
+    /// Its job had ended (cancelled, failed): dropped before spending anything more on it.
+    Ended,
 }
 
 impl Outcome {
@@ -147,6 +152,7 @@ impl Outcome {
             Outcome::Malformed => "malformed",
             Outcome::Requeued => "requeued",
             Outcome::HandedBack => "handed_back",
+            Outcome::Ended => "ended",
         }
     }
 }
@@ -176,6 +182,7 @@ impl Worker {
             presence: None,
             tenants: None,
             weights: Default::default(),
+            sandbox_turns: None,
         })
     }
 
@@ -221,6 +228,7 @@ impl Worker {
             .write()
             .expect("poisoned")
             .extend(tenants.iter().map(|(t, w)| (t.clone(), *w)));
+        self.metrics.usage.know(tenants.keys().cloned());
         for (tenant, weight) in tenants {
             if fair.has(Some(&tenant)) {
                 fair.set_weight(Some(&tenant), weight);
@@ -252,10 +260,22 @@ impl Worker {
         }
     }
 
+    /// Orders this worker's pooled sandbox runs by tenant and weight, `pool_size` at once per
+    /// language (give it `sandbox.pool_size`); without it they take containers as they come.
+    pub fn with_sandbox_turns(mut self, pool_size: usize) -> Self {
+        self.sandbox_turns = sandbox_turns::SandboxTurns::new(pool_size).map(Arc::new);
+        if let Some(pipeline) = &mut self.pipeline {
+            pipeline.sandbox_turns = self.sandbox_turns.clone();
+        }
+        self
+    }
+
     /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
     pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
+        pipeline.sandbox_turns = self.sandbox_turns.clone();
         pipeline.gate = self.gate.clone();
         pipeline.job_seconds = Some(self.metrics.job_seconds.clone());
+        pipeline.usage = Some(self.metrics.usage.clone());
         self.pipeline = Some(pipeline);
         self
     }
@@ -348,7 +368,7 @@ impl Worker {
         if slots == 0 {
             return;
         }
-        let mut in_flight = JoinSet::new();
+        let mut in_flight: JoinSet<Option<String>> = JoinSet::new();
         let limit = usize::from(slots);
         let mut changes = self.gate.subscribe();
         'session: while !cancel.is_cancelled() {
@@ -371,17 +391,25 @@ impl Worker {
             let mut refresh = tokio::time::interval(TENANTS_REFRESH);
             refresh.tick().await;
             loop {
-                // Prefetch already bounds deliveries; this bounds the fake broker too.
-                while in_flight.len() >= limit {
-                    in_flight.join_next().await;
+                // Prefetch already bounds deliveries; this bounds the fake broker too. Past
+                // the slots, only a few starts of lanes with little running (`fair::SPARE`).
+                while in_flight.len() >= limit + fair::SPARE {
+                    if let Some(Ok(tenant)) = in_flight.join_next().await {
+                        deliveries.finished(tenant.as_deref());
+                    }
                 }
+                deliveries.only_light((in_flight.len() >= limit).then_some(fair::SPARE));
                 tokio::select! {
                     _ = cancel.cancelled() => {
                         session.cancel();
-                        Self::return_unstarted(deliveries, queue).await;
+                        Self::return_unstarted(deliveries.map(|(_, d)| d), queue).await;
                         break 'session;
                     }
-                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                    Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                        if let Ok(tenant) = done {
+                            deliveries.finished(tenant.as_deref());
+                        }
+                    }
                     _ = refresh.tick() => {
                         self.add_lanes(&mut deliveries, queue, slots, &session).await;
                     }
@@ -391,17 +419,16 @@ impl Worker {
                             tracing::warn!(?queue, missing = %describe(&missing), "pausing: taking no work from this queue until it is back");
                             session.cancel();
                             // What the broker sent before the pause waits in its handler.
-                            while let Some(delivery) = deliveries.next().await {
-                                let this = self.clone();
-                                in_flight.spawn(async move { this.handle(delivery).await });
+                            deliveries.only_light(None);
+                            while let Some(start) = deliveries.next().await {
+                                in_flight.spawn(self.clone().start(start));
                             }
                             continue 'session;
                         }
                     }
-                    delivery = deliveries.next() => match delivery {
-                        Some(delivery) => {
-                            let this = self.clone();
-                            in_flight.spawn(async move { this.handle(delivery).await });
+                    start = deliveries.next() => match start {
+                        Some(start) => {
+                            in_flight.spawn(self.clone().start(start));
                         }
                         None => break 'session,
                     },
@@ -424,6 +451,14 @@ impl Worker {
             );
             in_flight.abort_all();
         }
+    }
+
+    /// Handles one delivery of `fair`; answers its lane's tenant, to count it done (a task
+    /// that panicked answers nothing: its lane's count stays high, which only keeps that lane
+    /// from the spare starts sooner).
+    async fn start(self: Arc<Self>, (tenant, delivery): fair::Start) -> Option<String> {
+        self.handle(delivery).await;
+        tenant
     }
 
     /// At shutdown: deliveries the broker sent but no handler started go back to the queue
@@ -501,19 +536,7 @@ impl Worker {
             .queue_wait_seconds
             .with_label_values(&[kind])
             .observe(queue_ms as f64 / 1000.0);
-        let step = match envelope.task {
-            Task::Execute(request) => {
-                let outcome = self
-                    .execute_task(envelope.task_id, &request, delivery)
-                    .await;
-                return self.finish(kind, outcome, started);
-            }
-            Task::Plan(task) => (Step::Plan, task),
-            Task::Implement(task) => (Step::Implement, task),
-            Task::Integrate(task) => (Step::Integrate, task),
-        };
-        let (step, task) = step;
-        // Its model calls wait for a slot in its tenant's turn, by weight.
+        // Its model calls and pooled sandbox runs wait in its tenant's turn, by weight.
         let lane = model::Lane {
             weight: envelope.tenant.as_ref().map_or(1, |t| {
                 self.weights
@@ -523,8 +546,27 @@ impl Worker {
                     .copied()
                     .unwrap_or(1)
             }),
-            tenant: envelope.tenant,
+            tenant: envelope.tenant.clone(),
         };
+        let step = match envelope.task {
+            Task::Execute(request) => {
+                let outcome = model::with_lane(
+                    lane,
+                    self.execute_task(
+                        envelope.task_id,
+                        envelope.tenant.as_deref(),
+                        &request,
+                        delivery,
+                    ),
+                )
+                .await;
+                return self.finish(kind, outcome, started);
+            }
+            Task::Plan(task) => (Step::Plan, task),
+            Task::Implement(task) => (Step::Implement, task),
+            Task::Integrate(task) => (Step::Integrate, task),
+        };
+        let (step, task) = step;
         let (outcome, sandbox_ms) = model::with_lane(
             lane,
             pipeline::SANDBOX_MS.scope(std::cell::Cell::new(0), async {
@@ -563,6 +605,7 @@ impl Worker {
     async fn execute_task(
         &self,
         id: TaskId,
+        tenant: Option<&str>,
         request: &ExecutionRequest,
         delivery: Delivery,
     ) -> Outcome {
@@ -610,8 +653,14 @@ impl Worker {
                 }
             }
         };
-        match self.store_result(id, &result).await {
+        match self.store_result(id, tenant, &result).await {
             Ok(first) => {
+                if first {
+                    self.metrics.usage.charge(
+                        tenant,
+                        &proto::api::UsageTotals::of_execution(&result).fields(),
+                    );
+                }
                 tracing::info!(%id, status = result.status.as_str(), duration_ms = result.duration_ms, first, "execution finished");
                 self.settle(delivery, Outcome::Completed).await
             }
@@ -632,11 +681,12 @@ impl Worker {
     async fn store_result(
         &self,
         id: TaskId,
+        tenant: Option<&str>,
         result: &ExecutionResult,
     ) -> Result<bool, StoreFailure> {
         let give_up = tokio::time::Instant::now() + self.options.outage_wait;
         (|| async {
-            match self.store.complete_execution(id, result).await {
+            match self.store.complete_execution(id, tenant, result).await {
                 Err(e)
                     if e.is_retryable()
                         && self
@@ -698,6 +748,10 @@ impl Worker {
                 Err(pipeline::Error::Drop(reason)) => {
                     tracing::warn!(kind, job = %task.job_id, %reason, "dropping pipeline task");
                     return self.settle(delivery, Outcome::Duplicate).await;
+                }
+                Err(pipeline::Error::Ended(status)) => {
+                    tracing::info!(kind, job = %task.job_id, %status, "job ended: dropping its task");
+                    return self.settle(delivery, Outcome::Ended).await;
                 }
                 Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
             };
@@ -765,7 +819,12 @@ impl Worker {
         let mut attempt = 0;
         loop {
             let started = Instant::now();
+            let turn = match &self.sandbox_turns {
+                Some(turns) => turns.enter(request).await,
+                None => None,
+            };
             let outcome = self.sandbox.run(request).await;
+            drop(turn);
             self.metrics
                 .sandbox_seconds
                 .with_label_values(&[language])

@@ -14,6 +14,8 @@ pub struct Metrics {
     pub sandbox_seconds: HistogramVec,
     /// Jobs this worker finished (integrated), by final status.
     pub job_seconds: HistogramVec,
+    /// What the work this worker ended cost, by tenant.
+    pub usage: telemetry::TenantUsage,
 }
 
 impl Metrics {
@@ -67,6 +69,7 @@ impl Metrics {
                 &["language"],
             )?,
             job_seconds: telemetry::job_seconds()?,
+            usage: telemetry::TenantUsage::register(registry)?,
         };
         registry.register(Box::new(metrics.job_seconds.clone()))?;
         registry.register(Box::new(metrics.tasks.clone()))?;

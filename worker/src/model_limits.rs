@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use model::limits::{self, Admit, Meter, SharedLimits};
 use store::RedisLimits;
-use store::limits::{Decision, SlowDown};
+use store::limits::{Decision, LeaseDecision, SlowDown};
 
 /// `model::SharedLimits` backed by Redis; cheap to clone.
 #[derive(Debug, Clone)]
@@ -37,13 +37,28 @@ fn admit(decision: Decision) -> Admit {
     }
 }
 
+fn admit_lease(decision: LeaseDecision) -> Admit {
+    match decision {
+        LeaseDecision::Granted => Admit::Granted,
+        LeaseDecision::Wait(wait) => Admit::Wait(wait),
+        LeaseDecision::Reserved => Admit::Reserved,
+    }
+}
+
 #[async_trait]
 impl SharedLimits for RedisModelLimits {
-    async fn lease(&self, id: &str, limit: u32, ttl: Duration) -> Result<Admit, String> {
+    async fn lease(
+        &self,
+        id: &str,
+        tenant: &str,
+        limit: u32,
+        reserve: u32,
+        ttl: Duration,
+    ) -> Result<Admit, String> {
         self.redis
-            .lease(id, limit, ttl)
+            .lease(id, tenant, limit, reserve, ttl)
             .await
-            .map(admit)
+            .map(admit_lease)
             .map_err(|e| e.to_string())
     }
 

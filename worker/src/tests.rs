@@ -19,6 +19,8 @@ fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error
         stderr: String::new(),
         truncated: false,
         duration_ms: 1,
+        cpu_ms: None,
+        peak_memory_kb: None,
         reason: None,
         error_kind: None,
         files: Default::default(),
@@ -38,6 +40,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             stdin: None,
             test: None,
             timeout_ms: 1000,
+            cpu_time_ms: None,
             memory_mb: 64,
             fresh_container: false,
             files: Default::default(),
@@ -100,7 +103,7 @@ async fn a_redelivered_task_with_a_stored_result_is_not_run_again() {
     let w = worker(&broker, &store, sandbox.clone(), Options::default());
     let (id, message) = task("x");
     store
-        .complete_execution(id, &ExecutionResult::error(Status::Failed, "earlier"))
+        .complete_execution(id, None, &ExecutionResult::error(Status::Failed, "earlier"))
         .await
         .unwrap();
     broker.publish(message).await.unwrap();

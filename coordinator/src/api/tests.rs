@@ -62,13 +62,15 @@ async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
         stderr: String::new(),
         truncated: false,
         duration_ms: 3,
+        cpu_ms: None,
+        peak_memory_kb: None,
         reason: None,
         error_kind: None,
         files: Default::default(),
         file_errors: Default::default(),
     };
     store
-        .complete_execution(envelope.task_id, &result)
+        .complete_execution(envelope.task_id, None, &result)
         .await
         .unwrap();
     delivery.ack().await.unwrap();
@@ -153,7 +155,7 @@ async fn files_and_fresh_container_are_passed_on() {
     };
     assert!(request.fresh_container);
     assert_eq!(request.files.len(), 2);
-    assert_eq!(request.files["data/in.txt"], "abc");
+    assert_eq!(request.files["data/in.txt"], "abc".into());
     assert_eq!(request.return_files, vec!["out.txt".to_string()]);
 }
 
@@ -178,6 +180,11 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
             r#"{"language":"python","code":"1","timeout_ms":999999999}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
             "timeout_ms",
+        ),
+        (
+            r#"{"language":"python","code":"1","cpu_time_ms":0}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cpu_time_ms",
         ),
         (
             r#"{"language":"python","code":"1","memory_mb":1}"#,
@@ -475,6 +482,10 @@ fn the_documented_limits_agree_with_validation() {
         json!({"timeout_ms": 1}),
         json!({"timeout_ms": options.max_timeout_ms}),
         json!({"timeout_ms": options.max_timeout_ms + 1}),
+        json!({"cpu_time_ms": 0}),
+        json!({"cpu_time_ms": 1}),
+        json!({"cpu_time_ms": options.max_timeout_ms}),
+        json!({"cpu_time_ms": options.max_timeout_ms + 1}),
         json!({"memory_mb": options.min_memory_mb - 1}),
         json!({"memory_mb": options.max_memory_mb}),
         json!({"memory_mb": options.max_memory_mb + 1}),
@@ -598,12 +609,12 @@ async fn the_api_answers_as_documented() {
     conforms(&doc, "GET", "/v1/executions/{id}", status, &answer);
     let failed = ExecutionResult {
         error_kind: Some(proto::ErrorKind::Runtime),
-        files: [("out.txt".to_owned(), "x".to_owned())].into(),
+        files: [("out.txt".to_owned(), "x".into())].into(),
         file_errors: [("gone.txt".to_owned(), "missing".to_owned())].into(),
         ..ExecutionResult::error(Status::Failed, "ValueError: nope")
     };
     let task: proto::TaskId = id.parse().unwrap();
-    store.complete_execution(task, &failed).await.unwrap();
+    store.complete_execution(task, None, &failed).await.unwrap();
     let (status, answer) = call(&c, "GET", &format!("/v1/executions/{id}"), "").await;
     assert_eq!(answer["error_kind"], "runtime");
     conforms(&doc, "GET", "/v1/executions/{id}", status, &answer);
@@ -669,7 +680,7 @@ async fn the_api_answers_as_documented() {
         "failure": "sieve: 1 of 2 cases failed", "validation": "tested",
         "manual_review_recommended": true});
     let result = serde_json::from_value(result).unwrap();
-    jobs.finish_job(job, &result).await.unwrap();
+    jobs.finish_job(job, None, &result).await.unwrap();
     let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
     assert_eq!(answer["failure"], "sieve: 1 of 2 cases failed");
     conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);

@@ -108,6 +108,7 @@ fn outcome(name: &str, passed: bool) -> FunctionOutcome {
         model_calls: 1,
         generation_ms: 0,
         execution_ms: 0,
+        cpu_ms: 0,
         cached: false,
         validation: Default::default(),
     }

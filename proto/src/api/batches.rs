@@ -25,6 +25,10 @@ pub struct BatchView {
     pub counts: BTreeMap<BatchJobStatus, usize>,
     /// Every job, in input order.
     pub jobs: Vec<BatchJob>,
+    /// The batch's webhook (`callback_url`) and its delivery attempts, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub webhook: Option<crate::api::Webhook>,
 }
 
 /// `done` once every job is final or `unknown`.
@@ -52,6 +56,7 @@ pub enum BatchJobStatus {
     Integrating,
     Succeeded,
     Failed,
+    Cancelled,
     Unknown,
 }
 
@@ -64,6 +69,7 @@ impl BatchJobStatus {
             Self::Integrating => Some(JobStatus::Integrating),
             Self::Succeeded => Some(JobStatus::Succeeded),
             Self::Failed => Some(JobStatus::Failed),
+            Self::Cancelled => Some(JobStatus::Cancelled),
             Self::Unknown => None,
         }
     }
@@ -83,6 +89,7 @@ impl From<Option<JobStatus>> for BatchJobStatus {
             Some(JobStatus::Integrating) => Self::Integrating,
             Some(JobStatus::Succeeded) => Self::Succeeded,
             Some(JobStatus::Failed) => Self::Failed,
+            Some(JobStatus::Cancelled) => Self::Cancelled,
             None => Self::Unknown,
         }
     }
@@ -102,6 +109,7 @@ mod tests {
             Some(JobStatus::Integrating),
             Some(JobStatus::Succeeded),
             Some(JobStatus::Failed),
+            Some(JobStatus::Cancelled),
         ];
         for status in all {
             let batch = BatchJobStatus::from(status);

@@ -31,6 +31,10 @@ pub struct JobProgress {
     pub status: JobStatus,
     /// Every planned function (none before the plan is accepted).
     pub functions: BTreeMap<String, FunctionProgress>,
+    /// The job's webhook (`callback_url`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub webhook: Option<crate::api::Webhook>,
 }
 
 /// Where one function of a running job is.
@@ -61,6 +65,7 @@ mod tests {
                     attempts: 1,
                 },
             )]),
+            webhook: None,
         });
         let json = serde_json::to_string(&view).unwrap();
         assert_eq!(serde_json::from_str::<JobView>(&json).unwrap(), view);

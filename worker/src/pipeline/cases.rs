@@ -23,6 +23,8 @@ pub(super) struct CaseRun {
     pub(super) error_kind: Option<ErrorKind>,
     pub(super) error: String,
     pub(super) duration_ms: u64,
+    /// CPU time of the run's container.
+    pub(super) cpu_ms: u64,
 }
 
 impl Pipeline {
@@ -34,8 +36,16 @@ impl Pipeline {
         execution: &ExecutionRequest,
     ) -> Result<proto::ExecutionResult, Error> {
         loop {
+            self.go_on().await?;
+            // Timed from before the turn: a run's time includes waiting for a container, as it
+            // did when that wait was inside the pool.
             let started = Instant::now();
+            let turn = match &self.sandbox_turns {
+                Some(turns) => turns.enter(execution).await,
+                None => None,
+            };
             let result = self.sandbox.run(execution).await;
+            drop(turn);
             let _ = SANDBOX_MS.try_with(|ms| {
                 ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
             });
@@ -75,11 +85,12 @@ impl Pipeline {
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
+            cpu_time_ms: None,
             memory_mb: self.options.memory_mb,
             fresh_container: false,
             files: BTreeMap::from([
-                ("module.py".to_string(), module.to_owned()),
-                ("request.json".to_string(), request.to_string()),
+                ("module.py".to_string(), module.into()),
+                ("request.json".to_string(), request.to_string().into()),
             ]),
             return_files: vec![],
         };
@@ -138,6 +149,7 @@ pub(super) fn case_run(
     result: &proto::ExecutionResult,
 ) -> Result<CaseRun, Error> {
     let duration_ms = result.duration_ms;
+    let cpu_ms = result.cpu_ms.unwrap_or(0);
     let Some(report) = report else {
         let kind = match result.status {
             Status::Timeout => ErrorKind::Timeout,
@@ -172,6 +184,7 @@ pub(super) fn case_run(
             error_kind: Some(kind),
             error,
             duration_ms,
+            cpu_ms,
         });
     };
     let results: Vec<TestResult> = report
@@ -199,6 +212,7 @@ pub(super) fn case_run(
         error_kind: report.error_kind,
         error,
         duration_ms,
+        cpu_ms,
     })
 }
 

@@ -128,8 +128,9 @@ impl Pipeline {
         let result = self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
             .await;
-        if let Err(e @ Error::Retry { .. }) = result {
+        if let Err(e @ (Error::Retry { .. } | Error::Ended(_))) = result {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
+            // Or the job ended: nothing more is stored for it.
             return Err(e);
         }
         if let Err(Error::Drop(reason)) = result {
@@ -183,6 +184,7 @@ impl Pipeline {
             max_cases: self.options.max_cases,
         })
         .map_err(|e| Error::Drop(e.to_string()))?;
+        self.go_on().await?;
         let tests = model
             .generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline)
             .await
@@ -242,6 +244,7 @@ impl Pipeline {
             } else {
                 Phase::Repair
             };
+            self.go_on().await?;
             let generated = model
                 .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
                 .await
@@ -289,12 +292,14 @@ impl Pipeline {
                             error_kind: Some(ErrorKind::Syntax),
                             error: problem,
                             duration_ms: 0,
+                            cpu_ms: 0,
                         },
                     }
                 }
                 Err(e) => return Err(e),
             };
             outcome.execution_ms += run.duration_ms;
+            outcome.cpu_ms += run.cpu_ms;
             outcome.test_results = run.results.clone();
             self.progress(
                 job,

@@ -41,6 +41,7 @@ impl Pipeline {
             .any(|o| o.validation == Validation::StaticAnalysisOnly);
         let mut test_results = Vec::new();
         let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
+        let mut sandbox_cpu_ms: u64 = outcomes.values().map(|o| o.cpu_ms).sum();
         let quality = if static_only {
             // Nothing was run, so nothing is re-run: the result says it is untested.
             static_quality(&module, &outcomes)
@@ -51,6 +52,7 @@ impl Pipeline {
                 .integration_run(&module, &outcomes, all_passed_before)
                 .await?;
             execution_ms += run.duration_ms;
+            sandbox_cpu_ms += run.cpu_ms;
             for spec in &plan.specs {
                 match run.verdicts.get(&spec.name) {
                     Some(verdict) => test_results.extend(verdict.results.iter().cloned()),
@@ -125,12 +127,14 @@ impl Pipeline {
             metrics: JobMetrics {
                 generation_ms,
                 execution_ms,
+                sandbox_cpu_ms,
                 total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
                 model_calls,
                 tokens,
                 cache: CacheOutcome::Miss,
             },
             failure,
+            webhook: None,
             validation: if static_only {
                 Validation::StaticAnalysisOnly
             } else {
@@ -140,7 +144,11 @@ impl Pipeline {
         };
         // Result, `finished` event and final status in one step: whoever finishes first (this
         // run, a duplicate of it, or a coordinator failing the job) is the job's end.
-        let finished = self.jobs.finish_job(job, &result).await.map_err(redis)?;
+        let finished = self
+            .jobs
+            .finish_job(job, meta.tenant.as_deref(), &result)
+            .await
+            .map_err(redis)?;
         if !finished {
             tracing::info!(%job, "the job had finished already; its result stands");
             return self.emit(Event::Integrated { job_id: job }).await;
@@ -150,6 +158,12 @@ impl Pipeline {
             && let Err(e) = cache.put_cached_solution(key, &result).await
         {
             tracing::warn!(error = %e, "cannot cache the solution");
+        }
+        if let Some(usage) = &self.usage {
+            usage.charge(
+                meta.tenant.as_deref(),
+                &proto::api::UsageTotals::of_job(&result).fields(),
+            );
         }
         if let Some(histogram) = &self.job_seconds {
             histogram

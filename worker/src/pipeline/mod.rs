@@ -81,11 +81,18 @@ pub enum Error {
     /// The task refers to something that does not exist (an expired job): drop it.
     #[error("dropped: {0}")]
     Drop(String),
+    /// The task's job has ended (cancelled by its tenant, failed by a coordinator): nothing
+    /// more is spent on it and nothing is stored.
+    #[error("its job has ended: {0}")]
+    Ended(proto::job::JobStatus),
 }
 
 tokio::task_local! {
     /// Milliseconds the current task spent in sandbox runs, for its `task finished` log line.
     pub static SANDBOX_MS: std::cell::Cell<u64>;
+    /// The job of the current task: [`Pipeline::go_on`] checks it before each model call and
+    /// sandbox run, wherever in the step they happen.
+    static JOB: TaskId;
 }
 
 /// A store (Redis) failure.
@@ -146,6 +153,10 @@ pub struct Pipeline {
     pub(crate) gate: Gate,
     /// `codegen_job_seconds`, once the pipeline belongs to a worker.
     pub(crate) job_seconds: Option<prometheus::HistogramVec>,
+    /// `codegen_usage_total`, once the pipeline belongs to a worker.
+    pub(crate) usage: Option<telemetry::TenantUsage>,
+    /// Whose pooled sandbox run goes next, once the pipeline belongs to a worker.
+    pub(crate) sandbox_turns: Option<Arc<crate::sandbox_turns::SandboxTurns>>,
     /// Why there is no model (when there is none), for `/readyz`, presence and failures.
     pub(crate) no_model: String,
 }
@@ -175,6 +186,8 @@ impl Pipeline {
             cache: None,
             gate: Gate::default(),
             job_seconds: None,
+            usage: None,
+            sandbox_turns: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
@@ -216,12 +229,30 @@ impl Pipeline {
         self
     }
 
-    /// Runs one task of `step`.
+    /// Runs one task of `step`, unless its job has ended (a queued task of a cancelled job is
+    /// dropped as it arrives).
     pub async fn run(&self, step: Step, task: &JobTask) -> Result<(), Error> {
-        match step {
-            Step::Plan => self.plan(task).await,
-            Step::Implement => self.implement(task).await,
-            Step::Integrate => self.integrate(task).await,
+        JOB.scope(task.job_id, async {
+            self.go_on().await?;
+            match step {
+                Step::Plan => self.plan(task).await,
+                Step::Implement => self.implement(task).await,
+                Step::Integrate => self.integrate(task).await,
+            }
+        })
+        .await
+    }
+
+    /// `Err(Ended)` once the current task's job has ended: called before every model call and
+    /// sandbox run, so a cancelled job stops spending at its running tasks' next step. One
+    /// `GET` per check, against a model call or a run that costs a thousand times more.
+    pub(crate) async fn go_on(&self) -> Result<(), Error> {
+        let Ok(job) = JOB.try_with(|job| *job) else {
+            return Ok(());
+        };
+        match self.jobs.status(job).await.map_err(redis)? {
+            Some(status) if status.is_final() => Err(Error::Ended(status)),
+            _ => Ok(()),
         }
     }
 

@@ -38,6 +38,7 @@ impl Pipeline {
                     "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
                 ));
             }
+            self.go_on().await?;
             model
                 .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
                 .await
@@ -61,7 +62,7 @@ impl Pipeline {
                 .await
             }
             // The model is down: hand the task back; the delivery limit bounds the waiting.
-            Err(e @ Error::Retry { .. }) => Err(e),
+            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => Err(e),
             Err(Error::Drop(reason)) => {
                 self.emit(Event::Planned {
                     job_id: job,

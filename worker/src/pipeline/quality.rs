@@ -50,6 +50,7 @@ pub(super) struct Integration {
     pub(super) verdicts: BTreeMap<String, CaseRun>,
     pub(super) report: QualityReport,
     pub(super) duration_ms: u64,
+    pub(super) cpu_ms: u64,
 }
 
 impl Pipeline {
@@ -122,6 +123,7 @@ impl Pipeline {
             verdicts: runs,
             report,
             duration_ms: run.duration_ms,
+            cpu_ms: run.cpu_ms.unwrap_or(0),
         })
     }
 }

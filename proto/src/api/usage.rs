@@ -1,0 +1,119 @@
+//! `GET /v1/usage`: what a tenant's finished work cost.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ExecutionResult;
+use crate::job::JobResult;
+
+/// Totals of the jobs and executions that ended in `[from_ms, to_ms)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    /// The tenant (absent for an API without keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub tenant: Option<String>,
+    /// The window, in milliseconds since the epoch, widened to whole hours (what is kept).
+    pub from_ms: u64,
+    pub to_ms: u64,
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+/// What work cost, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageTotals {
+    /// Jobs that ended (succeeded, failed or cancelled; solution-cache hits included).
+    pub jobs: u64,
+    /// Executions that got their verdict.
+    pub executions: u64,
+    pub model_calls: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Wall time of sandbox runs.
+    pub sandbox_ms: u64,
+    /// CPU time of sandbox runs (their containers' cgroups).
+    pub sandbox_cpu_ms: u64,
+}
+
+impl UsageTotals {
+    /// The field names, as stored and as answered, with each one's value.
+    pub fn fields(&self) -> [(&'static str, u64); 7] {
+        [
+            ("jobs", self.jobs),
+            ("executions", self.executions),
+            ("model_calls", self.model_calls),
+            ("prompt_tokens", self.prompt_tokens),
+            ("completion_tokens", self.completion_tokens),
+            ("sandbox_ms", self.sandbox_ms),
+            ("sandbox_cpu_ms", self.sandbox_cpu_ms),
+        ]
+    }
+
+    /// Adds `value` to the field `name` (unknown names are ignored: a newer writer's).
+    pub fn add(&mut self, name: &str, value: u64) {
+        let field = match name {
+            "jobs" => &mut self.jobs,
+            "executions" => &mut self.executions,
+            "model_calls" => &mut self.model_calls,
+            "prompt_tokens" => &mut self.prompt_tokens,
+            "completion_tokens" => &mut self.completion_tokens,
+            "sandbox_ms" => &mut self.sandbox_ms,
+            "sandbox_cpu_ms" => &mut self.sandbox_cpu_ms,
+            _ => return,
+        };
+        *field = field.saturating_add(value);
+    }
+
+    /// What one ended job cost, as its result reports it.
+    pub fn of_job(result: &JobResult) -> Self {
+        let m = &result.metrics;
+        Self {
+            jobs: 1,
+            model_calls: u64::from(m.model_calls),
+            prompt_tokens: m.tokens.prompt,
+            completion_tokens: m.tokens.completion,
+            sandbox_ms: m.execution_ms,
+            sandbox_cpu_ms: m.sandbox_cpu_ms,
+            ..Self::default()
+        }
+    }
+
+    /// What one execution cost, as its verdict reports it.
+    pub fn of_execution(result: &ExecutionResult) -> Self {
+        Self {
+            executions: 1,
+            sandbox_ms: result.duration_ms,
+            sandbox_cpu_ms: result.cpu_ms.unwrap_or(0),
+            ..Self::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_adds_under_its_own_name() {
+        let one = UsageTotals {
+            jobs: 1,
+            executions: 2,
+            model_calls: 3,
+            prompt_tokens: 4,
+            completion_tokens: 5,
+            sandbox_ms: 6,
+            sandbox_cpu_ms: 7,
+        };
+        let mut sum = UsageTotals::default();
+        for (name, value) in one.fields() {
+            sum.add(name, value);
+            sum.add(name, value);
+        }
+        sum.add("future_field", 9);
+        let json = serde_json::to_value(sum).unwrap();
+        for (name, value) in one.fields() {
+            assert_eq!(json[name], 2 * value, "{name}");
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Whose sandbox run takes one of this worker's warm containers next: by tenant and weight,
+//! not by arrival.
+//!
+//! With 64 tasks in flight and a pool of 2 containers per language, most of a busy worker's
+//! tasks wait for a container; in arrival order, one tenant's batch would keep another
+//! tenant's single job waiting behind its whole backlog here, after fair scheduling started
+//! the job's task at once. So each language's pooled runs pass a [`Turnstile`] with the pool's
+//! size as permits, in the task's lane (`model::with_lane`, set around every task): the same
+//! stride scheduling as the lanes and the model's turn. Runs in a fresh container of their own
+//! do not wait for the pool and do not pass it.
+
+use std::collections::HashMap;
+
+use model::turnstile::{Turn, Turnstile};
+use proto::{ExecutionRequest, Language};
+
+/// One turnstile per language; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct SandboxTurns {
+    turns: HashMap<Language, Turnstile>,
+}
+
+impl SandboxTurns {
+    /// Turns for pools of `pool_size` warm containers per language (0: no pool, no turns).
+    pub fn new(pool_size: usize) -> Option<Self> {
+        (pool_size > 0).then(|| Self {
+            turns: Language::ALL
+                .iter()
+                .map(|language| (*language, Turnstile::new(pool_size)))
+                .collect(),
+        })
+    }
+
+    /// Waits for `request`'s turn at its language's pool; `None` when it takes none (a fresh
+    /// container).
+    pub async fn enter(&self, request: &ExecutionRequest) -> Option<Turn<'_>> {
+        if request.fresh_container {
+            return None;
+        }
+        Some(self.turns.get(&request.language)?.enter().await)
+    }
+}
