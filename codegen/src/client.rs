@@ -31,6 +31,10 @@ pub struct ExecArgs {
     /// CPU-time limit in milliseconds (none when omitted).
     #[arg(long)]
     pub cpu_time_ms: Option<u64>,
+    /// Compiled languages: the compile's wall-clock limit in milliseconds (coordinator default
+    /// when omitted).
+    #[arg(long)]
+    pub compile_timeout_ms: Option<u64>,
     /// Memory limit in MiB (coordinator default when omitted).
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -82,6 +86,7 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         stdin,
         timeout_ms: args.timeout_ms,
         cpu_time_ms: args.cpu_time_ms,
+        compile_timeout_ms: args.compile_timeout_ms,
         memory_mb: args.memory_mb,
         fresh_container: None,
         files: Default::default(),
@@ -112,6 +117,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&view)?);
     } else {
+        if let Some(compile) = result.compile.as_ref().filter(|c| !c.output.is_empty()) {
+            eprint!("{}", compile.output);
+        }
         print!("{}", result.stdout);
         eprint!("{}", result.stderr);
         let mut summary = format!(
@@ -123,6 +131,9 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
                 .unwrap_or_else(|| "-".into()),
             result.duration_ms
         );
+        if let Some(compile) = &result.compile {
+            summary.push_str(&format!(" compile_ms={}", compile.duration_ms));
+        }
         if let Some(cpu) = result.cpu_ms {
             summary.push_str(&format!(" cpu_ms={cpu}"));
         }

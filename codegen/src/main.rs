@@ -164,6 +164,11 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         &registry,
     )?
+    .with_images(
+        proto::Language::ALL
+            .iter()
+            .map(|l| (*l, settings.sandbox.image(*l))),
+    )
     .with_cache(Arc::new(store.clone()), model::identity(&settings.model))
     .with_tenants(Arc::new(store.clone()))
     .with_meters(Arc::new(store.clone()))
@@ -321,7 +326,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         &registry,
     )?
     .with_pipeline(pipeline)
-    .with_sandbox_turns(settings.sandbox.pool_size)
+    .with_sandbox_turns(|language| settings.sandbox.pool_size_of(language))
     .with_gate(gate)
     .with_presence(Arc::new(presence), id)
     .with_tenants(Arc::new(tenants));

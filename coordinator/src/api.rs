@@ -56,6 +56,7 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
             delete(crate::cancel::cancel_batch),
         ),
         ("GET", "/v1/usage", get(crate::usage::usage)),
+        ("GET", "/v1/languages", get(crate::languages::languages)),
         ("GET", "/v1/cache/stats", get(crate::cache::cache_stats)),
         ("DELETE", "/v1/cache", delete(crate::cache::cache_clear)),
         ("POST", "/run_code", post(crate::fusion::run_code)),
@@ -216,6 +217,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::listing::executions,
         crate::cancel::cancel_batch,
         crate::usage::usage,
+        crate::languages::languages,
         crate::cache::cache_stats,
         crate::cache::cache_clear,
         crate::fusion::run_code,
@@ -289,7 +291,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .collect();
     limit(&mut execution["language"], json!({"enum": languages}));
-    for field in ["timeout_ms", "cpu_time_ms"] {
+    for field in ["timeout_ms", "cpu_time_ms", "compile_timeout_ms"] {
         limit(
             &mut execution[field],
             json!({"minimum": 1, "maximum": options.max_timeout_ms}),
@@ -382,12 +384,14 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     let run_code = &mut schemas["RunCodeRequest"]["properties"];
     limit(
         &mut run_code["language"],
-        json!({"enum": crate::fusion::LANGUAGES}),
+        json!({"enum": crate::fusion::languages()}),
     );
-    limit(
-        &mut run_code["run_timeout"],
-        json!({"exclusiveMinimum": 0, "maximum": options.max_timeout_ms as f64 / 1000.0}),
-    );
+    for field in ["run_timeout", "compile_timeout"] {
+        limit(
+            &mut run_code[field],
+            json!({"exclusiveMinimum": 0, "maximum": options.max_timeout_ms as f64 / 1000.0}),
+        );
+    }
     limit(
         &mut run_code["memory_limit_MB"],
         json!({"anyOf": [{"maximum": 0},

@@ -114,6 +114,20 @@ pub(crate) fn validate(
             format!("must be between 1 and {}", options.max_timeout_ms),
         ));
     }
+    if let Some(compile) = submission.compile_timeout_ms
+        && (compile == 0 || compile > options.max_timeout_ms)
+    {
+        return Err(ApiError::invalid(
+            "compile_timeout_ms",
+            format!("must be between 1 and {}", options.max_timeout_ms),
+        ));
+    }
+    // Only a compiled language compiles; the others take none.
+    let compile_timeout_ms = language.spec().compiled.then(|| {
+        submission
+            .compile_timeout_ms
+            .unwrap_or(options.default_compile_timeout_ms)
+    });
     let memory_mb = submission.memory_mb.unwrap_or(options.default_memory_mb);
     if !(options.min_memory_mb..=options.max_memory_mb).contains(&memory_mb) {
         return Err(ApiError::invalid(
@@ -165,6 +179,7 @@ pub(crate) fn validate(
         stdin: submission.stdin,
         test: submission.test,
         timeout_ms,
+        compile_timeout_ms,
         cpu_time_ms: submission.cpu_time_ms,
         memory_mb,
         fresh_container: submission.fresh_container.unwrap_or(false),

@@ -1,8 +1,9 @@
 //! `POST /run_code`: SandboxFusion's request and response, so its client (PyPI
 //! `sandbox-fusion`) and the evaluation tools built on it run against the cluster unchanged.
 //!
-//! Mapping: SandboxFusion's `python`, `nodejs` and `bash` ([`LANGUAGES`]); `run_timeout` (seconds)
-//! becomes `timeout_ms`, `memory_limit_MB` (when positive) `memory_mb`; `files` are base64 as
+//! Mapping: SandboxFusion's names of the languages served here ([`languages`]: `python`,
+//! `nodejs`, `bash`, `cpp`, `go`, `rust`, `java`, `typescript`); `run_timeout` (seconds)
+//! becomes `timeout_ms`, `compile_timeout` `compile_timeout_ms` (compiled languages), `memory_limit_MB` (when positive) `memory_mb`; `files` are base64 as
 //! in SandboxFusion and must decode to UTF-8 text; `fetch_files` come back base64. Verdicts:
 //! `passed` → `Success` / `Finished` with return code 0; `failed` → `Failed` / `Finished`
 //! with the exit status (a signal as `-N`, as Python's subprocess reports it); `timeout` →
@@ -21,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use proto::api::ExecutionSubmission;
-use proto::{ExecutionResult, FileContent, Status, TaskId};
+use proto::{CompileStatus, ExecutionResult, FileContent, Language, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -36,7 +37,8 @@ use crate::executions::{accept, validate};
 pub(crate) struct RunCodeRequest {
     /// The program.
     code: String,
-    /// `python`, `nodejs` or `bash`.
+    /// SandboxFusion's name of a language served here: `python`, `nodejs`, `bash`, `cpp`, `go`,
+    /// `rust`, `java`, `typescript`.
     language: String,
     #[serde(default)]
     stdin: Option<String>,
@@ -44,10 +46,9 @@ pub(crate) struct RunCodeRequest {
     #[serde(default = "ten")]
     #[schema(default = 10.0)]
     run_timeout: f64,
-    /// Accepted and ignored: every supported language is interpreted.
+    /// Seconds of compile for a compiled language (ignored for the others).
     #[serde(default = "ten")]
     #[schema(default = 10.0)]
-    #[allow(dead_code)]
     compile_timeout: f64,
     /// MiB; zero or negative takes the cluster's default.
     #[serde(default, rename = "memory_limit_MB")]
@@ -86,6 +87,9 @@ pub(crate) struct CommandRunResult {
     status: CommandRunStatus,
     /// Seconds.
     execution_time: f64,
+    /// Seconds of CPU (the program and its children), when measured.
+    #[schema(required = true)]
+    cpu_time: Option<f64>,
     #[schema(required = true)]
     return_code: Option<i32>,
     stdout: String,
@@ -97,7 +101,7 @@ pub(crate) struct CommandRunResult {
 pub(crate) struct RunCodeResponse {
     status: RunStatus,
     message: String,
-    /// Always null: no supported language is compiled.
+    /// The compile of a compiled language (null for the others, and when nothing ran).
     #[schema(required = true)]
     compile_result: Option<CommandRunResult>,
     #[schema(required = true)]
@@ -148,32 +152,45 @@ pub(crate) async fn run_code(
     Ok(axum::Json(response(result)).into_response())
 }
 
-/// SandboxFusion's names of the languages served here (each an alias of a `proto::Language`);
-/// the OpenAPI document lists the same.
-pub(crate) const LANGUAGES: &[&str] = &["python", "nodejs", "bash"];
+/// SandboxFusion's names of the languages served here (`LanguageSpec::sandbox_fusion`); the
+/// OpenAPI document lists the same.
+pub(crate) fn languages() -> Vec<&'static str> {
+    Language::ALL
+        .iter()
+        .filter_map(|l| l.spec().sandbox_fusion)
+        .collect()
+}
 
 /// The request as this API's submission.
 fn submission(
     request: RunCodeRequest,
     options: &crate::Options,
 ) -> Result<ExecutionSubmission, ApiError> {
-    if !LANGUAGES.contains(&request.language.as_str()) {
+    let Some(language) = Language::ALL
+        .iter()
+        .copied()
+        .find(|l| l.spec().sandbox_fusion == Some(request.language.as_str()))
+    else {
         return Err(ApiError::invalid(
             "language",
             format!(
                 "{:?} is not supported here (supported: {})",
                 request.language,
-                LANGUAGES.join(", ")
+                languages().join(", ")
             ),
         ));
-    }
-    let language = request.language;
+    };
     let max_s = options.max_timeout_ms as f64 / 1000.0;
-    if !(request.run_timeout > 0.0 && request.run_timeout <= max_s) {
-        return Err(ApiError::invalid(
-            "run_timeout",
-            format!("must be more than 0 and at most {max_s} seconds"),
-        ));
+    for (field, seconds) in [
+        ("run_timeout", request.run_timeout),
+        ("compile_timeout", request.compile_timeout),
+    ] {
+        if !(seconds > 0.0 && seconds <= max_s) {
+            return Err(ApiError::invalid(
+                field,
+                format!("must be more than 0 and at most {max_s} seconds"),
+            ));
+        }
     }
     let mut files = BTreeMap::new();
     for (path, content) in request.files {
@@ -182,13 +199,18 @@ fn submission(
             .map_err(|e| ApiError::invalid(&format!("files[{path:?}]"), e))?;
         files.insert(path, FileContent::from_bytes(bytes));
     }
+    let milliseconds = |seconds: f64| ((seconds * 1000.0).ceil() as u64).max(1);
     Ok(ExecutionSubmission {
         id: None,
-        language,
+        language: language.as_str().to_owned(),
         code: request.code,
         test: None,
         stdin: request.stdin,
-        timeout_ms: Some(((request.run_timeout * 1000.0).ceil() as u64).max(1)),
+        timeout_ms: Some(milliseconds(request.run_timeout)),
+        compile_timeout_ms: language
+            .spec()
+            .compiled
+            .then(|| milliseconds(request.compile_timeout)),
         cpu_time_ms: None,
         memory_mb: request
             .memory_limit_mb
@@ -238,6 +260,7 @@ fn response(result: ExecutionResult) -> RunCodeResponse {
     let run = |status, return_code, stderr: String| CommandRunResult {
         status,
         execution_time: result.duration_ms as f64 / 1000.0,
+        cpu_time: result.cpu_ms.map(|ms| ms as f64 / 1000.0),
         return_code,
         stdout: result.stdout.clone(),
         stderr,
@@ -282,12 +305,26 @@ fn response(result: ExecutionResult) -> RunCodeResponse {
                 with_reason(&result.stderr),
             )),
         ),
+        // The compiler's word is in `compile_result`; nothing ran.
+        Status::CompileError => (RunStatus::Failed, None),
         Status::SandboxError | Status::Error => (RunStatus::SandboxError, None),
     };
+    let compile_result = result.compile.as_ref().map(|c| CommandRunResult {
+        status: if c.status == CompileStatus::Timeout {
+            CommandRunStatus::TimeLimitExceeded
+        } else {
+            CommandRunStatus::Finished
+        },
+        execution_time: c.duration_ms as f64 / 1000.0,
+        cpu_time: None,
+        return_code: c.exit_code,
+        stdout: String::new(),
+        stderr: c.output.clone(),
+    });
     RunCodeResponse {
         status,
         message: reason,
-        compile_result: None,
+        compile_result,
         run_result,
         executor_pod_name: None,
         files,
@@ -320,6 +357,7 @@ mod tests {
             error_kind: None,
             files: BTreeMap::from([("a.txt".to_string(), "hi".into())]),
             file_errors: BTreeMap::new(),
+            compile: None,
         }
     }
 
@@ -364,15 +402,56 @@ mod tests {
         let broken = response(result(Status::SandboxError, None, Some("docker down")));
         assert_eq!(broken.status, RunStatus::SandboxError);
         assert!(broken.run_result.is_none() && broken.message == "docker down");
+
+        // A compile error: Failed, nothing ran, the compiler's word in compile_result.
+        let mut refused = result(Status::CompileError, None, Some("the compiler exited"));
+        refused.compile = Some(Box::new(proto::CompileResult {
+            status: CompileStatus::Error,
+            exit_code: Some(1),
+            output: "main.cpp:1: error: 'x' was not declared".into(),
+            duration_ms: 250,
+        }));
+        let answer = response(refused);
+        assert_eq!(answer.status, RunStatus::Failed);
+        assert!(answer.run_result.is_none());
+        let compile = answer.compile_result.unwrap();
+        assert_eq!(
+            (compile.status, compile.return_code, compile.execution_time),
+            (CommandRunStatus::Finished, Some(1), 0.25)
+        );
+        assert!(compile.stderr.contains("not declared"));
+        // A compile that ran out of time is TimeLimitExceeded in compile_result.
+        let mut slow = result(Status::CompileError, None, Some("the compile ran past"));
+        slow.compile = Some(Box::new(proto::CompileResult {
+            status: CompileStatus::Timeout,
+            exit_code: None,
+            output: String::new(),
+            duration_ms: 10_000,
+        }));
+        let compile = response(slow).compile_result.unwrap();
+        assert_eq!(compile.status, CommandRunStatus::TimeLimitExceeded);
     }
 
     #[test]
     fn every_sandbox_fusion_language_is_one_the_sandbox_runs() {
-        let languages: std::collections::BTreeSet<proto::Language> = LANGUAGES
+        let names = languages();
+        let served: std::collections::BTreeSet<Language> = names
             .iter()
-            .map(|name| name.parse::<proto::Language>().unwrap())
+            .map(|name| name.parse::<Language>().unwrap())
             .collect();
-        assert_eq!(languages.len(), LANGUAGES.len(), "one name per language");
+        assert_eq!(served.len(), names.len(), "one name per language");
+        for name in [
+            "python",
+            "nodejs",
+            "bash",
+            "cpp",
+            "go",
+            "rust",
+            "java",
+            "typescript",
+        ] {
+            assert!(names.contains(&name), "{name}");
+        }
     }
 
     #[test]
@@ -385,8 +464,9 @@ mod tests {
         }))
         .unwrap();
         let mapped = submission(request, &options).unwrap();
-        assert_eq!(mapped.language, "nodejs");
+        assert_eq!(mapped.language, "javascript");
         assert_eq!(mapped.timeout_ms, Some(2500));
+        assert_eq!(mapped.compile_timeout_ms, None, "nodejs compiles nothing");
         assert_eq!(mapped.memory_mb, None);
         assert_eq!(mapped.files.unwrap()["data.txt"], "hi".into());
         assert_eq!(mapped.return_files.unwrap(), ["out.txt"]);
@@ -397,7 +477,20 @@ mod tests {
                 .message()
                 .to_owned()
         };
-        assert!(bad(serde_json::json!({"code": "", "language": "cpp"})).starts_with("language:"));
+        assert!(bad(serde_json::json!({"code": "", "language": "php"})).starts_with("language:"));
+        assert!(
+            bad(serde_json::json!({"code": "", "language": "cpp", "compile_timeout": -1}))
+                .starts_with("compile_timeout:")
+        );
+        let request: RunCodeRequest = serde_json::from_value(
+            serde_json::json!({"code": "", "language": "cpp", "compile_timeout": 1.5}),
+        )
+        .unwrap();
+        let mapped = submission(request, &options).unwrap();
+        assert_eq!(
+            (mapped.language.as_str(), mapped.compile_timeout_ms),
+            ("cpp", Some(1500))
+        );
         assert!(
             bad(serde_json::json!({"code": "", "language": "python", "run_timeout": 0}))
                 .starts_with("run_timeout:")

@@ -24,6 +24,7 @@ mod fusion;
 mod generators;
 mod idempotency;
 mod jobs;
+mod languages;
 mod listing;
 mod metrics;
 mod pipeline;
@@ -59,8 +60,11 @@ pub struct Options {
     pub max_stdin_bytes: usize,
     /// Program timeout when the request gives none, in milliseconds.
     pub default_timeout_ms: u64,
-    /// Largest program timeout a request may ask for, in milliseconds.
+    /// Largest program timeout a request may ask for, in milliseconds (the compile's too).
     pub max_timeout_ms: u64,
+    /// Compile timeout of a compiled language when the request gives none, in milliseconds
+    /// (SandboxFusion's default too).
+    pub default_compile_timeout_ms: u64,
     /// Memory limit when the request gives none, in MiB.
     pub default_memory_mb: u64,
     /// Smallest and largest memory limit a request may ask for, in MiB.
@@ -144,6 +148,7 @@ impl Default for Options {
             max_stdin_bytes: 1 << 20,
             default_timeout_ms: 10_000,
             max_timeout_ms: 120_000,
+            default_compile_timeout_ms: 10_000,
             default_memory_mb: 256,
             min_memory_mb: 16,
             max_memory_mb: 4096,
@@ -211,6 +216,8 @@ pub struct Coordinator {
     pub(crate) quotas: Option<(Arc<dyn store::Quotas>, Duration)>,
     /// Where webhooks wait and are recorded, and the client that delivers them.
     pub(crate) webhooks: Option<(Arc<dyn store::Webhooks>, reqwest::Client)>,
+    /// The workers' sandbox image of each language, for `GET /v1/languages`.
+    pub(crate) images: Arc<std::collections::BTreeMap<proto::Language, String>>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -232,6 +239,11 @@ impl Coordinator {
         if options.default_timeout_ms > options.max_timeout_ms {
             return Err(Error::Config(
                 "default_timeout_ms is larger than max_timeout_ms".into(),
+            ));
+        }
+        if !(1..=options.max_timeout_ms).contains(&options.default_compile_timeout_ms) {
+            return Err(Error::Config(
+                "default_compile_timeout_ms must be between 1 and max_timeout_ms".into(),
             ));
         }
         if !(options.min_memory_mb..=options.max_memory_mb).contains(&options.default_memory_mb) {
@@ -267,12 +279,30 @@ impl Coordinator {
             usage_retention: store::usage::DEFAULT_RETENTION,
             quotas: None,
             webhooks: None,
+            images: Arc::default(),
         })
     }
 
     /// Enforces the tenants' quotas (`jobs_in_flight`, `executions_in_flight`,
     /// `model_tokens_per_period`, `sandbox_cpu_seconds_per_period`) across every coordinator
     /// sharing `quotas`; `result_ttl` bounds how long an execution may count as in flight.
+    /// The sandbox image of each language (`sandbox::Options::image`), for
+    /// `GET /v1/languages`; without it, the default names (`codegen-sandbox-<name>:latest`).
+    pub fn with_images(
+        mut self,
+        images: impl IntoIterator<Item = (proto::Language, String)>,
+    ) -> Self {
+        self.images = Arc::new(images.into_iter().collect());
+        self
+    }
+
+    pub(crate) fn image(&self, language: proto::Language) -> String {
+        self.images
+            .get(&language)
+            .cloned()
+            .unwrap_or_else(|| format!("codegen-sandbox-{language}:latest"))
+    }
+
     pub fn with_quotas(mut self, quotas: Arc<dyn store::Quotas>, result_ttl: Duration) -> Self {
         self.quotas = Some((quotas, result_ttl));
         self

@@ -2,12 +2,14 @@
 
 mod batches;
 mod jobs;
+mod languages;
 mod lists;
 mod usage;
 mod webhooks;
 
 pub use batches::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView};
 pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
+pub use languages::{LanguageInfo, Languages};
 pub use lists::{
     BatchList, BatchSummary, ExecutionList, ExecutionState, ExecutionSummary, JobList, JobSummary,
 };
@@ -25,7 +27,8 @@ pub struct ExecutionSubmission {
     /// Your label for a batch item, echoed back as its result's `id` (only in batches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    /// `python`, `javascript` or `bash` (also accepted: `nodejs`, `node`, `js`, `sh`, `python3`).
+    /// A language of `GET /v1/languages`, by name or alias (`python`, `javascript`, `bash`,
+    /// `c`, `cpp`, `go`, `rust`, `java`, `typescript`; `nodejs`, `ts`, …).
     #[schema(value_type = String)]
     pub language: String,
     pub code: String,
@@ -41,6 +44,11 @@ pub struct ExecutionSubmission {
     /// wall-clock `timeout_ms`; past it the verdict is `cpu_time_limit`. None by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_time_ms: Option<u64>,
+    /// Compiled languages: the compile's own wall-clock limit in milliseconds (default
+    /// `coordinator.default_compile_timeout_ms`); `timeout_ms` counts from the compile's end.
+    /// Past it the verdict is `compile_error`. Ignored for the other languages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
     /// Run in a container of its own instead of a warm one (default false).
@@ -165,6 +173,7 @@ mod tests {
                 error_kind: Some(crate::ErrorKind::Runtime),
                 files: Default::default(),
                 file_errors: Default::default(),
+                compile: None,
             }),
         };
         let json = serde_json::to_value(&view).unwrap();

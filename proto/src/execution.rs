@@ -16,6 +16,12 @@ pub enum Language {
     Python,
     Javascript,
     Bash,
+    C,
+    Cpp,
+    Go,
+    Rust,
+    Java,
+    Typescript,
 }
 
 /// What the rest of the system needs to know about a language.
@@ -34,10 +40,29 @@ pub struct LanguageSpec {
     /// Generation jobs may ask for it: the pipeline has its test harness, static checks and
     /// quality analysis. Executions take every language.
     pub generation: bool,
+    /// Programs are compiled first (`compile_timeout_ms`, the `compile_error` verdict).
+    pub compiled: bool,
+    /// SandboxFusion's name of the language (`/run_code`), when it has one.
+    pub sandbox_fusion: Option<&'static str>,
+    /// The interpreter or compiler of its image (Debian bookworm's package), as the
+    /// language itself reports it (the fidelity tests check this).
+    pub version: &'static str,
+    /// How a program and its test are put together (the program + test form).
+    pub test_form: &'static str,
 }
 
 impl Language {
-    pub const ALL: &'static [Language] = &[Language::Python, Language::Javascript, Language::Bash];
+    pub const ALL: &'static [Language] = &[
+        Language::Python,
+        Language::Javascript,
+        Language::Bash,
+        Language::C,
+        Language::Cpp,
+        Language::Go,
+        Language::Rust,
+        Language::Java,
+        Language::Typescript,
+    ];
 
     pub const fn spec(self) -> LanguageSpec {
         match self {
@@ -48,6 +73,10 @@ impl Language {
                 test_file: "test.py",
                 extension: "py",
                 generation: true,
+                compiled: false,
+                sandbox_fusion: Some("python"),
+                version: "3.11",
+                test_form: "the test runs after the program in the same namespace",
             },
             Language::Javascript => LanguageSpec {
                 name: "javascript",
@@ -56,6 +85,10 @@ impl Language {
                 test_file: "test.js",
                 extension: "js",
                 generation: false,
+                compiled: false,
+                sandbox_fusion: Some("nodejs"),
+                version: "18",
+                test_form: "the test runs after the program in the same global scope",
             },
             Language::Bash => LanguageSpec {
                 name: "bash",
@@ -64,6 +97,82 @@ impl Language {
                 test_file: "test.sh",
                 extension: "sh",
                 generation: false,
+                compiled: false,
+                sandbox_fusion: Some("bash"),
+                version: "5.2",
+                test_form: "the test is sourced after the program in the same shell",
+            },
+            Language::C => LanguageSpec {
+                name: "c",
+                aliases: &["gcc"],
+                main_file: "main.c",
+                test_file: "test.c",
+                extension: "c",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: None,
+                version: "12.2",
+                test_form: "the test (with main) is appended to the program: one translation unit",
+            },
+            Language::Cpp => LanguageSpec {
+                name: "cpp",
+                aliases: &["c++", "cxx", "g++"],
+                main_file: "main.cpp",
+                test_file: "test.cpp",
+                extension: "cpp",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: Some("cpp"),
+                version: "12.2",
+                test_form: "the test (with main) is appended to the program: one translation unit",
+            },
+            Language::Go => LanguageSpec {
+                name: "go",
+                aliases: &["golang"],
+                main_file: "main.go",
+                test_file: "test.go",
+                extension: "go",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: Some("go"),
+                version: "go1.19",
+                test_form: "the test is a second file of package main (with func main) built with the program",
+            },
+            Language::Rust => LanguageSpec {
+                name: "rust",
+                aliases: &["rs"],
+                main_file: "main.rs",
+                test_file: "test.rs",
+                extension: "rs",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: Some("rust"),
+                version: "1.63",
+                test_form: "the test (with fn main) is appended to the program: one crate",
+            },
+            Language::Java => LanguageSpec {
+                name: "java",
+                aliases: &[],
+                main_file: "Main.java",
+                test_file: "Test.java",
+                extension: "java",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: Some("java"),
+                version: "17",
+                test_form: "the test (a class with main) is appended to the program: one source file",
+            },
+            Language::Typescript => LanguageSpec {
+                name: "typescript",
+                aliases: &["ts"],
+                main_file: "main.ts",
+                test_file: "test.ts",
+                extension: "ts",
+                generation: false,
+                compiled: true,
+                sandbox_fusion: Some("typescript"),
+                version: "4.8",
+                test_form: "the test is appended to the program: one module, transpiled (types erased, not checked)",
             },
         }
     }
@@ -122,6 +231,10 @@ pub struct ExecutionRequest {
     pub test: Option<String>,
     /// Wall-clock limit for the program, in milliseconds.
     pub timeout_ms: u64,
+    /// Wall-clock limit for the compile of a compiled language, in milliseconds (apart from
+    /// `timeout_ms`, which counts from the end of the compile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_timeout_ms: Option<u64>,
     /// CPU-time limit (user + system of the program and every process it started), in
     /// milliseconds; none when absent (the wall-clock limit still holds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,6 +303,9 @@ pub enum Status {
     CpuTimeLimit,
     /// The program was killed for exceeding its memory limit.
     MemoryLimit,
+    /// A compiled language's program did not compile (or its compile timed out): nothing
+    /// ran; `compile` has the compiler's message.
+    CompileError,
     /// The program wrote more than the hard output cap and was killed. (Output past the
     /// capture cap but below the hard cap is only cut: `truncated`.)
     OutputLimit,
@@ -207,6 +323,7 @@ impl Status {
             Status::Timeout => "timeout",
             Status::CpuTimeLimit => "cpu_time_limit",
             Status::MemoryLimit => "memory_limit",
+            Status::CompileError => "compile_error",
             Status::OutputLimit => "output_limit",
             Status::SandboxError => "sandbox_error",
             Status::Error => "error",
@@ -304,6 +421,35 @@ pub struct ExecutionResult {
     /// link, not a regular file, cut at the size cap).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub file_errors: BTreeMap<String, String>,
+    /// The compile of a compiled language (absent for the others, and when nothing ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub compile: Option<Box<CompileResult>>,
+}
+
+/// How a compiled language's compile went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CompileResult {
+    pub status: CompileStatus,
+    /// The compiler's exit status; absent when it timed out or was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub exit_code: Option<i32>,
+    /// What the compiler printed (stdout and stderr together; 64 KiB at most).
+    pub output: String,
+    pub duration_ms: u64,
+}
+
+/// The outcome of a compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompileStatus {
+    /// Compiled: the program ran.
+    Ok,
+    /// The compiler refused the program (or was killed, e.g. at the memory limit).
+    Error,
+    /// The compile ran past `compile_timeout_ms`.
+    Timeout,
 }
 
 impl ExecutionResult {
@@ -322,6 +468,7 @@ impl ExecutionResult {
             error_kind: None,
             files: BTreeMap::new(),
             file_errors: BTreeMap::new(),
+            compile: None,
         }
     }
 
@@ -374,6 +521,7 @@ mod tests {
             error_kind: None,
             files: BTreeMap::new(),
             file_errors: BTreeMap::new(),
+            compile: None,
         };
         assert_eq!(ExecutionResult::decode(&result.encode()).unwrap(), result);
         let json = serde_json::to_value(&result).unwrap();

@@ -23,7 +23,8 @@ pub mod task;
 
 pub use clock::now_ms;
 pub use execution::{
-    ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult, Language, Status,
+    CompileResult, CompileStatus, ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult,
+    Language, Status,
 };
 pub use file::FileContent;
 pub use progress::Progress;

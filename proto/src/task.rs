@@ -145,6 +145,7 @@ mod tests {
                 test: None,
                 timeout_ms: 1000,
                 cpu_time_ms: Some(500),
+                compile_timeout_ms: None,
                 memory_mb: 128,
                 fresh_container: false,
                 files: Default::default(),

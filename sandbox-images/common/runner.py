@@ -62,7 +62,8 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                     vouch for a clean container (a scrub failed, a process survived, a
                     supervisor died); it exits and the container must be discarded.
 
-Language modes (language.json: {"name", "main", "test", "mode", "command"}):
+Language modes (language.json: {"name", "main", "test", "mode", "command"}, optionally
+"compile", "test_form", "report", "env"):
 
   in_process  (Python) P runs the code as __main__ of its already-warm interpreter (no exec:
               a run costs about a millisecond), file `main`; a test is then compiled (file
@@ -72,6 +73,22 @@ Language modes (language.json: {"name", "main", "test", "mode", "command"}):
               The harness behind `command` runs the program and writes at most one JSON line
               to fd 3: {"exception": ..., "phase": ..., "test_finished": ...}. exit_code /
               signal are the child's; the rest of the result as above.
+  compiled    exec mode with "compile": [argv]: P first runs `compile + sources` (or with the
+              sources where an argument is "{sources}"; cwd /work,
+              stdin /dev/null, its own process group, "compile_timeout_ms" of the request,
+              default 10 s), which builds into /build, the one tmpfs programs may exec from;
+              then it execs `command` (without sources). The sources: /work/<main>, and with
+              a test either /work/<test> beside it ("test_form": "file") or the test appended
+              to the code in /work/<main> ("append": one translation unit whose entry point
+              is the test's). P tells C {"compiled": {...}} when the compile ended: the run's
+              wall clock, CPU count and CPU limit start there. A compile that fails or times
+              out ends the request: the result's "compile" says how, nothing ran.
+              "report": false: the program writes no fd-3 report; with a test,
+              test_finished is exit status 0. "env": variables set for compile and run.
+
+  A compiled language's result carries "compile": {"status": "ok"|"error"|"timeout",
+  "exit_code", "signal", "output" (the compiler's stdout and stderr, 64 KiB at most),
+  "duration_ms", "oom_killed"}; other languages' carry "compile": null.
 
 Process model (who holds what):
 
@@ -120,7 +137,13 @@ PROTOCOL = 2
 PROGRAM_UID = 10002
 PROGRAM_GID = 10002
 WORKDIR = "/work"
-SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")
+# /build (compiled languages only: the one tmpfs programs may exec from) holds the binary.
+BUILD_DIR = "/build"
+SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue", BUILD_DIR)
+# Bytes of the compiler's output (stdout and stderr together) a compile result keeps.
+MAX_COMPILE_OUTPUT = 64 << 10
+# Time C gives P's compile past its own limit before it counts the compile as timed out.
+COMPILE_GRACE_S = 2.0
 HARNESS_PATH = "/opt/codegen/harness.py"
 LANGUAGE_PATH = "/opt/codegen/language.json"
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"
@@ -271,15 +294,40 @@ def load_language(path=LANGUAGE_PATH):
                 or not cmd[0].startswith("/")):
             problems.append("language.json: 'command' must be a list of strings, "
                             "the first an absolute path")
-        elif not os.access(cmd[0], os.X_OK):
+        elif cfg.get("compile") is None and not os.access(cmd[0], os.X_OK):
             problems.append("language.json: %s is not executable" % cmd[0])
     elif mode != "in_process":
         problems.append("language.json: 'mode' must be 'in_process' or 'exec'")
+    build = cfg.get("compile")
+    if build is not None:
+        if mode != "exec":
+            problems.append("language.json: 'compile' needs 'mode': 'exec'")
+        elif (not isinstance(build, list) or not build
+                or not all(isinstance(a, str) and a and "\0" not in a for a in build)
+                or not build[0].startswith("/")):
+            problems.append("language.json: 'compile' must be a list of strings, "
+                            "the first an absolute path")
+        elif not os.access(build[0], os.X_OK):
+            problems.append("language.json: %s is not executable" % build[0])
+    if cfg.get("test_form", "file") not in ("file", "append"):
+        problems.append("language.json: 'test_form' must be 'file' or 'append'")
+    if not isinstance(cfg.get("report", True), bool):
+        problems.append("language.json: 'report' must be true or false")
+    env = cfg.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+        for k, v in env.items()
+    ):
+        problems.append("language.json: 'env' must map variable names to strings")
     return (cfg if not problems else None), problems
 
 
 def exec_mode():
     return LANGUAGE["mode"] == "exec"
+
+
+def compiles():
+    return exec_mode() and LANGUAGE.get("compile") is not None
 
 
 def work_path(name):
@@ -321,6 +369,7 @@ def parse_request(raw):
     out["cpu_time_ms"] = (
         None if req.get("cpu_time_ms") is None else integer("cpu_time_ms", 1, MAX_TIMEOUT_MS)
     )
+    out["compile_timeout_ms"] = integer("compile_timeout_ms", 1, MAX_TIMEOUT_MS, default=10_000)
     out["output_limit_bytes"] = integer(
         "output_limit_bytes", 0, 1 << 62, default=max(2 * out["max_output_bytes"], 100 << 20)
     )
@@ -740,6 +789,7 @@ def program_main(fds):
         os.umask(0o022)
         os.environ.clear()
         os.environ.update(CHILD_ENV)
+        os.environ.update(LANGUAGE.get("env") or {})
         reset_signals()
         if "random" in sys.modules:  # the zygote's generator state must not repeat across runs
             sys.modules["random"].seed()
@@ -906,14 +956,42 @@ def run_exec(req, status_w):
     """Exec mode: the language's harness as a child of P (same session, so C's group kill
     takes it), with a report pipe as fd 3; then P's final report."""
     main_path = work_path("main")
-    write_text(main_path, req["code"])
-    argv = list(LANGUAGE["command"]) + [main_path]
     test = req.get("test")
-    if test is not None:
-        test_path = work_path("test")
-        write_text(test_path, test)
-        argv.append(test_path)
+    sources = [main_path]
+    if test is not None and LANGUAGE.get("test_form") == "append":
+        # One translation unit: the test (which holds the entry point) after the code.
+        write_text(main_path, req["code"] + "\n" + test)
+    else:
+        write_text(main_path, req["code"])
+        if test is not None:
+            test_path = work_path("test")
+            write_text(test_path, test)
+            sources.append(test_path)
     write_files(req.get("files") or {})
+    if compiles():
+        argv = []
+        for arg in LANGUAGE["compile"]:  # "{sources}" stands for them; else they go last
+            argv.extend(sources if arg == "{sources}" else [arg])
+        if "{sources}" not in LANGUAGE["compile"]:
+            argv.extend(sources)
+        outcome = compile_program(argv, req["compile_timeout_ms"])
+        write_frame(status_w, {"compiled": outcome})  # C starts the run's clock now
+        if outcome["status"] != "ok":
+            report = {"exception": None, "harness": None, "phase": None,
+                      "test_finished": None if test is None else False,
+                      "pid": os.getpid(), "exit": None}
+            if req.get("return_files"):
+                report["files"], report["file_errors"] = collect_files(
+                    req["return_files"], req.get("max_output_bytes", 1 << 20)
+                )
+            try:
+                write_frame(status_w, report)
+            except BaseException:
+                pass
+            return 1
+        argv = list(LANGUAGE["command"])
+    else:
+        argv = list(LANGUAGE["command"]) + sources
 
     report_r, report_w = os.pipe()  # both close-on-exec
     pid = os.fork()
@@ -946,8 +1024,12 @@ def run_exec(req, status_w):
     report["exception"] = harness_exception(harness.get("exception"))
     if harness.get("phase") in ("code", "test"):
         report["phase"] = harness["phase"]
-    if test is not None:
+    if test is not None and LANGUAGE.get("report", True):
         report["test_finished"] = harness.get("test_finished") is True
+    elif test is not None:
+        # A compiled program has no harness: the test (its entry point) ran to its end
+        # when the program exited 0.
+        report["test_finished"] = code == 0
     if req.get("return_files"):
         report["files"], report["file_errors"] = collect_files(
             req["return_files"], req.get("max_output_bytes", 1 << 20)
@@ -959,6 +1041,96 @@ def run_exec(req, status_w):
     except BaseException:
         pass
     return code if code is not None else 128 + report["signal"]
+
+
+def compile_program(argv, timeout_ms):
+    """Runs the compiler (`argv`, cwd /work, stdin /dev/null, stdout and stderr into one pipe)
+    in a process group of its own, kills the group at `timeout_ms`; returns
+    {"status": "ok"|"error"|"timeout", "exit_code", "signal", "output", "duration_ms"}.
+    The compiler is left unreaped (waitid WNOWAIT): reaping it would add its memory to P's
+    high-water mark, which is the program's figure. It goes with P (init reaps it)."""
+    t0 = time.monotonic()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            close_other_fds(keep=())
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execve(argv[0], argv, dict(os.environ))
+        except BaseException as e:
+            try:
+                os.write(2, ("runner: cannot start %s: %s\n" % (argv[0], e)).encode())
+            except BaseException:
+                pass
+        os._exit(127)
+    os.close(out_w)
+    pidfd = os.pidfd_open(pid)
+    os.set_blocking(out_r, False)
+    poller = select.poll()
+    poller.register(out_r, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    output = bytearray()
+    dropped = 0
+    pipe_open = True
+    exited = timed_out = False
+    deadline = t0 + timeout_ms / 1000.0
+
+    def drain():
+        nonlocal pipe_open, dropped
+        while pipe_open:
+            try:
+                chunk = os.read(out_r, CHUNK)
+            except BlockingIOError:
+                return
+            except InterruptedError:
+                continue
+            if not chunk:
+                pipe_open = False
+                poller.unregister(out_r)
+                return
+            room = MAX_COMPILE_OUTPUT - len(output)
+            output.extend(chunk[:room])
+            dropped += max(0, len(chunk) - room)
+
+    while not exited:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        for ready, _ in poller.poll(int(remaining * 1000) + 1):
+            if ready == out_r:
+                drain()
+            elif ready == pidfd:
+                exited = True
+    try:
+        os.killpg(pid, signal.SIGKILL)  # on time out, or what the compiler left running
+    except (ProcessLookupError, PermissionError):
+        pass
+    drain()
+    os.close(out_r)
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    os.close(pidfd)
+    exit_code = sig = None
+    if info.si_code == os.CLD_EXITED:
+        exit_code = info.si_status
+    else:
+        sig = info.si_status
+    text = output.decode("utf-8", "replace")
+    if dropped:
+        text += "\n[%d more bytes of compiler output cut]\n" % dropped
+    return {
+        "status": "timeout" if timed_out else "ok" if exit_code == 0 else "error",
+        "exit_code": None if timed_out else exit_code,
+        "signal": None if timed_out else sig,
+        "output": text,
+        "duration_ms": int(round((time.monotonic() - t0) * 1000)),
+    }
 
 
 def read_report(fd, pid):
@@ -1209,6 +1381,12 @@ class Supervisor:
             pass  # P died: its exit status says how
         self.close(self.req_w)
         deadline = t0 + req["timeout_ms"] / 1000.0
+        # A compiled language first compiles, under its own limit: the run's clock, CPU
+        # count and limit start when P says the compile ended.
+        compiling = compiles()
+        compiled = None
+        if compiling:
+            deadline = t0 + req["compile_timeout_ms"] / 1000.0 + COMPILE_GRACE_S
 
         for fd in (self.stdin_w, self.out_r, self.err_r, self.st_r):
             os.set_blocking(fd, False)
@@ -1255,7 +1433,7 @@ class Supervisor:
                 timed_out = True
                 break
             wait_ms = int(remaining * 1000) + 1
-            if cpu_limit_ns is not None:
+            if cpu_limit_ns is not None and not compiling:
                 used = (cpu_ns() or cpu_before) - cpu_before
                 if used > cpu_limit_ns:
                     cpu_limited = True
@@ -1285,11 +1463,28 @@ class Supervisor:
                             if f.get("pid") == self.pid:
                                 report = f
                                 end = time.monotonic()
+                            elif compiling and isinstance(f.get("compiled"), dict):
+                                compiling = False
+                                compiled = f["compiled"]
+                                t0 = time.monotonic()
+                                deadline = t0 + req["timeout_ms"] / 1000.0
+                                oom_now = oom_kills()
+                                if oom_before is not None and oom_now is not None:
+                                    compiled["oom_killed"] = oom_now > oom_before
+                                oom_before = oom_now
+                                cpu_before = cpu_ns()
             if out.total + err.total > hard_cap:
                 output_limited = True
                 break
         if end is None:
             end = time.monotonic()
+        if compiling:
+            # Still compiling at C's own deadline (P's limit did not stop it), or P died.
+            compiled = {"status": "timeout" if timed_out else "error", "exit_code": None,
+                        "signal": None, "duration_ms": int(round((end - t0) * 1000)),
+                        "output": "" if timed_out else "the compile ended without a word"}
+            timed_out = False
+            t0 = end
 
         # The program's group dies now; whatever it wrote before is in the pipes.
         try:
@@ -1330,7 +1525,9 @@ class Supervisor:
 
         wait_status = self.exit_status
         killed = timed_out or cpu_limited
-        if report is not None and isinstance(report.get("exit"), int) and not killed:
+        if compiled is not None and compiled.get("status") != "ok":
+            exit_code, sig = None, None  # nothing ran
+        elif report is not None and isinstance(report.get("exit"), int) and not killed:
             exit_code, sig = report["exit"], None
         elif report is not None and isinstance(report.get("signal"), int) and not killed:
             exit_code, sig = None, report["signal"]  # exec mode: the child's signal
@@ -1381,6 +1578,7 @@ class Supervisor:
             "phase": phase if phase in ("code", "test") else None,
             "test_finished": test_finished,
             "harness": report.get("harness"),
+            "compile": compiled,
             "files": files if isinstance(files, dict) else {},
             "file_errors": file_errors if isinstance(file_errors, dict) else {},
         }

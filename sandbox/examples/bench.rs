@@ -79,6 +79,7 @@ fn request(code: &str, fresh: bool) -> ExecutionRequest {
         test: None,
         timeout_ms: 10_000,
         cpu_time_ms: None,
+        compile_timeout_ms: None,
         memory_mb: Options::default().pool_memory_mb,
         fresh_container: fresh,
         files: Default::default(),

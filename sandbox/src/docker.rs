@@ -116,7 +116,10 @@ impl DockerSandbox {
             pools: options
                 .served()
                 .iter()
-                .map(|l| (*l, Pool::new(*l)))
+                .map(|l| {
+                    let pool = Pool::new(*l, options.pool_size_of(*l), options.is_lazy(*l));
+                    (*l, pool)
+                })
                 .collect(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -157,17 +160,17 @@ impl DockerSandbox {
         }
     }
 
-    /// Starts the warm containers now and waits until each pool has `pool_size` of them idle
-    /// (or `within` passes). The service does the same in the background.
+    /// Starts the warm containers now and waits until each pool that is not lazy has its
+    /// size of them idle (or `within` passes). The service does the same in the background.
     pub async fn warm_up(&self, within: Duration) -> Result<(), Error> {
         self.inner.top_up();
         let deadline = tokio::time::Instant::now() + within;
-        for pool in self.inner.pools.values() {
+        for pool in self.inner.pools.values().filter(|p| p.is_active()) {
             loop {
                 let notified = pool.changed.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if pool.counts().0 >= self.inner.options.pool_size {
+                if pool.counts().0 >= pool.size {
                     break;
                 }
                 if let Some(e) = self.inner.start_error() {
@@ -276,13 +279,20 @@ impl Inner {
             soft: Some(value),
             hard: Some(value),
         };
+        let mut tmpfs = HashMap::from([
+            ("/work".to_string(), tmpfs_opts.clone()),
+            ("/tmp".to_string(), tmpfs_opts.clone()),
+        ]);
+        if language.spec().compiled {
+            // The compiled program: the one place a program may exec from that is not the
+            // image's (it is the program's own code either way). Docker mounts a tmpfs
+            // noexec unless told `exec`.
+            tmpfs.insert("/build".into(), tmpfs_opts.replace(",noexec", ",exec"));
+        }
         let host_config = HostConfig {
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([
-                ("/work".to_string(), tmpfs_opts.clone()),
-                ("/tmp".to_string(), tmpfs_opts),
-            ])),
+            tmpfs: Some(tmpfs),
             shm_size: Some(i64::try_from(self.options.tmpfs_mb << 20).unwrap_or(64 << 20)),
             memory: Some(memory),
             // Equal to `memory`: no swap on top, so the limit is the real limit.
@@ -444,10 +454,10 @@ impl Inner {
         }
     }
 
-    /// Starts containers in the background until every pool has `pool_size`.
+    /// Starts containers in the background until every active pool has its size.
     fn top_up(self: &Arc<Self>) {
-        for (language, pool) in &self.pools {
-            while !self.closing.is_cancelled() && pool.reserve(self.options.pool_size) {
+        for (language, pool) in self.pools.iter().filter(|(_, p)| p.is_active()) {
+            while !self.closing.is_cancelled() && pool.reserve(pool.size) {
                 let this = self.clone();
                 let language = *language;
                 self.tasks.spawn(async move {
@@ -512,7 +522,7 @@ impl Inner {
         let this = self.clone();
         self.tasks.spawn(async move {
             match runner.wait_ready(this.options.start_timeout).await {
-                Ok(()) if this.pools[&runner.language].counts().1 > this.options.pool_size => {
+                Ok(()) if this.pools[&runner.language].counts().1 > this.pools[&runner.language].size => {
                     this.retire(runner, "over the pool size");
                 }
                 Ok(()) => this.pools[&runner.language].put_idle(runner),
@@ -532,10 +542,16 @@ impl Inner {
         memory_mb: u64,
     ) -> Result<Runner, Error> {
         let pool = self.pool(language)?;
+        // A lazy pool's first run: this run starts its own container, the rest of the pool
+        // starts beside it.
+        let mut first_run = pool.activate();
+        if first_run {
+            tracing::info!(%language, size = pool.size, "first run of the language: its pool starts");
+        }
         let deadline = tokio::time::Instant::now() + self.options.checkout_timeout;
         // After a failed `docker update`, start a container with the right limit even above
         // the pool size (it is retired when it comes back to a full pool).
-        let mut size = self.options.pool_size;
+        let mut size = pool.size;
         loop {
             let notified = pool.changed.notified();
             tokio::pin!(notified);
@@ -543,7 +559,7 @@ impl Inner {
             if self.closing.is_cancelled() {
                 return Err(Error::Unavailable("the sandbox is shutting down".into()));
             }
-            let idle = if size > self.options.pool_size {
+            let idle = if size > pool.size {
                 None
             } else {
                 pool.take_idle(memory_mb)
@@ -560,12 +576,15 @@ impl Inner {
                     Err(e) => {
                         tracing::debug!(container = runner.short_id(), error = %e, "cannot change the memory limit; replacing the container");
                         self.retire(runner, "memory update failed");
-                        size = self.options.pool_size + 1;
+                        size = pool.size + 1;
                         continue;
                     }
                 }
             }
             if pool.reserve(size) {
+                if std::mem::take(&mut first_run) {
+                    self.top_up();
+                }
                 return match self.spawn_runner(language, memory_mb).await {
                     Ok(runner) => Ok(runner),
                     Err(e) => {
@@ -833,7 +852,7 @@ impl Drop for Lease {
 #[async_trait]
 impl Sandbox for DockerSandbox {
     async fn run(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
-        if self.inner.options.pool_size > 0 && !request.fresh_container {
+        if self.inner.options.pool_size_of(request.language) > 0 && !request.fresh_container {
             return self.inner.run_pooled(request).await;
         }
         match self.inner.run_fresh(request).await {
@@ -863,7 +882,8 @@ impl Sandbox for DockerSandbox {
             }
             let (_, live) = pool.counts();
             if live == 0
-                && self.inner.options.pool_size > 0
+                && pool.size > 0
+                && pool.is_active()
                 && let Some(e) = self.inner.start_error()
             {
                 return Err(format!("docker: no warm {language} container: {e}"));

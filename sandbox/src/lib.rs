@@ -25,6 +25,7 @@ pub mod protocol;
 mod runner;
 pub mod scripted;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -69,8 +70,13 @@ pub struct Options {
     /// Extra time over the program's timeout before the runner is considered wedged.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
-    /// Warm containers kept per language. 0 runs every execution in a fresh container.
+    /// Warm containers kept per language (unless `pools` says otherwise). 0 runs every
+    /// execution in a fresh container.
     pub pool_size: usize,
+    /// Per-language pools (`[sandbox.pools.<language>]`): `size` (default `pool_size`) and
+    /// `lazy` (default: true for the compiled languages): a lazy pool starts no container
+    /// until the language's first execution, so an idle language costs nothing.
+    pub pools: BTreeMap<Language, PoolOptions>,
     /// Executions a container serves before it is replaced.
     pub max_runs_per_container: u64,
     /// Memory limit warm containers start with, in MiB (keep it equal to the coordinator's
@@ -108,6 +114,16 @@ impl Default for Options {
             output_limit_bytes: 100 << 20,
             grace: Duration::from_secs(5),
             pool_size: 2,
+            pools: Language::ALL
+                .iter()
+                .map(|l| {
+                    let pool = PoolOptions {
+                        size: None,
+                        lazy: Some(l.spec().compiled),
+                    };
+                    (*l, pool)
+                })
+                .collect(),
             max_runs_per_container: 200,
             pool_memory_mb: 256,
             runner_memory_mb: 32,
@@ -117,7 +133,36 @@ impl Default for Options {
     }
 }
 
+/// One language's pool (`[sandbox.pools.<language>]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolOptions {
+    /// Warm containers; absent: `sandbox.pool_size`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<usize>,
+    /// Start no container before the language's first execution; absent: true for the
+    /// compiled languages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lazy: Option<bool>,
+}
+
 impl Options {
+    /// Warm containers kept for `language`.
+    pub fn pool_size_of(&self, language: Language) -> usize {
+        self.pools
+            .get(&language)
+            .and_then(|p| p.size)
+            .unwrap_or(self.pool_size)
+    }
+
+    /// Whether `language`'s pool waits for its first execution before it starts containers.
+    pub fn is_lazy(&self, language: Language) -> bool {
+        self.pools
+            .get(&language)
+            .and_then(|p| p.lazy)
+            .unwrap_or(language.spec().compiled)
+    }
+
     /// The languages of `languages`, or which entry is not one.
     pub fn languages(&self) -> Result<Vec<Language>, Error> {
         let mut languages = Vec::new();

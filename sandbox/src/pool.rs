@@ -2,6 +2,7 @@
 //! (idle, leased, being started or waiting for `ready`). The Docker side is in `docker.rs`.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use proto::Language;
 use tokio::sync::Notify;
@@ -11,6 +12,10 @@ use crate::runner::Runner;
 #[derive(Debug)]
 pub(crate) struct Pool {
     pub language: Language,
+    /// Warm containers it keeps.
+    pub size: usize,
+    /// Kept topped up: from the start, or (a lazy pool) since the language's first run.
+    active: AtomicBool,
     state: Mutex<State>,
     /// Fires when a runner becomes idle or a slot frees up.
     pub changed: Notify,
@@ -24,12 +29,23 @@ struct State {
 }
 
 impl Pool {
-    pub fn new(language: Language) -> Self {
+    pub fn new(language: Language, size: usize, lazy: bool) -> Self {
         Self {
             language,
+            size,
+            active: AtomicBool::new(!lazy),
             state: Mutex::default(),
             changed: Notify::new(),
         }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Marks the pool used; true the first time (a lazy pool starts now).
+    pub fn activate(&self) -> bool {
+        !self.active.swap(true, Ordering::Relaxed)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

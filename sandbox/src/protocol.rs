@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use proto::{ErrorKind, ExecutionRequest, ExecutionResult, FileContent, Status};
+use proto::{
+    CompileResult, CompileStatus, ErrorKind, ExecutionRequest, ExecutionResult, FileContent, Status,
+};
 use serde::{Deserialize, Serialize};
 
 /// Protocol version the runner announces in its `ready` message.
@@ -22,6 +24,8 @@ pub(crate) struct RunnerRequest<'a> {
     pub timeout_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_time_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile_timeout_ms: Option<u64>,
     pub max_output_bytes: u64,
     pub output_limit_bytes: u64,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -38,6 +42,7 @@ impl<'a> RunnerRequest<'a> {
             test: request.test.as_deref(),
             timeout_ms: request.timeout_ms,
             cpu_time_ms: request.cpu_time_ms,
+            compile_timeout_ms: request.compile_timeout_ms,
             max_output_bytes,
             output_limit_bytes: output_limit,
             files: &request.files,
@@ -95,6 +100,25 @@ pub(crate) struct RunnerResult {
     /// Each returned file: a string when it is UTF-8 text, else `{"base64"}`.
     pub files: BTreeMap<String, Option<FileContent>>,
     pub file_errors: BTreeMap<String, String>,
+    /// A compiled language's compile (`None` for the others).
+    pub compile: Option<RunnerCompile>,
+}
+
+/// How the compile went, as the runner saw it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RunnerCompile {
+    pub status: CompileStatus,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub output: String,
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// The container's OOM killer struck while it compiled.
+    #[serde(default)]
+    pub oom_killed: bool,
 }
 
 /// The exception that ended the program, as the runner classified it.
@@ -180,7 +204,13 @@ pub(crate) fn verdict(
     let (memory_mb, cpu_time_ms) = (request.memory_mb, request.cpu_time_ms);
     let with_test = request.test.is_some();
     let skipped_test = with_test && result.test_finished != Some(true);
-    let status = if result.output_limited {
+    let compile_failed = result
+        .compile
+        .as_ref()
+        .is_some_and(|c| c.status != CompileStatus::Ok);
+    let status = if compile_failed {
+        Status::CompileError
+    } else if result.output_limited {
         Status::OutputLimit
     } else if result.oom_killed {
         Status::MemoryLimit
@@ -220,6 +250,7 @@ pub(crate) fn verdict(
             )),
         ),
         Status::Failed => failure(&result),
+        Status::CompileError => (None, result.compile.as_ref().map(compile_failure)),
         _ => (None, None),
     };
     let mut files = BTreeMap::new();
@@ -249,6 +280,44 @@ pub(crate) fn verdict(
         error_kind,
         files,
         file_errors,
+        compile: result.compile.map(|c| {
+            Box::new(CompileResult {
+                status: c.status,
+                exit_code: c.exit_code,
+                output: c.output,
+                duration_ms: c.duration_ms,
+            })
+        }),
+    }
+}
+
+/// The reason of a `compile_error`: how the compile ended and the compiler's first error line.
+fn compile_failure(compile: &RunnerCompile) -> String {
+    if compile.status == CompileStatus::Timeout {
+        return format!(
+            "the compile ran past its limit ({} ms)",
+            compile.duration_ms
+        );
+    }
+    if compile.oom_killed {
+        return "the compiler was killed at the memory limit".into();
+    }
+    let first = compile
+        .output
+        .lines()
+        .find(|l| l.contains("error"))
+        .or_else(|| compile.output.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or_default()
+        .trim();
+    let how = match (compile.exit_code, compile.signal) {
+        (_, Some(signal)) => format!("the compiler was killed by signal {signal}"),
+        (Some(code), None) => format!("the compiler exited with status {code}"),
+        (None, None) => "the compile failed".into(),
+    };
+    if first.is_empty() {
+        how
+    } else {
+        format!("{how}: {}", first.chars().take(500).collect::<String>())
     }
 }
 
@@ -287,6 +356,7 @@ mod tests {
             test: with_test.then(String::new),
             timeout_ms: 1000,
             cpu_time_ms: Some(200),
+            compile_timeout_ms: None,
             memory_mb: 64,
             fresh_container: false,
             files: BTreeMap::new(),

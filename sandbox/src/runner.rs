@@ -167,7 +167,11 @@ impl Runner {
         output_limit: u64,
         grace: Duration,
     ) -> Result<RunnerResult, Failure> {
-        let deadline = Instant::now() + Duration::from_millis(request.timeout_ms) + grace;
+        // A compile runs first under its own limit (plus the runner's grace for it).
+        let compile = request.compile_timeout_ms.map_or(Duration::ZERO, |ms| {
+            Duration::from_millis(ms) + Duration::from_secs(2)
+        });
+        let deadline = Instant::now() + Duration::from_millis(request.timeout_ms) + compile + grace;
         let frame = encode_frame(&RunnerRequest::new(request, max_output_bytes, output_limit));
         self.runs += 1;
         let sent = tokio::time::timeout_at(deadline, async {

@@ -20,9 +20,18 @@ ROOTFS_OPTS=(
 
 rootfs_sha() { sha256sum | cut -c1-16; }
 
+# A folder's own mmdebstrap options, one per line, in mmdebstrap-options beside its packages
+# list (e.g. a hook a package's maintainer script needs); most folders have none.
+rootfs_extra_opts_file() { echo "$(dirname "$1")/mmdebstrap-options"; }
+
 # rootfs_hash PACKAGES_FILE: hash of the mmdebstrap inputs (suite, options, package list).
 rootfs_hash() {
-  { echo "$ROOTFS_SUITE"; printf '%s\n' "${ROOTFS_OPTS[@]}"; tr -s ' \t\n' '\n' <"$1" | sed '/^$/d' | sort -u; } | rootfs_sha
+  local extra
+  extra="$(rootfs_extra_opts_file "$1")"
+  {
+    echo "$ROOTFS_SUITE"; printf '%s\n' "${ROOTFS_OPTS[@]}"; tr -s ' \t\n' '\n' <"$1" | sed '/^$/d' | sort -u
+    if [ -f "$extra" ]; then cat "$extra"; fi
+  } | rootfs_sha
 }
 
 # rootfs_import NAME PACKAGES_FILE TAG WORKDIR: mmdebstrap a rootfs with the packages listed
@@ -30,12 +39,16 @@ rootfs_hash() {
 rootfs_import() {
   local name="$1" packages="$2" tag="$3" workdir="$4" pkgs tmp
   command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap not found (apt-get install -y mmdebstrap)"
+  local extra=()
+  if [ -f "$(rootfs_extra_opts_file "$packages")" ]; then
+    mapfile -t extra < <(sed '/^$/d' "$(rootfs_extra_opts_file "$packages")")
+  fi
   pkgs="$(tr -s ' \t\n' ',' <"$packages" | sed 's/^,//; s/,$//')"
   [ -n "$pkgs" ] || die "$name: empty packages list"
   mkdir -p "$workdir"
   tmp="$(mktemp -d "$workdir/$name-rootfs.XXXXXX")"
   log "$name: building rootfs with mmdebstrap ($ROOTFS_SUITE, essential + $pkgs)"
-  if ! mmdebstrap --quiet "${ROOTFS_OPTS[@]}" --include="$pkgs" \
+  if ! mmdebstrap --quiet "${ROOTFS_OPTS[@]}" "${extra[@]}" --include="$pkgs" \
       "$ROOTFS_SUITE" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
     cat "$tmp/mmdebstrap.log" >&2
     rm -rf "$tmp"

@@ -232,6 +232,7 @@ fn fake_sandbox() -> ScriptedSandbox {
             error_kind: None,
             files: Default::default(),
             file_errors: Default::default(),
+            compile: None,
         })
     })
 }

@@ -774,6 +774,7 @@ impl TestSandbox {
             test: None,
             timeout_ms: 20_000,
             cpu_time_ms: None,
+            compile_timeout_ms: None,
             memory_mb: sandbox::Options::default().pool_memory_mb,
             fresh_container: false,
             files: Default::default(),

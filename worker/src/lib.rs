@@ -32,7 +32,7 @@ use broker::{Broker, Delivery, Queue};
 use fair::Fair;
 use futures::{Stream, StreamExt};
 use gate::{Dependency, Down, Gate};
-use proto::{Envelope, ExecutionRequest, ExecutionResult, Status, Task, TaskId};
+use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
 use store::{Presence, Store, Tenants};
@@ -260,9 +260,10 @@ impl Worker {
         }
     }
 
-    /// Orders this worker's pooled sandbox runs by tenant and weight, `pool_size` at once per
-    /// language (give it `sandbox.pool_size`); without it they take containers as they come.
-    pub fn with_sandbox_turns(mut self, pool_size: usize) -> Self {
+    /// Orders this worker's pooled sandbox runs by tenant and weight, as many at once per
+    /// language as its pool has containers (give it `sandbox::Options::pool_size_of`);
+    /// without it they take containers as they come.
+    pub fn with_sandbox_turns(mut self, pool_size: impl Fn(Language) -> usize) -> Self {
         self.sandbox_turns = sandbox_turns::SandboxTurns::new(pool_size).map(Arc::new);
         if let Some(pipeline) = &mut self.pipeline {
             pipeline.sandbox_turns = self.sandbox_turns.clone();

@@ -21,14 +21,14 @@ pub struct SandboxTurns {
 }
 
 impl SandboxTurns {
-    /// Turns for pools of `pool_size` warm containers per language (0: no pool, no turns).
-    pub fn new(pool_size: usize) -> Option<Self> {
-        (pool_size > 0).then(|| Self {
-            turns: Language::ALL
-                .iter()
-                .map(|language| (*language, Turnstile::new(pool_size)))
-                .collect(),
-        })
+    /// Turns for pools of `size(language)` warm containers (0: no pool, no turns).
+    pub fn new(size: impl Fn(Language) -> usize) -> Option<Self> {
+        let turns: HashMap<Language, Turnstile> = Language::ALL
+            .iter()
+            .filter(|language| size(**language) > 0)
+            .map(|language| (*language, Turnstile::new(size(*language))))
+            .collect();
+        (!turns.is_empty()).then_some(Self { turns })
     }
 
     /// Waits for `request`'s turn at its language's pool; `None` when it takes none (a fresh

@@ -25,6 +25,7 @@ fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error
         error_kind: None,
         files: Default::default(),
         file_errors: Default::default(),
+        compile: None,
     })
 }
 
@@ -41,6 +42,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             test: None,
             timeout_ms: 1000,
             cpu_time_ms: None,
+            compile_timeout_ms: None,
             memory_mb: 64,
             fresh_container: false,
             files: Default::default(),

@@ -68,6 +68,7 @@ async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
         error_kind: None,
         files: Default::default(),
         file_errors: Default::default(),
+        compile: None,
     };
     store
         .complete_execution(envelope.task_id, None, &result)

@@ -86,6 +86,7 @@ impl Pipeline {
             test: None,
             timeout_ms: self.options.run_timeout_ms,
             cpu_time_ms: None,
+            compile_timeout_ms: None,
             memory_mb: self.options.memory_mb,
             fresh_container: false,
             files: BTreeMap::from([

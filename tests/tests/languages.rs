@@ -1,0 +1,500 @@
+//! The compiled languages end to end (coordinator, worker, real Docker): for each, a set of
+//! correct, wrong, crashing, looping and compile-failing programs whose verdicts are asserted,
+//! the program + test form, the language's own version, and `GET /v1/languages`.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tests::Cluster;
+
+/// One program of a fidelity set and what its verdict must be.
+struct Case {
+    what: &'static str,
+    code: &'static str,
+    test: Option<&'static str>,
+    stdin: Option<&'static str>,
+    status: &'static str,
+    /// The stdout starts with it (or, for `compile_error`, the compiler's output contains it).
+    says: &'static str,
+}
+
+const fn case(
+    what: &'static str,
+    code: &'static str,
+    status: &'static str,
+    says: &'static str,
+) -> Case {
+    Case {
+        what,
+        code,
+        test: None,
+        stdin: None,
+        status,
+        says,
+    }
+}
+
+/// Every set: (language, cases). Each language has a correct program reading stdin, a
+/// program + test that passes and one that fails, a crash, an endless loop and a compile error,
+/// and a program printing the version `GET /v1/languages` names.
+fn sets() -> Vec<(&'static str, Vec<Case>)> {
+    vec![
+        (
+            "c",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "#include <stdio.h>\nint main(void) { int a, b; if (scanf(\"%d %d\", &a, &b) != 2) return 1; printf(\"%d\\n\", a + b); return 0; }",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "#include <assert.h>\nint main(void) { assert(add(2, 3) == 5); return 0; }",
+                    ),
+                    ..case(
+                        "test passes",
+                        "int add(int a, int b) { return a + b; }",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "#include <assert.h>\nint main(void) { assert(add(2, 3) == 5); return 0; }",
+                    ),
+                    ..case(
+                        "test fails",
+                        "int add(int a, int b) { return a - b; }",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "int main(void) { volatile int *p = 0; return *p; }",
+                    "failed",
+                    "",
+                ),
+                case("loop", "int main(void) { for (;;) {} }", "timeout", ""),
+                case(
+                    "compile error",
+                    "int main(void) { return missing; }",
+                    "compile_error",
+                    "missing",
+                ),
+                case(
+                    "version",
+                    "#include <stdio.h>\nint main(void) { printf(\"%d.%d\\n\", __GNUC__, __GNUC_MINOR__); return 0; }",
+                    "passed",
+                    "12.2",
+                ),
+            ],
+        ),
+        (
+            "cpp",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some("#include <cassert>\nint main() { assert(add({2, 3}) == 5); }"),
+                    ..case(
+                        "test passes",
+                        "#include <vector>\n#include <numeric>\nint add(std::vector<int> v) { return std::accumulate(v.begin(), v.end(), 0); }",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some("#include <cassert>\nint main() { assert(add({2, 3}) == 5); }"),
+                    ..case(
+                        "test fails",
+                        "#include <vector>\nint add(std::vector<int> v) { return v[0]; }",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "#include <stdexcept>\nint main() { throw std::runtime_error(\"boom\"); }",
+                    "failed",
+                    "",
+                ),
+                case(
+                    "loop",
+                    "int main() { volatile bool go = true; while (go) {} }",
+                    "timeout",
+                    "",
+                ),
+                case(
+                    "compile error",
+                    "int main() { std::string s; }",
+                    "compile_error",
+                    "string",
+                ),
+                case(
+                    "version",
+                    "#include <cstdio>\nint main() { std::printf(\"%d.%d\\n\", __GNUC__, __GNUC_MINOR__); }",
+                    "passed",
+                    "12.2",
+                ),
+            ],
+        ),
+        (
+            "go",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "package main\n\nfunc main() {\n\tif Add(2, 3) != 5 {\n\t\tpanic(\"Add(2, 3) != 5\")\n\t}\n}\n",
+                    ),
+                    ..case(
+                        "test passes",
+                        "package main\n\nfunc Add(a, b int) int { return a + b }\n",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "package main\n\nfunc main() {\n\tif Add(2, 3) != 5 {\n\t\tpanic(\"Add(2, 3) != 5\")\n\t}\n}\n",
+                    ),
+                    ..case(
+                        "test fails",
+                        "package main\n\nfunc Add(a, b int) int { return a * b }\n",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "package main\n\nfunc main() {\n\tvar m map[string]int\n\tm[\"x\"] = 1\n}\n",
+                    "failed",
+                    "",
+                ),
+                case(
+                    "loop",
+                    "package main\n\nfunc main() {\n\tfor {\n\t}\n}\n",
+                    "timeout",
+                    "",
+                ),
+                case(
+                    "compile error",
+                    "package main\n\nfunc main() {\n\tx := 1\n}\n",
+                    "compile_error",
+                    "declared",
+                ),
+                case(
+                    "version",
+                    "package main\n\nimport (\n\t\"fmt\"\n\t\"runtime\"\n)\n\nfunc main() { fmt.Println(runtime.Version()) }\n",
+                    "passed",
+                    "go1.19",
+                ),
+            ],
+        ),
+        (
+            "rust",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap(); let n: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).sum(); println!(\"{}\", n); }",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some("fn main() { assert_eq!(add(2, 3), 5); }"),
+                    ..case(
+                        "test passes",
+                        "fn add(a: i32, b: i32) -> i32 { a + b }",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some("fn main() { assert_eq!(add(2, 3), 5); }"),
+                    ..case(
+                        "test fails",
+                        "fn add(a: i32, b: i32) -> i32 { a - b }",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "fn main() { let v: Vec<i32> = Vec::new(); println!(\"{}\", v[std::env::args().count()]); }",
+                    "failed",
+                    "",
+                ),
+                case(
+                    "loop",
+                    "fn main() { let mut x: u64 = 1; loop { x = x.wrapping_mul(6364136223846793005).wrapping_add(1); if x == 42 { println!(\"{}\", x); } } }",
+                    "timeout",
+                    "",
+                ),
+                case(
+                    "compile error",
+                    "fn main() { let x: i32 = \"text\"; }",
+                    "compile_error",
+                    "mismatched types",
+                ),
+                case(
+                    "version",
+                    "fn main() { let v: Option<u8> = None; println!(\"{}\", v.is_some_and(|x| x > 0)); }",
+                    "compile_error",
+                    "is_some_and",
+                ),
+            ],
+        ),
+        (
+            "java",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "import java.util.Scanner;\n\npublic class Main {\n    public static void main(String[] args) {\n        Scanner in = new Scanner(System.in);\n        System.out.println(in.nextInt() + in.nextInt());\n    }\n}\n",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "public class Main {\n    public static void main(String[] args) {\n        if (new Solution().add(2, 3) != 5) throw new AssertionError(\"add\");\n    }\n}\n",
+                    ),
+                    ..case(
+                        "test passes",
+                        "import java.util.*;\n\nclass Solution {\n    public int add(int a, int b) { return a + b; }\n}\n",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "public class Main {\n    public static void main(String[] args) {\n        if (new Solution().add(2, 3) != 5) throw new AssertionError(\"add\");\n    }\n}\n",
+                    ),
+                    ..case(
+                        "test fails",
+                        "class Solution {\n    public int add(int a, int b) { return a * b; }\n}\n",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "public class Main {\n    public static void main(String[] args) {\n        Object o = null;\n        System.out.println(o.hashCode());\n    }\n}\n",
+                    "failed",
+                    "",
+                ),
+                case(
+                    "loop",
+                    "public class Main {\n    public static void main(String[] args) {\n        while (true) {}\n    }\n}\n",
+                    "timeout",
+                    "",
+                ),
+                case(
+                    "compile error",
+                    "public class Main {\n    public static void main(String[] args) {\n        int x = \"text\";\n    }\n}\n",
+                    "compile_error",
+                    "incompatible types",
+                ),
+                case(
+                    "version",
+                    "class Main {\n    public static void main(String[] args) {\n        System.out.println(Runtime.version().feature());\n    }\n}\n",
+                    "passed",
+                    "17",
+                ),
+            ],
+        ),
+        (
+            "typescript",
+            vec![
+                Case {
+                    stdin: Some("3 4\n"),
+                    ..case(
+                        "sum",
+                        "const input: string = require('fs').readFileSync(0, 'utf8');\nconst [a, b] = input.trim().split(/\\s+/).map(Number);\nconsole.log(a + b);\n",
+                        "passed",
+                        "7",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "import assert from 'node:assert';\nassert.strictEqual(add(2, 3), 5);\n",
+                    ),
+                    ..case(
+                        "test passes",
+                        "function add(a: number, b: number): number { return a + b; }\n",
+                        "passed",
+                        "",
+                    )
+                },
+                Case {
+                    test: Some(
+                        "import assert from 'node:assert';\nassert.strictEqual(add(2, 3), 5);\n",
+                    ),
+                    ..case(
+                        "test fails",
+                        "function add(a: number, b: number): number { return a - b; }\n",
+                        "failed",
+                        "",
+                    )
+                },
+                case(
+                    "crash",
+                    "interface P { x: number }\nconst p = undefined as unknown as P;\nconsole.log(p.x);\n",
+                    "failed",
+                    "",
+                ),
+                case("loop", "while (true) {}\n", "timeout", ""),
+                case(
+                    "compile error",
+                    "function f(: number {}\n",
+                    "compile_error",
+                    "error TS",
+                ),
+                case(
+                    "version",
+                    "console.log(require('typescript').version);\n",
+                    "passed",
+                    "4.8",
+                ),
+            ],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_compiled_language_gives_each_program_its_own_verdict() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+
+    let (status, listed) =
+        tests::get_json(&cluster.http, &format!("{}/v1/languages", cluster.url())).await;
+    assert_eq!(status, 200, "{listed}");
+    let listed = listed["languages"].as_array().unwrap().clone();
+
+    for (language, cases) in sets() {
+        let entry = listed
+            .iter()
+            .find(|l| l["name"] == language)
+            .unwrap_or_else(|| panic!("{language} in GET /v1/languages"));
+        assert_eq!(entry["compiled"], true, "{entry}");
+        assert_eq!(
+            entry["image"],
+            format!("codegen-sandbox-{language}:latest"),
+            "{entry}"
+        );
+        let version = entry["version"].as_str().unwrap().to_owned();
+        // Each language's cases run at once: the pool starts on the first and serves the rest.
+        let runs = cases.iter().map(|c| {
+            let mut body = json!({"language": language, "code": c.code, "timeout_ms": 3000,
+                                  "compile_timeout_ms": 30_000});
+            if let Some(test) = c.test {
+                body["test"] = json!(test);
+            }
+            if let Some(stdin) = c.stdin {
+                body["stdin"] = json!(stdin);
+            }
+            let cluster = &cluster;
+            async move { cluster.execute("", body).await }
+        });
+        let answers: Vec<(u16, Value)> = join_all(runs).await;
+        for (c, (got, answer)) in cases.iter().zip(answers) {
+            let what = format!("{language} {}", c.what);
+            assert_eq!(got, 200, "{what}: {answer:#}");
+            assert_eq!(answer["status"], c.status, "{what}: {answer:#}");
+            let compile = &answer["compile"];
+            match c.status {
+                "compile_error" => {
+                    assert_ne!(compile["status"], "ok", "{what}: {answer:#}");
+                    let output = compile["output"].as_str().unwrap();
+                    assert!(output.contains(c.says), "{what}: {answer:#}");
+                    assert!(
+                        answer["reason"].as_str().unwrap().contains("compiler"),
+                        "{what}: {answer:#}"
+                    );
+                    assert!(
+                        answer["exit_code"].is_null(),
+                        "{what}: nothing ran: {answer:#}"
+                    );
+                }
+                _ => {
+                    assert_eq!(compile["status"], "ok", "{what}: {answer:#}");
+                    assert!(
+                        compile["duration_ms"].as_u64().unwrap() > 0,
+                        "{what}: {answer:#}"
+                    );
+                    let stdout = answer["stdout"].as_str().unwrap();
+                    assert!(stdout.starts_with(c.says), "{what}: {answer:#}");
+                }
+            }
+            if c.what == "version" && c.status == "passed" {
+                assert!(
+                    answer["stdout"]
+                        .as_str()
+                        .unwrap()
+                        .trim()
+                        .starts_with(&version),
+                    "{what}: {version} {answer:#}"
+                );
+            }
+            if c.status == "timeout" {
+                // The run's clock starts after the compile: the limit is the run's own.
+                let ms = answer["duration_ms"].as_u64().unwrap();
+                assert!((3000..6000).contains(&ms), "{what}: {answer:#}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    // A million statements from nested macros: seconds of compile, far more than 300 ms.
+    let code = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\
+                #define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1\n#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2\n\
+                #define A4 A3 A3 A3 A3 A3 A3 A3 A3 A3 A3\n#define A5 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4\n\
+                #define A6 A5 A5 A5 A5 A5 A5 A5 A5 A5 A5\n\
+                int main() { volatile int x = 0; A6 return 0; }\n";
+    let (got, answer) = cluster
+        .execute("", json!({"language": "cpp", "code": code, "compile_timeout_ms": 300, "timeout_ms": 60_000}))
+        .await;
+    assert_eq!(got, 200, "{answer}");
+    assert_eq!(answer["status"], "compile_error", "{answer:#}");
+    assert_eq!(answer["compile"]["status"], "timeout", "{answer:#}");
+    assert!(
+        answer["reason"].as_str().unwrap().contains("limit"),
+        "{answer:#}"
+    );
+    // The same container serves the next program: a compile timeout is no breach.
+    let (_, answer) = cluster
+        .execute("", json!({"language": "cpp", "code": "#include <cstdio>\nint main() { std::puts(\"ok\"); }"}))
+        .await;
+    assert_eq!(answer["status"], "passed", "{answer:#}");
+    assert_eq!(answer["stdout"], "ok\n", "{answer:#}");
+}
