@@ -67,9 +67,31 @@ class SyncClient(unittest.TestCase):
 
     def test_unsupported_language_is_a_client_error(self):
         import requests
-        answer = requests.post(URL + "/run_code", json={"code": "int main(){}", "language": "cpp"})
+        answer = requests.post(URL + "/run_code", json={"code": "<?php echo 1;", "language": "php"})
         self.assertEqual(answer.status_code, 422)
         self.assertIn("language", answer.json()["error"])
+
+    def test_compiled_languages_answer_with_their_compile_result(self):
+        programs = {
+            "cpp": "#include <iostream>\nint main() { int a, b; std::cin >> a >> b; std::cout << a * b << '\\n'; }",
+            "go": "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a * b)\n}\n",
+            "rust": "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap(); let p: i64 = s.split_whitespace().map(|x| x.parse::<i64>().unwrap()).product(); println!(\"{}\", p); }",
+            "java": "import java.util.Scanner;\n\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    System.out.println(in.nextInt() * in.nextInt());\n  }\n}\n",
+            "typescript": "const [a, b]: number[] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number);\nconsole.log(a * b);\n",
+        }
+        for language, code in programs.items():
+            r = run_code(RunCodeRequest(code=code, language=language, stdin="6 7",
+                                        compile_timeout=30))
+            self.assertEqual(r.status, RunStatus.Success, (language, r))
+            self.assertEqual(r.run_result.stdout, "42\n", language)
+            self.assertEqual(r.compile_result.status, CommandRunStatus.Finished, language)
+            self.assertEqual(r.compile_result.return_code, 0, language)
+            self.assertGreater(r.compile_result.execution_time, 0, language)
+        r = run_code(RunCodeRequest(code="int main() { return undeclared; }", language="cpp"))
+        self.assertEqual(r.status, RunStatus.Failed)
+        self.assertIsNone(r.run_result)
+        self.assertNotEqual(r.compile_result.return_code, 0)
+        self.assertIn("undeclared", r.compile_result.stderr)
 
 
 class AsyncClient(unittest.TestCase):
