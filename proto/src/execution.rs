@@ -14,6 +14,9 @@ use utoipa::ToSchema;
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,
+    /// Python with numpy, scipy, pandas, sympy and networkx, imported once in its zygote.
+    #[serde(rename = "python-sci", alias = "python_sci")]
+    PythonSci,
     Javascript,
     Bash,
     C,
@@ -49,11 +52,16 @@ pub struct LanguageSpec {
     pub version: &'static str,
     /// How a program and its test are put together (the program + test form).
     pub test_form: &'static str,
+    /// Its pool starts with the worker (else at the language's first execution).
+    pub warm_at_start: bool,
+    /// MiB its runner needs beyond `sandbox.runner_memory_mb` (packages its zygote imports).
+    pub runner_extra_mb: u64,
 }
 
 impl Language {
     pub const ALL: &'static [Language] = &[
         Language::Python,
+        Language::PythonSci,
         Language::Javascript,
         Language::Bash,
         Language::C,
@@ -77,6 +85,23 @@ impl Language {
                 sandbox_fusion: Some("python"),
                 version: "3.11",
                 test_form: "the test runs after the program in the same namespace",
+                warm_at_start: true,
+                runner_extra_mb: 0,
+            },
+            Language::PythonSci => LanguageSpec {
+                name: "python-sci",
+                aliases: &["python_sci", "scipy"],
+                main_file: "main.py",
+                test_file: "test.py",
+                extension: "py",
+                generation: false,
+                compiled: false,
+                sandbox_fusion: None,
+                version: "3.11",
+                test_form: "the test runs after the program in the same namespace",
+                warm_at_start: false,
+                // numpy, scipy, pandas, sympy and networkx in the zygote: about 110 MiB.
+                runner_extra_mb: 160,
             },
             Language::Javascript => LanguageSpec {
                 name: "javascript",
@@ -89,6 +114,8 @@ impl Language {
                 sandbox_fusion: Some("nodejs"),
                 version: "18",
                 test_form: "the test runs after the program in the same global scope",
+                warm_at_start: true,
+                runner_extra_mb: 0,
             },
             Language::Bash => LanguageSpec {
                 name: "bash",
@@ -101,6 +128,8 @@ impl Language {
                 sandbox_fusion: Some("bash"),
                 version: "5.2",
                 test_form: "the test is sourced after the program in the same shell",
+                warm_at_start: true,
+                runner_extra_mb: 0,
             },
             Language::C => LanguageSpec {
                 name: "c",
@@ -113,6 +142,8 @@ impl Language {
                 sandbox_fusion: None,
                 version: "12.2",
                 test_form: "the test (with main) is appended to the program: one translation unit",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
             Language::Cpp => LanguageSpec {
                 name: "cpp",
@@ -125,6 +156,8 @@ impl Language {
                 sandbox_fusion: Some("cpp"),
                 version: "12.2",
                 test_form: "the test (with main) is appended to the program: one translation unit",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
             Language::Go => LanguageSpec {
                 name: "go",
@@ -137,6 +170,8 @@ impl Language {
                 sandbox_fusion: Some("go"),
                 version: "go1.19",
                 test_form: "the test is a second file of package main (with func main) built with the program",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
             Language::Rust => LanguageSpec {
                 name: "rust",
@@ -149,6 +184,8 @@ impl Language {
                 sandbox_fusion: Some("rust"),
                 version: "1.63",
                 test_form: "the test (with fn main) is appended to the program: one crate",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
             Language::Java => LanguageSpec {
                 name: "java",
@@ -161,6 +198,8 @@ impl Language {
                 sandbox_fusion: Some("java"),
                 version: "17",
                 test_form: "the test (a class with main) is appended to the program: one source file",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
             Language::Typescript => LanguageSpec {
                 name: "typescript",
@@ -173,6 +212,8 @@ impl Language {
                 sandbox_fusion: Some("typescript"),
                 version: "4.8",
                 test_form: "the test is appended to the program: one module, transpiled (types erased, not checked)",
+                warm_at_start: false,
+                runner_extra_mb: 0,
             },
         }
     }

@@ -63,11 +63,13 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                     supervisor died); it exits and the container must be discarded.
 
 Language modes (language.json: {"name", "main", "test", "mode", "command"}, optionally
-"compile", "test_form", "report", "env"):
+"compile", "test_form", "report", "env", "preload"):
 
   in_process  (Python) P runs the code as __main__ of its already-warm interpreter (no exec:
               a run costs about a millisecond), file `main`; a test is then compiled (file
               `test`) and run in the same namespace, as HumanEval concatenates them.
+              "preload": modules the zygote imports at start-up besides the standard ones
+              (python-sci: numpy, scipy, pandas, ...), so a program's import finds them warm.
   exec        P writes the code to /work/<main> (and the test to /work/<test>), forks a child
               with a report pipe as fd 3 and execs `command + [main path] + [test path]`.
               The harness behind `command` runs the program and writes at most one JSON line
@@ -313,6 +315,14 @@ def load_language(path=LANGUAGE_PATH):
         problems.append("language.json: 'test_form' must be 'file' or 'append'")
     if not isinstance(cfg.get("report", True), bool):
         problems.append("language.json: 'report' must be true or false")
+    preload = cfg.get("preload", [])
+    if not isinstance(preload, list) or not all(
+        isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
+        for m in preload
+    ):
+        problems.append("language.json: 'preload' must be a list of module names")
+    elif preload and mode != "in_process":
+        problems.append("language.json: 'preload' needs 'mode': 'in_process'")
     env = cfg.get("env", {})
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and k and "=" not in k
@@ -974,7 +984,8 @@ def run_exec(req, status_w):
             argv.extend(sources if arg == "{sources}" else [arg])
         if "{sources}" not in LANGUAGE["compile"]:
             argv.extend(sources)
-        outcome = compile_program(argv, req["compile_timeout_ms"])
+        # C checked the request; P reads it raw, so the default is applied here too.
+        outcome = compile_program(argv, req.get("compile_timeout_ms") or 10_000)
         write_frame(status_w, {"compiled": outcome})  # C starts the run's clock now
         if outcome["status"] != "ok":
             report = {"exception": None, "harness": None, "phase": None,
@@ -1070,11 +1081,15 @@ def compile_program(argv, timeout_ms):
                 pass
         os._exit(127)
     os.close(out_w)
-    pidfd = os.pidfd_open(pid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None  # seccomp or an old kernel: look for the exit every 20 ms instead
     os.set_blocking(out_r, False)
     poller = select.poll()
     poller.register(out_r, select.POLLIN)
-    poller.register(pidfd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
     output = bytearray()
     dropped = 0
     pipe_open = True
@@ -1103,11 +1118,14 @@ def compile_program(argv, timeout_ms):
         if remaining <= 0:
             timed_out = True
             break
-        for ready, _ in poller.poll(int(remaining * 1000) + 1):
+        wait_ms = int(remaining * 1000) + 1
+        for ready, _ in poller.poll(wait_ms if pidfd is not None else min(wait_ms, 20)):
             if ready == out_r:
                 drain()
             elif ready == pidfd:
                 exited = True
+        if pidfd is None:
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     try:
         os.killpg(pid, signal.SIGKILL)  # on time out, or what the compiler left running
     except (ProcessLookupError, PermissionError):
@@ -1115,7 +1133,8 @@ def compile_program(argv, timeout_ms):
     drain()
     os.close(out_r)
     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    os.close(pidfd)
+    if pidfd is not None:
+        os.close(pidfd)
     exit_code = sig = None
     if info.si_code == os.CLD_EXITED:
         exit_code = info.si_status
@@ -1668,6 +1687,10 @@ def preload():
             importlib.import_module(name)
         except ImportError:
             pass
+    # The image's own packages (language.json "preload"): a missing one is an image defect,
+    # which the runner's start-up says rather than every program finding it cold.
+    for name in LANGUAGE.get("preload") or ():
+        importlib.import_module(name)
     if os.path.exists(HARNESS_PATH):
         import importlib.util
 
@@ -1698,7 +1721,12 @@ def serve():
         write_frame(1, {"type": "fatal", "message": "; ".join(problems), "oom_killed": False})
         return 2
     os.umask(0o077)
-    preload()
+    try:
+        preload()
+    except Exception as e:
+        message = "cannot preload the image's modules: %s: %s" % (type(e).__name__, e)
+        write_frame(1, {"type": "fatal", "message": message, "oom_killed": False})
+        return 2
     import gc
 
     gc.collect()

@@ -63,6 +63,12 @@ def working_tree_mounts(language):
     for name in sorted(os.listdir(folder)):
         if name == "language.json" or name.startswith("harness."):
             mounts += ["-v", "%s:/opt/codegen/%s:ro" % (os.path.join(folder, name), name)]
+    # A shared harness (JavaScript's, which TypeScript runs too) lives in common/.
+    with open(os.path.join(folder, "Dockerfile")) as f:
+        copied = f.read()
+    for name in sorted(os.listdir(COMMON)):
+        if name.startswith("harness.") and " %s " % name in copied:
+            mounts += ["-v", "%s:/opt/codegen/%s:ro" % (os.path.join(COMMON, name), name)]
     return mounts
 
 

@@ -263,13 +263,13 @@ impl Inner {
 
     /// The container's memory (and memory + swap) limit for a program limit of `memory_mb`:
     /// the runner's reserve on top.
-    fn container_memory(&self, memory_mb: u64) -> i64 {
-        let mib = memory_mb.saturating_add(self.options.runner_memory_mb);
+    fn container_memory(&self, language: Language, memory_mb: u64) -> i64 {
+        let mib = memory_mb.saturating_add(self.options.runner_memory_of(language));
         i64::try_from(mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX)
     }
 
     fn container_config(&self, language: Language, memory_mb: u64) -> ContainerCreateBody {
-        let memory = self.container_memory(memory_mb);
+        let memory = self.container_memory(language, memory_mb);
         let tmpfs_opts = format!(
             "rw,nosuid,nodev,noexec,size={}m,uid={PROGRAM_UID},gid={PROGRAM_UID},mode=0700",
             self.options.tmpfs_mb
@@ -568,7 +568,7 @@ impl Inner {
                 if runner.memory_mb == memory_mb {
                     return Ok(runner);
                 }
-                match self.set_memory(&runner.id, memory_mb).await {
+                match self.set_memory(&runner.id, language, memory_mb).await {
                     Ok(()) => {
                         runner.memory_mb = memory_mb;
                         return Ok(runner);
@@ -602,8 +602,8 @@ impl Inner {
         }
     }
 
-    async fn set_memory(&self, id: &str, memory_mb: u64) -> Result<(), Error> {
-        let memory = self.container_memory(memory_mb);
+    async fn set_memory(&self, id: &str, language: Language, memory_mb: u64) -> Result<(), Error> {
+        let memory = self.container_memory(language, memory_mb);
         self.docker()
             .await?
             .update_container(

@@ -73,9 +73,10 @@ pub struct Options {
     /// Warm containers kept per language (unless `pools` says otherwise). 0 runs every
     /// execution in a fresh container.
     pub pool_size: usize,
-    /// Per-language pools (`[sandbox.pools.<language>]`): `size` (default `pool_size`) and
-    /// `lazy` (default: true for the compiled languages): a lazy pool starts no container
-    /// until the language's first execution, so an idle language costs nothing.
+    /// Per-language pools (`[sandbox.pools.<language>]`): `size` (default `pool_size`),
+    /// `lazy` (default: true but for Python, JavaScript and Bash): a lazy pool starts no
+    /// container until the language's first execution, so an idle language costs nothing;
+    /// `runner_memory_mb` (default `runner_memory_mb` plus the language's own need).
     pub pools: BTreeMap<Language, PoolOptions>,
     /// Executions a container serves before it is replaced.
     pub max_runs_per_container: u64,
@@ -119,7 +120,8 @@ impl Default for Options {
                 .map(|l| {
                     let pool = PoolOptions {
                         size: None,
-                        lazy: Some(l.spec().compiled),
+                        lazy: Some(!l.spec().warm_at_start),
+                        runner_memory_mb: None,
                     };
                     (*l, pool)
                 })
@@ -140,10 +142,15 @@ pub struct PoolOptions {
     /// Warm containers; absent: `sandbox.pool_size`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size: Option<usize>,
-    /// Start no container before the language's first execution; absent: true for the
-    /// compiled languages.
+    /// Start no container before the language's first execution; absent: true but for
+    /// Python, JavaScript and Bash.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lazy: Option<bool>,
+    /// MiB on top of each request's memory for the runner's own processes in this
+    /// language's containers; absent: `sandbox.runner_memory_mb` plus what the language's
+    /// preloaded packages need (`LanguageSpec::runner_extra_mb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runner_memory_mb: Option<u64>,
 }
 
 impl Options {
@@ -155,12 +162,20 @@ impl Options {
             .unwrap_or(self.pool_size)
     }
 
+    /// MiB added to every request's memory in `language`'s containers for the runner.
+    pub fn runner_memory_of(&self, language: Language) -> u64 {
+        self.pools
+            .get(&language)
+            .and_then(|p| p.runner_memory_mb)
+            .unwrap_or(self.runner_memory_mb + language.spec().runner_extra_mb)
+    }
+
     /// Whether `language`'s pool waits for its first execution before it starts containers.
     pub fn is_lazy(&self, language: Language) -> bool {
         self.pools
             .get(&language)
             .and_then(|p| p.lazy)
-            .unwrap_or(language.spec().compiled)
+            .unwrap_or(!language.spec().warm_at_start)
     }
 
     /// The languages of `languages`, or which entry is not one.

@@ -498,3 +498,48 @@ async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
     assert_eq!(answer["status"], "passed", "{answer:#}");
     assert_eq!(answer["stdout"], "ok\n", "{answer:#}");
 }
+
+#[tokio::test]
+async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    // Imported by the zygote before any program: the program's first line sees them loaded.
+    let code = "import sys\n\
+                print(all(m in sys.modules for m in ('numpy', 'scipy', 'pandas', 'sympy', 'networkx')))\n\
+                import numpy as np, pandas as pd, sympy, networkx as nx\n\
+                from scipy import optimize\n\
+                print(int(np.arange(10).sum()), int(pd.Series([1, 2, 3]).sum()),\n\
+                      sympy.factor(sympy.Symbol('x')**2 - 1), nx.shortest_path_length(nx.path_graph(5), 0, 4),\n\
+                      round(optimize.brentq(lambda x: x * x - 2, 0, 2), 6))\n";
+    let (got, answer) = cluster
+        .execute("", json!({"language": "python-sci", "code": code}))
+        .await;
+    assert_eq!(got, 200, "{answer}");
+    assert_eq!(answer["status"], "passed", "{answer:#}");
+    assert_eq!(
+        answer["stdout"], "True\n45 6 (x - 1)*(x + 1) 4 1.414214\n",
+        "{answer:#}"
+    );
+    // 200 MiB of the program's own within a 256 MiB limit: the preloaded packages are the
+    // runner's, not the program's, and not in its peak either.
+    let code = "import numpy as np\na = np.ones(25_000_000)\nprint(int(a.sum()))\n";
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "python-sci", "code": code, "memory_mb": 256}),
+        )
+        .await;
+    assert_eq!(answer["status"], "passed", "{answer:#}");
+    let peak = answer["peak_memory_kb"].as_u64().unwrap();
+    assert!((190_000..240_000).contains(&peak), "{answer:#}");
+    // And past the limit, the program's own memory_limit.
+    let code = "import numpy as np\na = np.ones(50_000_000)\nprint(int(a.sum()))\n";
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "python-sci", "code": code, "memory_mb": 256}),
+        )
+        .await;
+    assert_eq!(answer["status"], "memory_limit", "{answer:#}");
+}

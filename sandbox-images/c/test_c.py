@@ -1,0 +1,74 @@
+"""The C image through the runner protocol: the compile phase every compiled language shares
+(common/runner.py's compile_program and the supervisor's "compiled" word). Real hardened
+containers; skipped without Docker or the image (sandbox-images/build c). The verdicts of
+every compiled language are in tests/tests/languages.rs.
+
+Run:  python3 -m unittest discover -s sandbox-images/c -p 'test_*.py'
+"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import Container, skip_without_image  # noqa: E402
+
+BUILD = ["--tmpfs", "/build:rw,nosuid,nodev,exec,size=64m,uid=10002,gid=10002,mode=0700"]
+# 4000 small functions: a compile of about a second, and a compiler (cc1) of tens of MiB.
+BIG = "".join(
+    "int f%d(int x) { int y = x; for (int k = 0; k < %d; k++) y = y * 31 + k; return y; }\n"
+    % (i, i % 7 + 1) for i in range(4000)
+) + "int main(void) { return f1(0) == 1 ? 0 : 1; }\n"
+
+
+@skip_without_image("c")
+class CompilePhaseTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Container("c", extra=BUILD)
+        assert cls.c.recv()["type"] == "ready"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+
+    def test_the_runs_clock_starts_when_the_compile_ends(self):
+        # The compile takes longer than the run's whole limit; the run itself is instant.
+        r = self.c.run(BIG, timeout_ms=300)
+        self.assertEqual(r["compile"]["status"], "ok", r)
+        self.assertGreater(r["compile"]["duration_ms"], 300, r)
+        self.assertFalse(r["timed_out"], r)
+        self.assertEqual(r["exit_code"], 0, r)
+        self.assertLess(r["duration_ms"], 300, r)
+
+    def test_the_compilers_memory_is_not_the_programs(self):
+        r = self.c.run(BIG, timeout_ms=5000)
+        self.assertEqual(r["exit_code"], 0, r)
+        # The program is a few pages; the runner's floor is about 15 MiB; cc1 alone is more.
+        self.assertLess(r["peak_memory_kb"], 30_000, r)
+
+    def test_a_compile_error_runs_nothing_and_says_why(self):
+        r = self.c.run('#include <stdio.h>\nint main(void) { puts("ran"); return nope; }')
+        self.assertEqual(r["compile"]["status"], "error", r)
+        self.assertEqual(r["compile"]["exit_code"], 1, r)
+        self.assertIn("nope", r["compile"]["output"])
+        self.assertIn("undeclared", r["compile"]["output"])
+        self.assertEqual((r["exit_code"], r["stdout"]), (None, ""))
+
+    def test_a_compile_past_its_limit_is_killed_with_its_compiler(self):
+        r = self.c.run(BIG, compile_timeout_ms=200, timeout_ms=5000)
+        self.assertEqual(r["compile"]["status"], "timeout", r)
+        self.assertLess(r["compile"]["duration_ms"], 1500, r)
+        self.assertIsNone(r["exit_code"], r)
+        # Nothing of the compile is left: the next program compiles and runs.
+        r = self.c.run('#include <stdio.h>\nint main(void) { puts("next"); return 0; }')
+        self.assertEqual((r["exit_code"], r["stdout"]), (0, "next\n"), r)
+
+    def test_a_test_is_appended_as_one_translation_unit(self):
+        r = self.c.run("static int twice(int x) { return 2 * x; }",
+                       test="#include <stdio.h>\nint main(void) { printf(\"%d\\n\", twice(21)); return 0; }")
+        self.assertEqual((r["exit_code"], r["stdout"], r["test_finished"]), (0, "42\n", True), r)
+
+
+if __name__ == "__main__":
+    unittest.main()
