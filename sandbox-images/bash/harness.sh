@@ -11,8 +11,20 @@
 # `exit` (or errexit) in either ends it early: the EXIT trap reports test_finished false
 # and the phase it stopped in (a program that replaces the trap leaves no report, which
 # the runner counts as not finished).
-main=$1
-test=${2-}
+#   bash /opt/codegen/harness.sh --wait             (the same, MAIN and TEST read from fd 4)
+#
+# --wait: started by the runner before the request exists, while the container is idle; it
+# blocks on fd 4 until the runner writes the program's path, then the test's (or an empty
+# line). End of input without a path: nothing to run, exit 0.
+if [ "${1-}" = --wait ]; then
+  IFS= read -r main <&4 || exit 0
+  IFS= read -r test <&4 || test=
+  exec 4<&-
+  [ -n "$main" ] || exit 0
+else
+  main=$1
+  test=${2-}
+fi
 
 json_string() {
   local s=$1

@@ -2,7 +2,12 @@
 // Runs a JavaScript program, and optionally its test, for the codegen runner (exec mode):
 //
 //   node /opt/codegen/harness.js MAIN [TEST]        (cwd /work, uid 10002, fd 3 = report)
+//   node /opt/codegen/harness.js --wait             (the same, MAIN and TEST read from fd 4)
 //
+// --wait: started by the runner before the request exists, while the container is idle; it
+// loads everything it needs, then blocks on fd 4 until the runner writes the program's path
+// and the test's (or an empty line) and closes it. A run then costs the program, not node's
+// start-up. End of input without a path: nothing to run, exit 0.
 // MAIN and TEST run as classic scripts in ONE global scope (vm.runInThisContext with their
 // file names), as if the two files were concatenated: the test sees the code's top-level
 // functions, classes and const/let. require, module, exports, __filename and __dirname are
@@ -28,7 +33,28 @@ const writeSync = fs.writeSync;
 const stringify = JSON.stringify;
 const realExit = process.exit;
 
-const [mainPath, testPath] = process.argv.slice(2);
+function pathsFromRunner() {
+  const chunks = [];
+  const buf = Buffer.alloc(4096);
+  for (;;) {
+    let n;
+    try {
+      n = fs.readSync(4, buf, 0, buf.length, null);
+    } catch (err) {
+      if (err.code === 'EAGAIN' || err.code === 'EINTR') continue;
+      throw err;
+    }
+    if (n === 0) break;
+    chunks.push(Buffer.from(buf.subarray(0, n)));
+  }
+  fs.closeSync(4);
+  const [main, test] = Buffer.concat(chunks).toString('utf8').split('\n');
+  if (!main) process.exit(0);
+  return test ? [main, test] : [main];
+}
+
+const [mainPath, testPath] =
+  process.argv[2] === '--wait' ? pathsFromRunner() : process.argv.slice(2);
 // Both read before any code runs: the code cannot rewrite its test.
 const mainSource = readSource(mainPath);
 const testSource = testPath === undefined ? null : readSource(testPath);

@@ -315,6 +315,10 @@ def load_language(path=LANGUAGE_PATH):
         problems.append("language.json: 'test_form' must be 'file' or 'append'")
     if not isinstance(cfg.get("report", True), bool):
         problems.append("language.json: 'report' must be true or false")
+    if cfg.get("prestart", False) not in (True, False):
+        problems.append("language.json: 'prestart' must be true or false")
+    elif cfg.get("prestart") and (mode != "exec" or build is not None):
+        problems.append("language.json: 'prestart' needs 'mode': 'exec' and no 'compile'")
     preload = cfg.get("preload", [])
     if not isinstance(preload, list) or not all(
         isinstance(m, str) and m and all(p.isidentifier() for p in m.split("."))
@@ -805,6 +809,9 @@ def program_main(fds):
             sys.modules["random"].seed()
         main = None if exec_mode() else prepare_interpreter()
         problems = scrub()
+        # The interpreter starts now, empty-handed like P, while the container is idle: a
+        # run then costs the program, not the interpreter's start-up.
+        waiting = prestart() if LANGUAGE.get("prestart") and not problems else None
         # The high-water mark so far: what P is before any of the request (the zygote's pages
         # it maps count as its own), so that the program's peak is measured from here.
         base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -818,7 +825,7 @@ def program_main(fds):
         req = json.loads(raw.decode("utf-8"))
         del raw
         if exec_mode():
-            code = run_exec(req, status_w)
+            code = run_exec(req, status_w, waiting)
         else:
             code = run_program(req, main, status_w)
     except BaseException:
@@ -962,9 +969,40 @@ def run_harness(spec, code, main):
     return harness.run_in_process(spec, code, main.__dict__)
 
 
-def run_exec(req, status_w):
+def prestart():
+    """Exec mode with "prestart": starts `command + ["--wait"]` now, before any request, with
+    the report pipe as fd 3 and a pipe as fd 4 on which the harness waits for the program's
+    paths (main, then test or an empty line). Returns (pid, paths_w, report_r)."""
+    paths_r, paths_w = os.pipe()
+    report_r, report_w = os.pipe()
+    argv = list(LANGUAGE["command"]) + ["--wait"]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # Through high numbers, so that neither end lands on the other's target.
+            os.dup2(report_w, 100)
+            os.dup2(paths_r, 101)
+            os.dup2(100, 3)
+            os.dup2(101, 4)
+            close_other_fds(keep=(3, 4))
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execve(argv[0], argv, dict(os.environ))
+        except BaseException as e:
+            try:
+                os.write(2, ("runner: cannot start %s: %s\n" % (argv[0], e)).encode())
+            except BaseException:
+                pass
+        os._exit(127)
+    os.close(report_w)
+    os.close(paths_r)
+    return pid, paths_w, report_r
+
+
+def run_exec(req, status_w, waiting=None):
     """Exec mode: the language's harness as a child of P (same session, so C's group kill
-    takes it), with a report pipe as fd 3; then P's final report."""
+    takes it), with a report pipe as fd 3; then P's final report. `waiting`: the harness
+    prestart() started, which only needs the program's paths."""
     main_path = work_path("main")
     test = req.get("test")
     sources = [main_path]
@@ -1004,6 +1042,15 @@ def run_exec(req, status_w):
     else:
         argv = list(LANGUAGE["command"]) + sources
 
+    if waiting is not None:
+        pid, paths_w, report_r = waiting
+        try:
+            write_all(paths_w, ("%s\n%s\n" % (sources[0], sources[1] if len(sources) > 1 else ""))
+                      .encode("utf-8"))
+        except BrokenPipeError:
+            pass  # the harness died waiting: its status says how
+        os.close(paths_w)
+        return finish_exec(req, status_w, report_r, pid)
     report_r, report_w = os.pipe()  # both close-on-exec
     pid = os.fork()
     if pid == 0:
@@ -1023,6 +1070,12 @@ def run_exec(req, status_w):
                 pass
         os._exit(127)
     os.close(report_w)
+    return finish_exec(req, status_w, report_r, pid)
+
+
+def finish_exec(req, status_w, report_r, pid):
+    """Waits for the harness `pid` and its fd-3 report; P's final report to C."""
+    test = req.get("test")
     data, status = read_report(report_r, pid)
     os.close(report_r)
 
