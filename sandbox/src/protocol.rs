@@ -274,8 +274,9 @@ pub(crate) fn verdict(
         stderr: result.stderr,
         truncated: result.stdout_truncated || result.stderr_truncated,
         duration_ms: result.duration_ms,
-        cpu_ms: result.cpu_ms,
-        peak_memory_kb: result.peak_memory_kb,
+        // Nothing ran after a failed compile: no figures of a program.
+        cpu_ms: result.cpu_ms.filter(|_| !compile_failed),
+        peak_memory_kb: result.peak_memory_kb.filter(|_| !compile_failed),
         reason,
         error_kind,
         files,
@@ -536,5 +537,51 @@ mod tests {
         assert_eq!(v.files["bin"].as_bytes(), [0, 255]);
         assert!(!v.files.contains_key("link"));
         assert_eq!(v.file_errors["link"], "a symbolic link");
+    }
+
+    #[test]
+    fn a_failed_compile_is_a_compile_error_whatever_the_exit() {
+        let compile = |status, output: &str| RunnerCompile {
+            status,
+            exit_code: Some(1),
+            signal: None,
+            output: output.into(),
+            duration_ms: 40,
+            oom_killed: false,
+        };
+        let refused = RunnerResult {
+            exit_code: None,
+            cpu_ms: Some(1),
+            peak_memory_kb: Some(14_000),
+            compile: Some(compile(
+                CompileStatus::Error,
+                "main.c: In function 'main':\nmain.c:1:25: error: 'nope' undeclared\n",
+            )),
+            ..result()
+        };
+        let v = verdict(refused, 1, &request(false));
+        assert_eq!(v.status, Status::CompileError);
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("the compiler exited with status 1: main.c:1:25: error: 'nope' undeclared")
+        );
+        assert_eq!((v.cpu_ms, v.peak_memory_kb), (None, None), "nothing ran");
+        assert_eq!(v.compile.unwrap().status, CompileStatus::Error);
+
+        let slow = RunnerResult {
+            compile: Some(compile(CompileStatus::Timeout, "")),
+            ..result()
+        };
+        let v = verdict(slow, 1, &request(false));
+        assert_eq!(v.status, Status::CompileError);
+        assert!(v.reason.unwrap().contains("past its limit"));
+
+        let compiled = RunnerResult {
+            compile: Some(compile(CompileStatus::Ok, "a warning\n")),
+            ..result()
+        };
+        let v = verdict(compiled, 1, &request(false));
+        assert_eq!(v.status, Status::Passed);
+        assert_eq!(v.compile.unwrap().output, "a warning\n");
     }
 }
