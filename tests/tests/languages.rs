@@ -543,3 +543,46 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
         .await;
     assert_eq!(answer["status"], "memory_limit", "{answer:#}");
 }
+
+#[tokio::test]
+async fn a_compiler_bomb_is_a_compile_error_and_the_container_serves_the_next_run() {
+    let cluster = Cluster::new();
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    // 10^6 statements in one function at -O2: gcc's memory grows past any small limit.
+    let bomb = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\
+                #define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1\n#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2\n\
+                #define A4 A3 A3 A3 A3 A3 A3 A3 A3 A3 A3\n#define A5 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4\n\
+                #define A6 A5 A5 A5 A5 A5 A5 A5 A5 A5 A5\n\
+                int main(void) { volatile int x = 0; A6 return 0; }\n";
+    let (got, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "c", "code": bomb, "memory_mb": 64, "compile_timeout_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(got, 200, "{answer}");
+    assert_eq!(answer["status"], "compile_error", "{answer:#}");
+    assert!(
+        answer["reason"].as_str().unwrap().contains("memory limit"),
+        "the OOM killer took the compiler, not the runner: {answer:#}"
+    );
+    // A compiler reading a device forever: its memory limit or the compile's own time limit
+    // stops it, whichever comes first; never the runner.
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "c", "code": "#include \"/dev/zero\"\n", "compile_timeout_ms": 1000}),
+        )
+        .await;
+    assert_eq!(answer["status"], "compile_error", "{answer:#}");
+    // Nothing of either is left: the next program compiles and runs.
+    let (_, answer) = cluster
+        .execute(
+            "",
+            json!({"language": "c", "code": "#include <stdio.h>\nint main(void) { puts(\"next\"); return 0; }\n"}),
+        )
+        .await;
+    assert_eq!(answer["status"], "passed", "{answer:#}");
+    assert_eq!(answer["stdout"], "next\n", "{answer:#}");
+}
