@@ -975,16 +975,28 @@ def prestart():
     paths (main, then test or an empty line). Returns (pid, paths_w, report_r)."""
     paths_r, paths_w = os.pipe()
     report_r, report_w = os.pipe()
-    argv = list(LANGUAGE["command"]) + ["--wait"]
+    pid = spawn(list(LANGUAGE["command"]) + ["--wait"], {3: report_w, 4: paths_r})
+    os.close(report_w)
+    os.close(paths_r)
+    return pid, paths_w, report_r
+
+
+def spawn(argv, placed, new_group=False):
+    """Forks a child of P that execs `argv` with the descriptors `placed` ({target: source})
+    and no other above 2, in a process group of its own if `new_group`; exit status 127 when
+    it cannot start. Returns its pid."""
     pid = os.fork()
     if pid == 0:
         try:
-            # Through high numbers, so that neither end lands on the other's target.
-            os.dup2(report_w, 100)
-            os.dup2(paths_r, 101)
-            os.dup2(100, 3)
-            os.dup2(101, 4)
-            close_other_fds(keep=(3, 4))
+            if new_group:
+                os.setpgid(0, 0)
+            # Through high numbers, so that no source lands on another's target first.
+            for i, source in enumerate(placed.values()):
+                os.dup2(source, 100 + i)
+            for i, target in enumerate(placed):
+                os.dup2(100 + i, target)  # inheritable
+            close_other_fds(keep=tuple(placed))
+            # Python ignores these at start-up; an ignored signal would survive the exec.
             for sig in (signal.SIGPIPE, signal.SIGXFSZ):
                 signal.signal(sig, signal.SIG_DFL)
             os.execve(argv[0], argv, dict(os.environ))
@@ -994,9 +1006,7 @@ def prestart():
             except BaseException:
                 pass
         os._exit(127)
-    os.close(report_w)
-    os.close(paths_r)
-    return pid, paths_w, report_r
+    return pid
 
 
 def run_exec(req, status_w, waiting=None):
@@ -1052,23 +1062,7 @@ def run_exec(req, status_w, waiting=None):
         os.close(paths_w)
         return finish_exec(req, status_w, report_r, pid)
     report_r, report_w = os.pipe()  # both close-on-exec
-    pid = os.fork()
-    if pid == 0:
-        try:
-            if report_w != 3:
-                os.dup2(report_w, 3)
-            os.set_inheritable(3, True)
-            close_other_fds(keep=(3,))
-            # Python ignores these at start-up; an ignored signal would survive the exec.
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execve(argv[0], argv, dict(os.environ))
-        except BaseException as e:
-            try:
-                os.write(2, ("runner: cannot start %s: %s\n" % (argv[0], e)).encode())
-            except BaseException:
-                pass
-        os._exit(127)
+    pid = spawn(argv, {3: report_w})
     os.close(report_w)
     return finish_exec(req, status_w, report_r, pid)
 
@@ -1115,24 +1109,9 @@ def compile_program(argv, timeout_ms):
     high-water mark, which is the program's figure. It goes with P (init reaps it)."""
     t0 = time.monotonic()
     out_r, out_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setpgid(0, 0)
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out_w, 1)
-            os.dup2(out_w, 2)
-            close_other_fds(keep=())
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execve(argv[0], argv, dict(os.environ))
-        except BaseException as e:
-            try:
-                os.write(2, ("runner: cannot start %s: %s\n" % (argv[0], e)).encode())
-            except BaseException:
-                pass
-        os._exit(127)
+    null = os.open("/dev/null", os.O_RDONLY)
+    pid = spawn(argv, {0: null, 1: out_w, 2: out_w}, new_group=True)
+    os.close(null)
     os.close(out_w)
     try:
         pidfd = os.pidfd_open(pid)
