@@ -110,6 +110,12 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
     cluster.cleanup().await;
 }
 
+/// A 429 whose error names `quota`.
+fn assert_over(status: u16, body: &Value, quota: &str) {
+    assert_eq!(status, 429, "{body}");
+    assert!(body["error"].as_str().unwrap().contains(quota), "{body}");
+}
+
 /// `method path` on `base` as `key`: status, `Retry-After` and the JSON answer.
 async fn send(
     cluster: &Cluster,
@@ -257,13 +263,10 @@ async fn quotas_on_work_hold_across_two_coordinators() {
         Some(sleeper.clone()),
     )
     .await;
-    assert_eq!(status, 429, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("coordinator.tenants.acme.executions_in_flight"),
-        "{body}"
+    assert_over(
+        status,
+        &body,
+        "coordinator.tenants.acme.executions_in_flight",
     );
     // Once they have their verdicts, their places are free again.
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
@@ -306,15 +309,12 @@ async fn quotas_on_work_hold_across_two_coordinators() {
         Some(burn),
     )
     .await;
-    assert_eq!(status, 429, "{body}");
-    assert!(retry.unwrap() >= 1);
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("coordinator.tenants.globex.sandbox_cpu_seconds_per_period"),
-        "{body}"
+    assert_over(
+        status,
+        &body,
+        "coordinator.tenants.globex.sandbox_cpu_seconds_per_period",
     );
+    assert!(retry.unwrap() >= 1);
 
     // Model tokens per period: once globex's job ended with its tokens, its next job is 429.
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
@@ -345,13 +345,10 @@ async fn quotas_on_work_hold_across_two_coordinators() {
         Some(json!({"instruction": distinct_job(8)})),
     )
     .await;
-    assert_eq!(status, 429, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("coordinator.tenants.globex.model_tokens_per_period"),
-        "{body}"
+    assert_over(
+        status,
+        &body,
+        "coordinator.tenants.globex.model_tokens_per_period",
     );
     cluster.cleanup().await;
 }
