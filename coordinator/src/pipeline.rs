@@ -7,7 +7,8 @@ use std::time::Duration;
 use broker::{Delivery, Outgoing, Queue};
 use futures::StreamExt;
 use proto::job::{
-    CacheOutcome, Event, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Quality, Validation,
+    CacheOutcome, Event, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
+    Quality, Validation,
 };
 use proto::{Envelope, Progress, Task, TaskId};
 use tokio_util::sync::CancellationToken;
@@ -62,13 +63,6 @@ pub(crate) fn task(job_id: TaskId, function: Option<String>, problem: Option<Str
         job_id,
         function,
         problem,
-    }
-}
-
-fn event_function(event: &Event) -> String {
-    match event {
-        Event::FunctionDone { function, .. } => function.clone(),
-        _ => String::new(),
     }
 }
 
@@ -308,23 +302,29 @@ impl Coordinator {
     /// may have left unpublished, and workers skip finished functions.
     async fn apply(&self, event: &Event) -> Result<(), EventError> {
         let id = event.job_id();
-        let Some(meta) = self.jobs.job_meta(id).await? else {
+        // Everything the event needs, in one read: a function's event also needs the plan
+        // and the function's outcome.
+        let function = match event {
+            Event::FunctionDone { function, .. } => Some(function.as_str()),
+            _ => None,
+        };
+        let view = self.jobs.view(id, function).await?;
+        let Some(meta) = view.meta else {
             tracing::warn!(job = %id, "event for an unknown job; dropped");
             return Ok(());
         };
-        let status = self.jobs.status(id).await?;
+        let status = view.status;
         if status.is_some_and(JobStatus::is_final) {
             return Ok(());
         }
         if status == Some(JobStatus::Integrating) && matches!(event, Event::Planned { .. }) {
             return Ok(()); // a redelivered plan event: the job is past planning
         }
-        if status == Some(JobStatus::Integrating) && matches!(event, Event::FunctionDone { .. }) {
+        if status == Some(JobStatus::Integrating)
+            && let (Event::FunctionDone { function, .. }, Some(plan)) = (event, &view.plan)
+        {
             // Integration is already under way (a function failed): start nothing new.
-            let _ = self
-                .jobs
-                .complete_function(id, &event_function(event))
-                .await;
+            let _ = self.jobs.complete_function(id, plan, function, None).await;
             return Ok(());
         }
         match event {
@@ -336,7 +336,15 @@ impl Coordinator {
                     .await?;
             }
             Event::Planned { failure: None, .. } => self.planned(meta).await?,
-            Event::FunctionDone { function, .. } => self.function_done(&meta, function).await?,
+            Event::FunctionDone { function, .. } => {
+                let plan = view.plan.ok_or(EventError::Invalid(
+                    "function event for a job without a plan",
+                ))?;
+                let outcome = view.function.ok_or(EventError::Invalid(
+                    "function event without a stored outcome",
+                ))?;
+                self.function_done(&meta, &plan, function, &outcome).await?;
+            }
             Event::Integrated { .. } => {}
         }
         Ok(())
@@ -395,29 +403,23 @@ impl Coordinator {
         }
     }
 
-    async fn function_done(&self, meta: &JobMeta, function: &str) -> Result<(), EventError> {
+    async fn function_done(
+        &self,
+        meta: &JobMeta,
+        plan: &Plan,
+        function: &str,
+        outcome: &FunctionOutcome,
+    ) -> Result<(), EventError> {
         let id = meta.id;
-        let outcome = self
+        let done = Progress::FunctionDone {
+            function: function.to_owned(),
+            passed: outcome.passed,
+            attempts: outcome.attempts,
+        };
+        let completion = self
             .jobs
-            .function(id, function)
-            .await?
-            .ok_or(EventError::Invalid(
-                "function event without a stored outcome",
-            ))?;
-        let completion = self.jobs.complete_function(id, function).await?;
-        if completion.first {
-            let _ = self
-                .jobs
-                .push_event(
-                    id,
-                    &Progress::FunctionDone {
-                        function: function.to_owned(),
-                        passed: outcome.passed,
-                        attempts: outcome.attempts,
-                    },
-                )
-                .await;
-        }
+            .complete_function(id, plan, function, Some(&done))
+            .await?;
         if !outcome.passed || completion.all_done {
             // Either everything is done, or a function cannot be made to pass and its
             // dependants cannot be built on it: integrate what there is.

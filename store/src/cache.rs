@@ -36,6 +36,12 @@ pub trait CacheStore: Send + Sync + 'static {
     async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error>;
     /// Counts a lookup: `kind` is `solution` or `function`.
     async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error>;
+    /// [`CacheStore::cached_function`] counted as a `function` lookup (Redis: one script).
+    async fn look_up_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
+        let found = self.cached_function(key).await?;
+        self.count_lookup("function", found.is_some()).await?;
+        Ok(found)
+    }
     async fn cache_stats(&self) -> Result<CacheStats, Error>;
     /// Removes every cache entry and counter; returns how many keys went.
     async fn clear_cache(&self) -> Result<u64, Error>;
@@ -93,6 +99,36 @@ impl CacheStore for crate::RedisStore {
     async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error> {
         self.set_msgpack(&self.cache_key(&format!("function:{key}")), outcome)
             .await
+    }
+
+    async fn look_up_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
+        /// KEYS: the entry, the counters. ARGV: the hit counter, the miss counter.
+        static LOOK_UP: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+            redis::Script::new(
+                r#"
+local v = redis.call('GET', KEYS[1])
+if v then redis.call('HINCRBY', KEYS[2], ARGV[1], 1) else redis.call('HINCRBY', KEYS[2], ARGV[2], 1) end
+return v
+"#,
+            )
+        });
+        let key = self.cache_key(&format!("function:{key}"));
+        let bytes: Option<Vec<u8>> = LOOK_UP
+            .key(&key)
+            .key(self.cache_key("stats"))
+            .arg(counter("function", true))
+            .arg(counter("function", false))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        bytes
+            .map(|b| {
+                proto::codec::decode(&b).map_err(|e| Error::Corrupt {
+                    key,
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
     }
 
     async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error> {

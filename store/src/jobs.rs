@@ -50,6 +50,26 @@ pub struct Completion {
     pub first: bool,
 }
 
+/// What a step of a job reads before it starts, in one round trip (Redis: one `MGET`).
+#[derive(Debug, Clone, Default)]
+pub struct JobView {
+    pub meta: Option<JobMeta>,
+    pub status: Option<JobStatus>,
+    pub plan: Option<Plan>,
+    /// The outcome of the function asked for, if any.
+    pub function: Option<FunctionOutcome>,
+}
+
+/// What storing an outcome did ([`JobStore::save_function`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saved {
+    /// False when a final outcome was stored already (which then stands).
+    pub stored: bool,
+    /// The job's status as the write saw it: a worker learns that its job ended without
+    /// another read.
+    pub status: Option<JobStatus>,
+}
+
 /// A progress event for SSE, with its stream id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
@@ -86,10 +106,51 @@ pub trait JobStore: Send + Sync + 'static {
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error>;
     /// Stores a (partial or final) outcome unless a final one is stored already; returns
     /// whether it was stored.
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error>;
+    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
+        Ok(self.save_function(id, outcome, None).await?.stored)
+    }
+    /// [`JobStore::put_function`], and when stored, the progress event `event` with it;
+    /// answers the job's status too (Redis: one script).
+    async fn save_function(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+    ) -> Result<Saved, Error>;
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error>;
-    /// Marks `name` done and returns what became ready (see the module docs).
-    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error>;
+    /// The outcomes of `names`, in order (Redis: one `MGET`).
+    async fn functions(
+        &self,
+        id: TaskId,
+        names: &[String],
+    ) -> Result<Vec<Option<FunctionOutcome>>, Error> {
+        let mut outcomes = Vec::with_capacity(names.len());
+        for name in names {
+            outcomes.push(self.function(id, name).await?);
+        }
+        Ok(outcomes)
+    }
+    /// The job's meta, status and plan and the outcome of `function`, together.
+    async fn view(&self, id: TaskId, function: Option<&str>) -> Result<JobView, Error> {
+        Ok(JobView {
+            meta: self.job_meta(id).await?,
+            status: self.status(id).await?,
+            plan: self.plan(id).await?,
+            function: match function {
+                Some(name) => self.function(id, name).await?,
+                None => None,
+            },
+        })
+    }
+    /// Marks `name` of `plan` done and returns what became ready (see the module docs); on
+    /// the first completion, records the progress event `event` with it.
+    async fn complete_function(
+        &self,
+        id: TaskId,
+        plan: &Plan,
+        name: &str,
+        event: Option<&Progress>,
+    ) -> Result<Completion, Error>;
     /// Records that the tasks of `names` were published (after the broker confirmed them).
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error>;
     /// Of `names`, those not recorded as published: what a repeated event may publish again.
@@ -165,12 +226,20 @@ const EVENTS_SAFETY_POLL: Duration = Duration::from_secs(5);
 /// is far shorter, so nothing is lost but a runaway writer is bounded.
 const EVENTS_MAX_LEN: usize = 1000;
 
-/// Marks a function done and decrements its dependants, atomically.
-/// KEYS: done, pending. ARGV: function, total, dependants...
+/// Marks a function done and decrements its dependants, atomically; on the first completion
+/// appends the progress event (if any) and announces it.
+/// KEYS: done, pending, events. ARGV: function, total, ttl, event JSON or "", max events,
+/// events channel, job id, dependants...
 const COMPLETE: &str = r#"
 local first = redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+if first == 1 and ARGV[4] ~= '' then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'data', ARGV[4])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+  redis.call('PUBLISH', ARGV[6], ARGV[7])
+end
 local ready = {}
-for i = 3, #ARGV do
+for i = 8, #ARGV do
   local d = ARGV[i]
   if first == 1 then
     if redis.call('HINCRBY', KEYS[2], d, -1) == 0 then table.insert(ready, d) end
@@ -244,14 +313,43 @@ fn unfinished_key(prefix: &str) -> String {
     format!("{prefix}:jobs:unfinished")
 }
 
-/// Stores an outcome unless the final one is stored. KEYS: outcome, final marker.
-/// ARGV: outcome bytes, ttl, "1" when this outcome is final.
+/// Stores an outcome unless the final one is stored, with its progress event if any; answers
+/// whether it stored it and the job's status. KEYS: outcome, final marker, status, events.
+/// ARGV: outcome bytes, ttl, "1" when this outcome is final, event JSON or "", max events,
+/// events channel, job id.
 const PUT_FUNCTION: &str = r#"
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local status = redis.call('GET', KEYS[3])
+if redis.call('EXISTS', KEYS[2]) == 1 then return {0, status} end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 if ARGV[3] == '1' then redis.call('SET', KEYS[2], '1', 'EX', ARGV[2]) end
-return 1
+if ARGV[4] ~= '' then
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'data', ARGV[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[2])
+  redis.call('PUBLISH', ARGV[6], ARGV[7])
+end
+return {1, status}
 "#;
+
+/// A job status as stored (its name), or `Error::Corrupt` naming `key`.
+fn parse_status(key: &str, name: Option<String>) -> Result<Option<JobStatus>, Error> {
+    name.map(|n| serde_json::from_value(serde_json::Value::String(n)).map_err(|e| corrupt(key, e)))
+        .transpose()
+}
+
+/// A MessagePack value as stored, or `Error::Corrupt` naming `key`.
+fn parse_msgpack<T: serde::de::DeserializeOwned>(
+    key: &str,
+    bytes: Option<Vec<u8>>,
+) -> Result<Option<T>, Error> {
+    bytes
+        .map(|b| proto::codec::decode(&b).map_err(|e| corrupt(key, e)))
+        .transpose()
+}
+
+static PUT_FUNCTION_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(PUT_FUNCTION));
+static COMPLETE_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(COMPLETE));
 
 #[async_trait]
 impl JobStore for crate::RedisStore {
@@ -330,11 +428,7 @@ impl JobStore for crate::RedisStore {
             .get(&key)
             .await
             .map_err(crate::redis::backend)?;
-        name.map(|n| {
-            serde_json::from_value(serde_json::Value::String(n.clone()))
-                .map_err(|e| corrupt(&key, e))
-        })
-        .transpose()
+        parse_status(&key, name)
     }
 
     async fn statuses(&self, ids: &[TaskId]) -> Result<Vec<Option<JobStatus>>, Error> {
@@ -398,18 +492,33 @@ impl JobStore for crate::RedisStore {
         self.get_msgpack(&key).await
     }
 
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
+    async fn save_function(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+    ) -> Result<Saved, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let stored: i64 = redis::Script::new(PUT_FUNCTION)
+        let status_key = keys.key("status");
+        let (stored, status): (i64, Option<String>) = PUT_FUNCTION_SCRIPT
             .key(keys.key(&format!("fn:{}", outcome.name)))
             .key(keys.key(&format!("fn:{}:final", outcome.name)))
+            .key(&status_key)
+            .key(keys.key("events"))
             .arg(proto::codec::encode(outcome))
             .arg(self.ttl_secs())
             .arg(if outcome.done { "1" } else { "0" })
+            .arg(event.map(Progress::to_json).unwrap_or_default())
+            .arg(EVENTS_MAX_LEN)
+            .arg(self.keys().job_events_channel())
+            .arg(id.to_string())
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
-        Ok(stored == 1)
+        Ok(Saved {
+            stored: stored == 1,
+            status: parse_status(&status_key, status)?,
+        })
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
@@ -417,22 +526,80 @@ impl JobStore for crate::RedisStore {
         self.get_msgpack(&key).await
     }
 
-    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error> {
-        let plan = self.plan(id).await?.ok_or_else(|| {
-            corrupt(
-                &format!("job {id}"),
-                "completing a function of a job without a plan",
-            )
-        })?;
+    async fn functions(
+        &self,
+        id: TaskId,
+        names: &[String],
+    ) -> Result<Vec<Option<FunctionOutcome>>, Error> {
+        if names.is_empty() {
+            return Ok(vec![]);
+        }
+        let keys = JobKeys::new(self.prefix(), id);
+        let names: Vec<String> = names
+            .iter()
+            .map(|name| keys.key(&format!("fn:{name}")))
+            .collect();
+        let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&names)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        names
+            .iter()
+            .zip(values)
+            .map(|(key, bytes)| parse_msgpack(key, bytes))
+            .collect()
+    }
+
+    async fn view(&self, id: TaskId, function: Option<&str>) -> Result<JobView, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let mut names = vec![keys.key("meta"), keys.key("status"), keys.key("plan")];
+        if let Some(name) = function {
+            names.push(keys.key(&format!("fn:{name}")));
+        }
+        let mut values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&names)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        values.resize(names.len(), None);
+        let mut values = values.into_iter();
+        let mut next = || values.next().flatten();
+        Ok(JobView {
+            meta: parse_msgpack(&names[0], next())?,
+            status: parse_status(
+                &names[1],
+                next().map(|b| String::from_utf8_lossy(&b).into_owned()),
+            )?,
+            plan: parse_msgpack(&names[2], next())?,
+            function: match function {
+                Some(_) => parse_msgpack(&names[3], next())?,
+                None => None,
+            },
+        })
+    }
+
+    async fn complete_function(
+        &self,
+        id: TaskId,
+        plan: &Plan,
+        name: &str,
+        event: Option<&Progress>,
+    ) -> Result<Completion, Error> {
         let keys = JobKeys::new(self.prefix(), id);
         let dependants = plan.dependants.get(name).cloned().unwrap_or_default();
-        let script = redis::Script::new(COMPLETE);
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = COMPLETE_SCRIPT.prepare_invoke();
         invocation
             .key(keys.key("done"))
             .key(keys.key("pending"))
+            .key(keys.key("events"))
             .arg(name)
-            .arg(plan.specs.len());
+            .arg(plan.specs.len())
+            .arg(self.ttl_secs())
+            .arg(event.map(Progress::to_json).unwrap_or_default())
+            .arg(EVENTS_MAX_LEN)
+            .arg(self.keys().job_events_channel())
+            .arg(id.to_string());
         for d in &dependants {
             invocation.arg(d);
         }
@@ -440,8 +607,6 @@ impl JobStore for crate::RedisStore {
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
-        let ttl = self.ttl_secs() as i64;
-        let _: Result<(), _> = self.connection().expire(keys.key("done"), ttl).await;
         Ok(Completion {
             ready,
             all_done: all == 1,
@@ -726,26 +891,45 @@ impl JobStore for MemoryJobs {
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
         Ok(self.state().plans.get(&id).cloned())
     }
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
+    async fn save_function(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+    ) -> Result<Saved, Error> {
         let mut s = self.state();
+        let status = s.status.get(&id).copied();
         let key = (id, outcome.name.clone());
         if s.functions.get(&key).is_some_and(|o| o.done) {
-            return Ok(false);
+            return Ok(Saved {
+                stored: false,
+                status,
+            });
         }
         s.functions.insert(key, outcome.clone());
-        Ok(true)
+        if let Some(event) = event {
+            s.events.entry(id).or_default().push(event.clone());
+        }
+        Ok(Saved {
+            stored: true,
+            status,
+        })
     }
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
         Ok(self.state().functions.get(&(id, name.to_owned())).cloned())
     }
-    async fn complete_function(&self, id: TaskId, name: &str) -> Result<Completion, Error> {
+    async fn complete_function(
+        &self,
+        id: TaskId,
+        plan: &Plan,
+        name: &str,
+        event: Option<&Progress>,
+    ) -> Result<Completion, Error> {
         let mut s = self.state();
-        let plan = s
-            .plans
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| corrupt("job", "no plan"))?;
         let first = s.done.entry(id).or_default().insert(name.to_owned());
+        if let (true, Some(event)) = (first, event) {
+            s.events.entry(id).or_default().push(event.clone());
+        }
         let mut ready = Vec::new();
         for d in plan.dependants.get(name).cloned().unwrap_or_default() {
             let done = s.done.get(&id).is_some_and(|set| set.contains(&d));

@@ -35,7 +35,7 @@ pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
 pub use index::{Index, MemoryIndex};
-pub use jobs::{Completion, JobStore, MemoryJobs, StoredEvent};
+pub use jobs::{Completion, JobStore, JobView, MemoryJobs, Saved, StoredEvent};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};

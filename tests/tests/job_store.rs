@@ -70,22 +70,27 @@ async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency
     store: S,
 ) {
     let job = TaskId::new();
-    assert!(store.put_plan(job, &fan_in()).await.unwrap());
+    let plan = fan_in();
+    assert!(store.put_plan(job, &plan).await.unwrap());
     assert!(
         !store.put_plan(job, &fan_in()).await.unwrap(),
         "a plan is stored once"
     );
 
-    let first = store.complete_function(job, "a").await.unwrap();
+    let first = store
+        .complete_function(job, &plan, "a", None)
+        .await
+        .unwrap();
     assert!(first.first);
     assert_eq!(first.ready.len(), 8);
 
     // Eight completions at once, as from several coordinators: exactly one releases z.
     let racing = (1..=8).map(|i| {
         let store = store.clone();
+        let plan = plan.clone();
         tokio::spawn(async move {
             store
-                .complete_function(job, &format!("b{i}"))
+                .complete_function(job, &plan, &format!("b{i}"), None)
                 .await
                 .unwrap()
         })
@@ -100,14 +105,98 @@ async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency
     assert_eq!(released, 1);
 
     // A redelivered event for b3 changes nothing but names z again for re-publishing.
-    let again = store.complete_function(job, "b3").await.unwrap();
+    let again = store
+        .complete_function(job, &plan, "b3", None)
+        .await
+        .unwrap();
     assert!(!again.first);
     assert_eq!(again.ready, vec!["z".to_string()]);
 
-    let last = store.complete_function(job, "z").await.unwrap();
+    let last = store
+        .complete_function(job, &plan, "z", None)
+        .await
+        .unwrap();
     assert!(last.all_done && last.ready.is_empty());
-    let after = store.complete_function(job, "b3").await.unwrap();
+    let after = store
+        .complete_function(job, &plan, "b3", None)
+        .await
+        .unwrap();
     assert!(after.ready.is_empty(), "z is done: nothing to re-publish");
+}
+
+/// A completion's event is recorded with the first completion only; a stored outcome's event
+/// only when the outcome is stored; both writes answer in one round trip what a step needs.
+async fn writes_carry_their_events_and_answer_the_status<S: JobStore + Clone>(store: S) {
+    let job = TaskId::new();
+    let plan = fan_in();
+    store.put_plan(job, &plan).await.unwrap();
+    store.set_status(job, JobStatus::Running).await.unwrap();
+    let done = |f: &str| Progress::FunctionDone {
+        function: f.into(),
+        passed: true,
+        attempts: 1,
+    };
+    store
+        .complete_function(job, &plan, "a", Some(&done("a")))
+        .await
+        .unwrap();
+    store
+        .complete_function(job, &plan, "a", Some(&done("a")))
+        .await
+        .unwrap();
+    let mut outcome = proto::job::FunctionOutcome::new("b1");
+    let attempt = Progress::Attempt {
+        function: "b1".into(),
+        attempt: 1,
+        passed: false,
+        error_kind: None,
+        validation: None,
+    };
+    let saved = store
+        .save_function(job, &outcome, Some(&attempt))
+        .await
+        .unwrap();
+    assert!(saved.stored);
+    assert_eq!(saved.status, Some(JobStatus::Running));
+    outcome.done = true;
+    assert!(
+        store
+            .save_function(job, &outcome, None)
+            .await
+            .unwrap()
+            .stored
+    );
+    // A late write of the same function is refused, and so is its event; the status it
+    // answers is what a worker stops on.
+    store.set_status(job, JobStatus::Cancelled).await.unwrap();
+    let late = store
+        .save_function(job, &outcome, Some(&attempt))
+        .await
+        .unwrap();
+    assert!(!late.stored);
+    assert_eq!(late.status, Some(JobStatus::Cancelled));
+    let events: Vec<Progress> = store
+        .events(job, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, vec![done("a"), attempt]);
+
+    // One read for what a step needs.
+    let view = store.view(job, Some("b1")).await.unwrap();
+    assert_eq!(view.status, Some(JobStatus::Cancelled));
+    assert_eq!(view.plan, Some(plan));
+    assert!(view.meta.is_none(), "no meta was stored");
+    assert_eq!(view.function, Some(outcome.clone()));
+    assert_eq!(
+        store
+            .functions(job, &["b2".into(), "b1".into()])
+            .await
+            .unwrap(),
+        vec![None, Some(outcome)]
+    );
 }
 
 async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) {
@@ -294,6 +383,7 @@ macro_rules! against_both_stores {
 against_both_stores!(
     the_last_dependency_releases_a_dependant_exactly_once_under_concurrency,
     events_are_read_in_order_after_a_cursor,
+    writes_carry_their_events_and_answer_the_status,
     a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it,
     published_functions_are_remembered,
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,

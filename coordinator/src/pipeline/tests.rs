@@ -347,7 +347,8 @@ async fn redelivered_events_publish_only_what_a_crash_left_unpublished() {
 
     // A coordinator released b and c in Redis, then died before publishing them.
     jobs.put_function(job, &outcome("a", true)).await.unwrap();
-    let completion = jobs.complete_function(job, "a").await.unwrap();
+    let plan = jobs.plan(job).await.unwrap().unwrap();
+    let completion = jobs.complete_function(job, &plan, "a", None).await.unwrap();
     assert_eq!((completion.first, completion.ready.len()), (true, 2));
     let done = Event::FunctionDone {
         job_id: job,

@@ -45,13 +45,16 @@ impl Pipeline {
             .function
             .clone()
             .ok_or_else(|| Error::Drop("implement task without a function".into()))?;
-        let meta = self.meta(job).await?;
-        let plan = self.plan_of(job).await?;
+        let view = self.view(job, Some(&function)).await?;
+        let meta = view.meta.expect("view checks the meta");
+        let plan = view
+            .plan
+            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
         let spec = plan
             .spec(&function)
             .cloned()
             .ok_or_else(|| Error::Drop(format!("{function} is not in the plan of job {job}")))?;
-        if let Some(existing) = self.jobs.function(job, &function).await.map_err(redis)?
+        if let Some(existing) = view.function
             && existing.done
         {
             return self
@@ -63,8 +66,13 @@ impl Pipeline {
         }
         // Verified code of the dependencies, in plan order.
         let mut dependency_code = Vec::new();
-        for dep in Self::dependencies(&plan, &function) {
-            let outcome = self.jobs.function(job, &dep).await.map_err(redis)?;
+        let dependencies = Self::dependencies(&plan, &function);
+        let outcomes = self
+            .jobs
+            .functions(job, &dependencies)
+            .await
+            .map_err(redis)?;
+        for (dep, outcome) in dependencies.into_iter().zip(outcomes) {
             match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
                 Some(code) => dependency_code.push((dep, code)),
                 None => {
@@ -89,9 +97,8 @@ impl Pipeline {
             proto::job::function_cache_key(meta.request.language, &spec, &dependency_code, model)
         });
         if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
-            match cache.cached_function(key).await {
+            match cache.look_up_function(key).await {
                 Ok(Some(mut cached)) => {
-                    let _ = cache.count_lookup("function", true).await;
                     cached.cached = true;
                     cached.name = function.clone();
                     // Not stored when another run finished first: that outcome stands.
@@ -110,9 +117,7 @@ impl Pipeline {
                         })
                         .await;
                 }
-                Ok(None) => {
-                    let _ = cache.count_lookup("function", false).await;
-                }
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "function cache unavailable"),
             }
         }
@@ -191,7 +196,7 @@ impl Pipeline {
             .map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
-        self.save(job, outcome).await?;
+        self.save(job, outcome, None).await?;
         let deps: Vec<DependencyCode<'_>> = dependency_code
             .iter()
             .map(|(name, code)| DependencyCode { name, code })
@@ -272,18 +277,14 @@ impl Pipeline {
                             outcome.validation = Validation::StaticAnalysisOnly;
                             outcome.passed = true;
                             outcome.test_results.clear();
-                            self.progress(
-                                job,
-                                Progress::Attempt {
-                                    function: spec.name.clone(),
-                                    attempt,
-                                    passed: true,
-                                    error_kind: None,
-                                    validation: Some(Validation::StaticAnalysisOnly),
-                                },
-                            )
-                            .await;
-                            self.save(job, outcome).await?;
+                            let event = Progress::Attempt {
+                                function: spec.name.clone(),
+                                attempt,
+                                passed: true,
+                                error_kind: None,
+                                validation: Some(Validation::StaticAnalysisOnly),
+                            };
+                            self.save(job, outcome, Some(event)).await?;
                             return Ok(());
                         }
                         Err(problem) => CaseRun {
@@ -301,20 +302,17 @@ impl Pipeline {
             outcome.execution_ms += run.duration_ms;
             outcome.cpu_ms += run.cpu_ms;
             outcome.test_results = run.results.clone();
-            self.progress(
-                job,
-                Progress::Attempt {
-                    function: spec.name.clone(),
-                    attempt,
-                    passed: run.passed,
-                    error_kind: run.error_kind,
-                    validation: None,
-                },
-            )
-            .await;
+            // The attempt's event is stored with the outcome it describes.
+            let event = Progress::Attempt {
+                function: spec.name.clone(),
+                attempt,
+                passed: run.passed,
+                error_kind: run.error_kind,
+                validation: None,
+            };
             if run.passed {
                 outcome.passed = true;
-                self.save(job, outcome).await?;
+                self.save(job, outcome, Some(event)).await?;
                 return Ok(());
             }
             outcome.history.push(Improvement {
@@ -325,7 +323,7 @@ impl Pipeline {
                 fix: String::new(),
                 analysis: None,
             });
-            self.save(job, outcome).await?;
+            self.save(job, outcome, Some(event)).await?;
             last = Some((code, run));
         }
         let (_, run) = last.unwrap_or_default();

@@ -15,17 +15,21 @@ impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
     pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
-        let meta = self.meta(job).await?;
+        let view = self.view(job, None).await?;
+        let meta = view.meta.expect("view checks the meta");
         if self.jobs.result(job).await.map_err(redis)?.is_some() {
             return self.emit(Event::Integrated { job_id: job }).await;
         }
-        let plan = self.plan_of(job).await?;
-        let mut outcomes = BTreeMap::new();
-        for spec in &plan.specs {
-            if let Some(outcome) = self.jobs.function(job, &spec.name).await.map_err(redis)? {
-                outcomes.insert(spec.name.clone(), outcome);
-            }
-        }
+        let plan = view
+            .plan
+            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
+        let names: Vec<String> = plan.specs.iter().map(|s| s.name.clone()).collect();
+        let outcomes: BTreeMap<String, _> = names
+            .iter()
+            .cloned()
+            .zip(self.jobs.functions(job, &names).await.map_err(redis)?)
+            .filter_map(|(name, outcome)| Some((name, outcome?)))
+            .collect();
         let module: String = plan
             .specs
             .iter()

@@ -3,11 +3,11 @@
 //! only then publishes an event for the coordinators.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use broker::{Broker, Outgoing};
 use model::Model;
-use proto::job::{Event, FunctionOutcome, JobMeta, JobTask, Plan};
+use proto::job::{Event, FunctionOutcome, JobTask};
 use proto::{Progress, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
@@ -93,7 +93,16 @@ tokio::task_local! {
     /// The job of the current task: [`Pipeline::go_on`] checks it before each model call and
     /// sandbox run, wherever in the step they happen.
     static JOB: TaskId;
+    /// When the current task last read its job's status (and found it unfinished): a check
+    /// within [`STATUS_FRESH`] of it is not made again.
+    static STATUS_SEEN: std::cell::Cell<Option<Instant>>;
 }
+
+/// How long a read of a job's status that found it unfinished answers [`Pipeline::go_on`]:
+/// reads that land this close together (a step's first read, then its first model call; a
+/// stored attempt, then the next call) would tell nothing new, while a cancel is still seen
+/// before anything that costs (a model call or a sandbox run) starts later than this.
+const STATUS_FRESH: Duration = Duration::from_millis(100);
 
 /// A store (Redis) failure.
 fn redis(e: impl std::fmt::Display) -> Error {
@@ -232,15 +241,15 @@ impl Pipeline {
     /// Runs one task of `step`, unless its job has ended (a queued task of a cancelled job is
     /// dropped as it arrives).
     pub async fn run(&self, step: Step, task: &JobTask) -> Result<(), Error> {
-        JOB.scope(task.job_id, async {
-            self.go_on().await?;
+        // Each step's first read carries the job's status, which it checks (`seen`).
+        let scoped = STATUS_SEEN.scope(std::cell::Cell::new(None), async {
             match step {
                 Step::Plan => self.plan(task).await,
                 Step::Implement => self.implement(task).await,
                 Step::Integrate => self.integrate(task).await,
             }
-        })
-        .await
+        });
+        JOB.scope(task.job_id, scoped).await
     }
 
     /// `Err(Ended)` once the current task's job has ended: called before every model call and
@@ -250,26 +259,38 @@ impl Pipeline {
         let Ok(job) = JOB.try_with(|job| *job) else {
             return Ok(());
         };
-        match self.jobs.status(job).await.map_err(redis)? {
+        let fresh = STATUS_SEEN
+            .try_with(|seen| seen.get().is_some_and(|at| at.elapsed() < STATUS_FRESH))
+            .unwrap_or(false);
+        if fresh {
+            return Ok(());
+        }
+        let status = self.jobs.status(job).await.map_err(redis)?;
+        Self::seen(status)
+    }
+
+    /// Checks a status the current task has just read (with its job's state, or as a write's
+    /// answer): `Err(Ended)` when final; otherwise [`Pipeline::go_on`] need not read it again
+    /// for [`STATUS_FRESH`].
+    fn seen(status: Option<proto::job::JobStatus>) -> Result<(), Error> {
+        match status {
             Some(status) if status.is_final() => Err(Error::Ended(status)),
-            _ => Ok(()),
+            _ => {
+                let _ = STATUS_SEEN.try_with(|seen| seen.set(Some(Instant::now())));
+                Ok(())
+            }
         }
     }
 
-    async fn meta(&self, job: TaskId) -> Result<JobMeta, Error> {
-        self.jobs
-            .job_meta(job)
-            .await
-            .map_err(redis)?
-            .ok_or_else(|| Error::Drop(format!("job {job} not found (expired?)")))
-    }
-
-    async fn plan_of(&self, job: TaskId) -> Result<Plan, Error> {
-        self.jobs
-            .plan(job)
-            .await
-            .map_err(redis)?
-            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))
+    /// The job's meta (it must exist), status (checked as [`Pipeline::seen`] does), plan and
+    /// the outcome of `function`, in one read.
+    async fn view(&self, job: TaskId, function: Option<&str>) -> Result<store::JobView, Error> {
+        let view = self.jobs.view(job, function).await.map_err(redis)?;
+        if view.meta.is_none() {
+            return Err(Error::Drop(format!("job {job} not found (expired?)")));
+        }
+        Self::seen(view.status)?;
+        Ok(view)
     }
 
     async fn emit(&self, event: Event) -> Result<(), Error> {
@@ -292,17 +313,27 @@ impl Pipeline {
         }
     }
 
-    /// Stores a partial outcome; `Drop` when another run of the task (a redelivery or a
-    /// duplicate) already stored the final one, which then stands.
-    async fn save(&self, job: TaskId, outcome: &FunctionOutcome) -> Result<(), Error> {
-        if self.jobs.put_function(job, outcome).await.map_err(redis)? {
-            Ok(())
-        } else {
-            Err(Error::Drop(format!(
+    /// Stores a partial outcome, with the progress event `event` if any; `Drop` when another
+    /// run of the task (a redelivery or a duplicate) already stored the final one, which then
+    /// stands; `Ended` when the job has ended meanwhile.
+    async fn save(
+        &self,
+        job: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<Progress>,
+    ) -> Result<(), Error> {
+        let saved = self
+            .jobs
+            .save_function(job, outcome, event.as_ref())
+            .await
+            .map_err(redis)?;
+        if !saved.stored {
+            return Err(Error::Drop(format!(
                 "{} was finished by another run of its task",
                 outcome.name
-            )))
+            )));
         }
+        Self::seen(saved.status)
     }
 
     /// The model, unless there is none or it has been unreachable for `model_wait`.

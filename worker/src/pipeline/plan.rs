@@ -13,8 +13,9 @@ impl Pipeline {
     /// Asks the model for function specifications and stores them.
     pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
-        let mut meta = self.meta(job).await?;
-        if self.jobs.plan(job).await.map_err(redis)?.is_some() {
+        let view = self.view(job, None).await?;
+        let mut meta = view.meta.expect("view checks the meta");
+        if view.plan.is_some() {
             // Already planned (a redelivery): just say so again.
             return self
                 .emit(Event::Planned {
