@@ -251,6 +251,28 @@ def report(before_path, after_path, functions, samples_path=None):
     print(f"model calls (codegen_model_calls_total, all workers): {calls:.0f}")
 
 
+def redis_commands(path):
+    """`INFO commandstats` as {command: calls} (what `redis-cli` printed to `path`)."""
+    calls = {}
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("cmdstat_"):
+            name, _, stats = line.strip().partition(":")
+            fields = dict(f.split("=", 1) for f in stats.split(","))
+            calls[name[len("cmdstat_"):]] = int(fields["calls"])
+    return calls
+
+
+def redis_report(before_path, after_path, functions):
+    """Redis commands over the batch per generated function (a script counts once as
+    `evalsha`, the commands it runs count apart: `info` is the snapshots' own)."""
+    before, after = redis_commands(before_path), redis_commands(after_path)
+    delta = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
+    delta.pop("info", None)
+    print("redis commands per function (a script counts once as evalsha and its commands apart):")
+    for name, n in sorted(delta.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:16s} {n / functions:8.2f}")
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "script":
@@ -261,6 +283,8 @@ def main():
         settle(float(sys.argv[2]), float(sys.argv[3]))
     elif cmd == "sample":
         sample(sys.argv[2], sys.argv[3:])
+    elif cmd == "redis":
+        redis_report(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "report":
         report(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:6])
     else:

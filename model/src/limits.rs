@@ -43,6 +43,9 @@ const LEASE_RENEWAL: Duration = Duration::from_secs(5);
 /// A task waiting for a lease asks the shared store again after this long (a lease can be
 /// released at any moment; the store cannot say when).
 const MAX_NAP: Duration = Duration::from_millis(20);
+/// With release notices, a full semaphore is asked again at least this often (a notice lost
+/// in a reconnect costs this much, not a stall).
+pub const FREED_SAFETY_NAP: Duration = Duration::from_millis(250);
 /// After the store failed to answer, ask again after this long.
 const STORE_RETRY: Duration = Duration::from_millis(500);
 
@@ -108,6 +111,13 @@ pub trait SharedLimits: Send + Sync + 'static {
 
     /// The provider pushed back: every process pauses for `retry_after` and the limits shrink.
     async fn throttled(&self, retry_after: Option<Duration>) -> Result<(), String>;
+
+    /// Notified when a lease is released anywhere, if the shared state says so: a call that
+    /// found the semaphore full waits for it (or [`FREED_SAFETY_NAP`]) instead of asking
+    /// again every [`MAX_NAP`].
+    fn freed(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 /// The configured limits (0: none).
@@ -361,7 +371,14 @@ impl Shared {
         let id = format!("{tenant}/{:016x}", rand::random::<u64>());
         let limit = self.config.max_concurrency.max(1);
         let reserve = self.config.reserve;
+        let freed = self.store.freed();
         loop {
+            // Registered before asking, so a release between the answer and the wait counts.
+            let notified = freed.as_ref().map(|freed| {
+                let mut notified = Box::pin(Arc::clone(freed).notified_owned());
+                notified.as_mut().enable();
+                notified
+            });
             match self
                 .store
                 .lease(&id, &tenant, limit, reserve, LEASE_TTL)
@@ -377,8 +394,13 @@ impl Shared {
                         tokio::time::sleep(MAX_NAP).await;
                     }
                 }
-                // A full semaphore cannot say when a lease frees.
-                Ok(Admit::Wait(wait)) if wait.is_zero() => tokio::time::sleep(MAX_NAP).await,
+                // A full semaphore cannot say when a lease frees: its release says so.
+                Ok(Admit::Wait(wait)) if wait.is_zero() => match notified {
+                    Some(notified) => {
+                        let _ = tokio::time::timeout(FREED_SAFETY_NAP, notified).await;
+                    }
+                    None => tokio::time::sleep(MAX_NAP).await,
+                },
                 Ok(Admit::Wait(wait)) => tokio::time::sleep(wait).await,
                 Err(e) => {
                     tracing::warn!(limit = "lease", error = %e, "cannot ask the shared model limits; asking again");

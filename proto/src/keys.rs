@@ -38,6 +38,11 @@ impl Keys {
     pub fn job_events_channel(&self) -> String {
         format!("{}:job:events", self.prefix)
     }
+
+    /// A model limit's lease was released (the message is the limit's scope).
+    pub fn lease_freed_channel(&self) -> String {
+        format!("{}:limits:freed", self.prefix)
+    }
 }
 
 #[cfg(test)]

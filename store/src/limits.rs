@@ -238,14 +238,23 @@ impl RedisLimits {
             .map_err(crate::redis::backend)
     }
 
+    /// Releases lease `id` and announces it, so that a call waiting for one asks again now.
     pub async fn release(&self, id: &str) -> Result<(), Error> {
-        redis::cmd("ZREM")
-            .arg(self.key("leases"))
-            .arg(id)
-            .query_async::<i64>(&mut self.store.connection())
+        redis::pipe()
+            .zrem(self.key("leases"), id)
+            .ignore()
+            .publish(self.store.keys().lease_freed_channel(), &self.base)
+            .ignore()
+            .query_async::<()>(&mut self.store.connection())
             .await
-            .map(drop)
             .map_err(crate::redis::backend)
+    }
+
+    /// Woken when a lease of any scope is released (the listener must subscribe:
+    /// `Listener::with_lease_notices`); the caller still asks, and waits again if another
+    /// took it.
+    pub fn freed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.store.lease_freed().clone()
     }
 
     /// Extends the leases `ids` that are still held to `ttl` from now (one script).

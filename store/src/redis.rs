@@ -28,6 +28,8 @@ struct Inner {
     waiters: DashMap<TaskId, Arc<Notify>>,
     /// Watches of many executions at once (`Store::watch`), by execution.
     watchers: Arc<DashMap<TaskId, Arc<Notify>>>,
+    /// Woken when a model limit's lease is released anywhere (`limits::RedisLimits::freed`).
+    lease_freed: Arc<Notify>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -46,6 +48,8 @@ pub struct Listener {
     pushes: mpsc::UnboundedReceiver<PushInfo>,
     /// Also wake waiters for jobs' progress events (`JobStore::wait_events`).
     job_events: bool,
+    /// Also wake waiters for a model limit's lease (`limits::RedisLimits::freed`).
+    lease_notices: bool,
 }
 
 pub(crate) fn backend(e: redis::RedisError) -> Error {
@@ -88,6 +92,7 @@ impl RedisStore {
                 connection,
                 waiters: DashMap::new(),
                 watchers: Arc::default(),
+                lease_freed: Arc::default(),
             }),
         };
         Ok((
@@ -96,6 +101,7 @@ impl RedisStore {
                 store: store.clone(),
                 pushes,
                 job_events: false,
+                lease_notices: false,
             },
         ))
     }
@@ -178,6 +184,12 @@ impl RedisStore {
         outcome
     }
 
+    /// Woken by the notice each released lease publishes (with the listener's
+    /// [`Listener::with_lease_notices`]).
+    pub(crate) fn lease_freed(&self) -> &Arc<Notify> {
+        &self.inner.lease_freed
+    }
+
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
     }
@@ -203,12 +215,23 @@ impl Listener {
         self
     }
 
+    /// Also subscribes to the notices of released model-limit leases, so that a call waiting
+    /// for a lease asks again as one frees rather than on a timer.
+    pub fn with_lease_notices(mut self) -> Self {
+        self.lease_notices = true;
+        self
+    }
+
     /// Subscribes to completion notices (retrying until Redis answers) and dispatches them to
     /// waiters until `cancel` fires. Resubscription after a reconnect is automatic.
     pub async fn run(mut self, cancel: CancellationToken) {
         let mut channels = vec![self.store.inner.keys.execution_done_channel()];
         if self.job_events {
             channels.push(self.store.inner.keys.job_events_channel());
+        }
+        let lease_freed = self.store.inner.keys.lease_freed_channel();
+        if self.lease_notices {
+            channels.push(lease_freed.clone());
         }
         let channel = channels.join(", ");
         loop {
@@ -234,6 +257,12 @@ impl Listener {
                 },
             };
             match push.kind {
+                PushKind::Message
+                    if push.data.first().and_then(value_str).as_deref()
+                        == Some(lease_freed.as_str()) =>
+                {
+                    self.store.inner.lease_freed.notify_waiters();
+                }
                 PushKind::Message => {
                     let id: Option<TaskId> = push
                         .data
@@ -257,6 +286,7 @@ impl Listener {
                     for entry in self.store.inner.watchers.iter() {
                         entry.value().notify_waiters();
                     }
+                    self.store.inner.lease_freed.notify_waiters();
                 }
                 _ => {}
             }

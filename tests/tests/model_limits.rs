@@ -91,6 +91,63 @@ async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
 
 /// The last leases are kept for a tenant with few calls in flight while another tenant holds
 /// the rest; a tenant alone takes every lease.
+/// A release is announced to every process that listens: a call waiting for a full semaphore
+/// asks again then, not on a timer. The waiter's handle is another process's (its own
+/// listener); the notice must come through Redis within the wait (5 s, far beyond any timer).
+#[tokio::test]
+async fn a_released_lease_wakes_the_waiters_of_other_processes() {
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix,
+        ..store::Options::default()
+    };
+    let (holder, _) = RedisStore::build(options.clone()).unwrap();
+    let (waiter, listener) = RedisStore::build(options).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(listener.with_lease_notices().run(cancel.clone()));
+    let holder = RedisLimits::new(holder, "scope", SLOW);
+    let waiter = RedisLimits::new(waiter, "scope", SLOW);
+    let long = Duration::from_secs(60);
+    assert_eq!(
+        holder.lease("#/a", "#", 1, 0, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
+    // The listener subscribes in the background: wait until a release reaches it.
+    let freed = waiter.freed();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        holder.release("#/none").await.unwrap();
+        if tokio::time::timeout(Duration::from_millis(100), notified)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the listener never subscribed");
+    }
+    assert_eq!(
+        waiter.lease("#/b", "#", 1, 0, long).await.unwrap(),
+        LeaseDecision::Wait(Duration::ZERO),
+        "full"
+    );
+    let notified = freed.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    holder.release("#/a").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the release's notice reaches the waiting process");
+    assert_eq!(
+        waiter.lease("#/b", "#", 1, 0, long).await.unwrap(),
+        LeaseDecision::Granted
+    );
+    cancel.cancel();
+}
+
 #[tokio::test]
 async fn the_last_leases_are_kept_for_a_tenant_with_few_in_flight() {
     let limits = limits();

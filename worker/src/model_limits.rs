@@ -66,6 +66,10 @@ impl SharedLimits for RedisModelLimits {
         self.redis.release(id).await.map_err(|e| e.to_string())
     }
 
+    fn freed(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        Some(self.redis.freed())
+    }
+
     async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), String> {
         self.redis.renew(ids, ttl).await.map_err(|e| e.to_string())
     }
