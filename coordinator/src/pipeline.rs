@@ -455,19 +455,18 @@ impl Coordinator {
         } else {
             names
         };
-        for name in names {
+        for name in &names {
             self.publish_task(
                 Task::Implement(task(meta.id, Some(name.clone()), None)),
                 meta.tenant.clone(),
             )
             .await?;
-            // After its confirm: a crash (or a failed publish of the next one) before this
-            // line re-publishes it on redelivery, which the worker absorbs (a finished
-            // function is not run again, a duplicate run cannot replace its outcome);
-            // recording first could lose the task.
-            self.jobs.mark_published(meta.id, &[name]).await?;
         }
-        Ok(())
+        // After every confirm, in one write: a crash (or a failed publish) before this line
+        // re-publishes them on redelivery, which the workers absorb (a finished function is
+        // not run again, a duplicate run cannot replace its outcome); recording first could
+        // lose a task.
+        Ok(self.jobs.mark_published(meta.id, &names).await?)
     }
 }
 

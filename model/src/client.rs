@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::limits::{self, Limits, SharedLimits};
 
-use crate::schema::{extract_json, spec_for, validate};
+use crate::schema::{cached_spec_for, extract_json, validate};
 use crate::{
     CallError, ChatRequest, ChatResponse, Error, Message, Metrics, Options, Phase, Prompt,
     Provider, ProviderKind, Role, SchemaSpec, Usage,
@@ -148,7 +148,7 @@ impl Model {
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
         let started = Instant::now();
-        let schema = spec_for::<T>(T::NAME, T::STRICT);
+        let schema = cached_spec_for::<T>(T::NAME, T::STRICT);
         let mut request = ChatRequest {
             phase,
             function: function.map(str::to_owned),

@@ -114,8 +114,13 @@ fn environment() -> Environment<'static> {
     env
 }
 
+/// The templates, parsed once per process (parsing all five on every render was a visible
+/// share of a worker's CPU per model call).
+static ENVIRONMENT: std::sync::LazyLock<Environment<'static>> =
+    std::sync::LazyLock::new(environment);
+
 fn render(template: &str, language: &str, context: impl Serialize) -> Result<Prompt, Error> {
-    let env = environment();
+    let env = &*ENVIRONMENT;
     let render = |name: &str, ctx: minijinja::Value| {
         env.get_template(name)
             .and_then(|t| t.render(ctx))

@@ -1,10 +1,18 @@
 //! Answer schemas: generated from the Rust types, validated with jsonschema, and a fallback that
 //! finds JSON in plain text for servers without structured output.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use schemars::JsonSchema;
 use serde_json::Value;
 
 use crate::SchemaSpec;
+
+/// Compiled validators by schema name: a name stands for one schema (each answer type has its
+/// own `NAME`). Compiling on every answer cost more than the validation itself.
+static VALIDATORS: LazyLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
+    LazyLock::new(Mutex::default);
 
 /// The named schema of `T`. `strict` asks servers that support it to enforce the schema
 /// exactly; it needs every object closed and every field required, which free-form values
@@ -22,10 +30,40 @@ pub fn spec_for<T: JsonSchema>(name: &str, strict: bool) -> SchemaSpec {
     }
 }
 
+/// [`spec_for`], generated once per name and strictness (a name stands for one type).
+pub fn cached_spec_for<T: JsonSchema>(name: &str, strict: bool) -> SchemaSpec {
+    static SPECS: LazyLock<Mutex<HashMap<(String, bool), SchemaSpec>>> =
+        LazyLock::new(Mutex::default);
+    let key = (name.to_owned(), strict);
+    if let Some(spec) = SPECS.lock().expect("poisoned").get(&key) {
+        return spec.clone();
+    }
+    let spec = spec_for::<T>(name, strict);
+    SPECS.lock().expect("poisoned").insert(key, spec.clone());
+    spec
+}
+
 /// Checks `value` against `spec`; the error lists every violation with its location.
 pub fn validate(spec: &SchemaSpec, value: &Value) -> Result<(), String> {
-    let validator = jsonschema::validator_for(&spec.schema)
-        .map_err(|e| format!("the {} schema itself is invalid: {e}", spec.name))?;
+    let cached = VALIDATORS
+        .lock()
+        .expect("poisoned")
+        .get(&spec.name)
+        .cloned();
+    let validator = match cached {
+        Some(validator) => validator,
+        None => {
+            let validator = Arc::new(
+                jsonschema::validator_for(&spec.schema)
+                    .map_err(|e| format!("the {} schema itself is invalid: {e}", spec.name))?,
+            );
+            VALIDATORS
+                .lock()
+                .expect("poisoned")
+                .insert(spec.name.clone(), validator.clone());
+            validator
+        }
+    };
     let problems: Vec<String> = validator
         .iter_errors(value)
         .take(10)
