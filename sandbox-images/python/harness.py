@@ -248,9 +248,10 @@ def _parse_program_test_request(req):
 
 
 class _PipeCapture:
-    """fd `target` -> a pipe; a daemon thread drains it into a capped buffer so that
-    the writer never blocks. The thread only reads while holding the lock, so take()
-    (drain + swap under the lock) attributes every byte written before it exactly."""
+    """fd `target` -> a pipe; a daemon thread (_pump, one for every capture of a run)
+    drains it into a capped buffer so that the writer never blocks. The thread only reads
+    while holding the lock, so take() (drain + swap under the lock) attributes every byte
+    written before it exactly."""
 
     def __init__(self, target, limit, errors):
         r, w = os.pipe()  # both close-on-exec
@@ -268,9 +269,6 @@ class _PipeCapture:
         # interleave in order.
         self.stream = io.open(w, "w", encoding="utf-8", errors=errors, closefd=True,
                               buffering=1)
-        self.thread = threading.Thread(target=self._pump, name="codegen-harness-capture",
-                                       daemon=True)
-        self.thread.start()
 
     def _add(self, data):
         room = self.limit - len(self.buf)
@@ -296,18 +294,6 @@ class _PipeCapture:
                 return
             self._add(data)
 
-    def _pump(self):
-        poller = select.poll()
-        poller.register(self.r, select.POLLIN)
-        while True:
-            try:
-                poller.poll()
-            except OSError:
-                return
-            with self.lock:
-                self._drain_locked()
-                if self.eof:
-                    return
 
     def take(self):
         try:
@@ -322,6 +308,31 @@ class _PipeCapture:
         return data.decode("utf-8", errors="replace"), trunc
 
 
+def _pump(captures):
+    """Drains every capture of a run until each reached EOF: one thread for all of them
+    (a thread costs a quarter of a millisecond of a freshly forked process)."""
+    poller = select.poll()
+    live = {c.r: c for c in captures}
+    for fd in live:
+        poller.register(fd, select.POLLIN)
+    while live:
+        try:
+            ready = poller.poll()
+        except OSError:
+            return
+        for fd, _ in ready:
+            c = live.get(fd)
+            if c is None:
+                continue
+            with c.lock:
+                c._drain_locked()
+                if c.eof:
+                    # Closed by the drain: forgotten before the next poll can see its number
+                    # reused.
+                    poller.unregister(fd)
+                    del live[fd]
+
+
 class _Capture:
     """Redirects fds 1 and 2 (and sys.stdout/sys.stderr) into _PipeCaptures.
     restore=True (in-process use) puts everything back in stop(); the CLI leaves the
@@ -334,10 +345,13 @@ class _Capture:
             _flush_quietly(s)
         self.saved_fds = (os.dup(1), os.dup(2)) if restore else None
         self.saved_sys = (sys.stdout, sys.stderr)
-        self.out = self.err = None
+        self.out = self.err = self.thread = None
         try:
             self.out = _PipeCapture(1, limit, "strict")
             self.err = _PipeCapture(2, limit, "backslashreplace")
+            self.thread = threading.Thread(target=_pump, args=((self.out, self.err),),
+                                           name="codegen-harness-capture", daemon=True)
+            self.thread.start()
         except BaseException:
             self.stop()
             raise
@@ -369,10 +383,10 @@ class _Capture:
         for fd, saved in zip((1, 2), self.saved_fds):
             os.dup2(saved, fd)
             os.close(saved)
-        # The pumps see EOF now (unless a leftover subprocess still holds the pipe) and
-        # close their read ends themselves.
-        for c in captures:
-            c.thread.join(0.2)
+        # The pump sees EOF now (unless a leftover subprocess still holds a pipe) and
+        # closes the read ends itself.
+        if self.thread is not None:
+            self.thread.join(0.2)
 
 
 def _flush_quietly(stream):
