@@ -353,7 +353,9 @@ pub enum Event {
     },
     /// A function is final (passed or not).
     FunctionDone { job_id: TaskId, function: String },
-    /// Integration stored the final result.
+    /// Integration stored the final result. No longer sent (the finish script ends the job
+    /// and a coordinator had nothing to do on it: a broker message per job for nothing);
+    /// still read, from workers of earlier versions during an upgrade.
     Integrated { job_id: TaskId },
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proto::job::{
-    CacheOutcome, Event, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan, Validation,
+    CacheOutcome, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan, Validation,
 };
 use proto::now_ms;
 
@@ -18,7 +18,7 @@ impl Pipeline {
         let view = self.view(job, None).await?;
         let meta = view.meta.expect("view checks the meta");
         if self.jobs.result(job).await.map_err(redis)?.is_some() {
-            return self.emit(Event::Integrated { job_id: job }).await;
+            return Ok(()); // a redelivery: the job has its result
         }
         let plan = view
             .plan
@@ -155,7 +155,7 @@ impl Pipeline {
             .map_err(redis)?;
         if !finished {
             tracing::info!(%job, "the job had finished already; its result stands");
-            return self.emit(Event::Integrated { job_id: job }).await;
+            return Ok(());
         }
         if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
             (&self.cache, &meta.cache_key, status, static_only)
@@ -174,8 +174,10 @@ impl Pipeline {
                 .with_label_values(&[status.as_str()])
                 .observe(result.metrics.total_ms as f64 / 1000.0);
         }
+        // The finish script ended the job: no event is needed, the coordinators have nothing
+        // left to do for it.
         tracing::info!(%job, status = status.as_str(), "job finished");
-        self.emit(Event::Integrated { job_id: job }).await
+        Ok(())
     }
 }
 
