@@ -462,24 +462,39 @@ def check_relpath(path):
 # ----------------------------------------------------------------------------- processes
 
 
+# Cgroup files the supervisor reads around every run, kept open (read with pread at 0, as a
+# seq_file regenerates its contents): a Python open() per read also costs a stat, an ioctl, a
+# seek and a close. Close-on-exec, and a program process closes them before anything runs.
+CGROUP_FDS = {}
+
+
+def read_cgroup(path):
+    """The contents of the cgroup file `path`, or None when it cannot be read."""
+    try:
+        fd = CGROUP_FDS.get(path)
+        if fd is None:
+            fd = CGROUP_FDS[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.pread(fd, 4096, 0)
+    except OSError:
+        return None
+
+
 def oom_kills():
     """The memory cgroup's OOM-kill counter (cgroup v1), or None when it cannot be read."""
-    try:
-        with open(OOM_CONTROL, "rb") as f:
-            for line in f:
-                if line.startswith(b"oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
+    for line in (read_cgroup(OOM_CONTROL) or b"").split(b"\n"):
+        if line.startswith(b"oom_kill "):
+            try:
+                return int(line.split()[1])
+            except ValueError:
+                return None
     return None
 
 
 def cpu_ns():
     """CPU time the container's cgroup has used, in nanoseconds (cgroup v1), or None."""
     try:
-        with open(CPU_USAGE, "rb") as f:
-            return int(f.read())
-    except (OSError, ValueError):
+        return int(read_cgroup(CPU_USAGE) or b"x")
+    except ValueError:
         return None
 
 
@@ -490,10 +505,15 @@ def program_pids():
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/status" % name, "rb") as f:
-                data = f.read(1024)
+            fd = os.open("/proc/%s/status" % name, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             continue
+        try:
+            data = os.read(fd, 1024)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
         uid = state = None
         for line in data.split(b"\n"):
             if line.startswith(b"State:"):
