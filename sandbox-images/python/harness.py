@@ -1086,6 +1086,21 @@ def run_cases(request, _restore=True, _namespace=None):
         cap.stop()
 
 
+def run_many_cases(requests):
+    """run_cases for several requests in turn, under one capture (its pipes and its thread
+    made once: in a freshly forked process they cost more than a small function's cases).
+    The capture keeps the first request's max_output_bytes; every case's output is still
+    taken apart."""
+    parsed = [_parse_cases_request(r) for r in requests]
+    if not parsed:
+        return []
+    cap = _Capture(parsed[0]["max_output_bytes"], restore=True)
+    try:
+        return [_sanitize(_run_cases(req, cap)) for req in parsed]
+    finally:
+        cap.stop()
+
+
 def _run_cases(req, cap, namespace=None):
     t_start = time.perf_counter()
     result = {

@@ -289,6 +289,46 @@ class ComparisonViaCasesTest(unittest.TestCase):
 
 
 class CasesModeTest(unittest.TestCase):
+    def test_many_requests_under_one_capture_are_each_their_own(self):
+        """run_many_cases (integration: every function of a module in one run) gives what
+        run_cases gives for each request alone, each case with its own output."""
+        import threading
+
+        code = textwrap.dedent("""
+            import sys
+            print("loading")
+            def f(x):
+                print("f", x)
+                return x + 1
+            def g(x):
+                sys.stderr.write("g %d\\n" % x)
+                if x < 0:
+                    raise ValueError("negative")
+                return x * 2
+        """)
+        requests = [
+            {"code": code, "function": "f", "nonce": "a",
+             "cases": [{"name": "one", "inputs": [1], "expected_output": 2}]},
+            {"code": code, "function": "g", "nonce": "b",
+             "cases": [{"name": "two", "inputs": [2], "expected_output": 4},
+                       {"name": "neg", "inputs": [-1], "expected_output": 0}]},
+        ]
+        threads = threading.active_count()
+        together = harness.run_many_cases([dict(r) for r in requests])
+        alone = [harness.run_cases(dict(r)) for r in requests]
+        self.assertEqual(threading.active_count(), threads, "the capture's thread ended")
+        strip = lambda res: [{k: v for k, v in c.items() if k != "duration_ms"}
+                             for c in res["cases"]]
+        for t, a in zip(together, alone):
+            strict_json(t)
+            self.assertEqual((t["passed"], t["tests_passed"], t["error_kind"]),
+                             (a["passed"], a["tests_passed"], a["error_kind"]))
+            self.assertEqual(strip(t), strip(a))
+        self.assertEqual(together[0]["cases"][0]["stdout"], "f 1\n")
+        self.assertEqual(together[1]["cases"][0]["stderr"], "g 2\n")
+        self.assertEqual(together[1]["cases"][1]["error_kind"], "runtime")
+        self.assertEqual(harness.run_many_cases([]), [])
+
     def test_kwargs_vs_positional(self):
         code = "def f(a, b=10, *, c=100):\n    return [a, b, c]\n"
         res = cases(code, "f", [
