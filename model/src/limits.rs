@@ -196,7 +196,7 @@ impl Drop for Permit<'_> {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
                     if let Err(e) = lease.store.release(&lease.id).await {
-                        tracing::debug!(error = %e, "cannot release a model lease; it expires");
+                        tracing::warn!(error = %e, "cannot release a model lease; it expires");
                     }
                 });
             }
@@ -271,7 +271,7 @@ impl Limits {
     }
 
     /// The call is over: gives the permit back and charges the tokens the estimate missed.
-    pub async fn release(&self, mut permit: Permit<'_>, estimated: u64, used: u64) {
+    pub async fn release(&self, permit: Permit<'_>, estimated: u64, used: u64) {
         match &*self.scope {
             Scope::Local(local) => {
                 if let Some((tokens, burst)) = &local.tokens
@@ -283,12 +283,9 @@ impl Limits {
                 }
             }
             Scope::Shared(shared) => {
-                if let Some(lease) = permit.lease.take() {
-                    lease.forget();
-                    if let Err(e) = lease.store.release(&lease.id).await {
-                        tracing::warn!(error = %e, "cannot release a model lease; it expires");
-                    }
-                }
+                // The lease goes back in the background when the permit drops (below): the
+                // call's answer does not wait for a Redis round trip, and a waiter anywhere
+                // hears of the release from its notice.
                 let extra = used.saturating_sub(estimated);
                 if shared.config.tokens_per_minute > 0 && extra > 0 {
                     let (per_second, burst) = shared.tokens();
