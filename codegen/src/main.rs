@@ -207,8 +207,14 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
     tokio::spawn(supervisor.run(infra.clone()));
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
-    // A model call waiting for a cluster-wide lease asks again as one is released.
-    tokio::spawn(listener.with_lease_notices().run(infra.clone()));
+    // A model call waiting for a cluster-wide lease asks again as one is released; a worker
+    // waits for no execution's verdict, so it takes none of their notices.
+    tokio::spawn(
+        listener
+            .with_lease_notices()
+            .without_execution_notices()
+            .run(infra.clone()),
+    );
     // The pool service reaps orphaned containers, keeps the warm pools filled and removes
     // every container once `infra` is cancelled (after the worker has drained).
     settings.sandbox.languages()?;

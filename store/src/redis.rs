@@ -50,6 +50,8 @@ pub struct Listener {
     job_events: bool,
     /// Also wake waiters for a model limit's lease (`limits::RedisLimits::freed`).
     lease_notices: bool,
+    /// Wake waiters for executions' verdicts (the default; a worker waits for none).
+    execution_notices: bool,
 }
 
 pub(crate) fn backend(e: redis::RedisError) -> Error {
@@ -102,6 +104,7 @@ impl RedisStore {
                 pushes,
                 job_events: false,
                 lease_notices: false,
+                execution_notices: true,
             },
         ))
     }
@@ -222,16 +225,29 @@ impl Listener {
         self
     }
 
+    /// Leaves out the notices of finished executions: a process that waits for no verdict (a
+    /// worker) would receive one for every execution of the cluster.
+    pub fn without_execution_notices(mut self) -> Self {
+        self.execution_notices = false;
+        self
+    }
+
     /// Subscribes to completion notices (retrying until Redis answers) and dispatches them to
     /// waiters until `cancel` fires. Resubscription after a reconnect is automatic.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut channels = vec![self.store.inner.keys.execution_done_channel()];
+        let mut channels = Vec::new();
+        if self.execution_notices {
+            channels.push(self.store.inner.keys.execution_done_channel());
+        }
         if self.job_events {
             channels.push(self.store.inner.keys.job_events_channel());
         }
         let lease_freed = self.store.inner.keys.lease_freed_channel();
         if self.lease_notices {
             channels.push(lease_freed.clone());
+        }
+        if channels.is_empty() {
+            return; // nothing to wait for
         }
         let channel = channels.join(", ");
         loop {

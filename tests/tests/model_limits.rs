@@ -105,7 +105,13 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
     let (holder, _) = RedisStore::build(options.clone()).unwrap();
     let (waiter, listener) = RedisStore::build(options).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(listener.with_lease_notices().run(cancel.clone()));
+    // As a worker listens: lease notices, none of executions.
+    tokio::spawn(
+        listener
+            .with_lease_notices()
+            .without_execution_notices()
+            .run(cancel.clone()),
+    );
     let holder = RedisLimits::new(holder, "scope", SLOW);
     let waiter = RedisLimits::new(waiter, "scope", SLOW);
     let long = Duration::from_secs(60);
