@@ -185,6 +185,7 @@ pub(crate) fn validate(
         fresh_container: submission.fresh_container.unwrap_or(false),
         files,
         return_files,
+        harness: None,
     })
 }
 

@@ -150,6 +150,7 @@ mod tests {
                 fresh_container: false,
                 files: Default::default(),
                 return_files: Vec::new(),
+                harness: None,
             }),
         )
     }

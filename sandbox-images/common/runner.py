@@ -28,7 +28,9 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    are reserved (an "error" answer)
                        "return_files": [relpath],  optional, read back after the run
                        "harness": null | object,   optional, Python in-process only: run by
-                                                   harness.py (see there); not with "test"
+                                                   harness.py (see there; "cases" in a fresh
+                                                   module `solution`, a "program_test" in
+                                                   __main__); not with "test"
                        "cpu_time_ms": int|null}    optional CPU-time limit (the container
                                                    cgroup's, over the run): past it the
                                                    program is killed ("cpu_limited")
@@ -261,6 +263,25 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def prctl(option, arg):
     return libc().prctl(option, arg, 0, 0, 0) == 0
+
+
+def read_small(path):
+    """The bytes of a small file (/proc, /sys), read with one system call: no Python file
+    object (open() builds three, a cost every program process paid at each read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def write_small(path, data, flags=os.O_WRONLY):
+    fd = os.open(path, flags | os.O_CLOEXEC, 0o666)  # less the umask, as open() does
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- language
@@ -632,8 +653,7 @@ def sysv_ipc_ids():
     ids = []
     for kind in ("shm", "sem", "msg"):
         try:
-            with open("/proc/sysvipc/" + kind) as f:
-                lines = f.read().splitlines()[1:]
+            lines = read_small("/proc/sysvipc/" + kind).splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -770,15 +790,37 @@ def describe(exc):
 
 
 def close_other_fds(keep):
-    """Closes every descriptor above 2 except `keep` (by listing them: closing up to a large
-    bound costs milliseconds)."""
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > 2 and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    """Closes every descriptor above 2 except `keep`: os.closerange around them, up to the
+    descriptor limit (one close_range(2) call each; CPython closes one by one where the
+    kernel lacks it, at most FD_BOUND calls). Without a finite limit, by listing them."""
+    if FD_BOUND is None:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2 and fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        return
+    low = 3
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+    if low < FD_BOUND:
+        os.closerange(low, FD_BOUND)
+
+
+def fd_bound():
+    """One past the highest descriptor a process of this container can hold (the hard
+    RLIMIT_NOFILE, fixed for the container's life), or None when it is unlimited or huge."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard > (1 << 20):
+        return None
+    return hard
+
+
+FD_BOUND = fd_bound()
 
 
 def fresh_stdio():
@@ -816,8 +858,7 @@ def program_main(fds):
     try:
         os.setsid()
         try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
+            write_small("/proc/self/oom_score_adj", b"1000")
         except OSError:
             pass
         drop_to_program_uid()
@@ -868,13 +909,12 @@ def write_files(files):
         parts = path.split("/")
         if len(parts) > 1:
             os.makedirs(os.path.join(WORKDIR, *parts[:-1]), exist_ok=True)
-        with open(os.path.join(WORKDIR, path), "wb") as f:
-            f.write(file_bytes(path, content))
+        write_small(os.path.join(WORKDIR, path), file_bytes(path, content),
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
 
 def write_text(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_small(path, text.encode("utf-8"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
 
 def prepare_interpreter():
@@ -987,11 +1027,14 @@ def exit_code_of(e):
 
 
 def run_harness(spec, code, main):
-    """Test cases, or a program + test script, by harness.py (imported by the zygote)."""
+    """Test cases, or a program + test script, by harness.py (imported by the zygote). Cases
+    run in a fresh module named `solution`, as the harness's own CLI runs them (a generated
+    function's `if __name__ == "__main__":` demo must not run); a program test in __main__."""
     harness = sys.modules.get("codegen_harness")
     if harness is None:
         raise RuntimeError("the test harness is not installed in this image")
-    return harness.run_in_process(spec, code, main.__dict__)
+    namespace = None if spec.get("mode") == "cases" else main.__dict__
+    return harness.run_in_process(spec, code, namespace)
 
 
 def prestart():
@@ -1736,7 +1779,7 @@ def check_privileges():
 def preload():
     import importlib
 
-    libc()  # ctypes, loaded once here rather than in every run
+    libc().prctl  # ctypes and the function's pointer, once here rather than in every run
     if exec_mode():
         return  # programs are other executables: nothing of Python to warm up
     for name in PRELOAD:

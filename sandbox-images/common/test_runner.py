@@ -343,7 +343,9 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertEqual(self.run_code("print(1)")["stdout"], "1\n")
 
     def test_harness_cases_and_program_test(self):
-        r = self.run_code("def add(a, b):\n    return a + b\n", harness={
+        # Cases load the code as a module of their own, not as __main__: its demo stays off.
+        demo = "\nif __name__ == '__main__':\n    raise SystemExit(3)\n"
+        r = self.run_code("def add(a, b):\n    return a + b\n" + demo, harness={
             "mode": "cases", "function": "add",
             "cases": [{"name": "ok", "inputs": [1, 2], "expected_output": 3},
                       {"name": "bad", "inputs": {"a": 1, "b": 1}, "expected_output": 3}]})

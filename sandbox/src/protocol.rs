@@ -32,6 +32,8 @@ pub(crate) struct RunnerRequest<'a> {
     pub files: &'a BTreeMap<String, FileContent>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub return_files: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub harness: Option<&'a serde_json::Value>,
 }
 
 impl<'a> RunnerRequest<'a> {
@@ -47,6 +49,7 @@ impl<'a> RunnerRequest<'a> {
             output_limit_bytes: output_limit,
             files: &request.files,
             return_files: &request.return_files,
+            harness: request.harness.as_ref(),
         }
     }
 }
@@ -102,6 +105,9 @@ pub(crate) struct RunnerResult {
     pub file_errors: BTreeMap<String, String>,
     /// A compiled language's compile (`None` for the others).
     pub compile: Option<RunnerCompile>,
+    /// The test harness's report, for a request with `harness` (`None` when the run broke
+    /// before the harness answered).
+    pub harness: Option<serde_json::Value>,
 }
 
 /// How the compile went, as the runner saw it.
@@ -289,6 +295,7 @@ pub(crate) fn verdict(
                 duration_ms: c.duration_ms,
             })
         }),
+        harness: result.harness.map(Box::new),
     }
 }
 
@@ -362,6 +369,7 @@ mod tests {
             fresh_container: false,
             files: BTreeMap::new(),
             return_files: Vec::new(),
+            harness: None,
         }
     }
 

@@ -233,6 +233,7 @@ fn fake_sandbox() -> ScriptedSandbox {
             files: Default::default(),
             file_errors: Default::default(),
             compile: None,
+            harness: None,
         })
     })
 }

@@ -779,6 +779,7 @@ impl TestSandbox {
             fresh_container: false,
             files: Default::default(),
             return_files: Vec::new(),
+            harness: None,
         }
     }
 

@@ -1,9 +1,8 @@
-//! The Python programs the pipeline runs in the sandbox to test and to measure generated
-//! code. Each reads its request from `request.json` (with the marker of its report line,
-//! from `proto::harness`) and prints one report line that `proto::harness` types describe.
-
-/// Runs one function's cases with the image's `harness.py` ([`proto::harness::CasesReport`]).
-pub(crate) const CASES: &str = include_str!("py/cases.py");
+//! The Python program the pipeline runs in the sandbox to integrate and measure generated
+//! code. It reads its request from `request.json` (with the marker of its report line, from
+//! `proto::harness`) and prints one report line that `proto::harness` types describe. A
+//! function's cases need no program: the runner's harness mode runs them
+//! (`Pipeline::run_cases`), and the tests below hold both reports to the worker's types.
 /// Integrates a module in one run: the verdicts of its functions' cases (the image's
 /// `harness.py`), then coverage, complexity, docstrings and risky calls
 /// ([`proto::harness::IntegrationReport`]).
@@ -71,6 +70,16 @@ mod tests {
         }
     }
 
+    /// Prints what the runner's harness mode answers for a cases request in `request.json`
+    /// (the runner calls `run_in_process` the same way: cases in a fresh module).
+    const CASES_DRIVER: &str = "import json, os, sys\n\
+        sys.path.insert(0, os.environ['CODEGEN_HARNESS_DIR'])\n\
+        import harness\n\
+        request = json.load(open('request.json'))\n\
+        marker = request.pop('marker')\n\
+        report = harness.run_in_process(request, open('module.py').read())\n\
+        print(marker + json.dumps(report))\n";
+
     fn printed(stdout: &str, marker: &str) -> Value {
         let line = stdout.lines().rev().find_map(|l| l.strip_prefix(marker));
         serde_json::from_str(line.expect("a report line")).unwrap()
@@ -78,10 +87,12 @@ mod tests {
 
     #[test]
     fn the_cases_report_is_what_the_harness_prints() {
-        let module =
-            "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2\n";
+        // The demo under `if __name__ == "__main__":` must not run: cases load the module as
+        // `solution`, not as the program.
+        let module = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2\n\nif __name__ == '__main__':\n    raise SystemExit('the demo ran')\n";
         let request = json!({
             "marker": harness::CASES_MARKER,
+            "mode": "cases",
             "function": "f",
             "cases": [
                 {"name": "ok", "inputs": [2], "expected_output": 4},
@@ -93,7 +104,7 @@ mod tests {
             "nonce": null,
         });
         let stdout = run(
-            super::CASES,
+            CASES_DRIVER,
             &[
                 ("module.py", module.to_owned()),
                 ("request.json", request.to_string()),
@@ -122,7 +133,7 @@ mod tests {
 
         // A module that does not load: the load error's fields.
         let stdout = run(
-            super::CASES,
+            CASES_DRIVER,
             &[
                 ("module.py", "def f(:\n".to_owned()),
                 ("request.json", request.to_string()),

@@ -26,6 +26,7 @@ fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error
         files: Default::default(),
         file_errors: Default::default(),
         compile: None,
+        harness: None,
     })
 }
 
@@ -47,6 +48,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             fresh_container: false,
             files: Default::default(),
             return_files: Vec::new(),
+            harness: None,
         }),
     );
     (

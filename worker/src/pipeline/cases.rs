@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use proto::generation::TestCase;
-use proto::harness::{self, CasesReport, ReportError};
+use proto::harness::CasesReport;
 use proto::job::TestResult;
 use proto::{ErrorKind, ExecutionRequest, Language, Status};
 use serde_json::{Value, json};
@@ -94,6 +94,7 @@ impl Pipeline {
                 ("request.json".to_string(), request.to_string().into()),
             ]),
             return_files: vec![],
+            harness: None,
         };
         self.sandboxed(&execution).await
     }
@@ -115,25 +116,44 @@ impl Pipeline {
         })
     }
 
-    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness
+    /// in the runner's own interpreter (its `harness` mode: no driver program to compile, no
+    /// files to write and read back; the report comes back beside the result).
     pub(super) async fn run_cases(
         &self,
         module: &str,
         function: &str,
         cases: &[TestCase],
     ) -> Result<CaseRun, Error> {
-        let mut request = self.cases_request(cases);
-        request["marker"] = json!(harness::CASES_MARKER);
-        request["function"] = json!(function);
-        let result = self
-            .run_driver(crate::drivers::CASES, module, &request)
-            .await?;
-        let report = match harness::read::<CasesReport>(&result.stdout, harness::CASES_MARKER) {
-            Ok(report) => Some(report),
-            Err(ReportError::Missing) => None,
-            Err(e @ ReportError::Mismatch(_)) => {
+        let mut spec = self.cases_request(cases);
+        spec["mode"] = json!("cases");
+        spec["function"] = json!(function);
+        let execution = ExecutionRequest {
+            language: Language::Python,
+            code: module.to_owned(),
+            stdin: None,
+            test: None,
+            timeout_ms: self.options.run_timeout_ms,
+            cpu_time_ms: None,
+            compile_timeout_ms: None,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::new(),
+            return_files: vec![],
+            harness: Some(spec),
+        };
+        let mut result = self.sandboxed(&execution).await?;
+        // No report: the run broke before the harness answered (a timeout, the memory limit).
+        let report = match result
+            .harness
+            .take()
+            .map(|report| serde_json::from_value::<CasesReport>(*report))
+        {
+            None => None,
+            Some(Ok(report)) => Some(report),
+            Some(Err(e)) => {
                 return Err(Error::Drop(format!(
-                    "the sandbox image's test harness: {e}"
+                    "the sandbox image's test harness: its report does not match: {e}"
                 )));
             }
         };
