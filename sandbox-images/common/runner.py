@@ -28,9 +28,10 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    are reserved (an "error" answer)
                        "return_files": [relpath],  optional, read back after the run
                        "harness": null | object,   optional, Python in-process only: run by
-                                                   harness.py (see there; "cases" in a fresh
-                                                   module `solution`, a "program_test" in
-                                                   __main__); not with "test"
+                                                   harness.py (see there; "cases" and
+                                                   "integrate" in a fresh module `solution`,
+                                                   a "program_test" in __main__); not with
+                                                   "test"
                        "cpu_time_ms": int|null}    optional CPU-time limit (the container
                                                    cgroup's, over the run): past it the
                                                    program is killed ("cpu_limited")
@@ -1027,13 +1028,14 @@ def exit_code_of(e):
 
 
 def run_harness(spec, code, main):
-    """Test cases, or a program + test script, by harness.py (imported by the zygote). Cases
-    run in a fresh module named `solution`, as the harness's own CLI runs them (a generated
-    function's `if __name__ == "__main__":` demo must not run); a program test in __main__."""
+    """Test cases, an integration or a program + test script, by harness.py (imported by the
+    zygote). Cases and an integration run in a fresh module named `solution`, as the
+    harness's own CLI runs cases (a generated function's `if __name__ == "__main__":` demo
+    must not run); a program test in __main__."""
     harness = sys.modules.get("codegen_harness")
     if harness is None:
         raise RuntimeError("the test harness is not installed in this image")
-    namespace = None if spec.get("mode") == "cases" else main.__dict__
+    namespace = main.__dict__ if spec.get("mode") == "program_test" else None
     return harness.run_in_process(spec, code, namespace)
 
 
@@ -1815,6 +1817,12 @@ HARNESS_WARMUP = {
     "cases": [{"inputs": [i, "x"], "expected_output": [i, "x"]} for i in range(4)],
 }
 HARNESS_WARMUP_ROUNDS = 20
+# And one for an integration (the pipeline's last run of a job), where the harness has it.
+INTEGRATION_WARMUP = {
+    "mode": "integrate", "code": "def f(a):\n    \"\"\"Doubles.\"\"\"\n    return 2 * a\n",
+    "verdicts": {"f": {"cases": [{"inputs": [1], "expected_output": 2}]}},
+    "cases": {"f": [{"inputs": [1]}]}, "case_timeout_ms": 1000,
+}
 
 
 def warm_harness(module):
@@ -1830,8 +1838,11 @@ def warm_harness(module):
     try:
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        integration = None
         for _ in range(HARNESS_WARMUP_ROUNDS):
             result = module.run_cases(dict(HARNESS_WARMUP))
+            if hasattr(module, "run_integration"):
+                integration = module.run_integration(dict(INTEGRATION_WARMUP))
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
@@ -1839,6 +1850,8 @@ def warm_harness(module):
             os.close(fd)
     if not result.get("passed"):
         raise RuntimeError("the harness fails its warm-up request: %r" % (result,))
+    if integration is not None and not integration["functions"]["f"].get("passed"):
+        raise RuntimeError("the harness fails its integration warm-up: %r" % (integration,))
     if threading.active_count() != 1:
         raise RuntimeError("the harness left %d threads running" % (threading.active_count() - 1))
 

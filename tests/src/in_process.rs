@@ -4,16 +4,14 @@
 //! runs nothing. It checks the logic — the DAG, repair, partial failure, re-planning — in a
 //! second; the end-to-end tests check the same against the real services.
 //!
-//! The FAKE sandbox answers the pipeline's drivers (`proto::harness`): every case of a
+//! The FAKE sandbox answers the pipeline's harness runs (`proto::harness`): every case of a
 //! function passes unless its module contains [`FAILS`], and the quality analysis reports a
 //! fixed, perfect module.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::harness::{
-    CASES_MARKER, CaseReport, CasesReport, INTEGRATION_MARKER, IntegrationReport, QualityReport,
-};
+use proto::harness::{CaseReport, CasesReport, IntegrationReport, QualityReport};
 use proto::{ErrorKind, ExecutionResult, Progress, Status, TaskId};
 use sandbox::ScriptedSandbox;
 use serde_json::{Value, json};
@@ -151,21 +149,13 @@ impl InProcess {
     }
 }
 
-/// The FAKE sandbox: it runs nothing and answers the drivers' report lines.
+/// The FAKE sandbox: it runs nothing and answers the harness's reports.
 fn fake_sandbox() -> ScriptedSandbox {
     ScriptedSandbox::new(|request| {
-        let file = |name: &str| {
-            request
-                .files
-                .get(name)
-                .and_then(|f| f.as_text())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let driver: Value = serde_json::from_str(&file("request.json")).unwrap_or(Value::Null);
+        let spec = request.harness.clone().unwrap_or(Value::Null);
         // Written with the contract's own types, so the FAKE cannot drift from what the
         // worker reads.
-        let passed = !file("module.py").contains(FAILS);
+        let passed = !request.code.contains(FAILS);
         let cases_report = |cases: &Value| {
             let failed = (!passed).then_some(ErrorKind::WrongOutput);
             let cases = cases
@@ -194,9 +184,9 @@ fn fake_sandbox() -> ScriptedSandbox {
                 traceback: None,
             }
         };
-        let stdout = match driver["marker"].as_str() {
-            Some(INTEGRATION_MARKER) => {
-                let functions = driver["verdicts"]
+        let report = match spec["mode"].as_str() {
+            Some("integrate") => {
+                let functions = spec["verdicts"]
                     .as_object()
                     .cloned()
                     .unwrap_or_default()
@@ -212,17 +202,15 @@ fn fake_sandbox() -> ScriptedSandbox {
                         dangerous_calls: vec![],
                     },
                 };
-                format!("{INTEGRATION_MARKER}{}\n", json!(report))
+                Some(json!(report))
             }
-            Some(CASES_MARKER) => {
-                format!("{CASES_MARKER}{}\n", json!(cases_report(&driver["cases"])))
-            }
-            _ => String::new(),
+            Some("cases") => Some(json!(cases_report(&spec["cases"]))),
+            _ => None,
         };
         Ok(ExecutionResult {
             status: Status::Passed,
             exit_code: Some(0),
-            stdout,
+            stdout: String::new(),
             stderr: String::new(),
             truncated: false,
             duration_ms: 1,
@@ -233,7 +221,7 @@ fn fake_sandbox() -> ScriptedSandbox {
             files: Default::default(),
             file_errors: Default::default(),
             compile: None,
-            harness: None,
+            harness: report.map(Box::new),
         })
     })
 }

@@ -15,9 +15,10 @@
 //!   towards the delivery limit. Only a failure whose dependency answers is the task's own and
 //!   counts (`requeue`).
 
-mod drivers;
 pub mod fair;
 pub mod gate;
+#[cfg(test)]
+mod harness_contract;
 mod metrics;
 pub mod model_limits;
 pub mod pipeline;

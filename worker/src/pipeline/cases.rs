@@ -71,17 +71,17 @@ impl Pipeline {
         }
     }
 
-    /// Runs one of the pipeline's `drivers` on `module` in the sandbox, with `request` as its
-    /// `request.json`.
-    pub(super) async fn run_driver(
+    /// Runs `module` through the image's test harness in the runner's own interpreter (its
+    /// `harness` mode, `spec` naming the mode: no driver program to compile in every program
+    /// process, no files to write and read back; the report comes back beside the result).
+    pub(super) async fn run_harness(
         &self,
-        driver: &str,
         module: &str,
-        request: &Value,
+        spec: Value,
     ) -> Result<proto::ExecutionResult, Error> {
         let execution = ExecutionRequest {
             language: Language::Python,
-            code: driver.to_owned(),
+            code: module.to_owned(),
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
@@ -89,12 +89,9 @@ impl Pipeline {
             compile_timeout_ms: None,
             memory_mb: self.options.memory_mb,
             fresh_container: false,
-            files: BTreeMap::from([
-                ("module.py".to_string(), module.into()),
-                ("request.json".to_string(), request.to_string().into()),
-            ]),
+            files: BTreeMap::new(),
             return_files: vec![],
-            harness: None,
+            harness: Some(spec),
         };
         self.sandboxed(&execution).await
     }
@@ -116,9 +113,7 @@ impl Pipeline {
         })
     }
 
-    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness
-    /// in the runner's own interpreter (its `harness` mode: no driver program to compile, no
-    /// files to write and read back; the report comes back beside the result).
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
     pub(super) async fn run_cases(
         &self,
         module: &str,
@@ -128,21 +123,7 @@ impl Pipeline {
         let mut spec = self.cases_request(cases);
         spec["mode"] = json!("cases");
         spec["function"] = json!(function);
-        let execution = ExecutionRequest {
-            language: Language::Python,
-            code: module.to_owned(),
-            stdin: None,
-            test: None,
-            timeout_ms: self.options.run_timeout_ms,
-            cpu_time_ms: None,
-            compile_timeout_ms: None,
-            memory_mb: self.options.memory_mb,
-            fresh_container: false,
-            files: BTreeMap::new(),
-            return_files: vec![],
-            harness: Some(spec),
-        };
-        let mut result = self.sandboxed(&execution).await?;
+        let mut result = self.run_harness(module, spec).await?;
         // No report: the run broke before the harness answered (a timeout, the memory limit).
         let report = match result
             .harness

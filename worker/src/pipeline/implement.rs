@@ -130,22 +130,30 @@ impl Pipeline {
         )
         .await;
         let mut outcome = FunctionOutcome::new(&function);
-        let result = self
+        let last_attempt = match self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
-            .await;
-        if let Err(e @ (Error::Retry { .. } | Error::Ended(_))) = result {
+            .await
+        {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
             // Or the job ended: nothing more is stored for it.
-            return Err(e);
-        }
-        if let Err(Error::Drop(reason)) = result {
-            outcome.failure = Some(reason);
-        }
+            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => return Err(e),
+            Err(Error::Drop(reason)) => {
+                outcome.failure = Some(reason);
+                None
+            }
+            Ok(event) => Some(event),
+        };
         outcome.done = true;
         outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
-        if !self.jobs.put_function(job, &outcome).await.map_err(redis)? {
+        // The passing attempt's event goes with the final outcome: one write, not two.
+        let saved = self
+            .jobs
+            .save_function(job, &outcome, last_attempt.as_ref())
+            .await
+            .map_err(redis)?;
+        if !saved.stored {
             tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
             return self
                 .emit(Event::FunctionDone {
@@ -154,6 +162,7 @@ impl Pipeline {
                 })
                 .await;
         }
+        Self::seen(saved.status)?;
         let tested = outcome.passed && outcome.validation == Validation::Tested;
         if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
             && let Err(e) = cache.put_cached_function(key, &outcome).await
@@ -168,14 +177,16 @@ impl Pipeline {
         .await
     }
 
-    /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record.
+    /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record. `Ok` carries
+    /// the passing attempt's progress event, not yet stored: it is stored with the final
+    /// outcome (failed attempts are stored as they happen).
     async fn implement_loop(
         &self,
         meta: &JobMeta,
         spec: &proto::generation::FunctionSpec,
         dependency_code: &[(String, String)],
         outcome: &mut FunctionOutcome,
-    ) -> Result<(), Error> {
+    ) -> Result<Progress, Error> {
         let job = meta.id;
         let language = meta.request.language.as_str();
         let model = self.model().map_err(Error::Drop)?;
@@ -277,15 +288,13 @@ impl Pipeline {
                             outcome.validation = Validation::StaticAnalysisOnly;
                             outcome.passed = true;
                             outcome.test_results.clear();
-                            let event = Progress::Attempt {
+                            return Ok(Progress::Attempt {
                                 function: spec.name.clone(),
                                 attempt,
                                 passed: true,
                                 error_kind: None,
                                 validation: Some(Validation::StaticAnalysisOnly),
-                            };
-                            self.save(job, outcome, Some(event)).await?;
-                            return Ok(());
+                            });
                         }
                         Err(problem) => CaseRun {
                             passed: false,
@@ -312,8 +321,7 @@ impl Pipeline {
             };
             if run.passed {
                 outcome.passed = true;
-                self.save(job, outcome, Some(event)).await?;
-                return Ok(());
+                return Ok(event);
             }
             outcome.history.push(Improvement {
                 function: spec.name.clone(),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use proto::harness::{self, IntegrationReport, QualityReport, ReportError};
+use proto::harness::{IntegrationReport, QualityReport};
 use proto::job::{FunctionOutcome, Quality, TestResult};
 use serde_json::{Value, json};
 
@@ -83,36 +83,39 @@ impl Pipeline {
         } else {
             BTreeMap::new()
         };
-        let request = json!({
-            "marker": harness::INTEGRATION_MARKER,
+        let spec = json!({
+            "mode": "integrate",
             "verdicts": asked,
             "cases": cases,
             "case_timeout_ms": self.options.case_timeout_ms,
         });
-        let run = self
-            .run_driver(crate::drivers::INTEGRATE, module, &request)
-            .await?;
-        let (mut reports, report) =
-            match harness::read::<IntegrationReport>(&run.stdout, harness::INTEGRATION_MARKER) {
-                Ok(IntegrationReport { functions, quality }) => (functions, quality),
-                // The run broke (a limit, a crash): every verdict fails with what broke it
-                // (`case_run` without a report) and the module scores nothing for quality.
-                Err(ReportError::Missing) => {
-                    tracing::warn!(status = ?run.status, "the integration run printed no report");
-                    (
-                        BTreeMap::new(),
-                        QualityReport {
-                            coverage: 0.0,
-                            complexity: BTreeMap::new(),
-                            docstrings: 0.0,
-                            dangerous_calls: vec![],
-                        },
-                    )
-                }
-                Err(e @ ReportError::Mismatch(_)) => {
-                    return Err(Error::Drop(format!("the integration run: {e}")));
-                }
-            };
+        let mut run = self.run_harness(module, spec).await?;
+        let (mut reports, report) = match run
+            .harness
+            .take()
+            .map(|report| serde_json::from_value(*report))
+        {
+            Some(Ok(IntegrationReport { functions, quality })) => (functions, quality),
+            // The run broke (a limit, a crash): every verdict fails with what broke it
+            // (`case_run` without a report) and the module scores nothing for quality.
+            None => {
+                tracing::warn!(status = ?run.status, "the integration run gave no report");
+                (
+                    BTreeMap::new(),
+                    QualityReport {
+                        coverage: 0.0,
+                        complexity: BTreeMap::new(),
+                        docstrings: 0.0,
+                        dangerous_calls: vec![],
+                    },
+                )
+            }
+            Some(Err(e)) => {
+                return Err(Error::Drop(format!(
+                    "the integration run: its report does not match: {e}"
+                )));
+            }
+        };
         let mut runs = BTreeMap::new();
         for name in asked.keys() {
             let outcome = &outcomes[*name];

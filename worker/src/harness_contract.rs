@@ -1,14 +1,9 @@
-//! The Python program the pipeline runs in the sandbox to integrate and measure generated
-//! code. It reads its request from `request.json` (with the marker of its report line, from
-//! `proto::harness`) and prints one report line that `proto::harness` types describe. A
-//! function's cases need no program: the runner's harness mode runs them
-//! (`Pipeline::run_cases`), and the tests below hold both reports to the worker's types.
-/// Integrates a module in one run: the verdicts of its functions' cases (the image's
-/// `harness.py`), then coverage, complexity, docstrings and risky calls
-/// ([`proto::harness::IntegrationReport`]).
-pub(crate) const INTEGRATE: &str = include_str!("py/integrate.py");
+//! The contract between the pipeline and the image's test harness: the runner runs
+//! `harness.run_in_process` in its own interpreter for the pipeline's cases and integration
+//! runs (`Pipeline::run_harness`), and the worker reads the report with `proto::harness`'s
+//! types. These tests run the real harness with the host's Python and check every field the
+//! worker reads against what it answers.
 
-#[cfg(test)]
 mod tests {
     //! The contract with the drivers and the image's harness, checked by running them with
     //! the host's Python: every field the Rust types read must be one the programs print.
@@ -16,7 +11,7 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
-    use proto::harness::{self, CasesReport, IntegrationReport};
+    use proto::harness::{CasesReport, IntegrationReport};
     use serde_json::{Value, json};
 
     fn python() -> &'static str {
@@ -36,7 +31,7 @@ mod tests {
         let harness_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/python");
         let output = Command::new(python())
             .arg("-c")
-            .arg(driver)
+            .arg(format!("MARKER = {MARKER:?}\n{driver}"))
             .current_dir(dir.path())
             .env("CODEGEN_HARNESS_DIR", harness_dir)
             .output()
@@ -70,28 +65,32 @@ mod tests {
         }
     }
 
-    /// Prints what the runner's harness mode answers for a cases request in `request.json`
-    /// (the runner calls `run_in_process` the same way: cases in a fresh module).
-    const CASES_DRIVER: &str = "import json, os, sys\n\
+    /// Prints, after a marker, what the runner's harness mode answers for the spec in
+    /// `request.json` and the module in `module.py` (the runner calls `run_in_process` so,
+    /// the namespace left to the harness for cases and integration).
+    const DRIVER: &str = "import json, os, sys\n\
         sys.path.insert(0, os.environ['CODEGEN_HARNESS_DIR'])\n\
         import harness\n\
-        request = json.load(open('request.json'))\n\
-        marker = request.pop('marker')\n\
-        report = harness.run_in_process(request, open('module.py').read())\n\
-        print(marker + json.dumps(report))\n";
+        spec = json.load(open('request.json'))\n\
+        report = harness.run_in_process(spec, open('module.py').read())\n\
+        print(MARKER + json.dumps(report))\n";
+    const MARKER: &str = "@@report@@ ";
 
-    fn printed(stdout: &str, marker: &str) -> Value {
-        let line = stdout.lines().rev().find_map(|l| l.strip_prefix(marker));
+    fn answered(stdout: &str) -> Value {
+        let line = stdout.lines().rev().find_map(|l| l.strip_prefix(MARKER));
         serde_json::from_str(line.expect("a report line")).unwrap()
     }
 
+    fn read<T: serde::de::DeserializeOwned>(stdout: &str) -> T {
+        serde_json::from_value(answered(stdout)).expect("the report reads as the worker's type")
+    }
+
     #[test]
-    fn the_cases_report_is_what_the_harness_prints() {
+    fn the_cases_report_is_what_the_harness_answers() {
         // The demo under `if __name__ == "__main__":` must not run: cases load the module as
         // `solution`, not as the program.
         let module = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2\n\nif __name__ == '__main__':\n    raise SystemExit('the demo ran')\n";
         let request = json!({
-            "marker": harness::CASES_MARKER,
             "mode": "cases",
             "function": "f",
             "cases": [
@@ -104,13 +103,13 @@ mod tests {
             "nonce": null,
         });
         let stdout = run(
-            CASES_DRIVER,
+            DRIVER,
             &[
                 ("module.py", module.to_owned()),
                 ("request.json", request.to_string()),
             ],
         );
-        let report: CasesReport = harness::read(&stdout, harness::CASES_MARKER).unwrap();
+        let report: CasesReport = read(&stdout);
         let verdicts: Vec<_> = report
             .cases
             .iter()
@@ -127,34 +126,34 @@ mod tests {
         assert!(!report.passed);
         assert_fields_printed(
             &serde_json::to_value(&report).unwrap(),
-            &printed(&stdout, harness::CASES_MARKER),
+            &answered(&stdout),
             "cases report",
         );
 
         // A module that does not load: the load error's fields.
         let stdout = run(
-            CASES_DRIVER,
+            DRIVER,
             &[
                 ("module.py", "def f(:\n".to_owned()),
                 ("request.json", request.to_string()),
             ],
         );
-        let report: CasesReport = harness::read(&stdout, harness::CASES_MARKER).unwrap();
+        let report: CasesReport = read(&stdout);
         assert_eq!(report.error_kind, Some(proto::ErrorKind::Syntax));
         assert!(report.error.is_some() && report.cases.is_empty());
         assert_fields_printed(
             &serde_json::to_value(&report).unwrap(),
-            &printed(&stdout, harness::CASES_MARKER),
+            &answered(&stdout),
             "load error report",
         );
     }
 
     #[test]
-    fn the_integration_report_is_what_the_driver_prints() {
+    fn the_integration_report_is_what_the_harness_answers() {
         let module = "import subprocess\n\ndef f(x):\n    \"\"\"Doubles.\"\"\"\n    if x:\n        return 2 * x\n    return 0\n\ndef g():\n    return subprocess.run(['true'])\n\ndef spin(x):\n    while True:\n        pass\n";
         let case = |inputs: Value, expected: Value| json!({"name": "c", "inputs": inputs, "expected_output": expected});
         let request = json!({
-            "marker": harness::INTEGRATION_MARKER,
+            "mode": "integrate",
             "verdicts": {
                 "f": {"cases": [case(json!([1]), json!(2)), case(json!([2]), json!(5))],
                       "case_timeout_ms": 2000, "max_output_bytes": 4096, "nonce": null},
@@ -164,7 +163,7 @@ mod tests {
         });
         let started = std::time::Instant::now();
         let stdout = run(
-            super::INTEGRATE,
+            DRIVER,
             &[
                 ("module.py", module.to_owned()),
                 ("request.json", request.to_string()),
@@ -172,8 +171,7 @@ mod tests {
         );
         // The looping case stops adding coverage at its timeout instead of holding the run.
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
-        let report: IntegrationReport =
-            harness::read(&stdout, harness::INTEGRATION_MARKER).unwrap();
+        let report: IntegrationReport = read(&stdout);
         let verdicts: Vec<bool> = report.functions["f"]
             .cases
             .iter()
@@ -195,7 +193,7 @@ mod tests {
         );
         assert_fields_printed(
             &serde_json::to_value(&report).unwrap(),
-            &printed(&stdout, harness::INTEGRATION_MARKER),
+            &answered(&stdout),
             "integration report",
         );
     }
