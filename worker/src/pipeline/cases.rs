@@ -73,12 +73,16 @@ impl Pipeline {
 
     /// Runs `module` through the image's test harness in the runner's own interpreter (its
     /// `harness` mode, `spec` naming the mode: no driver program to compile in every program
-    /// process, no files to write and read back; the report comes back beside the result).
-    pub(super) async fn run_harness(
+    /// process, no files to write and read back). The result, and the harness's report read
+    /// as `T`: `None` when the run broke before the harness answered (a timeout, the memory
+    /// limit, a crash); `Drop`, naming `what` ran, when the report is not a `T` (the image and
+    /// the worker disagree).
+    pub(super) async fn run_harness<T: serde::de::DeserializeOwned>(
         &self,
         module: &str,
         spec: Value,
-    ) -> Result<proto::ExecutionResult, Error> {
+        what: &str,
+    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
         let execution = ExecutionRequest {
             language: Language::Python,
             code: module.to_owned(),
@@ -93,7 +97,14 @@ impl Pipeline {
             return_files: vec![],
             harness: Some(spec),
         };
-        self.sandboxed(&execution).await
+        let mut result = self.sandboxed(&execution).await?;
+        let report = result
+            .harness
+            .take()
+            .map(|report| serde_json::from_value(*report))
+            .transpose()
+            .map_err(|e| Error::Drop(format!("{what}: its report does not match: {e}")))?;
+        Ok((result, report))
     }
 
     /// What the harness needs to run `cases` (without the code and the function's name).
@@ -123,21 +134,9 @@ impl Pipeline {
         let mut spec = self.cases_request(cases);
         spec["mode"] = json!("cases");
         spec["function"] = json!(function);
-        let mut result = self.run_harness(module, spec).await?;
-        // No report: the run broke before the harness answered (a timeout, the memory limit).
-        let report = match result
-            .harness
-            .take()
-            .map(|report| serde_json::from_value::<CasesReport>(*report))
-        {
-            None => None,
-            Some(Ok(report)) => Some(report),
-            Some(Err(e)) => {
-                return Err(Error::Drop(format!(
-                    "the sandbox image's test harness: its report does not match: {e}"
-                )));
-            }
-        };
+        let (result, report) = self
+            .run_harness::<CasesReport>(module, spec, "the sandbox image's test harness")
+            .await?;
         case_run(function, cases, report, &result)
     }
 }

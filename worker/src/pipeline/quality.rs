@@ -89,13 +89,11 @@ impl Pipeline {
             "cases": cases,
             "case_timeout_ms": self.options.case_timeout_ms,
         });
-        let mut run = self.run_harness(module, spec).await?;
-        let (mut reports, report) = match run
-            .harness
-            .take()
-            .map(|report| serde_json::from_value(*report))
-        {
-            Some(Ok(IntegrationReport { functions, quality })) => (functions, quality),
+        let (run, report) = self
+            .run_harness::<IntegrationReport>(module, spec, "the integration run")
+            .await?;
+        let (mut reports, report) = match report {
+            Some(IntegrationReport { functions, quality }) => (functions, quality),
             // The run broke (a limit, a crash): every verdict fails with what broke it
             // (`case_run` without a report) and the module scores nothing for quality.
             None => {
@@ -109,11 +107,6 @@ impl Pipeline {
                         dangerous_calls: vec![],
                     },
                 )
-            }
-            Some(Err(e)) => {
-                return Err(Error::Drop(format!(
-                    "the integration run: its report does not match: {e}"
-                )));
             }
         };
         let mut runs = BTreeMap::new();
