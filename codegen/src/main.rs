@@ -145,8 +145,14 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
     tokio::spawn(supervisor.run(infra.clone()));
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
-    // The coordinator serves event streams: it wants the notice of every new event.
-    tokio::spawn(listener.with_job_events().run(infra.clone()));
+    // The coordinator serves event streams (it wants the notice of every new event) and reads
+    // the pipeline's inbox (it wakes on the notice of each sent event).
+    tokio::spawn(
+        listener
+            .with_job_events()
+            .with_pipeline_events()
+            .run(infra.clone()),
+    );
 
     let readiness = {
         let store = store.clone();
@@ -315,7 +321,6 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         settings.worker.pipeline.clone(),
         Arc::new(store.clone()),
         model,
-        Arc::new(broker.clone()),
         sandbox.clone(),
     )
     .with_cache(Arc::new(store.clone()), model::identity(&settings.model));

@@ -23,6 +23,7 @@ mod executions;
 mod fusion;
 mod generators;
 mod idempotency;
+mod inbox;
 mod jobs;
 mod languages;
 mod listing;

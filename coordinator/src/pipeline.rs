@@ -54,6 +54,18 @@ impl EventError {
     }
 }
 
+/// What became of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handled {
+    /// Applied, or its job failed with the reason: the event is settled.
+    Done,
+    /// A dependency stayed down past `outage_wait`: the event goes back, not counted as a
+    /// delivery.
+    Later,
+    /// Its job could not even be failed: the event goes back, counted.
+    Again,
+}
+
 /// The integrate task's name in the job's published set (not an identifier, so it cannot be
 /// a function's name).
 const INTEGRATE: &str = "#integrate";
@@ -232,14 +244,17 @@ impl Coordinator {
         Ok(failed)
     }
 
-    /// Consumes pipeline events until `cancel` fires.
-    pub(crate) async fn consume_events(self, cancel: CancellationToken) {
+    /// Consumes the broker's events queue until `cancel` fires: where workers of earlier
+    /// versions still send their events during an upgrade (workers now send them to the
+    /// inbox in Redis, `crate::inbox`).
+    pub(crate) async fn consume_broker_events(self, cancel: CancellationToken) {
         let mut deliveries = self.broker.consume(Queue::Events, EVENTS_PREFETCH, cancel);
         while let Some(delivery) = deliveries.next().await {
             self.handle_event(delivery).await;
         }
     }
 
+    /// One event from the broker's events queue, settled there.
     pub(crate) async fn handle_event(&self, delivery: Delivery) {
         let event = match Event::decode(&delivery.body) {
             Ok(event) => event,
@@ -249,10 +264,25 @@ impl Coordinator {
                 return;
             }
         };
-        // Redis or the broker down: wait it out here, retrying with backoff, so the event
-        // neither cycles through its queue (towards the delivery limit) nor lets later events
-        // overtake it. Events are handled one at a time, so this also pauses the consumer.
-        let applied = (|| self.apply(&event))
+        match self.process_event(&event).await {
+            Handled::Done => {
+                let _ = delivery.ack().await;
+            }
+            Handled::Later => {
+                let _ = delivery.hand_back().await;
+            }
+            Handled::Again => {
+                let _ = delivery.requeue().await;
+            }
+        }
+    }
+
+    /// Applies an event: retried with backoff while Redis or the broker is down (up to
+    /// `outage_wait`), so that the event neither cycles towards a delivery limit nor lets
+    /// later events overtake it (events are handled one at a time, so this also pauses the
+    /// reader). An event that cannot apply fails its job, with the reason.
+    pub(crate) async fn process_event(&self, event: &Event) -> Handled {
+        let applied = (|| self.apply(event))
             .retry(
                 ExponentialBuilder::default()
                     .with_min_delay(RETRY_MIN_DELAY)
@@ -267,12 +297,10 @@ impl Coordinator {
             })
             .await;
         match applied {
-            Ok(()) => {
-                let _ = delivery.ack().await;
-            }
+            Ok(()) => Handled::Done,
             Err(e) if e.is_retryable() => {
                 tracing::warn!(job = %event.job_id(), error = %e, "dependency still down: event back to its queue (not counted)");
-                let _ = delivery.hand_back().await;
+                Handled::Later
             }
             // Waiting will not change it (a corrupt stored value, state that contradicts the
             // event): the job cannot go on, and says why now rather than after the event has
@@ -280,21 +308,25 @@ impl Coordinator {
             Err(e) => {
                 let job = event.job_id();
                 tracing::warn!(%job, error = %e, "cannot apply event; failing its job");
-                let failed = match self.jobs.job_meta(job).await {
-                    Ok(Some(meta)) => {
-                        self.fail_job(&meta, &format!("cannot apply a pipeline event: {e}"))
-                            .await
+                match self
+                    .fail_job_of(job, &format!("cannot apply a pipeline event: {e}"))
+                    .await
+                {
+                    Ok(()) => Handled::Done,
+                    Err(_) => {
+                        tokio::time::sleep(REQUEUE_PAUSE).await;
+                        Handled::Again
                     }
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                };
-                if failed.is_ok() {
-                    let _ = delivery.ack().await;
-                } else {
-                    tokio::time::sleep(REQUEUE_PAUSE).await;
-                    let _ = delivery.requeue().await;
                 }
             }
+        }
+    }
+
+    /// Fails job `id` (if it still exists) with `reason`.
+    pub(crate) async fn fail_job_of(&self, id: TaskId, reason: &str) -> Result<(), store::Error> {
+        match self.jobs.job_meta(id).await? {
+            Some(meta) => self.fail_job(&meta, reason).await,
+            None => Ok(()),
         }
     }
 

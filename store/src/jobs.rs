@@ -78,7 +78,7 @@ pub struct StoredEvent {
 }
 
 #[async_trait]
-pub trait JobStore: Send + Sync + 'static {
+pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
     /// Records a new job, `queued`, among the unfinished ones.
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error>;
     /// Unfinished jobs submitted before `before_ms`, oldest first, at most `limit`.
@@ -799,6 +799,7 @@ impl JobStore for crate::RedisStore {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryJobs {
     state: Arc<Mutex<MemoryState>>,
+    inbox: Arc<crate::inbox::MemoryInbox>,
 }
 
 #[derive(Debug, Default)]
@@ -824,6 +825,10 @@ impl MemoryJobs {
 
     fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
         self.state.lock().expect("poisoned")
+    }
+
+    pub(crate) fn inbox(&self) -> Arc<crate::inbox::MemoryInbox> {
+        Arc::clone(&self.inbox)
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod cache;
 pub mod idempotency;
+pub mod inbox;
 pub mod index;
 pub mod jobs;
 pub mod limits;
@@ -34,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
+pub use inbox::{InboxEntry, PipelineEvents};
 pub use index::{Index, MemoryIndex};
 pub use jobs::{Completion, JobStore, JobView, MemoryJobs, Saved, StoredEvent};
 pub use limits::{Decision, Meters, RedisLimits};

@@ -30,6 +30,8 @@ struct Inner {
     watchers: Arc<DashMap<TaskId, Arc<Notify>>>,
     /// Woken when a model limit's lease is released anywhere (`limits::RedisLimits::freed`).
     lease_freed: Arc<Notify>,
+    /// Woken when a pipeline event is sent (`inbox`), with [`Listener::with_pipeline_events`].
+    pipeline_notice: Arc<Notify>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -50,6 +52,8 @@ pub struct Listener {
     job_events: bool,
     /// Also wake waiters for a model limit's lease (`limits::RedisLimits::freed`).
     lease_notices: bool,
+    /// Also wake readers of the coordinators' inbox (`inbox::PipelineEvents`).
+    pipeline_events: bool,
     /// Wake waiters for executions' verdicts (the default; a worker waits for none).
     execution_notices: bool,
 }
@@ -95,6 +99,7 @@ impl RedisStore {
                 waiters: DashMap::new(),
                 watchers: Arc::default(),
                 lease_freed: Arc::default(),
+                pipeline_notice: Arc::default(),
             }),
         };
         Ok((
@@ -104,6 +109,7 @@ impl RedisStore {
                 pushes,
                 job_events: false,
                 lease_notices: false,
+                pipeline_events: false,
                 execution_notices: true,
             },
         ))
@@ -193,6 +199,12 @@ impl RedisStore {
         &self.inner.lease_freed
     }
 
+    /// Woken by the notice each pipeline event publishes (with the listener's
+    /// [`Listener::with_pipeline_events`]; without it a reader waits out its timeout).
+    pub(crate) fn pipeline_notice(&self) -> &Arc<Notify> {
+        &self.inner.pipeline_notice
+    }
+
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
     }
@@ -225,6 +237,13 @@ impl Listener {
         self
     }
 
+    /// Also subscribes to the notices of pipeline events, for a process that reads the
+    /// coordinators' inbox (a coordinator).
+    pub fn with_pipeline_events(mut self) -> Self {
+        self.pipeline_events = true;
+        self
+    }
+
     /// Leaves out the notices of finished executions: a process that waits for no verdict (a
     /// worker) would receive one for every execution of the cluster.
     pub fn without_execution_notices(mut self) -> Self {
@@ -245,6 +264,10 @@ impl Listener {
         let lease_freed = self.store.inner.keys.lease_freed_channel();
         if self.lease_notices {
             channels.push(lease_freed.clone());
+        }
+        let pipeline_notice = crate::inbox::notice_channel(self.store.prefix());
+        if self.pipeline_events {
+            channels.push(pipeline_notice.clone());
         }
         if channels.is_empty() {
             return; // nothing to wait for
@@ -279,6 +302,12 @@ impl Listener {
                 {
                     self.store.inner.lease_freed.notify_waiters();
                 }
+                PushKind::Message
+                    if push.data.first().and_then(value_str).as_deref()
+                        == Some(pipeline_notice.as_str()) =>
+                {
+                    self.store.inner.pipeline_notice.notify_waiters();
+                }
                 PushKind::Message => {
                     let id: Option<TaskId> = push
                         .data
@@ -303,6 +332,7 @@ impl Listener {
                         entry.value().notify_waiters();
                     }
                     self.store.inner.lease_freed.notify_waiters();
+                    self.store.inner.pipeline_notice.notify_waiters();
                 }
                 _ => {}
             }

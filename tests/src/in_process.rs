@@ -72,7 +72,6 @@ impl InProcess {
                 worker::pipeline::Options::default(),
                 Arc::new(jobs.clone()),
                 Some(model.clone()),
-                Arc::new(broker.clone()),
                 Arc::new(sandbox.clone()),
             );
             let worker = worker::Worker::build(

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proto::generation::{Complexity, FunctionSpec, Output};
-use proto::job::{JobResult, JobStatus, Plan};
+use proto::job::{Event, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
-use store::{JobStore, RedisStore};
+use store::{InboxEntry, JobStore, PipelineEvents, RedisStore};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
     FunctionSpec {
@@ -358,6 +358,86 @@ async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore +
     );
 }
 
+fn done_event(job: TaskId, function: &str) -> Event {
+    Event::FunctionDone {
+        job_id: job,
+        function: function.into(),
+    }
+}
+
+fn function_of(entry: &InboxEntry) -> String {
+    match Event::decode(&entry.body).unwrap() {
+        Event::FunctionDone { function, .. } => function,
+        other => panic!("unexpected event {other:?}"),
+    }
+}
+
+/// The coordinators' inbox: each event goes to one reader, in order; an unsettled one is
+/// claimed by another reader (counted), a returned one comes back as new (not counted), and
+/// a settled one is gone.
+async fn the_inbox_hands_each_event_to_one_reader_until_settled<S: JobStore + Clone>(store: S) {
+    let job = TaskId::new();
+    for f in ["f1", "f2", "f3"] {
+        store
+            .send_pipeline_event(&done_event(job, f))
+            .await
+            .unwrap();
+    }
+    let short = Duration::from_millis(50);
+    let a = store.receive_pipeline_events("a", 2, short).await.unwrap();
+    assert_eq!(a.iter().map(function_of).collect::<Vec<_>>(), ["f1", "f2"]);
+    assert!(a.iter().all(|e| e.deliveries == 1));
+    let b = store.receive_pipeline_events("b", 10, short).await.unwrap();
+    assert_eq!(b.iter().map(function_of).collect::<Vec<_>>(), ["f3"]);
+    assert!(
+        store
+            .receive_pipeline_events("b", 10, short)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    store.pipeline_event_done(&a[0].id).await.unwrap();
+    // Not idle long enough: nobody claims what a live reader holds.
+    assert!(
+        store
+            .claim_pipeline_events("c", Duration::from_secs(60), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let claimed = store
+        .claim_pipeline_events("c", Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(function_of).collect::<Vec<_>>(),
+        ["f2", "f3"]
+    );
+    assert!(claimed.iter().all(|e| e.deliveries == 2), "{claimed:?}");
+
+    store.return_pipeline_event(&claimed[0]).await.unwrap();
+    let again = store.receive_pipeline_events("a", 10, short).await.unwrap();
+    assert_eq!(again.iter().map(function_of).collect::<Vec<_>>(), ["f2"]);
+    assert_eq!(again[0].deliveries, 1, "a returned event is not counted");
+    store.pipeline_event_done(&again[0].id).await.unwrap();
+    store.pipeline_event_done(&claimed[1].id).await.unwrap();
+    assert!(
+        store
+            .claim_pipeline_events("c", Duration::ZERO, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .receive_pipeline_events("c", 10, short)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Every case, once against each store.
 macro_rules! against_both_stores {
     ($($case:ident),* $(,)?) => {
@@ -389,6 +469,7 @@ against_both_stores!(
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,
     unfinished_jobs_are_listed_oldest_first_until_they_finish,
     many_statuses_are_read_at_once_in_order,
+    the_inbox_hands_each_event_to_one_reader_until_settled,
 );
 
 /// An event stream's wait is woken by the notice each new event publishes, not by its safety
@@ -450,5 +531,50 @@ async fn an_event_wait_wakes_on_the_new_events_notice() {
             "woken after {waited:?}: by the safety poll, not the notice"
         );
     }
+    cancel.cancel();
+}
+
+/// A coordinator reading an empty inbox wakes on the notice a sent event publishes, not on
+/// its read timeout.
+#[tokio::test]
+async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        result_ttl: Duration::from_secs(600),
+        ..store::Options::default()
+    };
+    let (reader, listener) = RedisStore::build(options.clone()).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(listener.with_pipeline_events().run(cancel.clone()));
+    let writer = RedisStore::build(options).unwrap().0;
+    let job = TaskId::new();
+    // The group exists and the subscription has settled.
+    writer
+        .send_pipeline_event(&done_event(job, "f0"))
+        .await
+        .unwrap();
+    let first = reader
+        .receive_pipeline_events("r", 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    reader.pipeline_event_done(&first[0].id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let send = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        writer
+            .send_pipeline_event(&done_event(job, "f1"))
+            .await
+            .unwrap();
+    });
+    let started = std::time::Instant::now();
+    let got = reader
+        .receive_pipeline_events("r", 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    send.await.unwrap();
+    assert_eq!(got.iter().map(function_of).collect::<Vec<_>>(), ["f1"]);
+    assert!(waited < Duration::from_secs(3), "woke after {waited:?}");
     cancel.cancel();
 }

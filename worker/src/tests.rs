@@ -371,7 +371,6 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
         pipeline::Options::default(),
         Arc::new(store::MemoryJobs::default()),
         None,
-        Arc::new(broker.clone()),
         Arc::new(ScriptedSandbox::new(passing)),
     )
     .without_model_because("model not configured: no base url".into());

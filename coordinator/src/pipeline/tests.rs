@@ -3,13 +3,14 @@
 //! The coordinator's side of the pipeline with in-memory fakes: events in, tasks out.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use broker::{Broker, MemoryBroker, Outgoing, Queue};
+use broker::{Broker, MemoryBroker, Queue};
 use futures::StreamExt;
 use proto::generation::{Complexity, FunctionSpec, Output};
 use proto::job::{Event, FunctionOutcome, JobStatus, Tokens};
 use proto::{Envelope, Task, TaskId};
-use store::{JobStore, MemoryJobs, MemoryStore};
+use store::{JobStore, MemoryJobs, MemoryStore, PipelineEvents};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Coordinator, Options};
@@ -58,21 +59,16 @@ async fn submit(c: &Coordinator) -> TaskId {
     meta.id
 }
 
-async fn event(c: &Coordinator, broker: &MemoryBroker, event: Event) {
-    broker
-        .publish_event(Outgoing {
-            message_id: event.job_id().to_string(),
-            body: event.encode(),
-            lane: None,
-        })
+/// Sends `event` as a worker does (to the inbox) and lets the coordinator handle it.
+async fn event(c: &Coordinator, _broker: &MemoryBroker, event: Event) {
+    c.jobs.send_pipeline_event(&event).await.unwrap();
+    let mut taken = c
+        .jobs
+        .receive_pipeline_events("test", 1, Duration::from_secs(1))
         .await
         .unwrap();
-    let delivery = broker
-        .consume(Queue::Events, 1, CancellationToken::new())
-        .next()
-        .await
-        .unwrap();
-    c.handle_event(delivery).await;
+    assert_eq!(taken.len(), 1, "the event is in the inbox");
+    c.handle_inbox_event(taken.remove(0)).await;
 }
 
 /// The functions of the implement tasks waiting on the task queue, drained.
@@ -278,11 +274,20 @@ async fn an_event_that_contradicts_the_stored_state_fails_its_job_at_once() {
             && failure.contains("without stored specs"),
         "{failure}"
     );
-    // Settled: nothing went back to the events queue to cycle towards the delivery limit.
-    let cancel = CancellationToken::new();
-    let mut events = broker.consume(Queue::Events, 1, cancel.clone());
-    let next = tokio::time::timeout(std::time::Duration::from_millis(200), events.next()).await;
-    assert!(next.is_err(), "the event was requeued");
+    // Settled: nothing is left in the inbox, neither new nor pending, to cycle towards the
+    // delivery limit.
+    let new = jobs
+        .receive_pipeline_events("test", 1, Duration::from_millis(100))
+        .await
+        .unwrap();
+    let pending = jobs
+        .claim_pipeline_events("test", Duration::ZERO, 1)
+        .await
+        .unwrap();
+    assert!(
+        new.is_empty() && pending.is_empty(),
+        "the event was not settled"
+    );
 }
 
 #[tokio::test]
@@ -407,7 +412,7 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
 async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_alone() {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let options = Options {
-        job_deadline: std::time::Duration::from_secs(60),
+        job_deadline: Duration::from_secs(60),
         ..Options::default()
     };
     let c = Coordinator::build(
@@ -439,4 +444,89 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
     );
     // Finished jobs are no longer candidates.
     assert_eq!(c.reap_overdue_once().await.unwrap(), 0);
+}
+
+/// A coordinator that took an event and died never settles it: another claims it once it
+/// has been pending for `CLAIM_IDLE`, and the job goes on.
+#[tokio::test(start_paused = true)]
+async fn an_event_a_dead_coordinator_took_is_claimed_and_applied_by_another() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(job, &[spec("a", &[])]).await.unwrap();
+    jobs.send_pipeline_event(&Event::Planned {
+        job_id: job,
+        failure: None,
+    })
+    .await
+    .unwrap();
+    let taken = jobs
+        .receive_pipeline_events("dead", 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    let cancel = CancellationToken::new();
+    let reader = tokio::spawn(c.clone().consume_events(cancel.clone()));
+    let started = tokio::time::Instant::now();
+    let mut names = Vec::new();
+    while names.is_empty() && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        names = published(&broker).await;
+    }
+    assert_eq!(names, vec!["a"]);
+    assert!(
+        started.elapsed() >= crate::inbox::CLAIM_IDLE - Duration::from_secs(1),
+        "claimed from a live holder after {:?}",
+        started.elapsed()
+    );
+    cancel.cancel();
+    reader.await.unwrap();
+    // Settled by the one that applied it.
+    assert!(
+        jobs.claim_pipeline_events("test", Duration::ZERO, 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// An event that every coordinator took and none settled (each stopped on it) fails its job
+/// with the reason once past the delivery limit, and leaves the inbox.
+#[tokio::test]
+async fn an_event_past_its_delivery_limit_fails_its_job_with_the_reason() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(job, &[spec("a", &[])]).await.unwrap();
+    jobs.send_pipeline_event(&Event::Planned {
+        job_id: job,
+        failure: None,
+    })
+    .await
+    .unwrap();
+    let mut entry = jobs
+        .receive_pipeline_events("c0", 1, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .remove(0);
+    for i in 1..=crate::inbox::DELIVERY_LIMIT {
+        entry = jobs
+            .claim_pipeline_events(&format!("c{i}"), Duration::ZERO, 1)
+            .await
+            .unwrap()
+            .remove(0);
+    }
+    assert_eq!(entry.deliveries, crate::inbox::DELIVERY_LIMIT + 1);
+    c.handle_inbox_event(entry).await;
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(failure.contains("taken 5 times"), "{failure}");
+    assert!(published(&broker).await.is_empty(), "nothing was started");
+    assert!(
+        jobs.claim_pipeline_events("test", Duration::ZERO, 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

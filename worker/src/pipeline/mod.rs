@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker::{Broker, Outgoing};
 use model::Model;
 use proto::job::{Event, FunctionOutcome, JobTask};
 use proto::{Progress, TaskId};
@@ -154,7 +153,6 @@ pub struct Pipeline {
     pub(crate) options: Options,
     pub(crate) jobs: Arc<dyn JobStore>,
     pub(crate) model: Option<Model>,
-    pub(crate) broker: Arc<dyn Broker>,
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The function-level and solution caches, and the model identity that keys them.
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
@@ -183,14 +181,12 @@ impl Pipeline {
         options: Options,
         jobs: Arc<dyn JobStore>,
         model: Option<Model>,
-        broker: Arc<dyn Broker>,
         sandbox: Arc<dyn Sandbox>,
     ) -> Self {
         Self {
             options,
             jobs,
             model,
-            broker,
             sandbox,
             cache: None,
             gate: Gate::default(),
@@ -293,18 +289,9 @@ impl Pipeline {
         Ok(view)
     }
 
+    /// Tells the coordinators (their inbox in Redis, beside the state the event points at).
     async fn emit(&self, event: Event) -> Result<(), Error> {
-        self.broker
-            .publish_event(Outgoing {
-                message_id: event.job_id().to_string(),
-                body: event.encode(),
-                lane: None,
-            })
-            .await
-            .map_err(|e| Error::Retry {
-                dependency: Dependency::Broker,
-                reason: e.to_string(),
-            })
+        self.jobs.send_pipeline_event(&event).await.map_err(redis)
     }
 
     async fn progress(&self, job: TaskId, event: Progress) {
