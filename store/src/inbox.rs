@@ -93,6 +93,40 @@ fn entry(id: StreamId, deliveries: u64) -> Option<InboxEntry> {
     })
 }
 
+/// Adds to `pipe` the appending of `body` to the stream `key` and the notice that wakes its
+/// readers.
+fn append<'a>(
+    pipe: &'a mut redis::Pipeline,
+    key: &str,
+    channel: &str,
+    body: &[u8],
+) -> &'a mut redis::Pipeline {
+    pipe.cmd("XADD")
+        .arg(key)
+        .arg("*")
+        .arg("data")
+        .arg(body)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(channel)
+        .arg("1")
+        .ignore()
+}
+
+/// Adds to `pipe` the settling of entry `id`: acknowledged in the group and deleted, so the
+/// stream holds only unsettled events.
+fn settle<'a>(pipe: &'a mut redis::Pipeline, key: &str, id: &str) -> &'a mut redis::Pipeline {
+    pipe.cmd("XACK")
+        .arg(key)
+        .arg(GROUP)
+        .arg(id)
+        .ignore()
+        .cmd("XDEL")
+        .arg(key)
+        .arg(id)
+        .ignore()
+}
+
 impl crate::RedisStore {
     /// Creates the group (from the stream's start, so that nothing sent before the first
     /// coordinator is missed); an existing group is left as it is.
@@ -117,7 +151,7 @@ impl crate::RedisStore {
         consumer: &str,
         max: usize,
     ) -> Result<Vec<InboxEntry>, Error> {
-        let read = |store: Self| async move {
+        let read = || {
             redis::cmd("XREADGROUP")
                 .arg("GROUP")
                 .arg(GROUP)
@@ -127,14 +161,17 @@ impl crate::RedisStore {
                 .arg("STREAMS")
                 .arg(key)
                 .arg(">")
-                .query_async::<Option<StreamReadReply>>(&mut store.connection())
-                .await
+                .clone()
         };
-        let reply = match read(self.clone()).await {
+        let mut connection = self.connection();
+        let reply = match read()
+            .query_async::<Option<StreamReadReply>>(&mut connection)
+            .await
+        {
             // The stream or its group is gone (a new Redis, a flush): made again, read again.
             Err(e) if e.code() == Some("NOGROUP") => {
                 self.ensure_group(key).await?;
-                read(self.clone()).await
+                read().query_async(&mut connection).await
             }
             other => other,
         }
@@ -151,20 +188,16 @@ impl crate::RedisStore {
 #[async_trait]
 impl PipelineEvents for crate::RedisStore {
     async fn send_pipeline_event(&self, event: &Event) -> Result<(), Error> {
-        redis::pipe()
-            .cmd("XADD")
-            .arg(stream_key(self.prefix()))
-            .arg("*")
-            .arg("data")
-            .arg(event.encode())
-            .ignore()
-            .cmd("PUBLISH")
-            .arg(notice_channel(self.prefix()))
-            .arg("1")
-            .ignore()
-            .query_async::<()>(&mut self.connection())
-            .await
-            .map_err(crate::redis::backend)
+        let channel = notice_channel(self.prefix());
+        append(
+            &mut redis::pipe(),
+            &stream_key(self.prefix()),
+            &channel,
+            &event.encode(),
+        )
+        .query_async::<()>(&mut self.connection())
+        .await
+        .map_err(crate::redis::backend)
     }
 
     async fn receive_pipeline_events(
@@ -248,18 +281,7 @@ impl PipelineEvents for crate::RedisStore {
     }
 
     async fn pipeline_event_done(&self, id: &str) -> Result<(), Error> {
-        let key = stream_key(self.prefix());
-        redis::pipe()
-            .atomic()
-            .cmd("XACK")
-            .arg(&key)
-            .arg(GROUP)
-            .arg(id)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&key)
-            .arg(id)
-            .ignore()
+        settle(redis::pipe().atomic(), &stream_key(self.prefix()), id)
             .query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
@@ -267,27 +289,10 @@ impl PipelineEvents for crate::RedisStore {
 
     async fn return_pipeline_event(&self, entry: &InboxEntry) -> Result<(), Error> {
         let key = stream_key(self.prefix());
-        redis::pipe()
-            .atomic()
-            .cmd("XADD")
-            .arg(&key)
-            .arg("*")
-            .arg("data")
-            .arg(&entry.body)
-            .ignore()
-            .cmd("XACK")
-            .arg(&key)
-            .arg(GROUP)
-            .arg(&entry.id)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&key)
-            .arg(&entry.id)
-            .ignore()
-            .cmd("PUBLISH")
-            .arg(notice_channel(self.prefix()))
-            .arg("1")
-            .ignore()
+        let channel = notice_channel(self.prefix());
+        let mut pipe = redis::pipe();
+        append(pipe.atomic(), &key, &channel, &entry.body);
+        settle(&mut pipe, &key, &entry.id)
             .query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)

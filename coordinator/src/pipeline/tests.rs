@@ -446,10 +446,8 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
     assert_eq!(c.reap_overdue_once().await.unwrap(), 0);
 }
 
-/// A coordinator that took an event and died never settles it: another claims it once it
-/// has been pending for `CLAIM_IDLE`, and the job goes on.
-#[tokio::test(start_paused = true)]
-async fn an_event_a_dead_coordinator_took_is_claimed_and_applied_by_another() {
+/// A job of one function `a` whose `Planned` event waits in the inbox, nobody's yet.
+async fn planned_in_the_inbox() -> (MemoryBroker, MemoryJobs, Coordinator, TaskId) {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(&broker, &jobs);
     let job = submit(&c).await;
@@ -460,6 +458,14 @@ async fn an_event_a_dead_coordinator_took_is_claimed_and_applied_by_another() {
     })
     .await
     .unwrap();
+    (broker, jobs, c, job)
+}
+
+/// A coordinator that took an event and died never settles it: another claims it once it
+/// has been pending for `CLAIM_IDLE`, and the job goes on.
+#[tokio::test(start_paused = true)]
+async fn an_event_a_dead_coordinator_took_is_claimed_and_applied_by_another() {
+    let (broker, jobs, c, _) = planned_in_the_inbox().await;
     let taken = jobs
         .receive_pipeline_events("dead", 1, Duration::from_secs(1))
         .await
@@ -494,16 +500,7 @@ async fn an_event_a_dead_coordinator_took_is_claimed_and_applied_by_another() {
 /// with the reason once past the delivery limit, and leaves the inbox.
 #[tokio::test]
 async fn an_event_past_its_delivery_limit_fails_its_job_with_the_reason() {
-    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
-    let c = coordinator(&broker, &jobs);
-    let job = submit(&c).await;
-    jobs.put_specs(job, &[spec("a", &[])]).await.unwrap();
-    jobs.send_pipeline_event(&Event::Planned {
-        job_id: job,
-        failure: None,
-    })
-    .await
-    .unwrap();
+    let (broker, jobs, c, job) = planned_in_the_inbox().await;
     let mut entry = jobs
         .receive_pipeline_events("c0", 1, Duration::from_secs(1))
         .await
