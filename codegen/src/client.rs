@@ -555,7 +555,8 @@ pub struct BatchArgs {
     /// Where to write the results, one JSON result per line in input order; `-` is stdout.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// How often the batch's progress is polled, in milliseconds.
+    /// The least time between two reads of the batch's progress, in milliseconds (each read
+    /// waits for a job to finish, so a quiet batch is not read at all).
     #[arg(long, default_value_t = 500)]
     pub poll_ms: u64,
     /// Coordinator URL.
@@ -806,6 +807,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     Ok(3)
 }
 
+/// How long one read of a batch waits for a change (under common proxies' idle timeouts).
+const BATCH_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(25);
+
 /// `codegen batch`: exits 0 when every job succeeded, 1 when any did not, 2 on errors.
 pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     use std::io::{IsTerminal, Write};
@@ -846,8 +850,19 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     let mut last_line = String::new();
     let mut last_print = std::time::Instant::now();
     let mut failures = 0u32;
+    // After the first read, each read is a long poll: the coordinator answers when another
+    // job finishes (or after `BATCH_LONG_POLL`), so a quiet batch costs no reads; `poll_ms`
+    // then only spaces the reads out. A coordinator that predates `wait_ms` answers at once.
+    let mut seen: Option<u64> = None;
     loop {
-        let view: BatchView = match api.get_as(&format!("/v1/batches/{batch_id}")).await {
+        let path = match seen {
+            None => format!("/v1/batches/{batch_id}"),
+            Some(finished) => format!(
+                "/v1/batches/{batch_id}?wait_ms={}&finished={finished}",
+                BATCH_LONG_POLL.as_millis()
+            ),
+        };
+        let view: BatchView = match api.get_as(&path).await {
             Ok(view) => {
                 failures = 0;
                 view
@@ -867,6 +882,7 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
         };
         let counts = crate::report::counts(&view.counts);
         let finished = view.jobs.iter().filter(|j| j.status.is_final()).count() as u64;
+        seen = Some(finished);
         match &bar {
             Some(bar) => {
                 bar.set_position(finished);

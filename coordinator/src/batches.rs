@@ -19,6 +19,7 @@ use futures::StreamExt;
 use proto::TaskId;
 use proto::api::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView, ErrorBody};
 use proto::job::{Batch, JobRequest, JobSubmission};
+use serde::Deserialize;
 
 use crate::auth::Tenant;
 use crate::body::from_json;
@@ -222,19 +223,42 @@ pub(crate) async fn submit(
         .into_response())
 }
 
+/// `GET /v1/batches/{id}`: a long poll instead of a tight one.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct FetchParams {
+    /// Wait up to this many milliseconds (at most `coordinator.wait`) for a change: the answer
+    /// comes as soon as the number of finished jobs differs from `finished` or the batch is
+    /// done. 0 (the default) answers at once.
+    #[serde(default)]
+    #[param(default = 0, minimum = 0)]
+    wait_ms: u64,
+    /// With `wait_ms`: how many of the batch's jobs had finished when the caller last looked.
+    #[serde(default)]
+    #[param(default = 0, minimum = 0)]
+    finished: u64,
+}
+
+/// Without notices (an in-memory store), or when one was lost, a long poll reads again this
+/// often.
+const BATCH_REREAD: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A batch: its jobs in input order with their statuses, and counts by status.
 ///
 /// A job whose state has expired counts as `unknown` (and as done). Another tenant's batch is
-/// 404, as an unknown one.
+/// 404, as an unknown one. With `wait_ms`, a long poll: the answer waits until another job of
+/// the batch finishes (or the batch is done, or the wait ends), so a client follows a batch
+/// with one request per change instead of one per interval.
 #[utoipa::path(
     get,
     path = "/v1/batches/{id}",
     operation_id = "get_batch",
     tag = "batches",
-    params(("id" = TaskId, Path, description = "Batch id.")),
+    params(("id" = TaskId, Path, description = "Batch id."), FetchParams),
     responses(
         (status = 200, description = "The batch's jobs and their statuses.", body = BatchView),
-        (status = 400, description = "Not a batch id.", body = ErrorBody),
+        (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -244,10 +268,39 @@ pub(crate) async fn fetch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
     id: Result<Path<String>, PathRejection>,
+    params: Result<Query<FetchParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
+    let Query(params) =
+        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let batch = visible(&c, &tenant, parse_id(&id)?).await?;
-    Ok(axum::Json(view(&c, &batch).await?).into_response())
+    let wait = std::time::Duration::from_millis(params.wait_ms).min(c.options.wait);
+    if wait.is_zero() {
+        return Ok(axum::Json(view(&c, &batch).await?).into_response());
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let watch = c.jobs.watch_batch(batch.id);
+    loop {
+        // Enabled before the read: a job finishing between the read and the wait wakes it.
+        let notified = watch.as_ref().map(|w| {
+            let mut notified = Box::pin(w.notified());
+            notified.as_mut().enable();
+            notified
+        });
+        let view = view(&c, &batch).await?;
+        let finished = view.jobs.iter().filter(|j| j.status.is_final()).count() as u64;
+        let now = tokio::time::Instant::now();
+        if view.status == BatchStatus::Done || finished != params.finished || now >= deadline {
+            return Ok(axum::Json(view).into_response());
+        }
+        let nap = BATCH_REREAD.min(deadline - now);
+        match notified {
+            Some(notified) => {
+                let _ = tokio::time::timeout(nap, notified).await;
+            }
+            None => tokio::time::sleep(nap).await,
+        }
+    }
 }
 
 /// The batch's jobs with their statuses, read in one round trip (clients poll this).

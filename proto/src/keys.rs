@@ -8,6 +8,7 @@
 //! | `{prefix}:exec:{id}:result` | MessagePack [`ExecutionResult`](crate::ExecutionResult) — written once (`SET NX`) by whoever finishes the task |
 //! | `{prefix}:exec:done` | pub/sub channel; the payload is the id of a finished execution |
 //! | `{prefix}:job:events` | pub/sub channel; the payload is the id of a job with a new progress event |
+//! | `{prefix}:batch:finished` | pub/sub channel; the payload is the id of a batch one of whose jobs has just finished |
 
 use crate::TaskId;
 
@@ -37,6 +38,11 @@ impl Keys {
 
     pub fn job_events_channel(&self) -> String {
         format!("{}:job:events", self.prefix)
+    }
+
+    /// A job of a batch finished (the message is the batch's id).
+    pub fn batch_finished_channel(&self) -> String {
+        format!("{}:batch:finished", self.prefix)
     }
 
     /// A model limit's lease was released (the message is the limit's scope).

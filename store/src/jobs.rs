@@ -190,6 +190,12 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
     /// Stores a batch (kept as long as its jobs).
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error>;
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error>;
+    /// Woken when a job of batch `id` may have finished (create the watch before reading the
+    /// batch, as [`crate::Watch::notified`] says); `None` when this store sends no such notices
+    /// (the caller reads again on a timer).
+    fn watch_batch(&self, _id: TaskId) -> Option<crate::Watch> {
+        None
+    }
 }
 
 fn batch_key(prefix: &str, id: TaskId) -> String {
@@ -281,8 +287,9 @@ return 1
 /// KEYS: result, events, status, unfinished, usage bucket, the tenant's jobs in flight
 /// (`crate::quotas`), the job's webhook, the due webhooks, the job's batch link
 /// (`crate::webhooks`). ARGV: result bytes, ttl, event JSON, status, id, [`EVENTS_MAX_LEN`],
-/// usage ttl, now (ms), the key prefix, the events channel, (field, n)...
+/// usage ttl, now (ms), the key prefix, the events channel, the batches' channel, (field, n)...
 ///
+/// A job of a batch announces its batch on the batches' channel (`JobStore::watch_batch`).
 /// The batch's webhook key is built from the link's value: a key the caller cannot name, as
 /// only the script reads the link (Redis standalone, as every multi-key script here).
 const FINISH_JOB: &str = r#"
@@ -293,13 +300,14 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'data', ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
 redis.call('PUBLISH', ARGV[10], ARGV[5])
-charge(KEYS[5], ARGV[7], 11)
+charge(KEYS[5], ARGV[7], 12)
 if redis.call('EXISTS', KEYS[7]) == 1 then
   redis.call('HSET', KEYS[7], 'state', 'pending', 'since', ARGV[8])
   redis.call('ZADD', KEYS[8], ARGV[8], 'job:' .. ARGV[5])
 end
 local batch = redis.call('GET', KEYS[9])
 if batch then
+  redis.call('PUBLISH', ARGV[11], batch)
   local hook = ARGV[9] .. ':hook:batch:' .. batch
   if redis.call('EXISTS', hook) == 1 and redis.call('HINCRBY', hook, 'left', -1) == 0 then
     redis.call('HSET', hook, 'state', 'pending', 'since', ARGV[8])
@@ -689,7 +697,8 @@ impl JobStore for crate::RedisStore {
             .arg(self.usage_ttl_secs())
             .arg(proto::now_ms())
             .arg(self.prefix())
-            .arg(self.keys().job_events_channel());
+            .arg(self.keys().job_events_channel())
+            .arg(self.keys().batch_finished_channel());
         for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
             invocation.arg(field).arg(value);
         }
@@ -779,14 +788,32 @@ impl JobStore for crate::RedisStore {
     }
 
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error> {
-        self.connection()
-            .set_ex::<_, _, ()>(
-                batch_key(self.prefix(), batch.id),
-                proto::codec::encode(batch),
-                self.ttl_secs(),
+        // Each job's link to its batch: the finish script announces the batch with it
+        // (`watch_batch`), and finds the batch's webhook through it.
+        let ttl = self.ttl_secs();
+        let mut pipe = redis::pipe();
+        pipe.set_ex(
+            batch_key(self.prefix(), batch.id),
+            proto::codec::encode(batch),
+            ttl,
+        )
+        .ignore();
+        let id = batch.id.to_string();
+        for job in &batch.jobs {
+            pipe.set_ex(
+                crate::webhooks::batch_link_key(self.prefix(), *job),
+                &id,
+                ttl,
             )
+            .ignore();
+        }
+        pipe.query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
+    }
+
+    fn watch_batch(&self, id: TaskId) -> Option<crate::Watch> {
+        crate::Store::watch(self, &[id])
     }
 
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {

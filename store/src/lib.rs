@@ -150,12 +150,14 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// A watch on many executions' verdicts (`Store::watch`); dropping it stops watching.
+/// A watch on many executions' verdicts (`Store::watch`), or on a batch's finished jobs
+/// (`JobStore::watch_batch`); dropping it stops watching.
 #[derive(Debug)]
 pub struct Watch {
     notify: std::sync::Arc<tokio::sync::Notify>,
     ids: Vec<TaskId>,
-    watchers: std::sync::Arc<dashmap::DashMap<TaskId, std::sync::Arc<tokio::sync::Notify>>>,
+    /// Every watch of an id: two watches of the same id (two clients of one batch) both wake.
+    watchers: std::sync::Arc<dashmap::DashMap<TaskId, Vec<std::sync::Arc<tokio::sync::Notify>>>>,
 }
 
 impl Watch {
@@ -169,8 +171,10 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         for id in &self.ids {
-            self.watchers
-                .remove_if(id, |_, notify| std::sync::Arc::ptr_eq(notify, &self.notify));
+            if let Some(mut watches) = self.watchers.get_mut(id) {
+                watches.retain(|notify| !std::sync::Arc::ptr_eq(notify, &self.notify));
+            }
+            self.watchers.remove_if(id, |_, watches| watches.is_empty());
         }
     }
 }

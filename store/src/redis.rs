@@ -27,7 +27,7 @@ struct Inner {
     connection: ConnectionManager,
     waiters: DashMap<TaskId, Arc<Notify>>,
     /// Watches of many executions at once (`Store::watch`), by execution.
-    watchers: Arc<DashMap<TaskId, Arc<Notify>>>,
+    watchers: Arc<DashMap<TaskId, Vec<Arc<Notify>>>>,
     /// Woken when a model limit's lease is released anywhere (`limits::RedisLimits::freed`).
     lease_freed: Arc<Notify>,
     /// Woken when a pipeline event is sent (`inbox`), with [`Listener::with_pipeline_events`].
@@ -223,8 +223,9 @@ impl RedisStore {
 }
 
 impl Listener {
-    /// Also subscribes to the notices of jobs' progress events, for event streams (a process
-    /// that serves none leaves them out: every job's events would reach it).
+    /// Also subscribes to the notices of jobs' progress events, for event streams, and of
+    /// batches' finished jobs, for batch long polls (a process that serves neither leaves them
+    /// out: every job's events would reach it).
     pub fn with_job_events(mut self) -> Self {
         self.job_events = true;
         self
@@ -260,6 +261,7 @@ impl Listener {
         }
         if self.job_events {
             channels.push(self.store.inner.keys.job_events_channel());
+            channels.push(self.store.inner.keys.batch_finished_channel());
         }
         let lease_freed = self.store.inner.keys.lease_freed_channel();
         if self.lease_notices {
@@ -318,8 +320,8 @@ impl Listener {
                         if let Some(notify) = self.store.inner.waiters.get(&id) {
                             notify.notify_waiters();
                         }
-                        if let Some(notify) = self.store.inner.watchers.get(&id) {
-                            notify.notify_waiters();
+                        if let Some(watches) = self.store.inner.watchers.get(&id) {
+                            watches.iter().for_each(|notify| notify.notify_waiters());
                         }
                     }
                 }
@@ -329,7 +331,10 @@ impl Listener {
                         entry.value().notify_waiters();
                     }
                     for entry in self.store.inner.watchers.iter() {
-                        entry.value().notify_waiters();
+                        entry
+                            .value()
+                            .iter()
+                            .for_each(|notify| notify.notify_waiters());
                     }
                     self.store.inner.lease_freed.notify_waiters();
                     self.store.inner.pipeline_notice.notify_waiters();
@@ -496,7 +501,11 @@ impl Store for RedisStore {
     fn watch(&self, ids: &[TaskId]) -> Option<crate::Watch> {
         let notify = Arc::new(Notify::new());
         for id in ids {
-            self.inner.watchers.insert(*id, notify.clone());
+            self.inner
+                .watchers
+                .entry(*id)
+                .or_default()
+                .push(notify.clone());
         }
         Some(crate::Watch {
             notify,

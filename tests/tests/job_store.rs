@@ -578,3 +578,72 @@ async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
     assert!(waited < Duration::from_secs(3), "woke after {waited:?}");
     cancel.cancel();
 }
+
+/// A batch's long poll (`GET /v1/batches/{id}?wait_ms=`) wakes when one of its jobs finishes:
+/// every watch of that batch (two clients of one batch), and no watch of another batch.
+#[tokio::test]
+async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        result_ttl: Duration::from_secs(600),
+        ..store::Options::default()
+    };
+    let (watcher, listener) = RedisStore::build(options.clone()).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(listener.with_job_events().run(cancel.clone()));
+    let writer = RedisStore::build(options).unwrap().0;
+    let batch = |jobs: Vec<TaskId>| proto::job::Batch {
+        id: TaskId::new(),
+        tenant: None,
+        jobs,
+        submitted_at_ms: proto::now_ms(),
+    };
+    let (ours, theirs) = (
+        batch(vec![TaskId::new(), TaskId::new()]),
+        batch(vec![TaskId::new()]),
+    );
+    writer.put_batch(&ours).await.unwrap();
+    writer.put_batch(&theirs).await.unwrap();
+    // Let the subscription settle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = watcher.watch_batch(ours.id).unwrap();
+    let second = watcher.watch_batch(ours.id).unwrap();
+    let other = watcher.watch_batch(theirs.id).unwrap();
+    let (mut woken_first, mut woken_second, mut woken_other) = (
+        Box::pin(first.notified()),
+        Box::pin(second.notified()),
+        Box::pin(other.notified()),
+    );
+    for notified in [&mut woken_first, &mut woken_second, &mut woken_other] {
+        notified.as_mut().enable();
+    }
+    let job = ours.jobs[1];
+    assert!(writer.finish_job(job, None, &succeeded(job)).await.unwrap());
+    let wake = Duration::from_secs(3);
+    tokio::time::timeout(wake, woken_first)
+        .await
+        .expect("the first watch of the batch woke");
+    tokio::time::timeout(wake, woken_second)
+        .await
+        .expect("the second watch of the same batch woke too");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), woken_other)
+            .await
+            .is_err(),
+        "a job of another batch finished nothing of this one"
+    );
+    // A job finishing twice announces once (the result is stored once).
+    drop((first, second));
+    let again = watcher.watch_batch(ours.id).unwrap();
+    let mut woken_again = Box::pin(again.notified());
+    woken_again.as_mut().enable();
+    assert!(!writer.finish_job(job, None, &succeeded(job)).await.unwrap());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), woken_again)
+            .await
+            .is_err(),
+        "a repeated finish announced nothing"
+    );
+    cancel.cancel();
+}

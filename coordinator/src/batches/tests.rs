@@ -167,6 +167,81 @@ async fn a_batch_creates_every_job_in_order_and_reports_their_statuses() {
     );
 }
 
+/// `?wait_ms=&finished=`: the answer waits for another job to finish, no longer than asked,
+/// and comes at once when the caller's count is already behind.
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs, Options::default());
+    let (_, body) = call(&c, "POST", "/v1/batches", THREE).await;
+    let batch_id = body["batch_id"].as_str().unwrap().to_owned();
+    let ids: Vec<TaskId> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_str().unwrap().parse().unwrap())
+        .collect();
+    let poll = |finished: u64, wait_ms: u64| {
+        let (c, uri) = (
+            c.clone(),
+            format!("/v1/batches/{batch_id}?wait_ms={wait_ms}&finished={finished}"),
+        );
+        async move {
+            let started = tokio::time::Instant::now();
+            let (status, view) = call(&c, "GET", &uri, "").await;
+            assert_eq!(status, StatusCode::OK, "{view}");
+            (view, started.elapsed())
+        }
+    };
+
+    // Nothing finished and the caller knows it: the answer waits, here for the whole wait.
+    let (view, waited) = poll(0, 3_000).await;
+    assert_eq!(view["counts"], json!({"queued": 3}));
+    assert!(waited >= std::time::Duration::from_secs(3), "{waited:?}");
+
+    // A job finishes while the poll waits: the answer comes then, with it.
+    let finisher = {
+        let jobs = jobs.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            jobs.set_status(ids[1], JobStatus::Succeeded).await.unwrap();
+        })
+    };
+    let (view, waited) = poll(0, 30_000).await;
+    finisher.await.unwrap();
+    assert_eq!(view["counts"], json!({"queued": 2, "succeeded": 1}));
+    assert!(
+        waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(3),
+        "answered {waited:?} after the poll began, the job finished after 2 s"
+    );
+
+    // The caller saw none finished, one has: at once.
+    let (view, waited) = poll(0, 30_000).await;
+    assert_eq!(view["counts"], json!({"queued": 2, "succeeded": 1}));
+    assert!(waited < std::time::Duration::from_millis(10), "{waited:?}");
+
+    // A wait past `coordinator.wait` is held to it.
+    let (_, waited) = poll(1, 3_600_000).await;
+    let cap = Options::default().wait;
+    assert!(
+        waited >= cap && waited < cap + std::time::Duration::from_secs(1),
+        "{waited:?}"
+    );
+
+    let (status, body) = call(
+        &c,
+        "GET",
+        &format!("/v1/batches/{batch_id}?wait_ms=soon"),
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("wait_ms"),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn a_bad_line_is_named_and_nothing_is_created() {
     for (body, status, needle) in [
