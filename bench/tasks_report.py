@@ -32,7 +32,7 @@ for path in sys.argv[2:]:
         f = {k: v.strip('"') for k, v in FIELD.findall(line)}
         if f.get("job") not in jobs:
             continue
-        queue, run, sandbox = int(f["queue_ms"]), int(f["run_ms"]), int(f["sandbox_ms"])
+        queue, run, sandbox = (int(f[k]) / 1000 for k in ("queue_us", "run_us", "sandbox_us"))
         rows[f["kind"]].append((queue, run - sandbox, queue + run - sandbox))
 rows["every task"] = [r for kind in ("plan", "implement", "integrate") for r in rows[kind]]
 print(f"{'task kind':12s} {'n':>5s}  {'queue wait p50/p99':>20s}  {'handling - sandbox p50/p99':>28s}  {'overhead p50/p99':>18s}")
@@ -43,5 +43,5 @@ for kind in ("plan", "implement", "integrate", "every task"):
     cols = []
     for i in range(3):
         column = [v[i] for v in values]
-        cols.append(f"{pct(column, 50)} / {pct(column, 99)} ms")
+        cols.append(f"{pct(column, 50):.2f} / {pct(column, 99):.2f} ms")
     print(f"{kind:12s} {len(values):5d}  {cols[0]:>20s}  {cols[1]:>28s}  {cols[2]:>18s}")

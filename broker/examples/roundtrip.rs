@@ -1,7 +1,9 @@
 //! Raw broker round trip, the baseline for the pipeline's orchestration overhead: publish with
-//! a confirm to the task queue, consume, ack; `N` messages, `IN_FLIGHT` at a time.
+//! a confirm to the task queue, consume, ack; `N` messages, `IN_FLIGHT` at a time, each
+//! published `GAP_MS` after the previous one (0: back to back). With a gap, the hop is timed
+//! as an idle cluster's tasks see it: the broker's log then waits for a disk that has gone idle.
 //!
-//! `cargo run --release -p broker --example roundtrip -- [N] [IN_FLIGHT]` against the broker of
+//! `cargo run --release -p broker --example roundtrip -- [N] [IN_FLIGHT] [GAP_MS]` against the broker of
 //! `CODEGEN__BROKER__URL` (default loopback). Prints p50/p99 latency and messages per second.
 
 use std::sync::Arc;
@@ -17,6 +19,7 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let in_flight: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(8);
+    let gap = Duration::from_millis(args.next().and_then(|a| a.parse().ok()).unwrap_or(0));
     let options = Options {
         url: std::env::var("CODEGEN__BROKER__URL")
             .unwrap_or_else(|_| "amqp://127.0.0.1:5672/%2f".into()),
@@ -65,6 +68,9 @@ async fn main() {
     let begin = Instant::now();
     let mut publishers = Vec::new();
     for i in 0..n {
+        if !gap.is_zero() && i > 0 {
+            tokio::time::sleep(gap).await;
+        }
         let permit = permits.clone().acquire_owned().await.expect("semaphore");
         let broker = broker.clone();
         let started_at = started_at.clone();
@@ -90,7 +96,8 @@ async fn main() {
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "raw broker round trip: {n} messages, {in_flight} in flight: p50 {:.2} ms, p99 {:.2} ms, {:.0} msg/s",
+        "raw broker round trip: {n} messages, {in_flight} in flight, {} ms apart: p50 {:.2} ms, p99 {:.2} ms, {:.0} msg/s",
+        gap.as_millis(),
         ms(pct(0.5)),
         ms(pct(0.99)),
         n as f64 / wall.as_secs_f64()

@@ -21,7 +21,7 @@ pub mod progress;
 pub mod queues;
 pub mod task;
 
-pub use clock::now_ms;
+pub use clock::{now_ms, now_us};
 pub use execution::{
     CompileResult, CompileStatus, ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult,
     Language, Status,

@@ -89,6 +89,11 @@ pub struct Envelope {
     pub tenant: Option<String>,
     /// Milliseconds since the Unix epoch at which the coordinator accepted the work.
     pub submitted_at_ms: u64,
+    /// Microseconds since the Unix epoch at which this message was made (published): a
+    /// task's queue wait at the precision its overhead is measured in. 0 from a sender
+    /// that predates it.
+    #[serde(default)]
+    pub published_at_us: u64,
     pub task: Task,
 }
 
@@ -108,6 +113,7 @@ impl Envelope {
             task_id,
             tenant,
             submitted_at_ms,
+            published_at_us: crate::clock::now_us(),
             task,
         }
     }

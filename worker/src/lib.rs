@@ -533,11 +533,14 @@ impl Worker {
             let outcome = self.hand_back(delivery, kind, &missing).await;
             return self.finish(kind, outcome, started);
         }
-        let queue_ms = now_ms().saturating_sub(envelope.submitted_at_ms);
+        let queue_us = match envelope.published_at_us {
+            0 => now_ms().saturating_sub(envelope.submitted_at_ms) * 1000,
+            published => proto::now_us().saturating_sub(published),
+        };
         self.metrics
             .queue_wait_seconds
             .with_label_values(&[kind])
-            .observe(queue_ms as f64 / 1000.0);
+            .observe(queue_us as f64 / 1e6);
         // Its model calls and pooled sandbox runs wait in its tenant's turn, by weight.
         let lane = model::Lane {
             weight: envelope.tenant.as_ref().map_or(1, |t| {
@@ -569,22 +572,23 @@ impl Worker {
             Task::Integrate(task) => (Step::Integrate, task),
         };
         let (step, task) = step;
-        let (outcome, sandbox_ms) = model::with_lane(
+        let (outcome, sandbox_us) = model::with_lane(
             lane,
-            pipeline::SANDBOX_MS.scope(std::cell::Cell::new(0), async {
+            pipeline::SANDBOX_US.scope(std::cell::Cell::new(0), async {
                 let outcome = self.pipeline_task(step, &task, delivery).await;
-                (outcome, pipeline::SANDBOX_MS.with(std::cell::Cell::get))
+                (outcome, pipeline::SANDBOX_US.with(std::cell::Cell::get))
             }),
         )
         .await;
-        // One line per pipeline task: what `bench/tasks` reads the per-task overhead from.
+        // One line per pipeline task: what `bench/tasks` reads the per-task overhead from
+        // (microseconds: an idle task's whole overhead is a few milliseconds).
         tracing::info!(
             kind,
             job = %task.job_id,
             function = task.function.as_deref().unwrap_or("-"),
-            queue_ms,
-            run_ms = started.elapsed().as_millis() as u64,
-            sandbox_ms,
+            queue_us,
+            run_us = started.elapsed().as_micros() as u64,
+            sandbox_us,
             outcome = outcome.as_str(),
             "task finished"
         );

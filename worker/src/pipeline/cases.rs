@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::gate::Dependency;
 
-use super::{Error, Pipeline, SANDBOX_MS};
+use super::{Error, Pipeline, SANDBOX_US};
 
 /// One run of a function's cases.
 #[derive(Debug, Clone, Default)]
@@ -28,7 +28,7 @@ pub(super) struct CaseRun {
 }
 
 impl Pipeline {
-    /// A sandbox run, its wall time added to the task's [`SANDBOX_MS`]. While Docker is down
+    /// A sandbox run, its wall time added to the task's [`SANDBOX_US`]. While Docker is down
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
     /// the model calls the task has already made.
     pub(super) async fn sandboxed(
@@ -46,8 +46,8 @@ impl Pipeline {
             };
             let result = self.sandbox.run(execution).await;
             drop(turn);
-            let _ = SANDBOX_MS.try_with(|ms| {
-                ms.set(ms.get() + u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+            let _ = SANDBOX_US.try_with(|us| {
+                us.set(us.get() + u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
             });
             let e = match result {
                 Ok(result) => return Ok(result),

@@ -122,13 +122,6 @@ impl Pipeline {
             }
         }
         let started = Instant::now();
-        self.progress(
-            job,
-            Progress::FunctionStarted {
-                function: function.clone(),
-            },
-        )
-        .await;
         let mut outcome = FunctionOutcome::new(&function);
         let last_attempt = match self
             .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
@@ -163,18 +156,21 @@ impl Pipeline {
                 .await;
         }
         Self::seen(saved.status)?;
-        let tested = outcome.passed && outcome.validation == Validation::Tested;
-        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
-            && let Err(e) = cache.put_cached_function(key, &outcome).await
-        {
-            tracing::warn!(error = %e, "cannot cache a verified function");
-        }
         tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
-        self.emit(Event::FunctionDone {
+        // The cache entry and the event are independent writes: one round trip's wait, not two.
+        let tested = outcome.passed && outcome.validation == Validation::Tested;
+        let cache_put = async {
+            if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
+                && let Err(e) = cache.put_cached_function(key, &outcome).await
+            {
+                tracing::warn!(error = %e, "cannot cache a verified function");
+            }
+        };
+        let emitted = self.emit(Event::FunctionDone {
             job_id: job,
             function,
-        })
-        .await
+        });
+        tokio::join!(cache_put, emitted).1
     }
 
     /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record. `Ok` carries
@@ -201,13 +197,24 @@ impl Pipeline {
         })
         .map_err(|e| Error::Drop(e.to_string()))?;
         self.go_on().await?;
-        let tests = model
-            .generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline)
-            .await
+        // The `function_started` event is written while the model writes the tests: it only
+        // has to be stored before the tests are (both finish before they are saved).
+        let started_event = self.progress(
+            job,
+            Progress::FunctionStarted {
+                function: spec.name.clone(),
+            },
+        );
+        let tests =
+            model.generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline);
+        let tests = tokio::join!(started_event, tests)
+            .1
             .map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
-        self.save(job, outcome, None).await?;
+        // Stored while the model writes the code (a redelivery resumes from them); the code
+        // waits for the write before anything else is stored.
+        let mut tests_saved = Some(outcome.clone());
         let deps: Vec<DependencyCode<'_>> = dependency_code
             .iter()
             .map(|(name, code)| DependencyCode { name, code })
@@ -261,10 +268,18 @@ impl Pipeline {
                 Phase::Repair
             };
             self.go_on().await?;
-            let generated = model
-                .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
-                .await
-                .map_err(|e| model_error(Some(phase.as_str()), &e))?;
+            let generating =
+                model.generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline);
+            let generated = match tests_saved.take() {
+                Some(with_tests) => {
+                    let (saved, generated) =
+                        tokio::join!(self.save(job, &with_tests, None), generating);
+                    saved?;
+                    generated
+                }
+                None => generating.await,
+            }
+            .map_err(|e| model_error(Some(phase.as_str()), &e))?;
             account(outcome, &generated.usage, generated.calls);
             let code = generated.value.code;
             if let (Some(analysis), Some(previous)) =

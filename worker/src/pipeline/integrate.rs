@@ -17,17 +17,20 @@ impl Pipeline {
         let job = task.job_id;
         let view = self.view(job, None).await?;
         let meta = view.meta.expect("view checks the meta");
-        if self.jobs.result(job).await.map_err(redis)?.is_some() {
-            return Ok(()); // a redelivery: the job has its result
-        }
         let plan = view
             .plan
             .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
         let names: Vec<String> = plan.specs.iter().map(|s| s.name.clone()).collect();
+        // Both reads at once: the result is there only on a redelivery.
+        let (result, functions) =
+            tokio::join!(self.jobs.result(job), self.jobs.functions(job, &names));
+        if result.map_err(redis)?.is_some() {
+            return Ok(()); // a redelivery: the job has its result
+        }
         let outcomes: BTreeMap<String, _> = names
             .iter()
             .cloned()
-            .zip(self.jobs.functions(job, &names).await.map_err(redis)?)
+            .zip(functions.map_err(redis)?)
             .filter_map(|(name, outcome)| Some((name, outcome?)))
             .collect();
         let module: String = plan

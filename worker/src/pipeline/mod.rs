@@ -87,8 +87,8 @@ pub enum Error {
 }
 
 tokio::task_local! {
-    /// Milliseconds the current task spent in sandbox runs, for its `task finished` log line.
-    pub static SANDBOX_MS: std::cell::Cell<u64>;
+    /// Microseconds the current task spent in sandbox runs, for its `task finished` log line.
+    pub static SANDBOX_US: std::cell::Cell<u64>;
     /// The job of the current task: [`Pipeline::go_on`] checks it before each model call and
     /// sandbox run, wherever in the step they happen.
     static JOB: TaskId;

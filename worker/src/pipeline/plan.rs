@@ -24,8 +24,11 @@ impl Pipeline {
                 })
                 .await;
         }
-        let _ = self.jobs.set_status(job, JobStatus::Planning).await;
-        self.progress(job, Progress::Planning).await;
+        // The status and the event are written while the model plans: both are stored before
+        // anything that follows the plan (the join waits for them).
+        let planning = async {
+            let _ = self.jobs.set_status(job, JobStatus::Planning).await;
+        };
         let outcome = async {
             let model = self.model().map_err(Error::Drop)?;
             let mut prompt = prompts::plan(&prompts::PlanContext {
@@ -44,18 +47,20 @@ impl Pipeline {
                 .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
                 .await
                 .map_err(|e| model_error(None, &e))
-        }
-        .await;
+        };
+        let (_, _, outcome) =
+            tokio::join!(planning, self.progress(job, Progress::Planning), outcome);
         match outcome {
             Ok(generated) => {
                 meta.plan_tokens.prompt += generated.usage.prompt_tokens;
                 meta.plan_tokens.completion += generated.usage.completion_tokens;
                 meta.plan_model_calls += generated.calls;
-                self.jobs.put_job_meta(&meta).await.map_err(redis)?;
-                self.jobs
-                    .put_specs(job, &generated.value.functions)
-                    .await
-                    .map_err(redis)?;
+                let (put_meta, put_specs) = tokio::join!(
+                    self.jobs.put_job_meta(&meta),
+                    self.jobs.put_specs(job, &generated.value.functions)
+                );
+                put_meta.map_err(redis)?;
+                put_specs.map_err(redis)?;
                 self.emit(Event::Planned {
                     job_id: job,
                     failure: None,
