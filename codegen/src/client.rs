@@ -862,7 +862,15 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
                 BATCH_LONG_POLL.as_millis()
             ),
         };
-        let view: BatchView = match api.get_as(&path).await {
+        // A connection that dies silently during a long poll must not hold the loop forever.
+        let read = async {
+            let request = api.http.get(api.url(&path)).timeout(BATCH_LONG_POLL * 2);
+            let (_, value) = read_json(api.send(request).await?).await?;
+            serde_json::from_value::<BatchView>(value).with_context(|| {
+                format!("the coordinator's answer to GET {path} has an unexpected shape")
+            })
+        };
+        let view: BatchView = match read.await {
             Ok(view) => {
                 failures = 0;
                 view

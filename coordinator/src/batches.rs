@@ -240,9 +240,11 @@ pub(crate) struct FetchParams {
     finished: u64,
 }
 
-/// Without notices (an in-memory store), or when one was lost, a long poll reads again this
-/// often.
+/// Without notices (an in-memory store), a long poll reads again this often.
 const BATCH_REREAD: std::time::Duration = std::time::Duration::from_millis(500);
+/// With notices, it reads again this often in case one was lost (a disconnection from Redis
+/// wakes every watch anyway).
+const BATCH_SAFETY_REREAD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A batch: its jobs in input order with their statuses, and counts by status.
 ///
@@ -293,12 +295,12 @@ pub(crate) async fn fetch(
         if view.status == BatchStatus::Done || finished != params.finished || now >= deadline {
             return Ok(axum::Json(view).into_response());
         }
-        let nap = BATCH_REREAD.min(deadline - now);
         match notified {
             Some(notified) => {
+                let nap = BATCH_SAFETY_REREAD.min(deadline - now);
                 let _ = tokio::time::timeout(nap, notified).await;
             }
-            None => tokio::time::sleep(nap).await,
+            None => tokio::time::sleep(BATCH_REREAD.min(deadline - now)).await,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | `{p}:hook:{kind}:{id}` | hash: `url`, `tenant`, `state` (`waiting` → `pending` → `delivered` / `failed`), `since` (ms the resource ended), for a batch `left` (jobs not ended) |
 //! | `{p}:hook:{kind}:{id}:attempts` | list of attempts (JSON `WebhookAttempt`), oldest first |
-//! | `{p}:job:{id}:batch` | the batch whose webhook waits for this job |
+//! | `{p}:job:{id}:batch` | the batch of this job (written with the batch, and by a batch webhook's registration): its webhook waits for the job, its long polls for the job's end |
 //! | `{p}:exec:{id}:batch` | the execution batch whose webhook waits for this execution |
 //! | `{p}:ebatch:{id}` | MessagePack `ExecutionBatchRecord`: an execution batch with a webhook |
 //! | `{p}:hooks:due` | sorted set: `{kind}:{id}` by when its next attempt is due (ms) |

@@ -157,20 +157,18 @@ impl Pipeline {
         }
         Self::seen(saved.status)?;
         tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
-        // The cache entry and the event are independent writes: one round trip's wait, not two.
+        // Cached before the event: a job that finishes after this function finds it cached.
         let tested = outcome.passed && outcome.validation == Validation::Tested;
-        let cache_put = async {
-            if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
-                && let Err(e) = cache.put_cached_function(key, &outcome).await
-            {
-                tracing::warn!(error = %e, "cannot cache a verified function");
-            }
-        };
-        let emitted = self.emit(Event::FunctionDone {
+        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
+            && let Err(e) = cache.put_cached_function(key, &outcome).await
+        {
+            tracing::warn!(error = %e, "cannot cache a verified function");
+        }
+        self.emit(Event::FunctionDone {
             job_id: job,
             function,
-        });
-        tokio::join!(cache_put, emitted).1
+        })
+        .await
     }
 
     /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record. `Ok` carries
@@ -268,18 +266,19 @@ impl Pipeline {
                 Phase::Repair
             };
             self.go_on().await?;
-            let generating =
-                model.generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline);
+            let generating = async {
+                model
+                    .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
+                    .await
+                    .map_err(|e| model_error(Some(phase.as_str()), &e))
+            };
+            // A failed save (Redis, the job ended, another run finished) stops the call.
             let generated = match tests_saved.take() {
                 Some(with_tests) => {
-                    let (saved, generated) =
-                        tokio::join!(self.save(job, &with_tests, None), generating);
-                    saved?;
-                    generated
+                    tokio::try_join!(self.save(job, &with_tests, None), generating)?.1
                 }
-                None => generating.await,
-            }
-            .map_err(|e| model_error(Some(phase.as_str()), &e))?;
+                None => generating.await?,
+            };
             account(outcome, &generated.usage, generated.calls);
             let code = generated.value.code;
             if let (Some(analysis), Some(previous)) =
