@@ -232,13 +232,17 @@ pub(crate) struct FetchParams {
     /// comes as soon as the number of finished jobs differs from `finished` or the batch is
     /// done. 0 (the default) answers at once.
     #[serde(default)]
-    #[param(default = 0, minimum = 0)]
+    #[param(default = 0, minimum = 0, maximum = 600000)]
     wait_ms: u64,
     /// With `wait_ms`: how many of the batch's jobs had finished when the caller last looked.
     #[serde(default)]
-    #[param(default = 0, minimum = 0)]
+    #[param(default = 0, minimum = 0, maximum = 1000000)]
     finished: u64,
 }
+
+/// The largest `wait_ms` and `finished` taken (the document's maxima).
+const MAX_WAIT_MS: u64 = 600_000;
+const MAX_FINISHED: u64 = 1_000_000;
 
 /// Without notices (an in-memory store), a long poll reads again this often.
 const BATCH_REREAD: std::time::Duration = std::time::Duration::from_millis(500);
@@ -261,6 +265,7 @@ const BATCH_SAFETY_REREAD: std::time::Duration = std::time::Duration::from_secs(
     responses(
         (status = 200, description = "The batch's jobs and their statuses.", body = BatchView),
         (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
+        (status = 422, description = "`wait_ms` or `finished` out of range; the message names it.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -275,6 +280,18 @@ pub(crate) async fn fetch(
     let Path(id) = id.map_err(path_rejected)?;
     let Query(params) =
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    if params.wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::invalid(
+            "wait_ms",
+            format!("at most {MAX_WAIT_MS} (a wait is held to coordinator.wait anyway)"),
+        ));
+    }
+    if params.finished > MAX_FINISHED {
+        return Err(ApiError::invalid(
+            "finished",
+            format!("at most {MAX_FINISHED}"),
+        ));
+    }
     let batch = visible(&c, &tenant, parse_id(&id)?).await?;
     let wait = std::time::Duration::from_millis(params.wait_ms).min(c.options.wait);
     if wait.is_zero() {

@@ -221,7 +221,7 @@ async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
     assert!(waited < std::time::Duration::from_millis(10), "{waited:?}");
 
     // A wait past `coordinator.wait` is held to it.
-    let (_, waited) = poll(1, 3_600_000).await;
+    let (_, waited) = poll(1, 600_000).await;
     let cap = Options::default().wait;
     assert!(
         waited >= cap && waited < cap + std::time::Duration::from_secs(1),
@@ -240,6 +240,16 @@ async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
         body["error"].as_str().unwrap().contains("wait_ms"),
         "{body}"
     );
+    // Past the document's maxima: 422 naming the parameter.
+    for (query, field) in [
+        ("wait_ms=600001", "wait_ms"),
+        ("finished=1000001", "finished"),
+    ] {
+        let uri = format!("/v1/batches/{batch_id}?{query}");
+        let (status, body) = call(&c, "GET", &uri, "").await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {body}");
+        assert!(body["error"].as_str().unwrap().starts_with(field), "{body}");
+    }
 }
 
 #[tokio::test]
