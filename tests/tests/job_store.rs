@@ -54,14 +54,18 @@ fn succeeded(job: TaskId) -> JobResult {
     .unwrap()
 }
 
-fn redis_store() -> RedisStore {
-    let options = store::Options {
+/// A fresh prefix on the test Redis, so tests do not see each other's keys.
+fn redis_options() -> store::Options {
+    store::Options {
         url: tests::redis_url(),
         prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
         result_ttl: Duration::from_secs(600),
         ..store::Options::default()
-    };
-    RedisStore::build(options).unwrap().0
+    }
+}
+
+fn redis_store() -> RedisStore {
+    RedisStore::build(redis_options()).unwrap().0
 }
 
 async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency<
@@ -477,12 +481,7 @@ against_both_stores!(
 /// that, and a finished job's `finished` event the same way.
 #[tokio::test]
 async fn an_event_wait_wakes_on_the_new_events_notice() {
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-        result_ttl: Duration::from_secs(600),
-        ..store::Options::default()
-    };
+    let options = redis_options();
     let (waiter, listener) = RedisStore::build(options.clone()).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(listener.with_job_events().run(cancel.clone()));
@@ -538,12 +537,7 @@ async fn an_event_wait_wakes_on_the_new_events_notice() {
 /// its read timeout.
 #[tokio::test]
 async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-        result_ttl: Duration::from_secs(600),
-        ..store::Options::default()
-    };
+    let options = redis_options();
     let (reader, listener) = RedisStore::build(options.clone()).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(listener.with_pipeline_events().run(cancel.clone()));
@@ -583,12 +577,7 @@ async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
 /// every watch of that batch (two clients of one batch), and no watch of another batch.
 #[tokio::test]
 async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-        result_ttl: Duration::from_secs(600),
-        ..store::Options::default()
-    };
+    let options = redis_options();
     let (watcher, listener) = RedisStore::build(options.clone()).unwrap();
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(listener.with_job_events().run(cancel.clone()));

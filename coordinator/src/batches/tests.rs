@@ -57,6 +57,18 @@ async fn call_as(
     )
 }
 
+/// The batch id and job ids of a `202` answer to `POST /v1/batches`.
+fn accepted(body: &Value) -> (String, Vec<TaskId>) {
+    let batch_id = body["batch_id"].as_str().unwrap().to_owned();
+    let ids = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j.as_str().unwrap().parse().unwrap())
+        .collect();
+    (batch_id, ids)
+}
+
 /// Plan tasks on the queue, in publishing order: their job ids.
 async fn planned_jobs(broker: &MemoryBroker, n: usize) -> Vec<TaskId> {
     let mut tasks = broker.consume(Queue::Tasks, 64, CancellationToken::new());
@@ -87,13 +99,7 @@ async fn a_batch_creates_every_job_in_order_and_reports_their_statuses() {
     let c = coordinator(&broker, &jobs, Options::default());
     let (status, body) = call(&c, "POST", "/v1/batches", THREE).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let batch_id = body["batch_id"].as_str().unwrap().to_owned();
-    let ids: Vec<TaskId> = body["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j.as_str().unwrap().parse().unwrap())
-        .collect();
+    let (batch_id, ids) = accepted(&body);
     assert_eq!(ids.len(), 3, "blank lines are skipped: {body}");
 
     // Every job is recorded with its own request, in input order, and has a plan task.
@@ -174,13 +180,7 @@ async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(&broker, &jobs, Options::default());
     let (_, body) = call(&c, "POST", "/v1/batches", THREE).await;
-    let batch_id = body["batch_id"].as_str().unwrap().to_owned();
-    let ids: Vec<TaskId> = body["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j.as_str().unwrap().parse().unwrap())
-        .collect();
+    let (batch_id, ids) = accepted(&body);
     let poll = |finished: u64, wait_ms: u64| {
         let (c, uri) = (
             c.clone(),

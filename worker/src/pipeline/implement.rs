@@ -156,14 +156,13 @@ impl Pipeline {
                 .await;
         }
         Self::seen(saved.status)?;
-        tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
-        // Cached before the event: a job that finishes after this function finds it cached.
         let tested = outcome.passed && outcome.validation == Validation::Tested;
         if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
             && let Err(e) = cache.put_cached_function(key, &outcome).await
         {
             tracing::warn!(error = %e, "cannot cache a verified function");
         }
+        tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
         self.emit(Event::FunctionDone {
             job_id: job,
             function,
@@ -212,7 +211,7 @@ impl Pipeline {
         outcome.tests = tests.value.cases;
         // Stored while the model writes the code (a redelivery resumes from them); the code
         // waits for the write before anything else is stored.
-        let mut tests_saved = Some(outcome.clone());
+        let mut unsaved_tests = Some(outcome.clone());
         let deps: Vec<DependencyCode<'_>> = dependency_code
             .iter()
             .map(|(name, code)| DependencyCode { name, code })
@@ -273,7 +272,7 @@ impl Pipeline {
                     .map_err(|e| model_error(Some(phase.as_str()), &e))
             };
             // A failed save (Redis, the job ended, another run finished) stops the call.
-            let generated = match tests_saved.take() {
+            let generated = match unsaved_tests.take() {
                 Some(with_tests) => {
                     tokio::try_join!(self.save(job, &with_tests, None), generating)?.1
                 }
