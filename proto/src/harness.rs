@@ -37,6 +37,13 @@ pub struct CaseReport {
     pub duration_ms: f64,
 }
 
+/// Several functions' cases in one run (`harness.run_cases_of_many`), each in a module of
+/// its own: their reports, in the order of the request's `runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManyCasesReport {
+    pub runs: Vec<CasesReport>,
+}
+
 /// An assembled module, in one run: the verdicts of the functions whose cases were asked for
 /// (by name), and the module's quality.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

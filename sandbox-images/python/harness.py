@@ -86,6 +86,8 @@ sys.stdout/sys.stderr are restored afterwards):
     run_program_test(request: dict) -> dict
     run_in_process(spec: dict, code: str, namespace: dict|None = None) -> dict
         (spec = request without "code", plus "mode"; see its docstring)
+    run_integration(request: dict) -> dict, run_cases_of_many(request: dict) -> dict
+        (in-process modes "integrate" and "many_cases", for the codegen pipeline)
     (all raise ValueError on a malformed request)
 
 SECURITY NOTE. This harness shares its interpreter with the code it judges, so that
@@ -118,7 +120,7 @@ import types
 MARKER = "@@codegen-harness@@ "
 MODES = ("cases", "program_test")
 # In-process only (run_in_process): not a CLI mode.
-IN_PROCESS_MODES = MODES + ("integrate",)
+IN_PROCESS_MODES = MODES + ("integrate", "many_cases")
 DEFAULT_MAX_OUTPUT = 1 << 20
 MAX_OUTPUT_LIMIT = 1 << 30
 DEFAULT_FLOAT_TOLERANCE = 1e-6
@@ -1099,8 +1101,20 @@ def run_many_cases(requests):
         return []
     cap = _Capture(parsed[0]["max_output_bytes"], restore=True)
     compiled = {}
+    # Each request's code may rebind a builtin (`builtins.len = ...`); the next one starts
+    # from the builtins the first one found, as it would in a run of its own.
+    builtins_dict = sys.modules["builtins"].__dict__
+    saved_builtins = dict(builtins_dict)
+    results = []
     try:
-        return [_sanitize(_run_cases(req, cap, compiled=compiled)) for req in parsed]
+        for req in parsed:
+            try:
+                results.append(_sanitize(_run_cases(req, cap, compiled=compiled)))
+            finally:
+                if builtins_dict != saved_builtins:
+                    builtins_dict.clear()
+                    builtins_dict.update(saved_builtins)
+        return results
     finally:
         cap.stop()
 
@@ -1368,7 +1382,8 @@ def _classify_run_error(e):
 def run_in_process(spec, code, namespace=None):
     """Adapter for a runner that imports this module into its (forked) interpreter
     instead of starting the CLI: `spec` is a request without "code" plus
-    "mode": "cases" | "program_test"; `code` is the program; `namespace`, if given, is
+    "mode": "cases" | "program_test" | "integrate" | "many_cases" (whose runs carry
+    their own code); `code` is the program; `namespace`, if given, is
     the module dict to run it in (e.g. a fresh __main__ the caller installed in
     sys.modules; its __name__ is left as is), otherwise a fresh module is used as in
     run_cases/run_program_test. fds 1/2 and sys.stdout/sys.stderr are captured per
@@ -1384,7 +1399,28 @@ def run_in_process(spec, code, namespace=None):
         return run_cases(request, _namespace=namespace)
     if mode == "integrate":
         return run_integration(request)
+    if mode == "many_cases":
+        return run_cases_of_many(request)
     return run_program_test(request, _namespace=namespace)
+
+
+# ------------------------------------------------------------- mode: many_cases (in-process)
+
+
+def run_cases_of_many(request):
+    """Several functions' cases in one run, for the codegen pipeline: request["runs"] is a
+    list of cases requests, each with its own "code" and "function", run in turn as
+    run_many_cases runs them (each in a fresh module, its builtins as the first found them).
+    A worker sends it for functions of one job whose runs waited for a container together:
+    one program process instead of one each. Returns {"mode": "many_cases", "runs": [cases
+    result, in order]} (proto::harness::ManyCasesReport)."""
+    runs = request.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise ValueError("'runs' must be a non-empty list")
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            raise ValueError("runs[%d] must be an object" % i)
+    return {"mode": "many_cases", "runs": run_many_cases([dict(r) for r in runs])}
 
 
 # --------------------------------------------------------------- mode: integrate (in-process)

@@ -329,6 +329,25 @@ class CasesModeTest(unittest.TestCase):
         self.assertEqual(together[1]["cases"][1]["error_kind"], "runtime")
         self.assertEqual(harness.run_many_cases([]), [])
 
+    def test_many_cases_runs_each_function_in_its_own_module_and_builtins(self):
+        """run_in_process's many_cases mode (a job's functions that shared a run): each run
+        has its own code and module, and a builtin one rebinds is back for the next."""
+        runs = [
+            {"code": "import builtins\nbuiltins.abs = lambda x: 'patched'\nVALUE = 1\n"
+                     "def f():\n    return abs(-1)\n",
+             "function": "f", "cases": [{"name": "f", "inputs": [], "expected_output": "patched"}]},
+            {"code": "def g():\n    return [abs(-1), 'VALUE' in globals()]\n",
+             "function": "g", "cases": [{"name": "g", "inputs": [], "expected_output": [1, False]}]},
+        ]
+        report = harness.run_in_process({"mode": "many_cases", "runs": runs}, "")
+        strict_json(report)
+        self.assertEqual([r["passed"] for r in report["runs"]], [True, True], report)
+        self.assertEqual(abs(-1), 1)
+        for bad in ({"mode": "many_cases"}, {"mode": "many_cases", "runs": []},
+                    {"mode": "many_cases", "runs": [1]}):
+            with self.assertRaises(ValueError):
+                harness.run_in_process(bad, "")
+
     def test_kwargs_vs_positional(self):
         code = "def f(a, b=10, *, c=100):\n    return [a, b, c]\n"
         res = cases(code, "f", [

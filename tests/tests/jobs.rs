@@ -358,3 +358,133 @@ async fn independent_functions_run_at_the_same_time() {
     assert!(last_middle_done < position("function_started", "e"));
     cluster.cleanup().await;
 }
+
+/// A job's cases runs that wait for a container together go in one sandbox run, and a
+/// function that kills that run costs its siblings time, never their verdicts. One worker with
+/// one python container: the first function's run holds it (its module sleeps as it loads)
+/// while the other three arrive; the next run takes all three.
+#[tokio::test]
+async fn cases_runs_waiting_together_share_a_run_and_a_crash_in_it_costs_no_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = |name: &str| {
+        json!({"name": name, "purpose": "return x plus one", "inputs": [{"name": "x", "type": "int"}],
+               "outputs": {"type": "int", "description": "x + 1"}, "dependencies": [],
+               "complexity": "simple"})
+    };
+    // (instruction, [(function, code, latency of its code)]): the first function's code comes
+    // first and sleeps a second as it loads; the others come together 300 ms later.
+    let good = |name: &str| format!("def {name}(x: int) -> int:\n    return x + 1\n");
+    let slow = |name: &str| {
+        format!("import time\ntime.sleep(1)\n\ndef {name}(x: int) -> int:\n    return x + 1\n")
+    };
+    let jobs = [
+        (
+            "first job",
+            vec![
+                ("a", slow("a"), 100),
+                ("b", good("b"), 300),
+                ("c", good("c"), 300),
+                ("d", good("d"), 300),
+            ],
+        ),
+        (
+            "second job",
+            vec![
+                ("p", slow("p"), 100),
+                ("q", good("q"), 300),
+                ("r", good("r"), 300),
+                // Ends the process as its module loads: the shared run has no report.
+                ("x", format!("import os\nos._exit(7)\n\n{}", good("x")), 300),
+            ],
+        ),
+    ];
+    let mut answers = Vec::new();
+    for (instruction, functions) in &jobs {
+        let specs: Vec<Value> = functions.iter().map(|(name, _, _)| spec(name)).collect();
+        answers.push(json!({"phase": "plan", "prompt_contains": instruction,
+                            "answer": {"functions": specs}}));
+        for (name, code, latency) in functions {
+            answers.push(json!({"phase": "tests", "function": name, "latency_ms": 50,
+                "answer": {"cases": [{"name": "one", "kind": "normal", "inputs": {"x": 1},
+                                      "expected_output": 2, "expected_error": null}]}}));
+            answers.push(
+                json!({"phase": "implement", "function": name, "latency_ms": latency,
+                                "answer": {"code": code, "analysis": null}}),
+            );
+        }
+    }
+    let script = dir.path().join("shared.json");
+    std::fs::write(&script, json!({ "answers": answers }).to_string()).unwrap();
+    let mut cluster = Cluster::new()
+        .with_env("CODEGEN__SANDBOX__POOL_SIZE", "1")
+        .with_env("CODEGEN__WORKER__PIPELINE__STATIC_FALLBACK", "false");
+    let _model = cluster.scripted_model(&script).await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, url) = cluster.worker("worker-1").await;
+    let shared = |outcome: &'static str| {
+        let (http, url) = (cluster.http.clone(), url.clone());
+        async move {
+            metric(
+                &http,
+                &url,
+                &format!("codegen_sandbox_shared_cases_total{{outcome=\"{outcome}\"}}"),
+            )
+            .await
+        }
+    };
+
+    let submit = |instruction: &'static str| {
+        let cluster = &cluster;
+        async move {
+            let (status, body) = cluster
+                .submit_job(json!({"instruction": instruction, "max_iterations": 1}))
+                .await;
+            assert_eq!(status, 202, "{body}");
+            let id = body["job_id"].as_str().unwrap().to_owned();
+            cluster.wait_job(&id, Duration::from_secs(120)).await
+        }
+    };
+    let passed = |result: &Value| -> Vec<(String, bool)> {
+        let mut passed: Vec<(String, bool)> = result["test_results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["function"].as_str().unwrap().to_owned(),
+                    r["passed"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        passed.sort();
+        passed
+    };
+
+    let first = submit("first job").await;
+    assert_eq!(first["status"], "succeeded", "{first:#}");
+    assert!(shared("shared").await >= 2.0, "b, c and d waited together");
+    assert_eq!(shared("broke").await, 0.0);
+
+    let before = shared("shared").await;
+    let second = submit("second job").await;
+    assert_eq!(second["status"], "failed", "{second:#}");
+    let failure = second["failure"].as_str().unwrap();
+    assert!(failure.starts_with("x: "), "{failure}");
+    let verdicts = passed(&second);
+    for (function, ok) in [("p", true), ("q", true), ("r", true), ("x", false)] {
+        assert!(
+            verdicts.contains(&(function.to_owned(), ok)),
+            "{function} should have passed={ok}: {verdicts:?}"
+        );
+    }
+    assert!(
+        shared("broke").await >= 2.0,
+        "x's crash broke the run it shared"
+    );
+    assert_eq!(
+        shared("shared").await,
+        before,
+        "nothing of the broken run was used"
+    );
+    cluster.cleanup().await;
+}

@@ -11,7 +11,7 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
-    use proto::harness::{CasesReport, IntegrationReport};
+    use proto::harness::{CasesReport, IntegrationReport, ManyCasesReport};
     use serde_json::{Value, json};
 
     fn python() -> &'static str {
@@ -145,6 +145,47 @@ mod tests {
             &serde_json::to_value(&report).unwrap(),
             &answered(&stdout),
             "load error report",
+        );
+    }
+
+    #[test]
+    fn the_many_cases_report_is_what_the_harness_answers() {
+        // Two functions of one job in one run, each in its own module: the first rebinds a
+        // builtin as it loads, and the second still finds the real one.
+        let case = |inputs: Value, expected: Value| json!({"name": "c", "inputs": inputs, "expected_output": expected});
+        let run_of = |code: &str, function: &str, cases: Vec<Value>| {
+            json!({"code": code, "function": function, "cases": cases,
+                   "case_timeout_ms": 2000, "max_output_bytes": 4096, "nonce": null})
+        };
+        let request = json!({
+            "mode": "many_cases",
+            "runs": [
+                run_of("import builtins\nbuiltins.len = lambda x: 99\ndef f(x):\n    return len(x)\n",
+                       "f", vec![case(json!([[1, 2]]), json!(99))]),
+                run_of("def g(x):\n    return len(x)\n", "g",
+                       vec![case(json!([[1, 2]]), json!(2)), case(json!([[]]), json!(1))]),
+                run_of("def h(:\n", "h", vec![case(json!([1]), json!(1))]),
+            ],
+        });
+        let stdout = run(
+            DRIVER,
+            &[
+                ("module.py", String::new()),
+                ("request.json", request.to_string()),
+            ],
+        );
+        let report: ManyCasesReport = read(&stdout);
+        let verdicts: Vec<Vec<bool>> = report
+            .runs
+            .iter()
+            .map(|r| r.cases.iter().map(|c| c.passed).collect())
+            .collect();
+        assert_eq!(verdicts, vec![vec![true], vec![true, false], vec![]]);
+        assert_eq!(report.runs[2].error_kind, Some(proto::ErrorKind::Syntax));
+        assert_fields_printed(
+            &serde_json::to_value(&report).unwrap(),
+            &answered(&stdout),
+            "many cases report",
         );
     }
 

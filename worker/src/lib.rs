@@ -277,6 +277,7 @@ impl Worker {
         pipeline.sandbox_turns = self.sandbox_turns.clone();
         pipeline.gate = self.gate.clone();
         pipeline.job_seconds = Some(self.metrics.job_seconds.clone());
+        pipeline.shared_cases = Some(self.metrics.shared_cases.clone());
         pipeline.usage = Some(self.metrics.usage.clone());
         self.pipeline = Some(pipeline);
         self

@@ -12,6 +12,9 @@ pub struct Metrics {
     pub in_flight: IntGauge,
     pub sandbox_runs: IntCounterVec,
     pub sandbox_seconds: HistogramVec,
+    /// Functions whose cases went in a run shared with others of their job (`shared`), or ran
+    /// again alone because that run broke (`broke`).
+    pub shared_cases: IntCounterVec,
     /// Jobs this worker finished (integrated), by final status.
     pub job_seconds: HistogramVec,
     /// What the work this worker ended cost, by tenant.
@@ -68,6 +71,13 @@ impl Metrics {
                 .buckets(buckets),
                 &["language"],
             )?,
+            shared_cases: IntCounterVec::new(
+                Opts::new(
+                    "codegen_sandbox_shared_cases_total",
+                    "Functions whose cases run was shared with others of their job that waited for a container (shared), or ran again alone after the shared run broke (broke)",
+                ),
+                &["outcome"],
+            )?,
             job_seconds: telemetry::job_seconds()?,
             usage: telemetry::TenantUsage::register(registry)?,
         };
@@ -79,6 +89,10 @@ impl Metrics {
         registry.register(Box::new(metrics.in_flight.clone()))?;
         registry.register(Box::new(metrics.sandbox_runs.clone()))?;
         registry.register(Box::new(metrics.sandbox_seconds.clone()))?;
+        registry.register(Box::new(metrics.shared_cases.clone()))?;
+        for outcome in ["shared", "broke"] {
+            metrics.shared_cases.with_label_values(&[outcome]);
+        }
         // The series alerts watch exist from the start, at zero, so the first event is an
         // increase rather than a new series that rate() and increase() cannot see.
         for kind in ["plan", "implement", "integrate", "execute"] {

@@ -4,15 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use model::turnstile::Turn;
 use proto::generation::TestCase;
-use proto::harness::CasesReport;
+use proto::harness::{CasesReport, ManyCasesReport};
 use proto::job::TestResult;
 use proto::{ErrorKind, ExecutionRequest, Language, Status};
 use serde_json::{Value, json};
 
 use crate::gate::Dependency;
 
-use super::{Error, Pipeline, SANDBOX_US};
+use super::shared_runs::{Shared, SharedReport};
+use super::{Error, JOB, Pipeline, SANDBOX_US};
 
 /// One run of a function's cases.
 #[derive(Debug, Clone, Default)]
@@ -30,25 +32,27 @@ pub(super) struct CaseRun {
 impl Pipeline {
     /// A sandbox run, its wall time added to the task's [`SANDBOX_US`]. While Docker is down
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
-    /// the model calls the task has already made.
-    pub(super) async fn sandboxed(
+    /// the model calls the task has already made. The first attempt runs in `held`, when the caller has taken the turn already.
+    async fn sandboxed(
         &self,
         execution: &ExecutionRequest,
+        mut held: Option<Turn<'_>>,
     ) -> Result<proto::ExecutionResult, Error> {
         loop {
-            self.go_on().await?;
+            if held.is_none() {
+                self.go_on().await?;
+            }
             // Timed from before the turn: a run's time includes waiting for a container, as it
             // did when that wait was inside the pool.
             let started = Instant::now();
-            let turn = match &self.sandbox_turns {
-                Some(turns) => turns.enter(execution).await,
-                None => None,
+            let turn = match (held.take(), self.sandbox_turns.as_deref()) {
+                (Some(turn), _) => Some(turn),
+                (None, Some(turns)) => turns.enter(execution).await,
+                (None, None) => None,
             };
             let result = self.sandbox.run(execution).await;
             drop(turn);
-            let _ = SANDBOX_US.try_with(|us| {
-                us.set(us.get() + u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
-            });
+            add_sandbox_time(started);
             let e = match result {
                 Ok(result) => return Ok(result),
                 Err(e) => e,
@@ -83,9 +87,14 @@ impl Pipeline {
         spec: Value,
         what: &str,
     ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
-        let execution = ExecutionRequest {
+        self.run_harness_in(module, spec, what, None).await
+    }
+
+    /// The harness run of `spec` over `module`.
+    fn harness_execution(&self, module: String, spec: Value) -> ExecutionRequest {
+        ExecutionRequest {
             language: Language::Python,
-            code: module.to_owned(),
+            code: module,
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
@@ -96,8 +105,19 @@ impl Pipeline {
             files: BTreeMap::new(),
             return_files: vec![],
             harness: Some(spec),
-        };
-        let mut result = self.sandboxed(&execution).await?;
+        }
+    }
+
+    /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken.
+    async fn run_harness_in<T: serde::de::DeserializeOwned>(
+        &self,
+        module: &str,
+        spec: Value,
+        what: &str,
+        held: Option<Turn<'_>>,
+    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
+        let execution = self.harness_execution(module.to_owned(), spec);
+        let mut result = self.sandboxed(&execution, held).await?;
         let report = result
             .harness
             .take()
@@ -124,21 +144,158 @@ impl Pipeline {
         })
     }
 
-    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness.
+    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness:
+    /// in one run with other functions of the job that wait for a container beside it
+    /// ([`super::shared_runs`]), or alone.
     pub(super) async fn run_cases(
         &self,
         module: &str,
         function: &str,
         cases: &[TestCase],
     ) -> Result<CaseRun, Error> {
-        let mut spec = self.cases_request(cases);
+        let mut run = self.cases_request(cases);
+        run["function"] = json!(function);
+        let (Some(turns), Ok(job)) = (self.sandbox_turns.as_deref(), JOB.try_with(|job| *job))
+        else {
+            return self.run_cases_alone(module, function, cases, run).await;
+        };
+        self.go_on().await?;
+        let started = Instant::now();
+        let mut shared_run = run.clone();
+        shared_run["code"] = json!(module);
+        let (waiting, mut answer) = self.shared_runs.wait(job, shared_run);
+        let pooled = self.harness_execution(String::new(), Value::Null);
+        let turn = tokio::select! {
+            biased;
+            shared = &mut answer => {
+                drop(waiting);
+                return self.followed(shared.ok().flatten(), started, module, function, cases, run).await;
+            }
+            turn = turns.enter(&pooled) => turn,
+        };
+        let Some((mine, others)) = waiting.lead() else {
+            // Taken by another run of the job just before this one's turn came.
+            drop(turn);
+            let shared = answer.await.ok().flatten();
+            return self
+                .followed(shared, started, module, function, cases, run)
+                .await;
+        };
+        add_sandbox_time(started);
+        if others.is_empty() {
+            let mut spec = run;
+            spec["mode"] = json!("cases");
+            let (result, report) = self
+                .run_harness_in::<CasesReport>(module, spec, HARNESS, turn)
+                .await?;
+            return case_run(function, cases, report, &result);
+        }
+        let members = others.len() + 1;
+        let (runs, replies): (Vec<Value>, Vec<_>) = std::iter::once(mine)
+            .chain(others)
+            .map(|m| (m.run, m.reply))
+            .unzip();
+        let spec = json!({"mode": "many_cases", "runs": runs});
+        let shared = self
+            .run_harness_in::<ManyCasesReport>("", spec, HARNESS, turn)
+            .await;
+        let reports = match shared {
+            Ok((result, Some(report))) if report.runs.len() == members => {
+                let share = |total: u64| total.div_ceil(members as u64);
+                Some((
+                    share(result.duration_ms),
+                    share(result.cpu_ms.unwrap_or(0)),
+                    report.runs,
+                ))
+            }
+            Err(e @ Error::Ended(_)) => {
+                return Err(e);
+            }
+            other => {
+                let why = match other {
+                    Ok((result, _)) => format!("{:?}", result.status),
+                    Err(e) => e.to_string(),
+                };
+                tracing::info!(%job, functions = members, %why, "a shared cases run broke: each function runs alone");
+                None
+            }
+        };
+        if let Some(counter) = &self.shared_cases {
+            let outcome = if reports.is_some() { "shared" } else { "broke" };
+            counter.with_label_values(&[outcome]).inc_by(members as u64);
+        }
+        let Some((duration_ms, cpu_ms, reports)) = reports else {
+            // Each member alone, so that no function's verdict is a sibling's fault.
+            for reply in replies.into_iter().skip(1) {
+                let _ = reply.send(None);
+            }
+            return self.run_cases_alone(module, function, cases, run).await;
+        };
+        tracing::debug!(%job, functions = members, "cases runs shared one sandbox run");
+        let mut shares = reports.into_iter().map(|report| SharedReport {
+            report,
+            duration_ms,
+            cpu_ms,
+        });
+        // As many reports as members (checked above): the first is this run's.
+        let mine = shares.next();
+        for (reply, share) in replies.into_iter().skip(1).zip(shares) {
+            let _ = reply.send(Some(share));
+        }
+        match mine {
+            Some(mine) => Ok(shared_case_run(function, mine)),
+            None => self.run_cases_alone(module, function, cases, run).await,
+        }
+    }
+
+    /// A run another run of the job took: its share of that run, or (`None`: it broke) a run
+    /// of its own.
+    async fn followed(
+        &self,
+        shared: Shared,
+        started: Instant,
+        module: &str,
+        function: &str,
+        cases: &[TestCase],
+        run: Value,
+    ) -> Result<CaseRun, Error> {
+        match shared {
+            Some(shared) => {
+                add_sandbox_time(started);
+                Ok(shared_case_run(function, shared))
+            }
+            None => self.run_cases_alone(module, function, cases, run).await,
+        }
+    }
+
+    async fn run_cases_alone(
+        &self,
+        module: &str,
+        function: &str,
+        cases: &[TestCase],
+        mut spec: Value,
+    ) -> Result<CaseRun, Error> {
         spec["mode"] = json!("cases");
-        spec["function"] = json!(function);
         let (result, report) = self
-            .run_harness::<CasesReport>(module, spec, "the sandbox image's test harness")
+            .run_harness::<CasesReport>(module, spec, HARNESS)
             .await?;
         case_run(function, cases, report, &result)
     }
+}
+
+/// What runs a function's cases, for errors.
+const HARNESS: &str = "the sandbox image's test harness";
+
+/// Adds the wall time since `started` to the current task's [`SANDBOX_US`].
+fn add_sandbox_time(started: Instant) {
+    let _ = SANDBOX_US.try_with(|us| {
+        us.set(us.get() + u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
+    });
+}
+
+/// `function`'s verdicts from its part of a shared run.
+fn shared_case_run(function: &str, shared: SharedReport) -> CaseRun {
+    verdicts(function, shared.report, shared.duration_ms, shared.cpu_ms)
 }
 
 /// `function`'s verdicts from its report in `result`; without a report (the run broke: a
@@ -188,6 +345,11 @@ pub(super) fn case_run(
             cpu_ms,
         });
     };
+    Ok(verdicts(function, report, duration_ms, cpu_ms))
+}
+
+/// `function`'s verdicts from its harness report.
+fn verdicts(function: &str, report: CasesReport, duration_ms: u64, cpu_ms: u64) -> CaseRun {
     let results: Vec<TestResult> = report
         .cases
         .into_iter()
@@ -207,14 +369,14 @@ pub(super) fn case_run(
         None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
         None => String::new(),
     };
-    Ok(CaseRun {
+    CaseRun {
         passed: report.passed,
         results,
         error_kind: report.error_kind,
         error,
         duration_ms,
         cpu_ms,
-    })
+    }
 }
 
 fn tail(text: &str, max: usize) -> String {

@@ -19,6 +19,7 @@ mod implement;
 mod integrate;
 mod plan;
 mod quality;
+mod shared_runs;
 
 /// Pipeline settings (`[worker.pipeline]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,7 +91,7 @@ tokio::task_local! {
     /// Microseconds the current task spent in sandbox runs, for its `task finished` log line.
     pub static SANDBOX_US: std::cell::Cell<u64>;
     /// The job of the current task: [`Pipeline::go_on`] checks it before each model call and
-    /// sandbox run, wherever in the step they happen.
+    /// sandbox run, wherever in the step they happen (and cases runs share a run by it).
     static JOB: TaskId;
     /// When the current task last read its job's status (and found it unfinished): a check
     /// within [`STATUS_FRESH`] of it is not made again.
@@ -166,6 +167,10 @@ pub struct Pipeline {
     pub(crate) sandbox_turns: Option<Arc<crate::sandbox_turns::SandboxTurns>>,
     /// Why there is no model (when there is none), for `/readyz`, presence and failures.
     pub(crate) no_model: String,
+    /// Cases runs waiting for a container, which the first to get one runs together.
+    pub(crate) shared_runs: Arc<shared_runs::SharedRuns>,
+    /// `codegen_sandbox_shared_cases_total`, once the pipeline belongs to a worker.
+    pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -193,6 +198,8 @@ impl Pipeline {
             job_seconds: None,
             usage: None,
             sandbox_turns: None,
+            shared_runs: Arc::default(),
+            shared_cases: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
