@@ -8,7 +8,8 @@
   fleet.py snapshot OUT.json NAME=PID... [--metrics URL...]
       CPU time (utime+stime+cutime+cstime, clock ticks) of each named process and of all its
       descendants, the sandbox containers' cgroup (cpuacct v1, nanoseconds) and the model calls
-      counted by the given /metrics pages (codegen_model_calls_total).
+      counted by the given /metrics pages (codegen_model_calls_total), and the functions whose
+      cases shared a sandbox run (codegen_sandbox_shared_cases_total{outcome="shared"}).
   fleet.py sample OUT.json OWNER_PID...
       until SIGTERM, every 0.2 s: each container's cgroup usage (cpuacct v1), so that the
       containers of the given workers (label org.codegen.owner=HOST:PID) are told from
@@ -105,13 +106,16 @@ def tree_ticks(table, root):
     return total, len(seen)
 
 
-def model_calls(url):
-    calls = 0
+def counted(url):
+    """(model calls, functions whose cases shared a sandbox run) a worker's /metrics counts."""
+    calls = shared = 0
     with urllib.request.urlopen(url, timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith("codegen_model_calls_total{"):
                 calls += float(line.rsplit(" ", 1)[1])
-    return calls
+            elif line.startswith('codegen_sandbox_shared_cases_total{outcome="shared"}'):
+                shared += float(line.rsplit(" ", 1)[1])
+    return calls, shared
 
 
 def snapshot(out, args):
@@ -125,7 +129,7 @@ def snapshot(out, args):
             name, pids = arg.split("=", 1)
             named.append((name, [int(p) for p in pids.split(",") if p]))
     table = proc_table()
-    snap = {"time": time.time(), "tick": TICK, "processes": {}, "calls": {}}
+    snap = {"time": time.time(), "tick": TICK, "processes": {}, "calls": {}, "shared": {}}
     for name, pids in named:
         ticks = procs = 0
         for pid in pids:
@@ -141,7 +145,7 @@ def snapshot(out, args):
     snap["machine"] = {"busy": sum(cpu[:8]) - cpu[3] - cpu[4], "all": sum(cpu[:8])}
     for url in urls:
         try:
-            snap["calls"][url] = model_calls(url)
+            snap["calls"][url], snap["shared"][url] = counted(url)
         except OSError as e:
             print(f"fleet.py: {url}: {e}", file=sys.stderr)
     with open(out, "w", encoding="utf-8") as f:
@@ -249,6 +253,10 @@ def report(before_path, after_path, functions, samples_path=None):
               f"    busy {busy / wall:.0%} of {os.cpu_count()} cores; not in the rows above: {busy - shown:.0f} ms")
     calls = sum(after["calls"].values()) - sum(before["calls"].get(u, 0) for u in after["calls"])
     print(f"model calls (codegen_model_calls_total, all workers): {calls:.0f}")
+    shared = sum(after.get("shared", {}).values()) - sum(
+        before.get("shared", {}).get(u, 0) for u in after.get("shared", {}))
+    print(f"functions whose cases shared a sandbox run (codegen_sandbox_shared_cases_total): "
+          f"{shared:.0f} of {functions}")
 
 
 def redis_commands(path):

@@ -1090,33 +1090,113 @@ def run_cases(request, _restore=True, _namespace=None):
         cap.stop()
 
 
-def run_many_cases(requests):
+def run_many_cases(requests, shared=False):
     """run_cases for several requests in turn, under one capture (its pipes and its thread
     made once: in a freshly forked process they cost more than a small function's cases).
     The capture keeps the first request's max_output_bytes; every case's output is still
     taken apart. Requests with the same code share its compiled code object (each still
-    runs it in a fresh module)."""
+    runs it in a fresh module). With `shared` (requests of different functions that would
+    otherwise each have a process), what one request's code changed for the whole process is
+    put back before the next (_ProcessState), and the run stops early, returning fewer
+    results, when a request's code leaves a thread running: the caller runs the rest alone."""
     parsed = [_parse_cases_request(r) for r in requests]
     if not parsed:
         return []
     cap = _Capture(parsed[0]["max_output_bytes"], restore=True)
     compiled = {}
-    # Each request's code may rebind a builtin (`builtins.len = ...`); the next one starts
-    # from the builtins the first one found, as it would in a run of its own.
-    builtins_dict = sys.modules["builtins"].__dict__
-    saved_builtins = dict(builtins_dict)
+    state = _ProcessState() if shared else None
     results = []
     try:
         for req in parsed:
             try:
                 results.append(_sanitize(_run_cases(req, cap, compiled=compiled)))
             finally:
-                if builtins_dict != saved_builtins:
-                    builtins_dict.clear()
-                    builtins_dict.update(saved_builtins)
+                intact = state.restore() if state is not None else True
+            if not intact:
+                break
         return results
     finally:
         cap.stop()
+
+
+class _ProcessState:
+    """What a request's code commonly changes for the whole interpreter as it loads or runs,
+    taken before the first request of a shared run and put back after each: the builtins,
+    sys.path, sys.modules' names, the environment and working directory, the recursion and
+    int-string limits, decimal's context, the warnings filters, trace and profile functions
+    and the signal handlers. Not put back: attributes a request's code set on a module other
+    than builtins (a function of the same job, as integration runs them all in one module).
+    A thread the code started cannot be taken back: restore() says False and the shared run
+    stops there. Never raises: a request's code may have broken anything."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGALRM", "SIGINT", "SIGTERM", "SIGUSR1",
+                                                 "SIGUSR2", "SIGHUP", "SIGPIPE", "SIGCHLD")
+                    if hasattr(signal, n))
+
+    def __init__(self):
+        self.builtins = sys.modules["builtins"].__dict__
+        self.saved_builtins = dict(self.builtins)
+        self.modules = set(sys.modules)
+        self.path = list(sys.path)
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.recursion = sys.getrecursionlimit()
+        self.int_digits = getattr(sys, "get_int_max_str_digits", lambda: None)()
+        warnings = sys.modules.get("warnings")
+        self.warnings = list(warnings.filters) if warnings is not None else None
+        decimal = sys.modules.get("decimal")
+        self.decimal = decimal.getcontext().copy() if decimal is not None else None
+        self.trace, self.profile = sys.gettrace(), sys.getprofile()
+        self.handlers = {n: signal.getsignal(n) for n in self.SIGNALS}
+        self.threads = threading.active_count()
+
+    def restore(self):
+        steps = (self._builtins, self._sys, self._environment, self._modules, self._signals)
+        for step in steps:
+            try:
+                step()
+            except BaseException:
+                pass
+        try:
+            return threading.active_count() <= self.threads
+        except BaseException:
+            return False
+
+    def _builtins(self):
+        # Every time, by identity: a replaced builtin may compare equal to anything.
+        for name in [n for n in self.builtins if n not in self.saved_builtins]:
+            del self.builtins[name]
+        self.builtins.update(self.saved_builtins)
+
+    def _sys(self):
+        sys.settrace(self.trace)
+        sys.setprofile(self.profile)
+        sys.setrecursionlimit(self.recursion)
+        if self.int_digits is not None:
+            sys.set_int_max_str_digits(self.int_digits)
+        sys.path[:] = self.path
+        if self.warnings is not None:
+            sys.modules["warnings"].filters[:] = self.warnings
+        decimal = sys.modules.get("decimal")
+        if decimal is not None:
+            decimal.setcontext(self.decimal.copy() if self.decimal is not None
+                               else decimal.Context())
+
+    def _environment(self):
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        if os.getcwd() != self.cwd:
+            os.chdir(self.cwd)
+
+    def _modules(self):
+        for name in [n for n in sys.modules if n not in self.modules]:
+            del sys.modules[name]
+
+    def _signals(self):
+        for number, handler in self.handlers.items():
+            if signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
 
 
 def _run_cases(req, cap, namespace=None, compiled=None):
@@ -1413,14 +1493,15 @@ def run_cases_of_many(request):
     run_many_cases runs them (each in a fresh module, its builtins as the first found them).
     A worker sends it for functions of one job whose runs waited for a container together:
     one program process instead of one each. Returns {"mode": "many_cases", "runs": [cases
-    result, in order]} (proto::harness::ManyCasesReport)."""
+    result, in order]} (proto::harness::ManyCasesReport), fewer than asked when a request's
+    code left a thread running (the worker runs the rest alone)."""
     runs = request.get("runs")
     if not isinstance(runs, list) or not runs:
         raise ValueError("'runs' must be a non-empty list")
     for i, run in enumerate(runs):
         if not isinstance(run, dict):
             raise ValueError("runs[%d] must be an object" % i)
-    return {"mode": "many_cases", "runs": run_many_cases([dict(r) for r in runs])}
+    return {"mode": "many_cases", "runs": run_many_cases([dict(r) for r in runs], shared=True)}
 
 
 # --------------------------------------------------------------- mode: integrate (in-process)

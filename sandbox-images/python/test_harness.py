@@ -331,22 +331,71 @@ class CasesModeTest(unittest.TestCase):
 
     def test_many_cases_runs_each_function_in_its_own_module_and_builtins(self):
         """run_in_process's many_cases mode (a job's functions that shared a run): each run
-        has its own code and module, and a builtin one rebinds is back for the next."""
+        has its own code and module, and what one changed for the whole process (builtins,
+        limits, environment, decimal's context, imported modules) is back for the next."""
+        import builtins
+        import decimal
+        saved_abs, saved_limit = builtins.abs, sys.getrecursionlimit()
+        saved_prec = decimal.getcontext().prec
+        self.addCleanup(setattr, builtins, "abs", saved_abs)
+        self.addCleanup(sys.setrecursionlimit, saved_limit)
+        self.addCleanup(lambda: decimal.getcontext().__setattr__("prec", saved_prec))
+        changes = textwrap.dedent("""
+            import builtins, decimal, os, sys, colorsys
+            builtins.abs = lambda x: 'patched'
+            builtins.extra = 1
+            sys.setrecursionlimit(123456)
+            decimal.getcontext().prec = 3
+            os.environ['CODEGEN_TEST_SHARED'] = '1'
+            sys.path.insert(0, '/nowhere')
+            def f():
+                return abs(-1)
+        """)
+        check = textwrap.dedent("""
+            import decimal, os, sys
+            def g():
+                return [abs(-1), 'extra' in vars(__import__('builtins')),
+                        sys.getrecursionlimit() == 123456, decimal.getcontext().prec,
+                        'CODEGEN_TEST_SHARED' in os.environ, '/nowhere' in sys.path,
+                        'colorsys' in sys.modules]
+        """)
         runs = [
-            {"code": "import builtins\nbuiltins.abs = lambda x: 'patched'\nVALUE = 1\n"
-                     "def f():\n    return abs(-1)\n",
-             "function": "f", "cases": [{"name": "f", "inputs": [], "expected_output": "patched"}]},
-            {"code": "def g():\n    return [abs(-1), 'VALUE' in globals()]\n",
-             "function": "g", "cases": [{"name": "g", "inputs": [], "expected_output": [1, False]}]},
+            {"code": changes, "function": "f",
+             "cases": [{"name": "f", "inputs": [], "expected_output": "patched"}]},
+            {"code": check, "function": "g",
+             "cases": [{"name": "g", "inputs": [],
+                        "expected_output": [1, False, False, saved_prec, False, False,
+                                            "colorsys" in sys.modules]}]},
         ]
         report = harness.run_in_process({"mode": "many_cases", "runs": runs}, "")
         strict_json(report)
         self.assertEqual([r["passed"] for r in report["runs"]], [True, True], report)
-        self.assertEqual(abs(-1), 1)
+        self.assertEqual((abs(-1), sys.getrecursionlimit()), (1, saved_limit))
         for bad in ({"mode": "many_cases"}, {"mode": "many_cases", "runs": []},
                     {"mode": "many_cases", "runs": [1]}):
             with self.assertRaises(ValueError):
                 harness.run_in_process(bad, "")
+
+    def test_a_shared_run_stops_after_code_that_leaves_a_thread_running(self):
+        """A thread cannot be taken back: the functions after it get no verdict from the
+        shared run (the worker runs them alone)."""
+        import threading
+        stop = threading.Event()
+        self.addCleanup(stop.set)
+        runs = [
+            {"code": "import threading\nSTOP = None\n" + "def f():\n    threading.Thread(target=STOP.wait, daemon=True).start()\n    return 1\n",
+             "function": "f", "cases": [{"name": "f", "inputs": [], "expected_output": 1}]},
+            {"code": "def g():\n    return 2\n", "function": "g",
+             "cases": [{"name": "g", "inputs": [], "expected_output": 2}]},
+        ]
+        # The thread waits on the test's event, so that it ends with the test.
+        runs[0]["code"] = runs[0]["code"].replace("STOP = None", "STOP = __import__('builtins').__dict__['_codegen_test_stop']")
+        import builtins
+        builtins._codegen_test_stop = stop
+        self.addCleanup(lambda: builtins.__dict__.pop("_codegen_test_stop", None))
+        report = harness.run_in_process({"mode": "many_cases", "runs": runs}, "")
+        self.assertEqual(len(report["runs"]), 1, report)
+        self.assertTrue(report["runs"][0]["passed"], report)
 
     def test_kwargs_vs_positional(self):
         code = "def f(a, b=10, *, c=100):\n    return [a, b, c]\n"

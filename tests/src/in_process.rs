@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::harness::{CaseReport, CasesReport, IntegrationReport, QualityReport};
-use proto::{ErrorKind, ExecutionResult, Progress, Status, TaskId};
+use proto::harness::{CaseReport, CasesReport, IntegrationReport, ManyCasesReport, QualityReport};
+use proto::{ErrorKind, ExecutionRequest, ExecutionResult, Progress, Status, TaskId};
 use sandbox::ScriptedSandbox;
 use serde_json::{Value, json};
 use store::{JobStore, MemoryJobs, MemoryStore};
@@ -36,10 +36,20 @@ impl InProcess {
     /// Starts a coordinator and `workers` workers answering from `script` (a scripted model's
     /// script: `{"answers": [...]}`).
     pub async fn start(script: Value, workers: usize) -> Self {
+        Self::start_with(script, workers, ScriptedSandbox::new(fake_run), 0).await
+    }
+
+    /// [`InProcess::start`] with `sandbox` (e.g. one that delegates to [`fake_run`]), and each
+    /// worker's sandbox runs taking turns at a pool of `pool_size` (0: no turns).
+    pub async fn start_with(
+        script: Value,
+        workers: usize,
+        sandbox: ScriptedSandbox,
+        pool_size: usize,
+    ) -> Self {
         let broker = broker::MemoryBroker::new(5);
         let store = MemoryStore::new();
         let jobs = MemoryJobs::new();
-        let sandbox = fake_sandbox();
         let script: model::scripted::Script = serde_json::from_value(script).expect("a script");
         let provider = Arc::new(model::scripted::Scripted::new(script).expect("a valid script"));
         let model = model::Model::new(
@@ -82,7 +92,8 @@ impl InProcess {
                 &prometheus::Registry::new(),
             )
             .expect("a worker")
-            .with_pipeline(pipeline);
+            .with_pipeline(pipeline)
+            .with_sandbox_turns(|_| pool_size);
             tasks.push(tokio::spawn(worker.run(cancel.clone())));
         }
         Self {
@@ -148,79 +159,86 @@ impl InProcess {
     }
 }
 
-/// The FAKE sandbox: it runs nothing and answers the harness's reports.
-fn fake_sandbox() -> ScriptedSandbox {
-    ScriptedSandbox::new(|request| {
-        let spec = request.harness.clone().unwrap_or(Value::Null);
-        // Written with the contract's own types, so the FAKE cannot drift from what the
-        // worker reads.
-        let passed = !request.code.contains(FAILS);
-        let cases_report = |cases: &Value| {
-            let failed = (!passed).then_some(ErrorKind::WrongOutput);
-            let cases = cases
-                .as_array()
+/// The FAKE sandbox's answer: it runs nothing and answers the harness's reports.
+pub fn fake_run(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error> {
+    let spec = request.harness.clone().unwrap_or(Value::Null);
+    // Written with the contract's own types, so the FAKE cannot drift from what the
+    // worker reads.
+    let cases_report = |cases: &Value, code: &str| {
+        let passed = !code.contains(FAILS);
+        let failed = (!passed).then_some(ErrorKind::WrongOutput);
+        let cases = cases
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|case| CaseReport {
+                name: case["name"].as_str().unwrap_or_default().to_owned(),
+                passed,
+                actual_output: if passed {
+                    case["expected_output"].clone()
+                } else {
+                    json!("wrong")
+                },
+                error: failed.map(|_| "WrongOutput: FAKE".to_owned()),
+                error_kind: failed,
+                duration_ms: 0.1,
+            })
+            .collect();
+        CasesReport {
+            passed,
+            cases,
+            error_kind: failed,
+            error: None,
+            traceback: None,
+        }
+    };
+    let report = match spec["mode"].as_str() {
+        Some("integrate") => {
+            let functions = spec["verdicts"]
+                .as_object()
                 .cloned()
                 .unwrap_or_default()
                 .into_iter()
-                .map(|case| CaseReport {
-                    name: case["name"].as_str().unwrap_or_default().to_owned(),
-                    passed,
-                    actual_output: if passed {
-                        case["expected_output"].clone()
-                    } else {
-                        json!("wrong")
-                    },
-                    error: failed.map(|_| "WrongOutput: FAKE".to_owned()),
-                    error_kind: failed,
-                    duration_ms: 0.1,
-                })
+                .map(|(name, run)| (name, cases_report(&run["cases"], &request.code)))
                 .collect();
-            CasesReport {
-                passed,
-                cases,
-                error_kind: failed,
-                error: None,
-                traceback: None,
-            }
-        };
-        let report = match spec["mode"].as_str() {
-            Some("integrate") => {
-                let functions = spec["verdicts"]
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(name, request)| (name, cases_report(&request["cases"])))
-                    .collect();
-                let report = IntegrationReport {
-                    functions,
-                    quality: QualityReport {
-                        coverage: 1.0,
-                        complexity: Default::default(),
-                        docstrings: 1.0,
-                        dangerous_calls: vec![],
-                    },
-                };
-                Some(json!(report))
-            }
-            Some("cases") => Some(json!(cases_report(&spec["cases"]))),
-            _ => None,
-        };
-        Ok(ExecutionResult {
-            status: Status::Passed,
-            exit_code: Some(0),
-            stdout: String::new(),
-            stderr: String::new(),
-            truncated: false,
-            duration_ms: 1,
-            cpu_ms: None,
-            peak_memory_kb: None,
-            reason: None,
-            error_kind: None,
-            files: Default::default(),
-            file_errors: Default::default(),
-            compile: None,
-            harness: report.map(Box::new),
-        })
+            let report = IntegrationReport {
+                functions,
+                quality: QualityReport {
+                    coverage: 1.0,
+                    complexity: Default::default(),
+                    docstrings: 1.0,
+                    dangerous_calls: vec![],
+                },
+            };
+            Some(json!(report))
+        }
+        Some("cases") => Some(json!(cases_report(&spec["cases"], &request.code))),
+        Some("many_cases") => Some(json!(ManyCasesReport {
+            runs: spec["runs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|run| cases_report(&run["cases"], run["code"].as_str().unwrap_or("")))
+                .collect(),
+        })),
+        _ => None,
+    };
+    Ok(ExecutionResult {
+        status: Status::Passed,
+        exit_code: Some(0),
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        duration_ms: 1,
+        cpu_ms: None,
+        peak_memory_kb: None,
+        reason: None,
+        error_kind: None,
+        files: Default::default(),
+        file_errors: Default::default(),
+        compile: None,
+        harness: report.map(Box::new),
     })
 }

@@ -183,3 +183,50 @@ async fn a_plan_with_a_cycle_is_asked_for_again_and_the_second_one_runs() {
     assert!(replanned.is_some() && replanned < planned, "{events:?}");
     cluster.stop().await;
 }
+
+/// A sandbox image from before shared runs answers `many_cases` as a mode it does not know:
+/// that shared run's functions run alone, and the worker stops asking for shared runs (a
+/// wasted run or two, not one per job: a second may have taken the container before the first
+/// failed). The FAKE sandbox takes 30 ms a run and each worker has one container, so a job's
+/// runs wait for it together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alone() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counted = asked.clone();
+    let sandbox = sandbox::ScriptedSandbox::new(move |request| {
+        std::thread::sleep(Duration::from_millis(30));
+        let spec = request.harness.as_ref();
+        if spec.is_some_and(|s| s["mode"] == "many_cases") {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // What the runner answers when the harness raises for an unknown mode.
+            let mut failed = proto::ExecutionResult::error(
+                proto::Status::Failed,
+                "ValueError: 'mode' must be one of cases, program_test, integrate",
+            );
+            failed.exit_code = Some(1);
+            return Ok(failed);
+        }
+        tests::in_process::fake_run(request)
+    });
+    let names = ["a", "b", "c", "d", "e", "f"];
+    let mut answers = vec![plan(names.iter().map(|n| spec(n, &[])).collect())];
+    answers.push(tests_answer());
+    answers.extend(names.map(|f| implement(f, &code(f))));
+    let cluster = InProcess::start_with(json!({ "answers": answers }), 1, sandbox, 1).await;
+    for instruction in ["first", "second", "third", "fourth"] {
+        let job = cluster.submit(instruction).await;
+        let result = cluster.result(job, WITHIN).await;
+        assert_eq!(result.status, JobStatus::Succeeded, "{:?}", result.failure);
+        assert_eq!(result.implementations.len(), names.len());
+        assert!(result.test_results.iter().all(|r| r.passed));
+    }
+    let asked = asked.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&asked),
+        "{asked} shared runs were asked for: none after the image said it cannot"
+    );
+    cluster.stop().await;
+}

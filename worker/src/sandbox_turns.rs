@@ -37,6 +37,11 @@ impl SandboxTurns {
         if request.fresh_container {
             return None;
         }
-        Some(self.turns.get(&request.language)?.enter().await)
+        self.enter_language(request.language).await
+    }
+
+    /// Waits for a turn at `language`'s pool; `None` when it has none.
+    pub async fn enter_language(&self, language: Language) -> Option<Turn<'_>> {
+        Some(self.turns.get(&language)?.enter().await)
     }
 }

@@ -155,28 +155,31 @@ impl Pipeline {
     ) -> Result<CaseRun, Error> {
         let mut run = self.cases_request(cases);
         run["function"] = json!(function);
-        let (Some(turns), Ok(job)) = (self.sandbox_turns.as_deref(), JOB.try_with(|job| *job))
-        else {
+        let (Some(turns), Ok(job), true) = (
+            self.sandbox_turns.as_deref(),
+            JOB.try_with(|job| *job),
+            self.shared_runs.enabled(),
+        ) else {
             return self.run_cases_alone(module, function, cases, run).await;
         };
         self.go_on().await?;
         let started = Instant::now();
         let mut shared_run = run.clone();
         shared_run["code"] = json!(module);
-        let (waiting, mut answer) = self.shared_runs.wait(job, shared_run);
-        let pooled = self.harness_execution(String::new(), Value::Null);
+        let budget_ms = (cases.len() as u64).saturating_mul(self.options.case_timeout_ms);
+        let (waiting, mut answer) = self.shared_runs.wait(job, shared_run, budget_ms);
         let turn = tokio::select! {
             biased;
             shared = &mut answer => {
                 drop(waiting);
-                return self.followed(shared.ok().flatten(), started, module, function, cases, run).await;
+                return self.followed(shared, started, module, function, cases, run).await;
             }
-            turn = turns.enter(&pooled) => turn,
+            turn = turns.enter_language(Language::Python) => turn,
         };
         let Some((mine, others)) = waiting.lead() else {
             // Taken by another run of the job just before this one's turn came.
             drop(turn);
-            let shared = answer.await.ok().flatten();
+            let shared = answer.await;
             return self
                 .followed(shared, started, module, function, cases, run)
                 .await;
@@ -190,81 +193,115 @@ impl Pipeline {
                 .await?;
             return case_run(function, cases, report, &result);
         }
-        let members = others.len() + 1;
         let (runs, replies): (Vec<Value>, Vec<_>) = std::iter::once(mine)
             .chain(others)
             .map(|m| (m.run, m.reply))
             .unzip();
-        let spec = json!({"mode": "many_cases", "runs": runs});
-        let shared = self
-            .run_harness_in::<ManyCasesReport>("", spec, HARNESS, turn)
-            .await;
-        let reports = match shared {
-            Ok((result, Some(report))) if report.runs.len() == members => {
-                let share = |total: u64| total.div_ceil(members as u64);
-                Some((
-                    share(result.duration_ms),
-                    share(result.cpu_ms.unwrap_or(0)),
-                    report.runs,
-                ))
-            }
-            Err(e @ Error::Ended(_)) => {
-                return Err(e);
-            }
-            other => {
-                let why = match other {
-                    Ok((result, _)) => format!("{:?}", result.status),
-                    Err(e) => e.to_string(),
-                };
-                tracing::info!(%job, functions = members, %why, "a shared cases run broke: each function runs alone");
-                None
-            }
-        };
-        if let Some(counter) = &self.shared_cases {
-            let outcome = if reports.is_some() { "shared" } else { "broke" };
-            counter.with_label_values(&[outcome]).inc_by(members as u64);
-        }
-        let Some((duration_ms, cpu_ms, reports)) = reports else {
-            // Each member alone, so that no function's verdict is a sibling's fault.
-            for reply in replies.into_iter().skip(1) {
-                let _ = reply.send(None);
-            }
-            return self.run_cases_alone(module, function, cases, run).await;
-        };
-        tracing::debug!(%job, functions = members, "cases runs shared one sandbox run");
-        let mut shares = reports.into_iter().map(|report| SharedReport {
-            report,
-            duration_ms,
-            cpu_ms,
-        });
-        // As many reports as members (checked above): the first is this run's.
+        let mut shares = self.shared_run(job, runs, turn).await?.into_iter();
+        // The first share is this run's; members past the shares run alone.
         let mine = shares.next();
-        for (reply, share) in replies.into_iter().skip(1).zip(shares) {
-            let _ = reply.send(Some(share));
+        for reply in replies.into_iter().skip(1) {
+            let _ = reply.send(shares.next().unwrap_or(Shared::Alone));
         }
         match mine {
-            Some(mine) => Ok(shared_case_run(function, mine)),
-            None => self.run_cases_alone(module, function, cases, run).await,
+            Some(Shared::Report(mine)) => Ok(shared_case_run(function, mine)),
+            Some(Shared::DockerDown(reason)) => Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason,
+            }),
+            Some(Shared::Alone) | None => self.run_cases_alone(module, function, cases, run).await,
         }
     }
 
-    /// A run another run of the job took: its share of that run, or (`None`: it broke) a run
-    /// of its own.
+    /// One harness run of `runs` (a job's waiting cases runs, in `turn`): what each member
+    /// gets, in order, as many as the harness answered (all [`Shared::Alone`] when the run
+    /// broke, or [`Shared::DockerDown`] when Docker stayed down). `Err` only when the job
+    /// has ended.
+    async fn shared_run(
+        &self,
+        job: proto::TaskId,
+        runs: Vec<Value>,
+        turn: Option<Turn<'_>>,
+    ) -> Result<Vec<Shared>, Error> {
+        let members = runs.len();
+        let spec = json!({"mode": "many_cases", "runs": runs});
+        let outcome = self
+            .run_harness_in::<ManyCasesReport>("", spec, HARNESS, turn)
+            .await;
+        let shares: Vec<Shared> = match outcome {
+            Ok((result, Some(report))) if !report.runs.is_empty() => {
+                // The harness stops early after code that leaves a thread running.
+                let answered = report.runs.len().min(members) as u64;
+                let share = |total: u64| total.div_ceil(answered);
+                let (duration_ms, cpu_ms) =
+                    (share(result.duration_ms), share(result.cpu_ms.unwrap_or(0)));
+                report
+                    .runs
+                    .into_iter()
+                    .take(members)
+                    .map(|report| {
+                        Shared::Report(SharedReport {
+                            report,
+                            duration_ms,
+                            cpu_ms,
+                        })
+                    })
+                    .collect()
+            }
+            Err(e @ Error::Ended(_)) => return Err(e),
+            // Docker stayed down for as long as a run waits: no member waits again.
+            Err(Error::Retry { reason, .. }) => (0..members)
+                .map(|_| Shared::DockerDown(reason.clone()))
+                .collect(),
+            Ok((result, _)) => {
+                let why = result.reason.unwrap_or_default();
+                if why.contains(UNKNOWN_MODE) && self.shared_runs.disable() {
+                    tracing::warn!(%why, "the sandbox image's harness cannot share runs (an older image?): each function runs alone from now on");
+                } else {
+                    tracing::info!(%job, functions = members, status = ?result.status, %why, "a shared cases run broke: each function runs alone");
+                }
+                (0..members).map(|_| Shared::Alone).collect()
+            }
+            Err(e) => {
+                tracing::info!(%job, functions = members, error = %e, "a shared cases run broke: each function runs alone");
+                (0..members).map(|_| Shared::Alone).collect()
+            }
+        };
+        if let Some(counter) = &self.shared_cases {
+            let reports = shares
+                .iter()
+                .filter(|s| matches!(s, Shared::Report(_)))
+                .count();
+            counter
+                .with_label_values(&["shared"])
+                .inc_by(reports as u64);
+            counter
+                .with_label_values(&["broke"])
+                .inc_by((members - reports) as u64);
+        }
+        Ok(shares)
+    }
+
+    /// A run another run of the job took: its share of that run, or a run of its own.
     async fn followed(
         &self,
-        shared: Shared,
+        shared: Result<Shared, tokio::sync::oneshot::error::RecvError>,
         started: Instant,
         module: &str,
         function: &str,
         cases: &[TestCase],
         run: Value,
     ) -> Result<CaseRun, Error> {
+        // The wait for the shared run was sandbox time, whatever came of it.
+        add_sandbox_time(started);
         match shared {
-            Some(shared) => {
-                add_sandbox_time(started);
-                Ok(shared_case_run(function, shared))
-            }
-            None => self.run_cases_alone(module, function, cases, run).await,
+            Ok(Shared::Report(shared)) => Ok(shared_case_run(function, shared)),
+            Ok(Shared::DockerDown(reason)) => Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason,
+            }),
+            // Broke, or its leader was cancelled with it.
+            Ok(Shared::Alone) | Err(_) => self.run_cases_alone(module, function, cases, run).await,
         }
     }
 
@@ -285,6 +322,9 @@ impl Pipeline {
 
 /// What runs a function's cases, for errors.
 const HARNESS: &str = "the sandbox image's test harness";
+
+/// What an image's harness answers for a mode it does not know (`run_in_process`).
+const UNKNOWN_MODE: &str = "'mode' must be one of";
 
 /// Adds the wall time since `started` to the current task's [`SANDBOX_US`].
 fn add_sandbox_time(started: Instant) {

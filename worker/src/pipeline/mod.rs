@@ -188,6 +188,7 @@ impl Pipeline {
         model: Option<Model>,
         sandbox: Arc<dyn Sandbox>,
     ) -> Self {
+        let run_timeout_ms = options.run_timeout_ms;
         Self {
             options,
             jobs,
@@ -198,7 +199,7 @@ impl Pipeline {
             job_seconds: None,
             usage: None,
             sandbox_turns: None,
-            shared_runs: Arc::default(),
+            shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }

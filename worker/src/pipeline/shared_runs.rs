@@ -15,16 +15,23 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use proto::TaskId;
 use proto::harness::CasesReport;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-/// What a member gets from the run that took it: its report and the shared run's wall and CPU
-/// time, divided among the members; `None`: run alone.
-pub(super) type Shared = Option<SharedReport>;
+/// What a member gets from the run that took it.
+#[derive(Debug)]
+pub(super) enum Shared {
+    /// Its report, and its share of the run's wall and CPU time.
+    Report(SharedReport),
+    /// The shared run broke, or ended before this member's turn in it: run alone.
+    Alone,
+    /// Docker stayed down for as long as a run waits for it: the member does not wait again.
+    DockerDown(String),
+}
 
 #[derive(Debug)]
 pub(super) struct SharedReport {
@@ -39,19 +46,50 @@ pub(super) struct Member {
     id: u64,
     /// The harness request: the cases, the function and its module as `code`.
     pub(super) run: Value,
+    /// The longest its cases may take (their count × the case timeout), in milliseconds.
+    budget_ms: u64,
     pub(super) reply: oneshot::Sender<Shared>,
 }
 
 /// The waiting cases runs of this worker, by job.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SharedRuns {
     waiting: Mutex<HashMap<TaskId, Vec<Member>>>,
     next: AtomicU64,
+    /// What one shared run may take at most: the budgets of its members add up to at most
+    /// this (a run's timeout), so that slow cases that fit alone are not cut off together.
+    budget_ms: u64,
+    /// Cleared when the image's harness does not know shared runs (an older image).
+    enabled: AtomicBool,
 }
 
 impl SharedRuns {
-    /// Registers a run of `job` as waiting; the receiver answers when another run took it.
-    pub(super) fn wait(&self, job: TaskId, run: Value) -> (Waiting<'_>, oneshot::Receiver<Shared>) {
+    pub(crate) fn new(budget_ms: u64) -> Self {
+        Self {
+            waiting: Mutex::default(),
+            next: AtomicU64::new(0),
+            budget_ms,
+            enabled: AtomicBool::new(true),
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Runs go alone from now on; true the first time.
+    pub(super) fn disable(&self) -> bool {
+        self.enabled.swap(false, Ordering::Relaxed)
+    }
+
+    /// Registers a run of `job` as waiting, its cases taking at most `budget_ms`; the
+    /// receiver answers when another run took it.
+    pub(super) fn wait(
+        &self,
+        job: TaskId,
+        run: Value,
+        budget_ms: u64,
+    ) -> (Waiting<'_>, oneshot::Receiver<Shared>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         self.waiting
@@ -59,7 +97,12 @@ impl SharedRuns {
             .expect("poisoned")
             .entry(job)
             .or_default()
-            .push(Member { id, run, reply });
+            .push(Member {
+                id,
+                run,
+                budget_ms,
+                reply,
+            });
         (
             Waiting {
                 runs: self,
@@ -92,17 +135,31 @@ pub(super) struct Waiting<'a> {
 }
 
 impl Waiting<'_> {
-    /// This run got the turn: it and every run of its job still waiting, itself first.
+    /// This run got the turn: it and the runs of its job still waiting, in the order they
+    /// came, as many as the shared budget holds (the rest wait for a turn of their own).
     /// `None` when another run took it meanwhile (its answer comes on the receiver).
     pub(super) fn lead(self) -> Option<(Member, Vec<Member>)> {
         let mut waiting = self.runs.waiting.lock().expect("poisoned");
-        let members = waiting.remove(&self.job)?;
-        let (mine, others): (Vec<Member>, Vec<Member>) =
-            members.into_iter().partition(|m| m.id == self.id);
-        let Some(mine) = mine.into_iter().next() else {
-            waiting.insert(self.job, others);
-            return None;
-        };
+        let members = waiting.get_mut(&self.job)?;
+        let at = members.iter().position(|m| m.id == self.id)?;
+        let mine = members.remove(at);
+        let mut spent = mine.budget_ms;
+        let mut others = Vec::new();
+        let mut left = Vec::new();
+        let enabled = self.runs.enabled();
+        for member in members.drain(..) {
+            if enabled && spent.saturating_add(member.budget_ms) <= self.runs.budget_ms {
+                spent += member.budget_ms;
+                others.push(member);
+            } else {
+                left.push(member);
+            }
+        }
+        if left.is_empty() {
+            waiting.remove(&self.job);
+        } else {
+            *members = left;
+        }
         drop(waiting);
         std::mem::forget(self);
         Some((mine, others))
@@ -122,11 +179,11 @@ mod tests {
 
     #[test]
     fn the_leader_takes_its_jobs_waiting_runs_and_no_others() {
-        let runs = SharedRuns::default();
+        let runs = SharedRuns::new(60_000);
         let (job, other) = (TaskId::new(), TaskId::new());
-        let (a, _) = runs.wait(job, json!("a"));
-        let (b, mut b_answer) = runs.wait(job, json!("b"));
-        let (c, _) = runs.wait(other, json!("c"));
+        let (a, _) = runs.wait(job, json!("a"), 1_000);
+        let (b, mut b_answer) = runs.wait(job, json!("b"), 1_000);
+        let (c, _) = runs.wait(other, json!("c"), 1_000);
         let (mine, others) = a.lead().expect("a is still waiting");
         assert_eq!(mine.run, json!("a"));
         assert_eq!(
@@ -135,10 +192,10 @@ mod tests {
         );
         // b was taken: when its turn comes it follows instead of leading.
         assert!(b.lead().is_none());
-        others.into_iter().for_each(|m| {
-            let _ = m.reply.send(None);
-        });
-        assert!(matches!(b_answer.try_recv(), Ok(None)));
+        for member in others {
+            let _ = member.reply.send(Shared::Alone);
+        }
+        assert!(matches!(b_answer.try_recv(), Ok(Shared::Alone)));
         // The other job's run is still there, alone.
         let (mine, others) = c.lead().expect("c is still waiting");
         assert_eq!((mine.run, others.len()), (json!("c"), 0));
@@ -146,11 +203,29 @@ mod tests {
     }
 
     #[test]
-    fn a_dropped_run_leaves() {
-        let runs = SharedRuns::default();
+    fn a_shared_run_takes_no_more_than_its_budget() {
+        let runs = SharedRuns::new(10_000);
         let job = TaskId::new();
-        let (a, _) = runs.wait(job, json!("a"));
-        let (b, _) = runs.wait(job, json!("b"));
+        let (a, _) = runs.wait(job, json!("a"), 6_000);
+        let (_b, _) = runs.wait(job, json!("b"), 5_000);
+        let (_c, _) = runs.wait(job, json!("c"), 4_000);
+        let (d, _) = runs.wait(job, json!("d"), 1_000);
+        let (mine, others) = a.lead().expect("a is waiting");
+        let taken: Vec<Value> = others.iter().map(|m| m.run.clone()).collect();
+        // With a, b would pass the budget (11 s), c fits (10 s), d no longer does.
+        assert_eq!((mine.run, taken), (json!("a"), vec![json!("c")]));
+        // b and d still wait for a turn of their own.
+        assert_eq!(runs.waiting.lock().unwrap()[&job].len(), 2);
+        drop(others);
+        drop(d);
+    }
+
+    #[test]
+    fn a_dropped_run_leaves() {
+        let runs = SharedRuns::new(60_000);
+        let job = TaskId::new();
+        let (a, _) = runs.wait(job, json!("a"), 1_000);
+        let (b, _) = runs.wait(job, json!("b"), 1_000);
         drop(a);
         let (mine, others) = b.lead().expect("b is waiting");
         assert_eq!((mine.run, others.len()), (json!("b"), 0));
