@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Helpers of bench/fleet.
 
-  fleet.py script JOBS WIDTH LATENCY_MS SCRIPT.json REQUESTS.jsonl
+  fleet.py script JOBS WIDTH LATENCY_MS SCRIPT.json REQUESTS.jsonl [SPREAD_MS]
       the scripted (FAKE) model and the batch: bench/tasks.py's jobs (WIDTH independent
       functions each, every name distinct so that nothing hits a cache), every answer after
       LATENCY_MS.
@@ -22,6 +22,7 @@
       the CPU table: per process, total and per generated function.
 """
 import json
+import random
 import os
 import signal
 import sys
@@ -37,8 +38,14 @@ OUTSIDE = ("model-server", "docker-engine")
 OUTSIDE_PREFIX = ("other containers", "docker cgroup")
 
 
-def write_script(jobs, width, latency_ms, script_path, requests_path):
+def write_script(jobs, width, latency_ms, script_path, requests_path, spread_ms=0):
+    """spread_ms: each function's tests and code answers take latency_ms +- up to spread_ms
+    (uniform, the same every run), as a real model's answers differ in length."""
     answers, requests = [], []
+    draw = random.Random(14)
+
+    def latency():
+        return latency_ms + (draw.randint(-spread_ms, spread_ms) if spread_ms else 0)
     for j in range(jobs):
         tag = f"bench job {j}:"
         names = [f"j{j}_f{k}" for k in range(width)]
@@ -51,14 +58,14 @@ def write_script(jobs, width, latency_ms, script_path, requests_path):
                             for k, n in enumerate(names)
                         ]}})
         for k, name in enumerate(names):
-            answers.append({"phase": "tests", "function": name, "latency_ms": latency_ms,
+            answers.append({"phase": "tests", "function": name, "latency_ms": latency(),
                             "answer": {"cases": [
                                 {"name": "zero", "kind": "edge", "inputs": {"x": 0},
                                  "expected_output": k + 1, "expected_error": None},
                                 {"name": "ten", "kind": "normal", "inputs": {"x": 10},
                                  "expected_output": 11 + k, "expected_error": None},
                             ]}})
-            answers.append({"phase": "implement", "function": name, "latency_ms": latency_ms,
+            answers.append({"phase": "implement", "function": name, "latency_ms": latency(),
                             "answer": {
                                 "code": f'def {name}(x: int) -> int:\n    """Return x plus {k + 1}."""\n'
                                         f"    return x + {k + 1}\n",
@@ -284,7 +291,8 @@ def redis_report(before_path, after_path, functions):
 def main():
     cmd = sys.argv[1]
     if cmd == "script":
-        write_script(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        write_script(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6],
+                     int(sys.argv[7]) if len(sys.argv) > 7 else 0)
     elif cmd == "snapshot":
         snapshot(sys.argv[2], sys.argv[3:])
     elif cmd == "settle":
