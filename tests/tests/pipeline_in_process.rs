@@ -187,7 +187,7 @@ async fn a_plan_with_a_cycle_is_asked_for_again_and_the_second_one_runs() {
 /// A sandbox image from before shared runs answers `many_cases` as a mode it does not know:
 /// that shared run's functions run alone, and the worker stops asking for shared runs (a
 /// wasted run or two, not one per job: a second may have taken the container before the first
-/// failed). The FAKE sandbox takes 30 ms a run and each worker has one container, so a job's
+/// failed). The FAKE sandbox takes 80 ms a run and each worker has one container, so a job's
 /// runs wait for it together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alone() {
@@ -197,7 +197,7 @@ async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alo
     let asked = Arc::new(AtomicUsize::new(0));
     let counted = asked.clone();
     let sandbox = sandbox::ScriptedSandbox::new(move |request| {
-        std::thread::sleep(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(80));
         let spec = request.harness.as_ref();
         if spec.is_some_and(|s| s["mode"] == "many_cases") {
             counted.fetch_add(1, Ordering::SeqCst);
