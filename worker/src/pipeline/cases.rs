@@ -205,18 +205,15 @@ impl Pipeline {
         }
         match mine {
             Some(Shared::Report(mine)) => Ok(shared_case_run(function, mine)),
-            Some(Shared::DockerDown(reason)) => Err(Error::Retry {
-                dependency: Dependency::Docker,
-                reason,
-            }),
+            Some(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             Some(Shared::Alone) | None => self.run_cases_alone(module, function, cases, run).await,
         }
     }
 
     /// One harness run of `runs` (a job's waiting cases runs, in `turn`): what each member
     /// gets, in order, as many as the harness answered (all [`Shared::Alone`] when the run
-    /// broke, or [`Shared::DockerDown`] when Docker stayed down). `Err` only when the job
-    /// has ended.
+    /// broke, or [`Shared::Down`] when Docker stayed down). `Err` only when the job has
+    /// ended.
     async fn shared_run(
         &self,
         job: proto::TaskId,
@@ -250,8 +247,8 @@ impl Pipeline {
             }
             Err(e @ Error::Ended(_)) => return Err(e),
             // Docker stayed down for as long as a run waits: no member waits again.
-            Err(Error::Retry { reason, .. }) => (0..members)
-                .map(|_| Shared::DockerDown(reason.clone()))
+            Err(Error::Retry { dependency, reason }) => (0..members)
+                .map(|_| Shared::Down(dependency, reason.clone()))
                 .collect(),
             Ok((result, _)) => {
                 let why = result.reason.unwrap_or_default();
@@ -296,10 +293,7 @@ impl Pipeline {
         add_sandbox_time(started);
         match shared {
             Ok(Shared::Report(shared)) => Ok(shared_case_run(function, shared)),
-            Ok(Shared::DockerDown(reason)) => Err(Error::Retry {
-                dependency: Dependency::Docker,
-                reason,
-            }),
+            Ok(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             // Broke, or its leader was cancelled with it.
             Ok(Shared::Alone) | Err(_) => self.run_cases_alone(module, function, cases, run).await,
         }

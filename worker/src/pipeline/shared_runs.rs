@@ -18,6 +18,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use proto::TaskId;
+
+use crate::gate::Dependency;
 use proto::harness::CasesReport;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -29,8 +31,9 @@ pub(super) enum Shared {
     Report(SharedReport),
     /// The shared run broke, or ended before this member's turn in it: run alone.
     Alone,
-    /// Docker stayed down for as long as a run waits for it: the member does not wait again.
-    DockerDown(String),
+    /// A dependency failed the shared run (Docker stayed down for as long as a run waits for
+    /// it): the member does not wait again.
+    Down(Dependency, String),
 }
 
 #[derive(Debug)]
