@@ -32,7 +32,8 @@ pub(super) struct CaseRun {
 impl Pipeline {
     /// A sandbox run, its wall time added to the task's [`SANDBOX_US`]. While Docker is down
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
-    /// the model calls the task has already made. The first attempt runs in `held`, when the caller has taken the turn already.
+    /// the model calls the task has already made. The first attempt runs in `held`, when the
+    /// caller has taken the turn already.
     async fn sandboxed(
         &self,
         execution: &ExecutionRequest,
@@ -90,11 +91,17 @@ impl Pipeline {
         self.run_harness_in(module, spec, what, None).await
     }
 
-    /// The harness run of `spec` over `module`.
-    fn harness_execution(&self, module: String, spec: Value) -> ExecutionRequest {
-        ExecutionRequest {
+    /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken.
+    async fn run_harness_in<T: serde::de::DeserializeOwned>(
+        &self,
+        module: &str,
+        spec: Value,
+        what: &str,
+        held: Option<Turn<'_>>,
+    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
+        let execution = ExecutionRequest {
             language: Language::Python,
-            code: module,
+            code: module.to_owned(),
             stdin: None,
             test: None,
             timeout_ms: self.options.run_timeout_ms,
@@ -105,18 +112,7 @@ impl Pipeline {
             files: BTreeMap::new(),
             return_files: vec![],
             harness: Some(spec),
-        }
-    }
-
-    /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken.
-    async fn run_harness_in<T: serde::de::DeserializeOwned>(
-        &self,
-        module: &str,
-        spec: Value,
-        what: &str,
-        held: Option<Turn<'_>>,
-    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
-        let execution = self.harness_execution(module.to_owned(), spec);
+        };
         let mut result = self.sandboxed(&execution, held).await?;
         let report = result
             .harness

@@ -5,7 +5,8 @@
 //! the container a program process (fork, preparation, exit), several times the cases of a
 //! small function; the run that gets the turn takes every run of its job still waiting and
 //! sends them as one harness request (`many_cases`: each function in a module of its own,
-//! the builtins restored between them). The others get their verdicts from it.
+//! what it changed for the whole interpreter put back before the next). The others get
+//! their verdicts from it.
 //!
 //! Nothing waits to be shared: a run that finds a container free runs at once, alone. Only
 //! runs of the same job (one tenant's, one request's functions, which integration runs in one
@@ -18,11 +19,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use proto::TaskId;
-
-use crate::gate::Dependency;
 use proto::harness::CasesReport;
 use serde_json::Value;
 use tokio::sync::oneshot;
+
+use crate::gate::Dependency;
 
 /// What a member gets from the run that took it.
 #[derive(Debug)]
@@ -116,15 +117,16 @@ impl SharedRuns {
         )
     }
 
-    fn remove(&self, job: TaskId, id: u64) -> Option<Member> {
+    /// Takes the run `id` of `job` out, if it is still waiting.
+    fn leave(&self, job: TaskId, id: u64) {
         let mut waiting = self.waiting.lock().expect("poisoned");
-        let members = waiting.get_mut(&job)?;
-        let at = members.iter().position(|m| m.id == id)?;
-        let member = members.swap_remove(at);
+        let Some(members) = waiting.get_mut(&job) else {
+            return;
+        };
+        members.retain(|m| m.id != id);
         if members.is_empty() {
             waiting.remove(&job);
         }
-        Some(member)
     }
 }
 
@@ -171,7 +173,7 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.runs.remove(self.job, self.id);
+        self.runs.leave(self.job, self.id);
     }
 }
 
