@@ -54,6 +54,16 @@ pub struct Generated<T> {
     pub elapsed: Duration,
 }
 
+/// A place under the model's concurrency limit, held between a task's calls ([`Model::seat`],
+/// [`Model::generate_in`]); dropped, the place is given back (a shared lease in the
+/// background). An empty seat (the default) holds nothing: its first call waits for one.
+///
+/// A seat kept from one call to the next skips the wait, not the meters: requests per second
+/// and tokens per minute are charged per call, as is a provider's pause wherever a meter is
+/// configured.
+#[derive(Debug, Default)]
+pub struct Seat(Option<limits::Permit>);
+
 /// The model client; cheap to clone.
 #[derive(Clone)]
 pub struct Model {
@@ -147,6 +157,28 @@ impl Model {
         prompt: &Prompt,
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
+        self.generate_in(&mut Seat::default(), phase, function, prompt, deadline)
+            .await
+    }
+
+    /// Waits for the concurrency limit ahead of a call: a task takes its seat while it does
+    /// something else first (reads its job), and its call then starts without asking.
+    pub async fn seat(&self) -> Seat {
+        Seat(Some(self.limits.hold().await))
+    }
+
+    /// [`Model::generate`] in `seat`: its calls use the seat's permit when it holds one, and
+    /// leave theirs in it, so that the caller's next call follows without asking the limits
+    /// again (dropping the seat gives the permit back). A failed call gives it back before
+    /// waiting to try again.
+    pub async fn generate_in<T: Answer>(
+        &self,
+        seat: &mut Seat,
+        phase: Phase,
+        function: Option<&str>,
+        prompt: &Prompt,
+        deadline: Instant,
+    ) -> Result<Generated<T>, Error> {
         let started = Instant::now();
         let schema = cached_spec_for::<T>(T::NAME, T::STRICT);
         let mut request = ChatRequest {
@@ -164,7 +196,7 @@ impl Model {
         let max_answers = self.options.max_answer_attempts.max(1);
         let mut last_problem = String::new();
         for answer in 1..=max_answers {
-            let (response, made) = self.call(&request, deadline).await;
+            let (response, made) = self.call(seat, &request, deadline).await;
             calls += made;
             let response = response?;
             usage += response.usage;
@@ -207,6 +239,7 @@ impl Model {
     /// One answer, with transport retries. Returns the number of calls made alongside.
     async fn call(
         &self,
+        seat: &mut Seat,
         request: &ChatRequest,
         deadline: Instant,
     ) -> (Result<ChatResponse, Error>, u32) {
@@ -218,9 +251,13 @@ impl Model {
             .with_max_times(usize::try_from(max_attempts - 1).unwrap_or(0));
         // HTTP calls (for accounting) include throttled ones; attempts do not.
         let calls = AtomicU32::new(0);
+        let permit = std::sync::Mutex::new(seat.0.take());
         let attempt = || async {
             attempts.fetch_add(1, Ordering::SeqCst);
-            self.call_once(request, &calls).await
+            let held = permit.lock().expect("poisoned").take();
+            let (outcome, kept) = self.call_once(held, request, &calls).await;
+            *permit.lock().expect("poisoned") = kept;
+            outcome
         };
         let retried = attempt
             .retry(backoff)
@@ -241,6 +278,7 @@ impl Model {
                 tracing::warn!(phase = request.phase.as_str(), error = %e, retry_in = ?wait, "model call failed; retrying");
             });
         let outcome = tokio::time::timeout_at(deadline, retried).await;
+        seat.0 = permit.into_inner().expect("poisoned");
         let tried = attempts.load(Ordering::SeqCst);
         let made = calls.load(Ordering::SeqCst);
         let result = match outcome {
@@ -264,31 +302,42 @@ impl Model {
         (result, made)
     }
 
-    /// One HTTP call under the limits, measured. A 429 (or 529) slows everyone sharing the
-    /// limits down and the call waits its turn again: throttling costs time, not attempts.
+    /// One HTTP call under the limits, measured, with `held` (else a permit it waits for);
+    /// answers with the permit to keep when the call succeeded. A 429 (or 529) slows everyone
+    /// sharing the limits down and the call waits its turn again: throttling costs time, not
+    /// attempts.
     async fn call_once(
         &self,
+        mut held: Option<limits::Permit>,
         request: &ChatRequest,
         calls: &AtomicU32,
-    ) -> Result<ChatResponse, CallError> {
+    ) -> (Result<ChatResponse, CallError>, Option<limits::Permit>) {
         let estimate = estimate_tokens(request);
         loop {
-            let permit = self.limits.admit(estimate).await;
+            let permit = match held.take() {
+                Some(permit) => permit,
+                None => self.limits.hold().await,
+            };
+            self.limits.meter(estimate).await;
             calls.fetch_add(1, Ordering::SeqCst);
             let outcome = self.measured(request).await;
             let used = outcome
                 .as_ref()
                 .map_or(0, |r| r.usage.prompt_tokens + r.usage.completion_tokens);
-            self.limits.release(permit, estimate, used).await;
+            self.limits.charge(estimate, used).await;
             match outcome {
+                Ok(response) => return (Ok(response), Some(permit)),
                 Err(CallError::Throttled {
                     message,
                     retry_after,
                 }) => {
+                    // Given back first: the pause is everyone's, and nobody calls meanwhile.
+                    drop(permit);
                     tracing::info!(phase = request.phase.as_str(), %message, ?retry_after, "model throttled: slowing down");
                     self.limits.throttled(retry_after).await;
                 }
-                other => return other,
+                // Given back: a retry waits without holding a call's place.
+                Err(other) => return (Err(other), None),
             }
         }
     }

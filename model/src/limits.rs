@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::turnstile::Turnstile;
 use tokio::time::Instant;
@@ -145,7 +145,7 @@ enum Scope {
 struct Local {
     /// Who waits for the semaphore next: by tenant and weight ([`crate::turnstile`]).
     turn: Turnstile,
-    concurrency: Semaphore,
+    concurrency: Arc<Semaphore>,
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
     paused_until: std::sync::Mutex<Option<Instant>>,
@@ -161,10 +161,10 @@ struct Shared {
     held: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
-/// Permission for one call; give it back with [`Limits::release`] (dropped unreleased, a
-/// shared lease is released in the background).
-pub struct Permit<'a> {
-    _local: Option<SemaphorePermit<'a>>,
+/// The concurrency limit's permission for one call at a time ([`Limits::hold`]); a caller
+/// may keep it for its next call. Dropped, a shared lease is released in the background.
+pub struct Permit {
+    _local: Option<OwnedSemaphorePermit>,
     lease: Option<Lease>,
 }
 
@@ -181,7 +181,7 @@ impl Lease {
     }
 }
 
-impl std::fmt::Debug for Permit<'_> {
+impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
             .field("lease", &self.lease.as_ref().map(|l| &l.id))
@@ -189,7 +189,7 @@ impl std::fmt::Debug for Permit<'_> {
     }
 }
 
-impl Drop for Permit<'_> {
+impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
             lease.forget();
@@ -223,7 +223,7 @@ impl Limits {
         Self {
             scope: Arc::new(Scope::Local(Local {
                 turn: Turnstile::default(),
-                concurrency: Semaphore::new(config.max_concurrency.max(1) as usize),
+                concurrency: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
                 requests,
                 tokens,
                 paused_until: std::sync::Mutex::new(None),
@@ -262,16 +262,26 @@ impl Limits {
         Self { scope }
     }
 
-    /// Waits until a call estimated at `tokens` tokens may start.
-    pub async fn admit(&self, tokens: u64) -> Permit<'_> {
+    /// Waits for the concurrency limit: a call may be in flight while the permit is held.
+    /// Every call also passes [`Limits::meter`] as it starts.
+    pub async fn hold(&self) -> Permit {
         match &*self.scope {
-            Scope::Local(local) => local.admit(tokens).await,
-            Scope::Shared(shared) => shared.admit(tokens).await,
+            Scope::Local(local) => local.hold().await,
+            Scope::Shared(shared) => shared.hold().await,
         }
     }
 
-    /// The call is over: gives the permit back and charges the tokens the estimate missed.
-    pub async fn release(&self, permit: Permit<'_>, estimated: u64, used: u64) {
+    /// Waits until a call estimated at `tokens` tokens may start: a pause a provider asked
+    /// for, requests per second and tokens per minute.
+    pub async fn meter(&self, tokens: u64) {
+        match &*self.scope {
+            Scope::Local(local) => local.meter(tokens).await,
+            Scope::Shared(shared) => shared.meter(tokens).await,
+        }
+    }
+
+    /// A call is over: charges the tokens its estimate missed.
+    pub async fn charge(&self, estimated: u64, used: u64) {
         match &*self.scope {
             Scope::Local(local) => {
                 if let Some((tokens, burst)) = &local.tokens
@@ -283,9 +293,6 @@ impl Limits {
                 }
             }
             Scope::Shared(shared) => {
-                // The lease goes back in the background when the permit drops (below): the
-                // call's answer does not wait for a Redis round trip, and a waiter anywhere
-                // hears of the release from its notice.
                 let extra = used.saturating_sub(estimated);
                 if shared.config.tokens_per_minute > 0 && extra > 0 {
                     let (per_second, burst) = shared.tokens();
@@ -299,7 +306,6 @@ impl Limits {
                 }
             }
         }
-        drop(permit);
     }
 
     /// The provider answered 429 (or 529): everyone sharing these limits slows down.
@@ -325,7 +331,19 @@ fn clamp(n: u64, max: NonZeroU32) -> u32 {
 }
 
 impl Local {
-    async fn admit(&self, tokens: u64) -> Permit<'_> {
+    async fn hold(&self) -> Permit {
+        self.paused().await;
+        let permit = {
+            let _turn = self.turn.enter().await;
+            self.concurrency.clone().acquire_owned().await.ok()
+        };
+        Permit {
+            _local: permit,
+            lease: None,
+        }
+    }
+
+    async fn paused(&self) {
         loop {
             let paused = *self.paused_until.lock().expect("poisoned");
             match paused {
@@ -333,10 +351,11 @@ impl Local {
                 _ => break,
             }
         }
-        let permit = {
-            let _turn = self.turn.enter().await;
-            self.concurrency.acquire().await.ok()
-        };
+    }
+
+    async fn meter(&self, tokens: u64) {
+        // A permit kept from an earlier call did not wait for a pause asked for since.
+        self.paused().await;
         if let Some(requests) = &self.requests {
             requests.until_ready().await;
         }
@@ -345,10 +364,6 @@ impl Local {
         {
             // `n` never exceeds the burst, so the limiter can always grant it.
             let _ = limiter.until_n_ready(n).await;
-        }
-        Permit {
-            _local: permit,
-            lease: None,
         }
     }
 }
@@ -360,12 +375,23 @@ impl Shared {
         (tpm / 60.0, tpm)
     }
 
-    async fn admit(&self, tokens: u64) -> Permit<'_> {
+    async fn hold(&self) -> Permit {
         let mut turn = self.turn.enter().await;
         let tenant = crate::turnstile::current_lane()
             .tenant
             .unwrap_or_else(|| "#".to_owned());
         let id = format!("{tenant}/{:016x}", rand::random::<u64>());
+        // Made before asking: a caller that stops waiting (a deadline, a lease it no longer
+        // needs) drops it, and a lease the store granted meanwhile is released, not left to
+        // expire.
+        let permit = Permit {
+            _local: None,
+            lease: Some(Lease {
+                store: self.store.clone(),
+                id: id.clone(),
+                held: self.held.clone(),
+            }),
+        };
         let limit = self.config.max_concurrency.max(1);
         let reserve = self.config.reserve;
         let freed = self.store.freed();
@@ -405,15 +431,11 @@ impl Shared {
                 }
             }
         }
-        self.held.lock().expect("poisoned").insert(id.clone());
-        let permit = Permit {
-            _local: None,
-            lease: Some(Lease {
-                store: self.store.clone(),
-                id,
-                held: self.held.clone(),
-            }),
-        };
+        self.held.lock().expect("poisoned").insert(id);
+        permit
+    }
+
+    async fn meter(&self, tokens: u64) {
         if self.config.requests_per_second > 0 {
             let rps = f64::from(self.config.requests_per_second);
             self.until_granted("requests", || {
@@ -431,7 +453,6 @@ impl Shared {
             })
             .await;
         }
-        permit
     }
 
     async fn until_granted<F, Fut>(&self, what: &str, ask: F)
@@ -452,5 +473,89 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Grants every lease at once but answers `delay` later (a slow round trip).
+    #[derive(Default)]
+    struct SlowAnswers {
+        delay: Duration,
+        held: Mutex<HashSet<String>>,
+    }
+
+    #[async_trait]
+    impl SharedLimits for SlowAnswers {
+        async fn lease(
+            &self,
+            id: &str,
+            _: &str,
+            _: u32,
+            _: u32,
+            _: Duration,
+        ) -> Result<Admit, String> {
+            self.held.lock().unwrap().insert(id.to_owned());
+            tokio::time::sleep(self.delay).await;
+            Ok(Admit::Granted)
+        }
+        async fn release(&self, id: &str) -> Result<(), String> {
+            self.held.lock().unwrap().remove(id);
+            Ok(())
+        }
+        async fn renew(&self, _: &[String], _: Duration) -> Result<(), String> {
+            Ok(())
+        }
+        async fn meter(&self, _: Meter, _: f64, _: f64, _: u64, _: bool) -> Result<Admit, String> {
+            Ok(Admit::Granted)
+        }
+        async fn throttled(&self, _: Option<Duration>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn config() -> Config {
+        Config {
+            max_concurrency: 4,
+            requests_per_second: 0,
+            tokens_per_minute: 0,
+            reserve: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_granted_to_a_caller_that_stopped_waiting_is_given_back() {
+        let store = Arc::new(SlowAnswers {
+            delay: Duration::from_millis(50),
+            ..SlowAnswers::default()
+        });
+        let limits = Limits::shared(config(), store.clone());
+        // The store grants the lease; the caller stops waiting before the answer arrives.
+        let stopped = tokio::time::timeout(Duration::from_millis(10), limits.hold()).await;
+        assert!(stopped.is_err());
+        assert_eq!(store.held.lock().unwrap().len(), 1, "the store granted it");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            store.held.lock().unwrap().is_empty(),
+            "the lease was left to expire"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_is_held_until_dropped() {
+        let store = Arc::new(SlowAnswers::default());
+        let limits = Limits::shared(config(), store.clone());
+        let permit = limits.hold().await;
+        limits.meter(100).await;
+        limits.charge(100, 150).await;
+        assert_eq!(store.held.lock().unwrap().len(), 1);
+        drop(permit);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(store.held.lock().unwrap().is_empty());
     }
 }

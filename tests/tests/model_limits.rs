@@ -449,3 +449,60 @@ async fn presence_tells_whether_any_worker_can_generate() {
         store::Generators::default()
     );
 }
+
+/// A seat keeps its place under the cluster limit from one call to the next (another
+/// worker's call waits meanwhile) and gives it back when dropped.
+#[tokio::test]
+async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
+    let server = counting(usize::MAX);
+    let options = Options {
+        max_concurrency: 1,
+        max_attempts: 1,
+        ..Options::default()
+    };
+    let clients: Vec<Model> = cluster(2)
+        .into_iter()
+        .map(|store| {
+            let provider: Arc<dyn Provider> = server.clone();
+            let model = Model::new(provider, options.clone(), Metrics::unregistered().unwrap());
+            let scope = model.limits_scope();
+            model.with_shared_limits(Arc::new(RedisModelLimits::new(store, &scope)))
+        })
+        .collect();
+    let (a, b) = (&clients[0], &clients[1]);
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let other = || async {
+        b.generate::<Implementation>(Phase::Implement, Some("g"), &prompt, deadline)
+            .await
+    };
+
+    let mut seat = a.seat().await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), other())
+            .await
+            .is_err(),
+        "another worker called while the only place was taken"
+    );
+    for _ in 0..2 {
+        a.generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, deadline)
+            .await
+            .unwrap();
+    }
+    assert_eq!(server.calls(), 2);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), other())
+            .await
+            .is_err(),
+        "the seat gave its place away after a call"
+    );
+    drop(seat);
+    tokio::time::timeout(Duration::from_secs(2), other())
+        .await
+        .expect("a dropped seat's place was not given back")
+        .unwrap();
+    assert_eq!(server.peak(), 1);
+}

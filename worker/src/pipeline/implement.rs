@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use model::Phase;
 use model::prompts::{self, Attempt, DependencyCode, Failure};
+use model::{Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
     Event, FunctionOutcome, Improvement, JobMeta, JobTask, Plan, TestResult, Validation,
@@ -15,6 +15,7 @@ use proto::{ErrorKind, Progress};
 use crate::gate::Dependency;
 
 use super::cases::CaseRun;
+use super::seat_ahead::SeatAhead;
 use super::{Error, Pipeline, model_error, redis};
 
 impl Pipeline {
@@ -45,7 +46,9 @@ impl Pipeline {
             .function
             .clone()
             .ok_or_else(|| Error::Drop("implement task without a function".into()))?;
-        let view = self.view(job, Some(&function)).await?;
+        // The tests' call waits for the model's limit while the job is read.
+        let mut seat = self.seat_ahead();
+        let view = seat.alongside(self.view(job, Some(&function))).await?;
         let meta = view.meta.expect("view checks the meta");
         let plan = view
             .plan
@@ -67,9 +70,8 @@ impl Pipeline {
         // Verified code of the dependencies, in plan order.
         let mut dependency_code = Vec::new();
         let dependencies = Self::dependencies(&plan, &function);
-        let outcomes = self
-            .jobs
-            .functions(job, &dependencies)
+        let outcomes = seat
+            .alongside(self.jobs.functions(job, &dependencies))
             .await
             .map_err(redis)?;
         for (dep, outcome) in dependencies.into_iter().zip(outcomes) {
@@ -97,7 +99,7 @@ impl Pipeline {
             proto::job::function_cache_key(meta.request.language, &spec, &dependency_code, model)
         });
         if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
-            match cache.look_up_function(key).await {
+            match seat.alongside(cache.look_up_function(key)).await {
                 Ok(Some(mut cached)) => {
                     cached.cached = true;
                     cached.name = function.clone();
@@ -124,7 +126,7 @@ impl Pipeline {
         let started = Instant::now();
         let mut outcome = FunctionOutcome::new(&function);
         let last_attempt = match self
-            .implement_loop(&meta, &spec, &dependency_code, &mut outcome)
+            .implement_loop(seat, &meta, &spec, &dependency_code, &mut outcome)
             .await
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
@@ -175,6 +177,7 @@ impl Pipeline {
     /// outcome (failed attempts are stored as they happen).
     async fn implement_loop(
         &self,
+        seat: SeatAhead<'_>,
         meta: &JobMeta,
         spec: &proto::generation::FunctionSpec,
         dependency_code: &[(String, String)],
@@ -202,11 +205,22 @@ impl Pipeline {
                 function: spec.name.clone(),
             },
         );
-        let tests =
-            model.generate::<TestCases>(Phase::Tests, Some(&spec.name), &tests_prompt, deadline);
-        let tests = tokio::join!(started_event, tests)
-            .1
-            .map_err(|e| model_error(Some("writing tests"), &e))?;
+        // The code's call follows the tests' in the same seat: one wait for the limit.
+        let tests = async {
+            let mut seat = seat.take().await;
+            let tests = model
+                .generate_in::<TestCases>(
+                    &mut seat,
+                    Phase::Tests,
+                    Some(&spec.name),
+                    &tests_prompt,
+                    deadline,
+                )
+                .await;
+            (tests, seat)
+        };
+        let (tests, mut seat) = tokio::join!(started_event, tests).1;
+        let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
         // Stored while the model writes the code (a redelivery resumes from them); the code
@@ -267,7 +281,13 @@ impl Pipeline {
             self.go_on().await?;
             let generating = async {
                 model
-                    .generate::<Implementation>(phase, Some(&spec.name), &prompt, deadline)
+                    .generate_in::<Implementation>(
+                        &mut seat,
+                        phase,
+                        Some(&spec.name),
+                        &prompt,
+                        deadline,
+                    )
                     .await
                     .map_err(|e| model_error(Some(phase.as_str()), &e))
             };
@@ -278,6 +298,8 @@ impl Pipeline {
                 }
                 None => generating.await?,
             };
+            // Given back before the run: a repair waits for the limit again.
+            seat = Seat::default();
             account(outcome, &generated.usage, generated.calls);
             let code = generated.value.code;
             if let (Some(analysis), Some(previous)) =

@@ -19,6 +19,7 @@ mod implement;
 mod integrate;
 mod plan;
 mod quality;
+mod seat_ahead;
 mod shared_runs;
 
 /// Pipeline settings (`[worker.pipeline]`).
@@ -329,6 +330,12 @@ impl Pipeline {
             )));
         }
         Self::seen(saved.status)
+    }
+
+    /// A seat for the task's first model call, taken from now on (none when
+    /// [`Pipeline::model`] has no model to give).
+    fn seat_ahead(&self) -> seat_ahead::SeatAhead<'_> {
+        seat_ahead::SeatAhead::new(self.model().ok())
     }
 
     /// The model, unless there is none or it has been unreachable for `model_wait`.

@@ -13,7 +13,8 @@ impl Pipeline {
     /// Asks the model for function specifications and stores them.
     pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
-        let view = self.view(job, None).await?;
+        let mut seat = self.seat_ahead();
+        let view = seat.alongside(self.view(job, None)).await?;
         let mut meta = view.meta.expect("view checks the meta");
         if view.plan.is_some() {
             // Already planned (a redelivery): just say so again.
@@ -43,8 +44,15 @@ impl Pipeline {
                 ));
             }
             self.go_on().await?;
+            let mut seat = seat.take().await;
             model
-                .generate::<FunctionSpecs>(Phase::Plan, None, &prompt, self.deadline())
+                .generate_in::<FunctionSpecs>(
+                    &mut seat,
+                    Phase::Plan,
+                    None,
+                    &prompt,
+                    self.deadline(),
+                )
                 .await
                 .map_err(|e| model_error(None, &e))
         };
