@@ -73,7 +73,7 @@ pub trait PipelineEvents: Send + Sync + 'static {
     async fn return_pipeline_event(&self, entry: &InboxEntry) -> Result<(), Error>;
 }
 
-fn stream_key(prefix: &str) -> String {
+pub(crate) fn stream_key(prefix: &str) -> String {
     format!("{prefix}:pipeline:events")
 }
 
@@ -95,7 +95,7 @@ fn entry(id: StreamId, deliveries: u64) -> Option<InboxEntry> {
 
 /// Adds to `pipe` the appending of `body` to the stream `key` and the notice that wakes its
 /// readers.
-fn append<'a>(
+pub(crate) fn append<'a>(
     pipe: &'a mut redis::Pipeline,
     key: &str,
     channel: &str,

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use proto::generation::FunctionSpec;
-use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use proto::job::{Batch, Event, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
@@ -101,6 +101,20 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
     }
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error>;
     async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error>;
+    /// [`JobStore::put_job_meta`] and [`JobStore::put_specs`], then `announce` for the
+    /// coordinators (Redis: one transaction).
+    async fn save_specs_and_announce(
+        &self,
+        meta: &JobMeta,
+        specs: &[FunctionSpec],
+        announce: &Event,
+    ) -> Result<(), Error> {
+        let (put_meta, put_specs) =
+            tokio::join!(self.put_job_meta(meta), self.put_specs(meta.id, specs));
+        put_meta?;
+        put_specs?;
+        self.send_pipeline_event(announce).await
+    }
     /// Stores the plan and the dependency counters, once; returns false if a plan existed.
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error>;
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error>;
@@ -117,6 +131,23 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error>;
+    /// [`JobStore::save_function`], and with it `announce` for the coordinators (their
+    /// inbox, [`PipelineEvents::send_pipeline_event`]) unless the job has ended, whether this
+    /// outcome was stored or another run's stands: one step (Redis: one script), so the event
+    /// never waits for a round trip of its own and a stored outcome is never left unannounced.
+    async fn save_function_and_announce(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+        announce: &Event,
+    ) -> Result<Saved, Error> {
+        let saved = self.save_function(id, outcome, event).await?;
+        if !saved.status.is_some_and(JobStatus::is_final) {
+            self.send_pipeline_event(announce).await?;
+        }
+        Ok(saved)
+    }
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error>;
     /// The outcomes of `names`, in order (Redis: one `MGET`).
     async fn functions(
@@ -322,12 +353,25 @@ fn unfinished_key(prefix: &str) -> String {
 }
 
 /// Stores an outcome unless the final one is stored, with its progress event if any; answers
-/// whether it stored it and the job's status. KEYS: outcome, final marker, status, events.
-/// ARGV: outcome bytes, ttl, "1" when this outcome is final, event JSON or "", max events,
-/// events channel, job id.
+/// whether it stored it and the job's status. KEYS: outcome, final marker, status, events,
+/// [the coordinators' inbox]. ARGV: outcome bytes, ttl, "1" when this outcome is final, event
+/// JSON or "", max events, events channel, job id, [pipeline event bytes, the inbox's notice
+/// channel, the final statuses...]: with the last ones, the pipeline event goes to the inbox
+/// (stored or not) unless the job's status is final.
 const PUT_FUNCTION: &str = r#"
 local status = redis.call('GET', KEYS[3])
-if redis.call('EXISTS', KEYS[2]) == 1 then return {0, status} end
+local function announce()
+  if ARGV[8] == nil then return end
+  for i = 10, #ARGV do
+    if status == ARGV[i] then return end
+  end
+  redis.call('XADD', KEYS[5], '*', 'data', ARGV[8])
+  redis.call('PUBLISH', ARGV[9], '1')
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  announce()
+  return {0, status}
+end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 if ARGV[3] == '1' then redis.call('SET', KEYS[2], '1', 'EX', ARGV[2]) end
 if ARGV[4] ~= '' then
@@ -335,6 +379,7 @@ if ARGV[4] ~= '' then
   redis.call('EXPIRE', KEYS[4], ARGV[2])
   redis.call('PUBLISH', ARGV[6], ARGV[7])
 end
+announce()
 return {1, status}
 "#;
 
@@ -358,6 +403,48 @@ static PUT_FUNCTION_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(PUT_FUNCTION));
 static COMPLETE_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(COMPLETE));
+
+impl crate::RedisStore {
+    /// [`PUT_FUNCTION`], announcing `announce` with it when given.
+    async fn put_function_script(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+        announce: Option<&Event>,
+    ) -> Result<Saved, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let status_key = keys.key("status");
+        let mut invocation = PUT_FUNCTION_SCRIPT.prepare_invoke();
+        invocation
+            .key(keys.key(&format!("fn:{}", outcome.name)))
+            .key(keys.key(&format!("fn:{}:final", outcome.name)))
+            .key(&status_key)
+            .key(keys.key("events"))
+            .arg(proto::codec::encode(outcome))
+            .arg(self.ttl_secs())
+            .arg(if outcome.done { "1" } else { "0" })
+            .arg(event.map(Progress::to_json).unwrap_or_default())
+            .arg(EVENTS_MAX_LEN)
+            .arg(self.keys().job_events_channel())
+            .arg(id.to_string());
+        if let Some(announce) = announce {
+            invocation
+                .key(crate::inbox::stream_key(self.prefix()))
+                .arg(announce.encode())
+                .arg(crate::inbox::notice_channel(self.prefix()))
+                .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
+        }
+        let (stored, status): (i64, Option<String>) = invocation
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        Ok(Saved {
+            stored: stored == 1,
+            status: parse_status(&status_key, status)?,
+        })
+    }
+}
 
 #[async_trait]
 impl JobStore for crate::RedisStore {
@@ -474,6 +561,31 @@ impl JobStore for crate::RedisStore {
         self.get_msgpack(&key).await
     }
 
+    async fn save_specs_and_announce(
+        &self,
+        meta: &JobMeta,
+        specs: &[FunctionSpec],
+        announce: &Event,
+    ) -> Result<(), Error> {
+        let keys = JobKeys::new(self.prefix(), meta.id);
+        let ttl = self.ttl_secs();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .set_ex(keys.key("meta"), proto::codec::encode(meta), ttl)
+            .ignore()
+            .set_ex(keys.key("specs"), proto::codec::encode(specs), ttl)
+            .ignore();
+        crate::inbox::append(
+            &mut pipe,
+            &crate::inbox::stream_key(self.prefix()),
+            &crate::inbox::notice_channel(self.prefix()),
+            &announce.encode(),
+        )
+        .query_async::<()>(&mut self.connection())
+        .await
+        .map_err(crate::redis::backend)
+    }
+
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
         let keys = JobKeys::new(self.prefix(), id);
         let script = redis::Script::new(PUT_PLAN);
@@ -506,27 +618,18 @@ impl JobStore for crate::RedisStore {
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error> {
-        let keys = JobKeys::new(self.prefix(), id);
-        let status_key = keys.key("status");
-        let (stored, status): (i64, Option<String>) = PUT_FUNCTION_SCRIPT
-            .key(keys.key(&format!("fn:{}", outcome.name)))
-            .key(keys.key(&format!("fn:{}:final", outcome.name)))
-            .key(&status_key)
-            .key(keys.key("events"))
-            .arg(proto::codec::encode(outcome))
-            .arg(self.ttl_secs())
-            .arg(if outcome.done { "1" } else { "0" })
-            .arg(event.map(Progress::to_json).unwrap_or_default())
-            .arg(EVENTS_MAX_LEN)
-            .arg(self.keys().job_events_channel())
-            .arg(id.to_string())
-            .invoke_async(&mut self.connection())
+        self.put_function_script(id, outcome, event, None).await
+    }
+
+    async fn save_function_and_announce(
+        &self,
+        id: TaskId,
+        outcome: &FunctionOutcome,
+        event: Option<&Progress>,
+        announce: &Event,
+    ) -> Result<Saved, Error> {
+        self.put_function_script(id, outcome, event, Some(announce))
             .await
-            .map_err(crate::redis::backend)?;
-        Ok(Saved {
-            stored: stored == 1,
-            status: parse_status(&status_key, status)?,
-        })
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {

@@ -442,6 +442,76 @@ async fn the_inbox_hands_each_event_to_one_reader_until_settled<S: JobStore + Cl
     );
 }
 
+/// A final outcome and the coordinators' event are one write: announced when stored, again
+/// when another run's outcome stands (a redelivery must still tell), never once the job has
+/// ended. The meta, the specs and a plan's event the same way.
+async fn saves_announce_their_pipeline_event_unless_the_job_ended<S: JobStore + Clone>(store: S) {
+    let job = TaskId::new();
+    store.set_status(job, JobStatus::Running).await.unwrap();
+    let mut outcome = proto::job::FunctionOutcome::new("f");
+    outcome.done = true;
+    let saved = store
+        .save_function_and_announce(job, &outcome, None, &done_event(job, "f"))
+        .await
+        .unwrap();
+    assert!(saved.stored);
+    assert_eq!(
+        store.function(job, "f").await.unwrap(),
+        Some(outcome.clone())
+    );
+    let again = store
+        .save_function_and_announce(job, &outcome, None, &done_event(job, "f"))
+        .await
+        .unwrap();
+    assert!(!again.stored);
+    store.set_status(job, JobStatus::Cancelled).await.unwrap();
+    let mut late = proto::job::FunctionOutcome::new("g");
+    late.done = true;
+    let saved = store
+        .save_function_and_announce(job, &late, None, &done_event(job, "g"))
+        .await
+        .unwrap();
+    assert_eq!(saved.status, Some(JobStatus::Cancelled));
+    let short = Duration::from_millis(50);
+    let events = store.receive_pipeline_events("a", 10, short).await.unwrap();
+    assert_eq!(
+        events.iter().map(function_of).collect::<Vec<_>>(),
+        ["f", "f"],
+        "announced when stored and when another run's stands, not after the job ended"
+    );
+
+    let meta = proto::job::JobMeta {
+        id: TaskId::new(),
+        tenant: None,
+        request: proto::job::JobRequest {
+            instruction: "x".into(),
+            language: proto::Language::Python,
+            constraints: None,
+            test_requirements: None,
+            max_iterations: 1,
+        },
+        submitted_at_ms: 1,
+        replans: 0,
+        plan_tokens: Default::default(),
+        plan_model_calls: 3,
+        cache_key: None,
+    };
+    let specs = vec![spec("a", &[])];
+    let planned = Event::Planned {
+        job_id: meta.id,
+        failure: None,
+    };
+    store
+        .save_specs_and_announce(&meta, &specs, &planned)
+        .await
+        .unwrap();
+    assert_eq!(store.specs(meta.id).await.unwrap(), Some(specs));
+    assert_eq!(store.job_meta(meta.id).await.unwrap(), Some(meta));
+    let events = store.receive_pipeline_events("a", 10, short).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(Event::decode(&events[0].body).unwrap(), planned);
+}
+
 /// Every case, once against each store.
 macro_rules! against_both_stores {
     ($($case:ident),* $(,)?) => {
@@ -474,6 +544,7 @@ against_both_stores!(
     unfinished_jobs_are_listed_oldest_first_until_they_finish,
     many_statuses_are_read_at_once_in_order,
     the_inbox_hands_each_event_to_one_reader_until_settled,
+    saves_announce_their_pipeline_event_unless_the_job_ended,
 );
 
 /// An event stream's wait is woken by the notice each new event publishes, not by its safety

@@ -142,34 +142,36 @@ impl Pipeline {
         outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
-        // The passing attempt's event goes with the final outcome: one write, not two.
-        let saved = self
-            .jobs
-            .save_function(job, &outcome, last_attempt.as_ref())
-            .await
-            .map_err(redis)?;
-        if !saved.stored {
-            tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
-            return self
-                .emit(Event::FunctionDone {
-                    job_id: job,
-                    function,
-                })
-                .await;
-        }
-        Self::seen(saved.status)?;
         let tested = outcome.passed && outcome.validation == Validation::Tested;
+        // Cached before it is announced: a job that finishes after this function finds it
+        // cached. (When another run's outcome stands, this one is verified all the same.)
         if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
             && let Err(e) = cache.put_cached_function(key, &outcome).await
         {
             tracing::warn!(error = %e, "cannot cache a verified function");
         }
+        // The passing attempt's event goes with the final outcome, and the coordinators'
+        // event with both: one write.
+        let saved = self
+            .jobs
+            .save_function_and_announce(
+                job,
+                &outcome,
+                last_attempt.as_ref(),
+                &Event::FunctionDone {
+                    job_id: job,
+                    function: function.clone(),
+                },
+            )
+            .await
+            .map_err(redis)?;
+        if !saved.stored {
+            tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
+            return Ok(());
+        }
+        Self::seen(saved.status)?;
         tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
-        self.emit(Event::FunctionDone {
-            job_id: job,
-            function,
-        })
-        .await
+        Ok(())
     }
 
     /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record. `Ok` carries

@@ -63,17 +63,17 @@ impl Pipeline {
                 meta.plan_tokens.prompt += generated.usage.prompt_tokens;
                 meta.plan_tokens.completion += generated.usage.completion_tokens;
                 meta.plan_model_calls += generated.calls;
-                let (put_meta, put_specs) = tokio::join!(
-                    self.jobs.put_job_meta(&meta),
-                    self.jobs.put_specs(job, &generated.value.functions)
-                );
-                put_meta.map_err(redis)?;
-                put_specs.map_err(redis)?;
-                self.emit(Event::Planned {
-                    job_id: job,
-                    failure: None,
-                })
-                .await
+                self.jobs
+                    .save_specs_and_announce(
+                        &meta,
+                        &generated.value.functions,
+                        &Event::Planned {
+                            job_id: job,
+                            failure: None,
+                        },
+                    )
+                    .await
+                    .map_err(redis)
             }
             // The model is down: hand the task back; the delivery limit bounds the waiting.
             Err(e @ (Error::Retry { .. } | Error::Ended(_))) => Err(e),
