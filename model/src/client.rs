@@ -59,8 +59,9 @@ pub struct Generated<T> {
 /// background). An empty seat (the default) holds nothing: its first call waits for one.
 ///
 /// A seat kept from one call to the next skips the wait, not the meters: requests per second
-/// and tokens per minute are charged per call, as is a provider's pause wherever a meter is
-/// configured.
+/// and tokens per minute are charged per call, and a provider's pause is honoured as the
+/// shared limits announce it (`SharedLimits::paused_until`: a pause announced while a
+/// process's notices were cut off is missed by its kept seats, at most one call each).
 #[derive(Debug, Default)]
 pub struct Seat(Option<limits::Permit>);
 
@@ -168,9 +169,10 @@ impl Model {
     }
 
     /// [`Model::generate`] in `seat`: its calls use the seat's permit when it holds one, and
-    /// leave theirs in it, so that the caller's next call follows without asking the limits
-    /// again (dropping the seat gives the permit back). A failed call gives it back before
-    /// waiting to try again.
+    /// leave theirs in it, so that the caller's next call follows without waiting for the
+    /// concurrency limit again (dropping the seat gives the permit back). A call the provider
+    /// failed or throttled gives it back before waiting to try again; an answer that does not
+    /// validate keeps it for the question asked again.
     pub async fn generate_in<T: Answer>(
         &self,
         seat: &mut Seat,

@@ -118,6 +118,13 @@ pub trait SharedLimits: Send + Sync + 'static {
     fn freed(&self) -> Option<Arc<tokio::sync::Notify>> {
         None
     }
+
+    /// Until when this process heard that everyone pauses ([`Self::throttled`] anywhere), if
+    /// the shared state announces pauses. The decisions above check the pause themselves;
+    /// this serves a call that asks none of them (a permit kept from an earlier call).
+    fn paused_until(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// The configured limits (0: none).
@@ -436,6 +443,16 @@ impl Shared {
     }
 
     async fn meter(&self, tokens: u64) {
+        // A permit kept from an earlier call asked no script since: a pause announced
+        // meanwhile is honoured here.
+        while let Some(until) = self.store.paused_until() {
+            tokio::time::sleep_until(until).await;
+        }
+        if self.config.requests_per_second == 0 && self.config.tokens_per_minute == 0 {
+            return;
+        }
+        // One task per process asks the meters at a time, as for the leases.
+        let _turn = self.turn.enter().await;
         if self.config.requests_per_second > 0 {
             let rps = f64::from(self.config.requests_per_second);
             self.until_granted("requests", || {

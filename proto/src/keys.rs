@@ -49,6 +49,12 @@ impl Keys {
     pub fn lease_freed_channel(&self) -> String {
         format!("{}:limits:freed", self.prefix)
     }
+
+    /// A provider asked the model's callers to pause (the message is the limit's scope and
+    /// the pause's length in milliseconds).
+    pub fn limits_paused_channel(&self) -> String {
+        format!("{}:limits:paused", self.prefix)
+    }
 }
 
 #[cfg(test)]

@@ -131,8 +131,9 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error>;
-    /// [`JobStore::save_function`], and with it `announce` for the coordinators (their
-    /// inbox, [`PipelineEvents::send_pipeline_event`]) unless the job has ended, whether this
+    /// [`JobStore::save_function`] of a final outcome, and with it `announce` for the
+    /// coordinators (their inbox, [`PipelineEvents::send_pipeline_event`]) unless the job has
+    /// ended, whether this
     /// outcome was stored or another run's stands: one step (Redis: one script), so the event
     /// never waits for a round trip of its own and a stored outcome is never left unannounced.
     async fn save_function_and_announce(
@@ -142,6 +143,7 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
         event: Option<&Progress>,
         announce: &Event,
     ) -> Result<Saved, Error> {
+        debug_assert!(outcome.done, "only a final outcome is announced");
         let saved = self.save_function(id, outcome, event).await?;
         if !saved.status.is_some_and(JobStatus::is_final) {
             self.send_pipeline_event(announce).await?;
@@ -628,6 +630,7 @@ impl JobStore for crate::RedisStore {
         event: Option<&Progress>,
         announce: &Event,
     ) -> Result<Saved, Error> {
+        debug_assert!(outcome.done, "only a final outcome is announced");
         self.put_function_script(id, outcome, event, Some(announce))
             .await
     }

@@ -105,6 +105,15 @@ redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return {1, 0}
 ";
 
+/// KEYS: leases. ARGV: id, the freed channel, the scope.
+const RELEASE: &str = r"
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+";
+
 /// KEYS: leases. Drops the expired ones, counts the rest.
 const LEASES: &str = r"
 local t = redis.call('TIME')
@@ -142,7 +151,8 @@ redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_
 return {1, 0}
 ";
 
-/// KEYS: slow. ARGV: pause ms, recovery ms, debounce ms, min factor. Returns the factor ‰.
+/// KEYS: slow. ARGV: pause ms, recovery ms, debounce ms, min factor, the paused channel, the
+/// scope. Announces the pause (scope and milliseconds left) and returns the factor ‰.
 const THROTTLED: &str = r"
 local recovery = tonumber(ARGV[2])
 local factor = slowdown(KEYS[1], now, recovery)
@@ -155,6 +165,7 @@ local until_ = math.max(tonumber(redis.call('HGET', KEYS[1], 'until')) or 0, now
 redis.call('HSET', KEYS[1], 'factor', string.format('%.4f', factor),
   'at', string.format('%.0f', now), 'until', string.format('%.0f', until_))
 redis.call('PEXPIRE', KEYS[1], 2 * recovery + tonumber(ARGV[1]))
+redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', until_ - now))
 return math.floor(factor * 1000)
 ";
 
@@ -167,6 +178,7 @@ static METER_SCRIPT: LazyLock<redis::Script> =
 static THROTTLED_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{SLOW}{THROTTLED}")));
 static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
+static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -238,15 +250,17 @@ impl RedisLimits {
             .map_err(crate::redis::backend)
     }
 
-    /// Releases lease `id` and announces it, so that a call waiting for one asks again now.
+    /// Releases lease `id` and announces it, so that a call waiting for one asks again now;
+    /// a lease that was not held (never granted, or expired) wakes nobody.
     pub async fn release(&self, id: &str) -> Result<(), Error> {
-        redis::pipe()
-            .zrem(self.key("leases"), id)
-            .ignore()
-            .publish(self.store.keys().lease_freed_channel(), &self.base)
-            .ignore()
-            .query_async::<()>(&mut self.store.connection())
+        RELEASE_SCRIPT
+            .key(self.key("leases"))
+            .arg(id)
+            .arg(self.store.keys().lease_freed_channel())
+            .arg(&self.base)
+            .invoke_async::<i64>(&mut self.store.connection())
             .await
+            .map(drop)
             .map_err(crate::redis::backend)
     }
 
@@ -255,6 +269,14 @@ impl RedisLimits {
     /// took it.
     pub fn freed(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.store.lease_freed().clone()
+    }
+
+    /// Until when this process heard that the callers of this scope pause (a 429 anywhere in
+    /// the cluster, announced by [`RedisLimits::throttled`]; the listener must subscribe:
+    /// `Listener::with_lease_notices`). The scripts check the pause themselves; this is for a
+    /// call that asks none of them (a seat kept from an earlier call).
+    pub fn paused_until(&self) -> Option<tokio::time::Instant> {
+        self.store.pause_heard(&self.base)
     }
 
     /// Extends the leases `ids` that are still held to `ttl` from now (one script).
@@ -312,6 +334,8 @@ impl RedisLimits {
             .arg(millis(self.slow.recovery))
             .arg(millis(self.slow.debounce))
             .arg(self.slow.min_factor)
+            .arg(self.store.keys().limits_paused_channel())
+            .arg(&self.base)
             .invoke_async::<i64>(&mut self.store.connection())
             .await
             .map(|permille| permille as f64 / 1000.0)

@@ -32,6 +32,9 @@ struct Inner {
     lease_freed: Arc<Notify>,
     /// Woken when a pipeline event is sent (`inbox`), with [`Listener::with_pipeline_events`].
     pipeline_notice: Arc<Notify>,
+    /// Pauses of the model's limits heard of (`limits::RedisLimits::paused_until`): until
+    /// when, by scope.
+    pauses: DashMap<String, Instant>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -99,6 +102,7 @@ impl RedisStore {
                 waiters: DashMap::new(),
                 watchers: Arc::default(),
                 lease_freed: Arc::default(),
+                pauses: DashMap::new(),
                 pipeline_notice: Arc::default(),
             }),
         };
@@ -199,6 +203,15 @@ impl RedisStore {
         &self.inner.lease_freed
     }
 
+    /// Until when the callers of the model's limits of `scope` pause, as last heard.
+    pub(crate) fn pause_heard(&self, scope: &str) -> Option<Instant> {
+        self.inner
+            .pauses
+            .get(scope)
+            .map(|until| *until)
+            .filter(|until| *until > Instant::now())
+    }
+
     /// Woken by the notice each pipeline event publishes (with the listener's
     /// [`Listener::with_pipeline_events`]; without it a reader waits out its timeout).
     pub(crate) fn pipeline_notice(&self) -> &Arc<Notify> {
@@ -264,8 +277,10 @@ impl Listener {
             channels.push(self.store.inner.keys.batch_finished_channel());
         }
         let lease_freed = self.store.inner.keys.lease_freed_channel();
+        let paused = self.store.inner.keys.limits_paused_channel();
         if self.lease_notices {
             channels.push(lease_freed.clone());
+            channels.push(paused.clone());
         }
         let pipeline_notice = crate::inbox::notice_channel(self.store.prefix());
         if self.pipeline_events {
@@ -303,6 +318,25 @@ impl Listener {
                         == Some(lease_freed.as_str()) =>
                 {
                     self.store.inner.lease_freed.notify_waiters();
+                }
+                PushKind::Message
+                    if push.data.first().and_then(value_str).as_deref()
+                        == Some(paused.as_str()) =>
+                {
+                    // "{scope} {ms left}": from now here, whatever this host's clock says.
+                    let message = push.data.get(1).and_then(value_str).unwrap_or_default();
+                    if let Some((scope, ms)) = message.rsplit_once(' ')
+                        && let Ok(ms) = ms.parse::<u64>()
+                    {
+                        let until = Instant::now() + Duration::from_millis(ms);
+                        let mut heard = self
+                            .store
+                            .inner
+                            .pauses
+                            .entry(scope.to_owned())
+                            .or_insert(until);
+                        *heard = (*heard).max(until);
+                    }
                 }
                 PushKind::Message
                     if push.data.first().and_then(value_str).as_deref()

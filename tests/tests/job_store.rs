@@ -472,6 +472,11 @@ async fn saves_announce_their_pipeline_event_unless_the_job_ended<S: JobStore + 
         .await
         .unwrap();
     assert_eq!(saved.status, Some(JobStatus::Cancelled));
+    let again = store
+        .save_function_and_announce(job, &outcome, None, &done_event(job, "f"))
+        .await
+        .unwrap();
+    assert!(!again.stored);
     let short = Duration::from_millis(50);
     let events = store.receive_pipeline_events("a", 10, short).await.unwrap();
     assert_eq!(

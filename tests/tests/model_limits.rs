@@ -126,7 +126,9 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
         let notified = freed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        holder.release("#/none").await.unwrap();
+        // A lease that was not held wakes nobody: the probe takes one and releases it.
+        holder.lease("#/probe", "#", 2, 0, long).await.unwrap();
+        holder.release("#/probe").await.unwrap();
         if tokio::time::timeout(Duration::from_millis(100), notified)
             .await
             .is_ok()
@@ -140,9 +142,17 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
         LeaseDecision::Wait(Duration::ZERO),
         "full"
     );
+    // Releasing what is not held announces nothing.
     let notified = freed.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
+    holder.release("#/never-held").await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), notified.as_mut())
+            .await
+            .is_err(),
+        "a release of a lease nobody held woke the waiters"
+    );
     holder.release("#/a").await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), notified)
         .await
@@ -505,4 +515,92 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
         .expect("a dropped seat's place was not given back")
         .unwrap();
     assert_eq!(server.peak(), 1);
+}
+
+/// A seat's next call asks no script, so it honours a pause another worker's 429 announced
+/// (heard through the listener) rather than calling into it.
+#[tokio::test]
+async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
+    use model::SharedLimits;
+
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix,
+        ..store::Options::default()
+    };
+    let (here, listener) = RedisStore::build(options.clone()).unwrap();
+    let (elsewhere, _) = RedisStore::build(options).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(
+        listener
+            .with_lease_notices()
+            .without_execution_notices()
+            .run(cancel.clone()),
+    );
+    // The listener subscribes in the background: wait until a release's notice reaches it.
+    let probe = RedisLimits::new(here.clone(), "probe", SLOW);
+    let freed = probe.freed();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        probe
+            .lease("#/p", "#", 1, 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        probe.release("#/p").await.unwrap();
+        if tokio::time::timeout(Duration::from_millis(100), notified)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the listener never subscribed");
+    }
+
+    let server = counting(usize::MAX);
+    let options = Options {
+        max_concurrency: 4,
+        max_attempts: 1,
+        ..Options::default()
+    };
+    let provider: Arc<dyn Provider> = server.clone();
+    let model = Model::new(provider, options, Metrics::unregistered().unwrap());
+    let scope = model.limits_scope();
+    let limits_here = Arc::new(RedisModelLimits::new(here, &scope));
+    let model = model.with_shared_limits(limits_here.clone());
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    let far = Instant::now() + Duration::from_secs(60);
+    let mut seat = model.seat().await;
+    model
+        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
+        .await
+        .unwrap();
+
+    RedisModelLimits::new(elsewhere, &scope)
+        .throttled(Some(Duration::from_millis(600)))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while limits_here.paused_until().is_none() {
+        assert!(Instant::now() < deadline, "the pause was never heard");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    model
+        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "the kept seat called {:?} into a 600 ms pause",
+        started.elapsed()
+    );
+    assert_eq!(server.calls(), 2);
+    cancel.cancel();
 }

@@ -70,6 +70,10 @@ impl SharedLimits for RedisModelLimits {
         Some(self.redis.freed())
     }
 
+    fn paused_until(&self) -> Option<tokio::time::Instant> {
+        self.redis.paused_until()
+    }
+
     async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), String> {
         self.redis.renew(ids, ttl).await.map_err(|e| e.to_string())
     }

@@ -60,6 +60,8 @@ impl Pipeline {
         if let Some(existing) = view.function
             && existing.done
         {
+            // Its place under the model's limit goes back before anything else is written.
+            drop(seat);
             return self
                 .emit(Event::FunctionDone {
                     job_id: job,
@@ -80,6 +82,7 @@ impl Pipeline {
                 None => {
                     // Never by the coordinator's ordering; if it happens, the job fails with
                     // the reason instead of waiting for this function forever.
+                    drop(seat);
                     let reason =
                         format!("{function} was started before its dependency {dep} passed");
                     let mut failed = FunctionOutcome::new(&function);
@@ -101,6 +104,7 @@ impl Pipeline {
         if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
             match seat.alongside(cache.look_up_function(key)).await {
                 Ok(Some(mut cached)) => {
+                    drop(seat);
                     cached.cached = true;
                     cached.name = function.clone();
                     // Not stored when another run finished first: that outcome stands.
@@ -179,7 +183,7 @@ impl Pipeline {
     /// outcome (failed attempts are stored as they happen).
     async fn implement_loop(
         &self,
-        seat: SeatAhead<'_>,
+        mut seat: SeatAhead<'_>,
         meta: &JobMeta,
         spec: &proto::generation::FunctionSpec,
         dependency_code: &[(String, String)],
@@ -198,7 +202,7 @@ impl Pipeline {
             max_cases: self.options.max_cases,
         })
         .map_err(|e| Error::Drop(e.to_string()))?;
-        self.go_on().await?;
+        seat.alongside(self.go_on()).await?;
         // The `function_started` event is written while the model writes the tests: it only
         // has to be stored before the tests are (both finish before they are saved).
         let started_event = self.progress(

@@ -18,6 +18,7 @@ impl Pipeline {
         let mut meta = view.meta.expect("view checks the meta");
         if view.plan.is_some() {
             // Already planned (a redelivery): just say so again.
+            drop(seat);
             return self
                 .emit(Event::Planned {
                     job_id: job,
@@ -43,7 +44,7 @@ impl Pipeline {
                     "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
                 ));
             }
-            self.go_on().await?;
+            seat.alongside(self.go_on()).await?;
             let mut seat = seat.take().await;
             model
                 .generate_in::<FunctionSpecs>(
