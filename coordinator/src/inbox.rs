@@ -28,6 +28,11 @@ const WAIT: Duration = Duration::from_secs(1);
 pub(crate) const CLAIM_IDLE: Duration = Duration::from_secs(10);
 /// How often a coordinator looks for such events.
 const CLAIM_PERIOD: Duration = Duration::from_secs(2);
+/// A reader of the inbox that has not read for this long is a coordinator that stopped (a
+/// live one reads every [`WAIT`]): its name leaves the group, unless it still holds events.
+const READER_GONE: Duration = Duration::from_secs(60 * 60);
+/// How often a coordinator forgets such readers (every start adds one).
+const FORGET_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// Deliveries of one event before its job fails: each of them was a coordinator that took it
 /// and neither applied it nor gave it back.
 pub(crate) const DELIVERY_LIMIT: u64 = 5;
@@ -41,7 +46,18 @@ impl Coordinator {
         tracing::debug!(%consumer, "reading the pipeline's events");
         let mut backoff = None;
         let mut next_claim = Instant::now();
+        let mut next_forget = Instant::now();
         while !cancel.is_cancelled() {
+            if Instant::now() >= next_forget {
+                next_forget = Instant::now() + FORGET_PERIOD;
+                match self.jobs.forget_idle_readers(&consumer, READER_GONE).await {
+                    Ok(0) => {}
+                    Ok(gone) => {
+                        tracing::info!(gone, "stopped coordinators' names left the inbox's group")
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot forget the inbox's idle readers"),
+                }
+            }
             let taken = if Instant::now() >= next_claim {
                 next_claim = Instant::now() + CLAIM_PERIOD;
                 self.jobs

@@ -71,7 +71,35 @@ pub trait PipelineEvents: Send + Sync + 'static {
     /// The event goes back to the end of the inbox as a new entry, its deliveries not
     /// counted (a dependency it needs stayed down).
     async fn return_pipeline_event(&self, entry: &InboxEntry) -> Result<(), Error>;
+    /// Forgets the readers that hold no event and have not read for `idle` (coordinators
+    /// that stopped: each start reads under a new name), except `consumer`; returns how many
+    /// went. A reader that holds events is kept until they are claimed from it.
+    async fn forget_idle_readers(&self, consumer: &str, idle: Duration) -> Result<u64, Error> {
+        let _ = (consumer, idle);
+        Ok(0)
+    }
 }
+
+/// KEYS: the stream. ARGV: the group, idle ms, the caller's name. One script, so a reader
+/// cannot take an event between the check that it holds none and its removal.
+const FORGET_IDLE: &str = r"
+local ok, readers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return 0 end
+local removed = 0
+for _, reader in ipairs(readers) do
+  local f = {}
+  for i = 1, #reader, 2 do f[reader[i]] = reader[i + 1] end
+  if f['name'] ~= ARGV[3] and tonumber(f['pending']) == 0
+      and tonumber(f['idle']) >= tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    removed = removed + 1
+  end
+end
+return removed
+";
+
+static FORGET_IDLE_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(FORGET_IDLE));
 
 pub(crate) fn stream_key(prefix: &str) -> String {
     format!("{prefix}:pipeline:events")
@@ -283,6 +311,17 @@ impl PipelineEvents for crate::RedisStore {
     async fn pipeline_event_done(&self, id: &str) -> Result<(), Error> {
         settle(redis::pipe().atomic(), &stream_key(self.prefix()), id)
             .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    async fn forget_idle_readers(&self, consumer: &str, idle: Duration) -> Result<u64, Error> {
+        FORGET_IDLE_SCRIPT
+            .key(stream_key(self.prefix()))
+            .arg(GROUP)
+            .arg(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX))
+            .arg(consumer)
+            .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
     }

@@ -552,6 +552,61 @@ against_both_stores!(
     saves_announce_their_pipeline_event_unless_the_job_ended,
 );
 
+/// A stopped coordinator's name leaves the inbox's group once it has not read for the given
+/// time and holds no event; one that holds events, and one that reads, stay.
+#[tokio::test]
+async fn stopped_readers_leave_the_inbox_unless_they_hold_events() {
+    let store = redis_store();
+    let job = TaskId::new();
+    let short = Duration::from_millis(20);
+    store
+        .send_pipeline_event(&done_event(job, "settled"))
+        .await
+        .unwrap();
+    let taken = store
+        .receive_pipeline_events("gone", 10, short)
+        .await
+        .unwrap();
+    store.pipeline_event_done(&taken[0].id).await.unwrap();
+    store
+        .send_pipeline_event(&done_event(job, "held"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .receive_pipeline_events("holder", 10, short)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A live reader reads on.
+    assert!(
+        store
+            .receive_pipeline_events("live", 10, short)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let idle = Duration::from_millis(200);
+    assert_eq!(
+        store.forget_idle_readers("me", idle).await.unwrap(),
+        1,
+        "only the stopped reader that holds nothing goes"
+    );
+    assert_eq!(store.forget_idle_readers("me", idle).await.unwrap(), 0);
+    // The holder's event is still there to be claimed.
+    let claimed = store
+        .claim_pipeline_events("me", Duration::ZERO, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(function_of).collect::<Vec<_>>(),
+        ["held"]
+    );
+}
+
 /// An event stream's wait is woken by the notice each new event publishes, not by its safety
 /// poll (5 s): a waiter with a listener gets an event pushed from another handle well within
 /// that, and a finished job's `finished` event the same way.
