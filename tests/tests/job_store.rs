@@ -315,8 +315,9 @@ async fn many_statuses_are_read_at_once_in_order<S: JobStore + Clone>(store: S) 
     assert!(store.statuses(&[]).await.unwrap().is_empty());
 }
 
-async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore + Clone>(store: S) {
-    let meta = |at: u64| proto::job::JobMeta {
+/// A new job's meta, submitted at `at` (ms).
+fn meta(at: u64) -> proto::job::JobMeta {
+    proto::job::JobMeta {
         id: TaskId::new(),
         tenant: None,
         request: proto::job::JobRequest {
@@ -331,7 +332,10 @@ async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore +
         plan_tokens: Default::default(),
         plan_model_calls: 0,
         cache_key: None,
-    };
+    }
+}
+
+async fn unfinished_jobs_are_listed_oldest_first_until_they_finish<S: JobStore + Clone>(store: S) {
     let (old, older, new) = (meta(2_000), meta(1_000), meta(9_000));
     for m in [&old, &older, &new] {
         store.create_job(m).await.unwrap();
@@ -485,22 +489,8 @@ async fn saves_announce_their_pipeline_event_unless_the_job_ended<S: JobStore + 
         "announced when stored and when another run's stands, not after the job ended"
     );
 
-    let meta = proto::job::JobMeta {
-        id: TaskId::new(),
-        tenant: None,
-        request: proto::job::JobRequest {
-            instruction: "x".into(),
-            language: proto::Language::Python,
-            constraints: None,
-            test_requirements: None,
-            max_iterations: 1,
-        },
-        submitted_at_ms: 1,
-        replans: 0,
-        plan_tokens: Default::default(),
-        plan_model_calls: 3,
-        cache_key: None,
-    };
+    let mut meta = meta(1);
+    meta.plan_model_calls = 3;
     let specs = vec![spec("a", &[])];
     let planned = Event::Planned {
         job_id: meta.id,

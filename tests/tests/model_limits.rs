@@ -45,6 +45,49 @@ fn limits() -> RedisLimits {
     RedisLimits::new(redis_store(), "scope", SLOW)
 }
 
+/// Two processes' handles on one fresh prefix; the first listens as a worker does (lease
+/// notices, none of executions) and is subscribed when this returns. Cancel the token to stop
+/// its listener.
+async fn listening_and_other() -> (RedisStore, RedisStore, tokio_util::sync::CancellationToken) {
+    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let options = store::Options {
+        url: tests::redis_url(),
+        prefix,
+        ..store::Options::default()
+    };
+    let (listening, listener) = RedisStore::build(options.clone()).unwrap();
+    let (other, _) = RedisStore::build(options).unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(
+        listener
+            .with_lease_notices()
+            .without_execution_notices()
+            .run(cancel.clone()),
+    );
+    // The listener subscribes in the background: wait until a release's notice reaches it (a
+    // lease that was not held wakes nobody, so the probe takes one first).
+    let probe = RedisLimits::new(other.clone(), "probe", SLOW);
+    let freed = RedisLimits::new(listening.clone(), "probe", SLOW).freed();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        probe
+            .lease("#/p", "#", 1, 0, Duration::from_secs(5))
+            .await
+            .unwrap();
+        probe.release("#/p").await.unwrap();
+        if tokio::time::timeout(Duration::from_millis(100), notified)
+            .await
+            .is_ok()
+        {
+            return (listening, other, cancel);
+        }
+        assert!(Instant::now() < deadline, "the listener never subscribed");
+    }
+}
+
 #[tokio::test]
 async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
     let limits = limits();
@@ -89,29 +132,12 @@ async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
     );
 }
 
-/// The last leases are kept for a tenant with few calls in flight while another tenant holds
-/// the rest; a tenant alone takes every lease.
 /// A release is announced to every process that listens: a call waiting for a full semaphore
 /// asks again then, not on a timer. The waiter's handle is another process's (its own
 /// listener); the notice must come through Redis within the wait (5 s, far beyond any timer).
 #[tokio::test]
 async fn a_released_lease_wakes_the_waiters_of_other_processes() {
-    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix,
-        ..store::Options::default()
-    };
-    let (holder, _) = RedisStore::build(options.clone()).unwrap();
-    let (waiter, listener) = RedisStore::build(options).unwrap();
-    let cancel = tokio_util::sync::CancellationToken::new();
-    // As a worker listens: lease notices, none of executions.
-    tokio::spawn(
-        listener
-            .with_lease_notices()
-            .without_execution_notices()
-            .run(cancel.clone()),
-    );
+    let (waiter, holder, cancel) = listening_and_other().await;
     let holder = RedisLimits::new(holder, "scope", SLOW);
     let waiter = RedisLimits::new(waiter, "scope", SLOW);
     let long = Duration::from_secs(60);
@@ -119,24 +145,7 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
         holder.lease("#/a", "#", 1, 0, long).await.unwrap(),
         LeaseDecision::Granted
     );
-    // The listener subscribes in the background: wait until a release reaches it.
     let freed = waiter.freed();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let notified = freed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        // A lease that was not held wakes nobody: the probe takes one and releases it.
-        holder.lease("#/probe", "#", 2, 0, long).await.unwrap();
-        holder.release("#/probe").await.unwrap();
-        if tokio::time::timeout(Duration::from_millis(100), notified)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the listener never subscribed");
-    }
     assert_eq!(
         waiter.lease("#/b", "#", 1, 0, long).await.unwrap(),
         LeaseDecision::Wait(Duration::ZERO),
@@ -164,6 +173,8 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
     cancel.cancel();
 }
 
+/// The last leases are kept for a tenant with few calls in flight while another tenant holds
+/// the rest; a tenant alone takes every lease.
 #[tokio::test]
 async fn the_last_leases_are_kept_for_a_tenant_with_few_in_flight() {
     let limits = limits();
@@ -364,23 +375,36 @@ fn counting(throttle_above: usize) -> Arc<Counting> {
     ))
 }
 
-/// Four clients (four workers' worth) with `max_concurrency` each, sharing limits in Redis,
-/// make `calls_each` calls each, all at once.
-async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each: usize) {
+/// A client of `server` (one worker's) with `max_concurrency`, its limits shared through
+/// `store`; also those limits.
+fn client(
+    server: &Arc<Counting>,
+    store: RedisStore,
+    max_concurrency: usize,
+) -> (Model, Arc<RedisModelLimits>) {
     let options = Options {
         max_concurrency,
         max_attempts: 1,
         ..Options::default()
     };
-    let clients: Vec<Model> = cluster(4)
+    let provider: Arc<dyn Provider> = server.clone();
+    let model = Model::new(provider, options, Metrics::unregistered().unwrap());
+    let limits = Arc::new(RedisModelLimits::new(store, &model.limits_scope()));
+    (model.with_shared_limits(limits.clone()), limits)
+}
+
+/// `n` clients of one cluster (`n` workers' worth).
+fn clients(server: &Arc<Counting>, n: usize, max_concurrency: usize) -> Vec<Model> {
+    cluster(n)
         .into_iter()
-        .map(|store| {
-            let provider: Arc<dyn Provider> = server.clone();
-            let model = Model::new(provider, options.clone(), Metrics::unregistered().unwrap());
-            let scope = model.limits_scope();
-            model.with_shared_limits(Arc::new(RedisModelLimits::new(store, &scope)))
-        })
-        .collect();
+        .map(|store| client(server, store, max_concurrency).0)
+        .collect()
+}
+
+/// Four clients (four workers' worth) with `max_concurrency` each, sharing limits in Redis,
+/// make `calls_each` calls each, all at once.
+async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each: usize) {
+    let clients = clients(server, 4, max_concurrency);
     let deadline = Instant::now() + Duration::from_secs(60);
     let prompt = Prompt {
         system: "s".into(),
@@ -465,20 +489,7 @@ async fn presence_tells_whether_any_worker_can_generate() {
 #[tokio::test]
 async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
     let server = counting(usize::MAX);
-    let options = Options {
-        max_concurrency: 1,
-        max_attempts: 1,
-        ..Options::default()
-    };
-    let clients: Vec<Model> = cluster(2)
-        .into_iter()
-        .map(|store| {
-            let provider: Arc<dyn Provider> = server.clone();
-            let model = Model::new(provider, options.clone(), Metrics::unregistered().unwrap());
-            let scope = model.limits_scope();
-            model.with_shared_limits(Arc::new(RedisModelLimits::new(store, &scope)))
-        })
-        .collect();
+    let clients = clients(&server, 2, 1);
     let (a, b) = (&clients[0], &clients[1]);
     let prompt = Prompt {
         system: "s".into(),
@@ -523,54 +534,10 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
 async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
     use model::SharedLimits;
 
-    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix,
-        ..store::Options::default()
-    };
-    let (here, listener) = RedisStore::build(options.clone()).unwrap();
-    let (elsewhere, _) = RedisStore::build(options).unwrap();
-    let cancel = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(
-        listener
-            .with_lease_notices()
-            .without_execution_notices()
-            .run(cancel.clone()),
-    );
-    // The listener subscribes in the background: wait until a release's notice reaches it.
-    let probe = RedisLimits::new(here.clone(), "probe", SLOW);
-    let freed = probe.freed();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let notified = freed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        probe
-            .lease("#/p", "#", 1, 0, Duration::from_secs(5))
-            .await
-            .unwrap();
-        probe.release("#/p").await.unwrap();
-        if tokio::time::timeout(Duration::from_millis(100), notified)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the listener never subscribed");
-    }
-
+    let (here, elsewhere, cancel) = listening_and_other().await;
     let server = counting(usize::MAX);
-    let options = Options {
-        max_concurrency: 4,
-        max_attempts: 1,
-        ..Options::default()
-    };
-    let provider: Arc<dyn Provider> = server.clone();
-    let model = Model::new(provider, options, Metrics::unregistered().unwrap());
+    let (model, limits_here) = client(&server, here, 4);
     let scope = model.limits_scope();
-    let limits_here = Arc::new(RedisModelLimits::new(here, &scope));
-    let model = model.with_shared_limits(limits_here.clone());
     let prompt = Prompt {
         system: "s".into(),
         user: "u".into(),
