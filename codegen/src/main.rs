@@ -92,7 +92,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let outcome = runtime.block_on(async move {
+    // The command runs as a task of the runtime, not in `block_on` on this thread: a service
+    // loop polled here would hop to and from the runtime's threads on every message it takes
+    // (a thread wake-up each way, measured on an idle task's path).
+    let command = runtime.spawn(async move {
         match cli.command {
             Command::Coordinator => run_coordinator(settings).await.map(|()| 0),
             Command::Worker => run_worker(settings).await.map(|()| 0),
@@ -112,6 +115,12 @@ fn main() -> std::process::ExitCode {
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });
+    let outcome = match runtime.block_on(command) {
+        Ok(outcome) => outcome,
+        // A panic has already been reported by the panic hook; keep its exit status.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(anyhow::anyhow!("the command's task was cancelled: {e}")),
+    };
     match outcome {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
