@@ -147,28 +147,26 @@ impl Pipeline {
             .unwrap_or(u64::MAX)
             .saturating_sub(outcome.execution_ms);
         let tested = outcome.passed && outcome.validation == Validation::Tested;
-        // Cached before it is announced: a job that finishes after this function finds it
-        // cached. (When another run's outcome stands, this one is verified all the same.)
-        if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
-            && let Err(e) = cache.put_cached_function(key, &outcome).await
-        {
-            tracing::warn!(error = %e, "cannot cache a verified function");
-        }
+        // Cached in the same round trip as it is stored and announced: the cache's write is
+        // polled first, so on the one connection it is also sent first. (When another run's
+        // outcome stands, this one is verified all the same.)
+        let cached = async {
+            if let (Some((cache, _)), Some(key), true) = (&self.cache, &cache_key, tested)
+                && let Err(e) = cache.put_cached_function(key, &outcome).await
+            {
+                tracing::warn!(error = %e, "cannot cache a verified function");
+            }
+        };
         // The passing attempt's event goes with the final outcome, and the coordinators'
         // event with both: one write.
-        let saved = self
-            .jobs
-            .save_function_and_announce(
-                job,
-                &outcome,
-                last_attempt.as_ref(),
-                &Event::FunctionDone {
-                    job_id: job,
-                    function: function.clone(),
-                },
-            )
-            .await
-            .map_err(redis)?;
+        let done = Event::FunctionDone {
+            job_id: job,
+            function: function.clone(),
+        };
+        let saving =
+            self.jobs
+                .save_function_and_announce(job, &outcome, last_attempt.as_ref(), &done);
+        let saved = tokio::join!(cached, saving).1.map_err(redis)?;
         if !saved.stored {
             tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
             return Ok(());

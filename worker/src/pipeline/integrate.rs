@@ -150,21 +150,22 @@ impl Pipeline {
             manual_review_recommended: static_only || status != JobStatus::Succeeded,
         };
         // Result, `finished` event and final status in one step: whoever finishes first (this
-        // run, a duplicate of it, or a coordinator failing the job) is the job's end.
-        let finished = self
-            .jobs
-            .finish_job(job, meta.tenant.as_deref(), &result)
-            .await
-            .map_err(redis)?;
+        // run, a duplicate of it, or a coordinator failing the job) is the job's end. A
+        // succeeded result is cached in the same round trip (if a duplicate finished first,
+        // the cache holds this run's result: verified as well, for the same request).
+        let finishing = self.jobs.finish_job(job, meta.tenant.as_deref(), &result);
+        let cached = async {
+            if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
+                (&self.cache, &meta.cache_key, status, static_only)
+                && let Err(e) = cache.put_cached_solution(key, &result).await
+            {
+                tracing::warn!(error = %e, "cannot cache the solution");
+            }
+        };
+        let finished = tokio::join!(finishing, cached).0.map_err(redis)?;
         if !finished {
             tracing::info!(%job, "the job had finished already; its result stands");
             return Ok(());
-        }
-        if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
-            (&self.cache, &meta.cache_key, status, static_only)
-            && let Err(e) = cache.put_cached_solution(key, &result).await
-        {
-            tracing::warn!(error = %e, "cannot cache the solution");
         }
         if let Some(usage) = &self.usage {
             usage.charge(
