@@ -223,7 +223,8 @@ impl Pipeline {
                 .await;
             (tests, seat)
         };
-        let (tests, mut seat) = tokio::join!(started_event, tests).1;
+        // The call first: its request leaves before the event's write.
+        let (tests, mut seat) = tokio::join!(tests, started_event).0;
         let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;

@@ -27,7 +27,8 @@ impl Pipeline {
                 .await;
         }
         // The status and the event are written while the model plans: both are stored before
-        // anything that follows the plan (the join waits for them).
+        // anything that follows the plan (the join waits for them). The call is polled first,
+        // so its request leaves before the writes: the longer wait starts first.
         let planning = async {
             let _ = self.jobs.set_status(job, JobStatus::Planning).await;
         };
@@ -57,8 +58,8 @@ impl Pipeline {
                 .await
                 .map_err(|e| model_error(None, &e))
         };
-        let (_, _, outcome) =
-            tokio::join!(planning, self.progress(job, Progress::Planning), outcome);
+        let (outcome, (), ()) =
+            tokio::join!(outcome, planning, self.progress(job, Progress::Planning));
         match outcome {
             Ok(generated) => {
                 meta.plan_tokens.prompt += generated.usage.prompt_tokens;
