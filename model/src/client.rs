@@ -60,8 +60,8 @@ pub struct Generated<T> {
 ///
 /// A seat kept from one call to the next skips the wait, not the meters: requests per second
 /// and tokens per minute are charged per call, and a provider's pause is honoured as the
-/// shared limits announce it (`SharedLimits::paused_until`: a pause announced while a
-/// process's notices were cut off is missed by its kept seats, at most one call each).
+/// shared limits announce it (`SharedLimits::paused_until`: while a process may have missed
+/// an announcement, its kept seats read the pause instead).
 #[derive(Debug, Default)]
 pub struct Seat(Option<limits::Permit>);
 

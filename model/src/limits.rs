@@ -119,10 +119,12 @@ pub trait SharedLimits: Send + Sync + 'static {
         None
     }
 
-    /// Until when this process heard that everyone pauses ([`Self::throttled`] anywhere), if
-    /// the shared state announces pauses. The decisions above check the pause themselves;
-    /// this serves a call that asks none of them (a permit kept from an earlier call).
-    fn paused_until(&self) -> Option<Instant> {
+    /// Until when everyone pauses ([`Self::throttled`] anywhere), if the shared state
+    /// announces pauses. The decisions above check the pause themselves; this serves a call
+    /// that asks none of them (a permit kept from an earlier call), so it should cost no round
+    /// trip while the announcements are heard, and read the shared state when some may have
+    /// been missed (before the first one could be heard, after a disconnection).
+    async fn paused_until(&self) -> Option<Instant> {
         None
     }
 }
@@ -445,7 +447,7 @@ impl Shared {
     async fn meter(&self, tokens: u64) {
         // A permit kept from an earlier call asked no script since: a pause announced
         // meanwhile is honoured here.
-        while let Some(until) = self.store.paused_until() {
+        while let Some(until) = self.store.paused_until().await {
             tokio::time::sleep_until(until).await;
         }
         if self.config.requests_per_second == 0 && self.config.tokens_per_minute == 0 {

@@ -19,6 +19,7 @@ pub mod index;
 pub mod jobs;
 pub mod limits;
 pub mod memory;
+mod pauses;
 pub mod presence;
 pub mod quotas;
 pub mod redis;

@@ -122,6 +122,15 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 ";
 
+/// KEYS: slow. The pause left (ms), by Redis's clock.
+const PAUSE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local left = (tonumber(redis.call('HGET', KEYS[1], 'until')) or 0) - now
+if left < 0 then return 0 end
+return left
+";
+
 /// KEYS: leases. ARGV: ttl ms, then the ids. Only leases still held are extended (`XX`).
 const RENEW: &str = r"
 local t = redis.call('TIME')
@@ -177,6 +186,7 @@ static METER_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{SLOW}{METER}")));
 static THROTTLED_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{SLOW}{THROTTLED}")));
+static PAUSE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PAUSE));
 static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
 static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
 
@@ -273,10 +283,36 @@ impl RedisLimits {
 
     /// Until when this process heard that the callers of this scope pause (a 429 anywhere in
     /// the cluster, announced by [`RedisLimits::throttled`]; the listener must subscribe:
-    /// `Listener::with_lease_notices`). The scripts check the pause themselves; this is for a
-    /// call that asks none of them (a seat kept from an earlier call).
+    /// `Listener::with_lease_notices`). An announcement made while the listener was not
+    /// subscribed is missing here: [`Self::pause`] reads it.
     pub fn paused_until(&self) -> Option<tokio::time::Instant> {
-        self.store.pause_heard(&self.base)
+        self.store.pauses().heard(&self.base)
+    }
+
+    /// Until when the callers of this scope pause. The scripts check the pause themselves;
+    /// this is for a call that asks none of them (a seat kept from an earlier call). What was
+    /// heard, when that is all there is to know ([`Self::pause_known`]); otherwise one round
+    /// trip reads it, and what the read shows is then known until the next disconnection.
+    pub async fn pause(&self) -> Result<Option<tokio::time::Instant>, Error> {
+        let pauses = self.store.pauses();
+        if pauses.known(&self.base) {
+            return Ok(self.paused_until());
+        }
+        let ticket = pauses.ticket();
+        let left: u64 = PAUSE_SCRIPT
+            .key(self.key("slow"))
+            .invoke_async(&mut self.store.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        let until = (left > 0).then(|| tokio::time::Instant::now() + Duration::from_millis(left));
+        pauses.read(&self.base, ticket, until);
+        Ok(self.paused_until())
+    }
+
+    /// Whether [`Self::paused_until`] is all there is to know of this scope's pause: its
+    /// pause was read while the listener was subscribed, and it was not disconnected since.
+    pub fn pause_known(&self) -> bool {
+        self.store.pauses().known(&self.base)
     }
 
     /// Extends the leases `ids` that are still held to `ttl` from now (one script).

@@ -13,6 +13,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::pauses::Pauses;
 use crate::{Error, Options, Store};
 
 /// Handle to Redis; cheap to clone.
@@ -32,9 +33,9 @@ struct Inner {
     lease_freed: Arc<Notify>,
     /// Woken when a pipeline event is sent (`inbox`), with [`Listener::with_pipeline_events`].
     pipeline_notice: Arc<Notify>,
-    /// Pauses of the model's limits heard of (`limits::RedisLimits::paused_until`): until
-    /// when, by scope.
-    pauses: DashMap<String, Instant>,
+    /// Pauses of the model's limits heard of (`limits::RedisLimits::paused_until`), and
+    /// whether that is all there is to know.
+    pauses: Pauses,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -102,7 +103,7 @@ impl RedisStore {
                 waiters: DashMap::new(),
                 watchers: Arc::default(),
                 lease_freed: Arc::default(),
-                pauses: DashMap::new(),
+                pauses: Pauses::default(),
                 pipeline_notice: Arc::default(),
             }),
         };
@@ -204,12 +205,8 @@ impl RedisStore {
     }
 
     /// Until when the callers of the model's limits of `scope` pause, as last heard.
-    pub(crate) fn pause_heard(&self, scope: &str) -> Option<Instant> {
-        self.inner
-            .pauses
-            .get(scope)
-            .map(|until| *until)
-            .filter(|until| *until > Instant::now())
+    pub(crate) fn pauses(&self) -> &Pauses {
+        &self.inner.pauses
     }
 
     /// Woken by the notice each pipeline event publishes (with the listener's
@@ -303,6 +300,9 @@ impl Listener {
                 }
             }
         }
+        if self.lease_notices {
+            self.store.inner.pauses.subscribed();
+        }
         tracing::debug!(%channel, "subscribed to completion notices");
         loop {
             let push = tokio::select! {
@@ -329,13 +329,7 @@ impl Listener {
                         && let Ok(ms) = ms.parse::<u64>()
                     {
                         let until = Instant::now() + Duration::from_millis(ms);
-                        let mut heard = self
-                            .store
-                            .inner
-                            .pauses
-                            .entry(scope.to_owned())
-                            .or_insert(until);
-                        *heard = (*heard).max(until);
+                        self.store.inner.pauses.hear(scope, until);
                     }
                 }
                 PushKind::Message
@@ -359,7 +353,16 @@ impl Listener {
                         }
                     }
                 }
+                // Resubscribed after a reconnection (announcements in between are lost:
+                // `Pauses` has readers read them).
+                PushKind::Subscribe
+                    if push.data.first().and_then(value_str).as_deref()
+                        == Some(paused.as_str()) =>
+                {
+                    self.store.inner.pauses.subscribed();
+                }
                 PushKind::Disconnection => {
+                    self.store.inner.pauses.disconnected();
                     // Notices sent while disconnected are lost: wake everyone to re-read.
                     for entry in self.store.inner.waiters.iter() {
                         entry.value().notify_waiters();

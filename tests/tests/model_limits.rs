@@ -49,9 +49,19 @@ fn limits() -> RedisLimits {
 /// notices, none of executions) and is subscribed when this returns. Cancel the token to stop
 /// its listener.
 async fn listening_and_other() -> (RedisStore, RedisStore, tokio_util::sync::CancellationToken) {
-    let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    listening_and_other_on(tests::redis_url(), fresh_prefix()).await
+}
+
+fn fresh_prefix() -> String {
+    format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+async fn listening_and_other_on(
+    url: String,
+    prefix: String,
+) -> (RedisStore, RedisStore, tokio_util::sync::CancellationToken) {
     let options = store::Options {
-        url: tests::redis_url(),
+        url,
         prefix,
         ..store::Options::default()
     };
@@ -554,7 +564,7 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(2);
-    while limits_here.paused_until().is_none() {
+    while limits_here.heard_pause().is_none() {
         assert!(Instant::now() < deadline, "the pause was never heard");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -566,6 +576,80 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
     assert!(
         started.elapsed() >= Duration::from_millis(400),
         "the kept seat called {:?} into a 600 ms pause",
+        started.elapsed()
+    );
+    assert_eq!(server.calls(), 2);
+    cancel.cancel();
+}
+
+/// A pause announced while a worker's listener was cut off never reaches it; its kept seats
+/// read the pause instead of calling into it. The announcement is lost here by construction:
+/// the pause is written straight into the shared state, with no notice at all, just after the
+/// listener's connection was killed.
+#[tokio::test]
+async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
+    // A Redis of this test's own: killing its clients disturbs no other test.
+    let redis = tests::PrivateRedis::start();
+    let prefix = fresh_prefix();
+    let (here, _elsewhere, cancel) = listening_and_other_on(redis.url(), prefix.clone()).await;
+    let server = counting(usize::MAX);
+    let (model, limits_here) = client(&server, here, 4);
+    let scope = model.limits_scope();
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    let far = Instant::now() + Duration::from_secs(60);
+    let mut seat = model.seat().await;
+    model
+        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
+        .await
+        .unwrap();
+    assert!(
+        limits_here.pause_known(),
+        "a call while subscribed read the pause: what is heard from now on is the whole truth"
+    );
+
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // A subscribed connection is of the `pubsub` type, whatever its protocol.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "the listener's connection was not there to kill");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while limits_here.pause_known() {
+        assert!(
+            Instant::now() < deadline,
+            "the disconnection went unnoticed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let until = secs * 1000 + micros / 1000 + 800;
+    let slow = format!("{prefix}:limits:{scope}:slow");
+    let () = redis::cmd("HSET")
+        .arg(&slow)
+        .arg("until")
+        .arg(until)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(limits_here.heard_pause().is_none(), "nothing announced it");
+
+    let started = Instant::now();
+    model
+        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "the kept seat called {:?} into an 800 ms pause it could not hear",
         started.elapsed()
     );
     assert_eq!(server.calls(), 2);

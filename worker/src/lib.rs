@@ -506,6 +506,8 @@ impl Worker {
     /// Processes one delivery and settles it.
     pub async fn handle(&self, delivery: Delivery) -> Outcome {
         let started = Instant::now();
+        // The queue wait ends where the handling time starts: neither counts the other's part.
+        let started_us = proto::now_us();
         self.metrics.in_flight.inc();
         let envelope = match Envelope::decode(&delivery.body) {
             Ok(envelope) => envelope,
@@ -535,8 +537,8 @@ impl Worker {
             return self.finish(kind, outcome, started);
         }
         let queue_us = match envelope.published_at_us {
-            0 => now_ms().saturating_sub(envelope.submitted_at_ms) * 1000,
-            published => proto::now_us().saturating_sub(published),
+            0 => (started_us / 1000).saturating_sub(envelope.submitted_at_ms) * 1000,
+            published => started_us.saturating_sub(published),
         };
         self.metrics
             .queue_wait_seconds
@@ -876,8 +878,6 @@ fn describe(missing: &[(Dependency, Down)]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
-
-use proto::now_ms;
 
 /// How often a paused worker looks again at what its queues need (the static fallback may
 /// take over with time).

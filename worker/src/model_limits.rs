@@ -30,6 +30,18 @@ impl RedisModelLimits {
     }
 }
 
+impl RedisModelLimits {
+    /// The pause heard through the listener, without a read (for tests and diagnostics).
+    pub fn heard_pause(&self) -> Option<tokio::time::Instant> {
+        self.redis.paused_until()
+    }
+
+    /// Whether the pause heard is all there is to know ([`RedisLimits::pause_known`]).
+    pub fn pause_known(&self) -> bool {
+        self.redis.pause_known()
+    }
+}
+
 fn admit(decision: Decision) -> Admit {
     match decision {
         Decision::Granted => Admit::Granted,
@@ -70,8 +82,13 @@ impl SharedLimits for RedisModelLimits {
         Some(self.redis.freed())
     }
 
-    fn paused_until(&self) -> Option<tokio::time::Instant> {
-        self.redis.paused_until()
+    async fn paused_until(&self) -> Option<tokio::time::Instant> {
+        self.redis.pause().await.unwrap_or_else(|e| {
+            // Redis down: the call goes on with what was heard (the worker's gate holds its
+            // tasks while Redis is down, so at most the calls already past it).
+            tracing::warn!(error = %e, "cannot read the model's pause; going by what was heard");
+            self.redis.paused_until()
+        })
     }
 
     async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), String> {

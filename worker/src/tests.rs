@@ -10,6 +10,7 @@ use store::{MemoryStore, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use proto::now_ms;
 
 fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error> {
     Ok(ExecutionResult {
