@@ -60,6 +60,17 @@ pub struct JobView {
     pub function: Option<FunctionOutcome>,
 }
 
+/// What the integration of a job reads before it starts, in one round trip (Redis: one
+/// script): the job's view, its result if it has one already (a redelivery), and the
+/// outcome of every function of its plan there is.
+#[derive(Debug, Clone, Default)]
+pub struct IntegrationView {
+    pub view: JobView,
+    pub result: Option<JobResult>,
+    /// By function name.
+    pub functions: HashMap<String, FunctionOutcome>,
+}
+
 /// What storing an outcome did ([`JobStore::save_function`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Saved {
@@ -173,6 +184,25 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
                 Some(name) => self.function(id, name).await?,
                 None => None,
             },
+        })
+    }
+    /// The job's view, its result, and the outcomes of its plan's functions, together.
+    async fn integration_view(&self, id: TaskId) -> Result<IntegrationView, Error> {
+        let view = self.view(id, None).await?;
+        let names: Vec<String> = view
+            .plan
+            .iter()
+            .flat_map(|plan| plan.specs.iter().map(|s| s.name.clone()))
+            .collect();
+        let outcomes = self.functions(id, &names).await?;
+        Ok(IntegrationView {
+            view,
+            result: self.result(id).await?,
+            functions: names
+                .into_iter()
+                .zip(outcomes)
+                .filter_map(|(name, outcome)| Some((name, outcome?)))
+                .collect(),
         })
     }
     /// Marks `name` of `plan` done and returns what became ready (see the module docs); on
@@ -292,6 +322,18 @@ if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then all = 1 end
 return {first, all, ready}
 "#;
 
+/// The integration's reads. KEYS: meta, status, plan, result, pending. ARGV: the function
+/// outcomes' key prefix. Returns the four values, then (function, outcome) for every function
+/// of the plan (`pending` has one field per function, kept once its counter is down to 0).
+const INTEGRATION_VIEW: &str = r#"
+local out = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+for _, name in ipairs(redis.call('HKEYS', KEYS[5])) do
+  table.insert(out, name)
+  table.insert(out, redis.call('GET', ARGV[1] .. name))
+end
+return out
+"#;
+
 /// Stores the plan and its dependency counters, once.
 /// KEYS: plan, pending, done. ARGV: plan bytes, ttl, (function, counter)...
 const PUT_PLAN: &str = r#"
@@ -403,6 +445,8 @@ fn parse_msgpack<T: serde::de::DeserializeOwned>(
 
 static PUT_FUNCTION_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(PUT_FUNCTION));
+static INTEGRATION_VIEW_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(INTEGRATION_VIEW));
 static COMPLETE_SCRIPT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(COMPLETE));
 
@@ -690,6 +734,48 @@ impl JobStore for crate::RedisStore {
                 Some(_) => parse_msgpack(&names[3], next())?,
                 None => None,
             },
+        })
+    }
+
+    async fn integration_view(&self, id: TaskId) -> Result<IntegrationView, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let names = [
+            keys.key("meta"),
+            keys.key("status"),
+            keys.key("plan"),
+            keys.key("result"),
+        ];
+        let values: Vec<Option<Vec<u8>>> = INTEGRATION_VIEW_SCRIPT
+            .key(&names[..])
+            .key(keys.key("pending"))
+            .arg(keys.key("fn:"))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        let mut values = values.into_iter();
+        let mut next = || values.next().flatten();
+        let view = JobView {
+            meta: parse_msgpack(&names[0], next())?,
+            status: parse_status(
+                &names[1],
+                next().map(|b| String::from_utf8_lossy(&b).into_owned()),
+            )?,
+            plan: parse_msgpack(&names[2], next())?,
+            function: None,
+        };
+        let result = parse_msgpack(&names[3], next())?;
+        let mut functions = HashMap::new();
+        while let Some(name) = next() {
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let key = keys.key(&format!("fn:{name}"));
+            if let Some(outcome) = parse_msgpack(&key, next())? {
+                functions.insert(name, outcome);
+            }
+        }
+        Ok(IntegrationView {
+            view,
+            result,
+            functions,
         })
     }
 

@@ -38,7 +38,7 @@ pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
 pub use inbox::{InboxEntry, PipelineEvents};
 pub use index::{Index, MemoryIndex};
-pub use jobs::{Completion, JobStore, JobView, MemoryJobs, Saved, StoredEvent};
+pub use jobs::{Completion, IntegrationView, JobStore, JobView, MemoryJobs, Saved, StoredEvent};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};

@@ -507,6 +507,55 @@ async fn saves_announce_their_pipeline_event_unless_the_job_ended<S: JobStore + 
     assert_eq!(Event::decode(&events[0].body).unwrap(), planned);
 }
 
+/// An integration's one read: the job, no result until it finishes, and the outcome of each
+/// function of the plan that has one (final or partial), none of another job's.
+async fn an_integration_reads_the_job_its_result_and_every_outcome_at_once<S: JobStore + Clone>(
+    store: S,
+) {
+    let job = meta(1_000);
+    let id = job.id;
+    store.create_job(&job).await.unwrap();
+    let plan = fan_in();
+    assert!(store.put_plan(id, &plan).await.unwrap());
+    let mut a = proto::job::FunctionOutcome::new("a");
+    a.done = true;
+    a.passed = true;
+    a.code = Some("def a(): return 1".into());
+    let mut b1 = proto::job::FunctionOutcome::new("b1");
+    b1.attempts = 2;
+    assert!(store.put_function(id, &a).await.unwrap());
+    assert!(store.put_function(id, &b1).await.unwrap());
+    let other = TaskId::new();
+    store
+        .put_function(other, &proto::job::FunctionOutcome::new("z"))
+        .await
+        .unwrap();
+
+    let read = store.integration_view(id).await.unwrap();
+    assert_eq!(read.view.meta, Some(job.clone()));
+    assert_eq!(read.view.plan, Some(plan.clone()));
+    assert!(read.result.is_none());
+    let mut names: Vec<&str> = read.functions.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b1"]);
+    assert_eq!(read.functions["a"], a);
+    assert_eq!(read.functions["b1"], b1);
+
+    assert!(store.finish_job(id, None, &succeeded(id)).await.unwrap());
+    let read = store.integration_view(id).await.unwrap();
+    assert_eq!(read.result.map(|r| r.job_id), Some(id));
+    assert_eq!(read.view.status, Some(JobStatus::Succeeded));
+    assert!(
+        store
+            .integration_view(other)
+            .await
+            .unwrap()
+            .view
+            .meta
+            .is_none()
+    );
+}
+
 /// Every case, once against each store.
 macro_rules! against_both_stores {
     ($($case:ident),* $(,)?) => {
@@ -540,6 +589,7 @@ against_both_stores!(
     many_statuses_are_read_at_once_in_order,
     the_inbox_hands_each_event_to_one_reader_until_settled,
     saves_announce_their_pipeline_event_unless_the_job_ended,
+    an_integration_reads_the_job_its_result_and_every_outcome_at_once,
 );
 
 /// A stopped coordinator's name leaves the inbox's group once it has not read for the given

@@ -15,23 +15,21 @@ impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
     pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
         let job = task.job_id;
-        let view = self.view(job, None).await?;
-        let meta = view.meta.expect("view checks the meta");
+        // One read: the job, its result (there only on a redelivery) and every outcome.
+        let read = self.jobs.integration_view(job).await.map_err(redis)?;
+        let view = Self::checked(job, read.view)?;
+        let meta = view.meta.expect("checked has the meta");
         let plan = view
             .plan
             .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
-        let names: Vec<String> = plan.specs.iter().map(|s| s.name.clone()).collect();
-        // Both reads at once: the result is there only on a redelivery.
-        let (result, functions) =
-            tokio::join!(self.jobs.result(job), self.jobs.functions(job, &names));
-        if result.map_err(redis)?.is_some() {
+        if read.result.is_some() {
             return Ok(()); // a redelivery: the job has its result
         }
-        let outcomes: BTreeMap<String, _> = names
+        let mut functions = read.functions;
+        let outcomes: BTreeMap<String, _> = plan
+            .specs
             .iter()
-            .cloned()
-            .zip(functions.map_err(redis)?)
-            .filter_map(|(name, outcome)| Some((name, outcome?)))
+            .filter_map(|s| Some((s.name.clone(), functions.remove(&s.name)?)))
             .collect();
         let module: String = plan
             .specs

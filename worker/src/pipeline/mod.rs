@@ -291,6 +291,11 @@ impl Pipeline {
     /// the outcome of `function`, in one read.
     async fn view(&self, job: TaskId, function: Option<&str>) -> Result<store::JobView, Error> {
         let view = self.jobs.view(job, function).await.map_err(redis)?;
+        Self::checked(job, view)
+    }
+
+    /// A job's view, if the job is there and has not ended.
+    fn checked(job: TaskId, view: store::JobView) -> Result<store::JobView, Error> {
         if view.meta.is_none() {
             return Err(Error::Drop(format!("job {job} not found (expired?)")));
         }
