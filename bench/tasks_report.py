@@ -3,7 +3,9 @@
 (every one must have succeeded): the queue wait (publication to start of work) and the handling
 time minus the time the task spent in sandbox runs. With a zero-latency model that remainder is
 orchestration: Redis reads and writes, prompt rendering, the loopback model round trip, events,
-the ack.
+the ack. A second table splits the model's HTTP exchanges (request sent to answer decoded, on
+loopback to the FAKE server) out of it, as the sandbox's runs are: the model server's own share
+(its wake-up, its parsing) is then not counted as the cluster's orchestration.
 Usage: tasks_report.py RESULTS.jsonl WORKER.log...
 """
 import json
@@ -33,7 +35,10 @@ for path in sys.argv[2:]:
         if f.get("job") not in jobs:
             continue
         queue, run, sandbox = (int(f[k]) / 1000 for k in ("queue_us", "run_us", "sandbox_us"))
-        rows[f["kind"]].append((queue, run - sandbox, queue + run - sandbox))
+        model = int(f.get("model_us", 0)) / 1000
+        rows[f["kind"]].append(
+            (queue, run - sandbox, queue + run - sandbox, model, queue + run - sandbox - model)
+        )
 rows["every task"] = [r for kind in ("plan", "implement", "integrate") for r in rows[kind]]
 print(f"{'task kind':12s} {'n':>5s}  {'queue wait p50/p99':>20s}  {'handling - sandbox p50/p99':>28s}  {'overhead p50/p99':>18s}")
 for kind in ("plan", "implement", "integrate", "every task"):
@@ -45,3 +50,13 @@ for kind in ("plan", "implement", "integrate", "every task"):
         column = [v[i] for v in values]
         cols.append(f"{pct(column, 50):.2f} / {pct(column, 99):.2f} ms")
     print(f"{kind:12s} {len(values):5d}  {cols[0]:>20s}  {cols[1]:>28s}  {cols[2]:>18s}")
+print(f"{'task kind':12s} {'n':>5s}  {'model exchanges p50/p99':>24s}  {'overhead - model p50/p99':>26s}")
+for kind in ("plan", "implement", "integrate", "every task"):
+    values = rows[kind]
+    if not values:
+        continue
+    cols = []
+    for i in (3, 4):
+        column = [v[i] for v in values]
+        cols.append(f"{pct(column, 50):.2f} / {pct(column, 99):.2f} ms")
+    print(f"{kind:12s} {len(values):5d}  {cols[0]:>24s}  {cols[1]:>26s}")

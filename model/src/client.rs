@@ -352,10 +352,12 @@ impl Model {
         ];
         let started = Instant::now();
         let outcome = self.provider.chat(request).await;
+        let elapsed = started.elapsed();
+        crate::exchange_time::add(elapsed);
         self.metrics
             .call_seconds
             .with_label_values(&labels)
-            .observe(started.elapsed().as_secs_f64());
+            .observe(elapsed.as_secs_f64());
         match &outcome {
             Ok(response) => {
                 self.count(request.phase, "ok");

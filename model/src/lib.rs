@@ -19,6 +19,7 @@
 
 pub mod anthropic;
 mod client;
+pub mod exchange_time;
 mod http;
 pub mod limits;
 mod metrics;

@@ -575,12 +575,15 @@ impl Worker {
             Task::Integrate(task) => (Step::Integrate, task),
         };
         let (step, task) = step;
-        let (outcome, sandbox_us) = model::with_lane(
+        let ((outcome, sandbox_us), model_us) = model::with_lane(
             lane,
-            pipeline::SANDBOX_US.scope(std::cell::Cell::new(0), async {
-                let outcome = self.pipeline_task(step, &task, delivery).await;
-                (outcome, pipeline::SANDBOX_US.with(std::cell::Cell::get))
-            }),
+            model::exchange_time::timed(pipeline::SANDBOX_US.scope(
+                std::cell::Cell::new(0),
+                async {
+                    let outcome = self.pipeline_task(step, &task, delivery).await;
+                    (outcome, pipeline::SANDBOX_US.with(std::cell::Cell::get))
+                },
+            )),
         )
         .await;
         // One line per pipeline task: what `bench/tasks` reads the per-task overhead from
@@ -592,6 +595,7 @@ impl Worker {
             queue_us,
             run_us = started.elapsed().as_micros() as u64,
             sandbox_us,
+            model_us,
             outcome = outcome.as_str(),
             "task finished"
         );
