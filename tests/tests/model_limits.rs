@@ -653,5 +653,18 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
         started.elapsed()
     );
     assert_eq!(server.calls(), 2);
+    // Resubscribed, a read makes what is heard the whole truth again: no read per call.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        model::SharedLimits::paused_until(&*limits_here).await;
+        if limits_here.pause_known() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resubscription went unnoticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cancel.cancel();
 }

@@ -28,9 +28,7 @@ impl RedisModelLimits {
             redis: RedisLimits::new(store, scope, slow),
         }
     }
-}
 
-impl RedisModelLimits {
     /// The pause heard through the listener, without a read (for tests and diagnostics).
     pub fn heard_pause(&self) -> Option<tokio::time::Instant> {
         self.redis.paused_until()
