@@ -433,6 +433,23 @@ fn parse_status(key: &str, name: Option<String>) -> Result<Option<JobStatus>, Er
         .transpose()
 }
 
+/// A job's meta, status and plan from the next three values read of `names` (their keys,
+/// in that order); no function.
+fn parse_view(
+    names: &[String],
+    next: &mut impl FnMut() -> Option<Vec<u8>>,
+) -> Result<JobView, Error> {
+    Ok(JobView {
+        meta: parse_msgpack(&names[0], next())?,
+        status: parse_status(
+            &names[1],
+            next().map(|b| String::from_utf8_lossy(&b).into_owned()),
+        )?,
+        plan: parse_msgpack(&names[2], next())?,
+        function: None,
+    })
+}
+
 /// A MessagePack value as stored, or `Error::Corrupt` naming `key`.
 fn parse_msgpack<T: serde::de::DeserializeOwned>(
     key: &str,
@@ -723,18 +740,11 @@ impl JobStore for crate::RedisStore {
         values.resize(names.len(), None);
         let mut values = values.into_iter();
         let mut next = || values.next().flatten();
-        Ok(JobView {
-            meta: parse_msgpack(&names[0], next())?,
-            status: parse_status(
-                &names[1],
-                next().map(|b| String::from_utf8_lossy(&b).into_owned()),
-            )?,
-            plan: parse_msgpack(&names[2], next())?,
-            function: match function {
-                Some(_) => parse_msgpack(&names[3], next())?,
-                None => None,
-            },
-        })
+        let mut view = parse_view(&names, &mut next)?;
+        if function.is_some() {
+            view.function = parse_msgpack(&names[3], next())?;
+        }
+        Ok(view)
     }
 
     async fn integration_view(&self, id: TaskId) -> Result<IntegrationView, Error> {
@@ -754,15 +764,7 @@ impl JobStore for crate::RedisStore {
             .map_err(crate::redis::backend)?;
         let mut values = values.into_iter();
         let mut next = || values.next().flatten();
-        let view = JobView {
-            meta: parse_msgpack(&names[0], next())?,
-            status: parse_status(
-                &names[1],
-                next().map(|b| String::from_utf8_lossy(&b).into_owned()),
-            )?,
-            plan: parse_msgpack(&names[2], next())?,
-            function: None,
-        };
+        let view = parse_view(&names, &mut next)?;
         let result = parse_msgpack(&names[3], next())?;
         let mut functions = HashMap::new();
         while let Some(name) = next() {

@@ -538,6 +538,19 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
     assert_eq!(server.peak(), 1);
 }
 
+/// One call in `seat` (kept for the next), well within its deadline.
+async fn call_in(model: &Model, seat: &mut model::Seat) {
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    let far = Instant::now() + Duration::from_secs(60);
+    model
+        .generate_in::<Implementation>(seat, Phase::Implement, Some("f"), &prompt, far)
+        .await
+        .unwrap();
+}
+
 /// A seat's next call asks no script, so it honours a pause another worker's 429 announced
 /// (heard through the listener) rather than calling into it.
 #[tokio::test]
@@ -548,16 +561,8 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
     let server = counting(usize::MAX);
     let (model, limits_here) = client(&server, here, 4);
     let scope = model.limits_scope();
-    let prompt = Prompt {
-        system: "s".into(),
-        user: "u".into(),
-    };
-    let far = Instant::now() + Duration::from_secs(60);
     let mut seat = model.seat().await;
-    model
-        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
-        .await
-        .unwrap();
+    call_in(&model, &mut seat).await;
 
     RedisModelLimits::new(elsewhere, &scope)
         .throttled(Some(Duration::from_millis(600)))
@@ -569,10 +574,7 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let started = Instant::now();
-    model
-        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
-        .await
-        .unwrap();
+    call_in(&model, &mut seat).await;
     assert!(
         started.elapsed() >= Duration::from_millis(400),
         "the kept seat called {:?} into a 600 ms pause",
@@ -595,16 +597,8 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
     let server = counting(usize::MAX);
     let (model, limits_here) = client(&server, here, 4);
     let scope = model.limits_scope();
-    let prompt = Prompt {
-        system: "s".into(),
-        user: "u".into(),
-    };
-    let far = Instant::now() + Duration::from_secs(60);
     let mut seat = model.seat().await;
-    model
-        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
-        .await
-        .unwrap();
+    call_in(&model, &mut seat).await;
     assert!(
         limits_here.pause_known(),
         "a call while subscribed read the pause: what is heard from now on is the whole truth"
@@ -643,10 +637,7 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
     assert!(limits_here.heard_pause().is_none(), "nothing announced it");
 
     let started = Instant::now();
-    model
-        .generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, far)
-        .await
-        .unwrap();
+    call_in(&model, &mut seat).await;
     assert!(
         started.elapsed() >= Duration::from_millis(600),
         "the kept seat called {:?} into an 800 ms pause it could not hear",
