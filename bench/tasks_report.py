@@ -40,23 +40,21 @@ for path in sys.argv[2:]:
             (queue, run - sandbox, queue + run - sandbox, model, queue + run - sandbox - model)
         )
 rows["every task"] = [r for kind in ("plan", "implement", "integrate") for r in rows[kind]]
-print(f"{'task kind':12s} {'n':>5s}  {'queue wait p50/p99':>20s}  {'handling - sandbox p50/p99':>28s}  {'overhead p50/p99':>18s}")
-for kind in ("plan", "implement", "integrate", "every task"):
-    values = rows[kind]
-    if not values:
-        continue
-    cols = []
-    for i in range(3):
-        column = [v[i] for v in values]
-        cols.append(f"{pct(column, 50):.2f} / {pct(column, 99):.2f} ms")
-    print(f"{kind:12s} {len(values):5d}  {cols[0]:>20s}  {cols[1]:>28s}  {cols[2]:>18s}")
-print(f"{'task kind':12s} {'n':>5s}  {'model exchanges p50/p99':>24s}  {'overhead - model p50/p99':>26s}")
-for kind in ("plan", "implement", "integrate", "every task"):
-    values = rows[kind]
-    if not values:
-        continue
-    cols = []
-    for i in (3, 4):
-        column = [v[i] for v in values]
-        cols.append(f"{pct(column, 50):.2f} / {pct(column, 99):.2f} ms")
-    print(f"{kind:12s} {len(values):5d}  {cols[0]:>24s}  {cols[1]:>26s}")
+
+
+def table(columns):
+    """One row per task kind: p50/p99 of each (title, width, index into a row) in `columns`."""
+    print(f"{'task kind':12s} {'n':>5s}" + "".join(f"  {t:>{w}s}" for t, w, _ in columns))
+    for kind in ("plan", "implement", "integrate", "every task"):
+        values = rows[kind]
+        if not values:
+            continue
+        cells = []
+        for _, w, i in columns:
+            column = [v[i] for v in values]
+            cells.append(f"  {f'{pct(column, 50):.2f} / {pct(column, 99):.2f} ms':>{w}s}")
+        print(f"{kind:12s} {len(values):5d}" + "".join(cells))
+
+
+table([("queue wait p50/p99", 20, 0), ("handling - sandbox p50/p99", 28, 1), ("overhead p50/p99", 18, 2)])
+table([("model exchanges p50/p99", 24, 3), ("overhead - model p50/p99", 26, 4)])

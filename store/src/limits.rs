@@ -122,13 +122,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// KEYS: slow. The pause left (ms), by Redis's clock.
+/// KEYS: slow. The pause left (ms), as every decision reads it (`SLOW`; the recovery passed
+/// only shapes the factor, which this leaves out).
 const PAUSE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local left = (tonumber(redis.call('HGET', KEYS[1], 'until')) or 0) - now
-if left < 0 then return 0 end
-return left
+local _, pause = slowdown(KEYS[1], now, 1)
+return pause
 ";
 
 /// KEYS: leases. ARGV: ttl ms, then the ids. Only leases still held are extended (`XX`).
@@ -186,7 +184,8 @@ static METER_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{SLOW}{METER}")));
 static THROTTLED_SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{SLOW}{THROTTLED}")));
-static PAUSE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PAUSE));
+static PAUSE_SCRIPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{PAUSE}")));
 static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
 static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
 
