@@ -6,13 +6,19 @@ starts as uid 0 inside the container with only CAP_SETUID, CAP_SETGID and CAP_KI
 other capability dropped, no-new-privileges) and refuses to start with more or fewer.
 Programs run as PROGRAM_UID (10002) with no capabilities.
 
-Protocol (version 2) over the container's attached stdin/stdout. Every message is a frame: a
+Protocol (version 3) over the container's attached stdin/stdout. Every message is a frame: a
 4-byte big-endian length, then that many bytes of JSON (an object). The runner's frames are
 pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics only.
 
-  runner -> worker  {"type": "ready", "protocol": 2, "runs": int}
+  runner -> worker  {"type": "ready", "protocol": 3, "runs": int}
                       the container is clean and a request may be sent (at start and again
-                      after every execution).
+                      after every execution, once the worker said "prepare").
+  worker -> runner  {"type": "prepare"}, only after a result: every process of the last
+                      program is already dead, and the runner now forks and prepares the
+                      next program process (and scrubs what the last one left), then says
+                      "ready". The worker chooses the moment: at once when a run waits for
+                      this container, else a little later, so that this housekeeping does
+                      not take the cores from the orchestration the result sets off.
   worker -> runner  a request, only after "ready":
                       {"code": str, "stdin": str|null, "timeout_ms": int,
                        "max_output_bytes": int,    capture cap per stream; output past it is
@@ -138,7 +144,7 @@ import struct
 import sys
 import time
 
-PROTOCOL = 2
+PROTOCOL = 3
 PROGRAM_UID = 10002
 PROGRAM_GID = 10002
 WORKDIR = "/work"
@@ -1750,10 +1756,14 @@ def supervisor_main(ctl):
     the requests it has held never reach a program. Returns 1 when the worker closes stdin;
     raises Fatal when it cannot vouch for the container."""
     runs = 0
+    ran = False
     while True:
-        # Nothing of the previous program may outlive it, before the next one is spawned.
+        # Nothing of the previous program may outlive it, before the next one is spawned: it
+        # is killed at once, whenever the worker asks for the next one.
         if not kill_program():
             raise Fatal("processes of uid %d survived SIGKILL" % PROGRAM_UID)
+        if ran and not await_prepare():
+            return 1
         sup = spawn_program(ctl)
         while True:
             write_frame(1, {"type": "ready", "protocol": PROTOCOL, "runs": runs})
@@ -1772,6 +1782,21 @@ def supervisor_main(ctl):
         write_frame(1, result)
         del result, req, raw
         sup.finish()
+        ran = True
+
+
+def await_prepare():
+    """Waits for the worker's "prepare" after a result; False when it closed stdin."""
+    raw = read_frame(0)
+    if raw is None:
+        return False
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        msg = None
+    if msg != {"type": "prepare"}:
+        raise Fatal("expected prepare after a result, got %r" % raw[:64])
+    return True
 
 
 # ----------------------------------------------------------------------------- zygote (Z)

@@ -13,6 +13,7 @@ tests are skipped when Docker or the image is missing. What each language image 
 import base64
 import json
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -197,7 +198,7 @@ class RunnerInContainerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.c = Container()
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": 2, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": 3, "runs": 0}, ready
 
     @classmethod
     def tearDownClass(cls):
@@ -358,6 +359,55 @@ class RunnerInContainerTest(unittest.TestCase):
             "entry_point": "f"})
         self.assertEqual(r["exit_code"], 0, r["stderr"])
         self.assertTrue(r["harness"]["passed"], r["harness"])
+
+
+@skip_without_image("python")
+class PrepareOnRequestTest(unittest.TestCase):
+    """After a result the runner kills what is left of the program at once, but forks and
+    prepares the next program process only when the worker says "prepare"."""
+
+    def setUp(self):
+        self.folder = tempfile.mkdtemp()
+        cidfile = os.path.join(self.folder, "cid")
+        self.c = Container(extra=("--cidfile", cidfile))
+        self.addCleanup(shutil.rmtree, self.folder)
+        self.addCleanup(self.c.close)
+        self.assertEqual(self.c.recv()["type"], "ready")
+        with open(cidfile) as f:
+            self.pids_path = "/sys/fs/cgroup/pids/docker/%s/pids.current" % f.read().strip()
+
+    def pids(self):
+        with open(self.pids_path) as f:
+            return int(f.read())
+
+    def test_housekeeping_waits_for_prepare_and_leftovers_die_at_once(self):
+        prepared = self.pids()  # init, the zygote, the supervisor and a prepared program
+        self.c.send(self.c.request(
+            "import subprocess\n"
+            "subprocess.Popen(['sleep', '30'], start_new_session=True)\n"
+            "print('left one behind')"))
+        result = self.c.recv()
+        self.assertEqual((result["type"], result["stdout"]), ("result", "left one behind\n"))
+        # No program process yet, and the one left behind is gone (not the next request's).
+        deadline = time.monotonic() + 2
+        while self.pids() != prepared - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(self.pids(), prepared - 1)
+        time.sleep(0.3)
+        self.assertEqual(self.pids(), prepared - 1, "the next program was forked unasked")
+        self.c.send({"type": "prepare"})
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": 3, "runs": 1})
+        self.assertEqual(self.pids(), prepared)
+        self.assertEqual(self.c.run("print(2)")["stdout"], "2\n")
+
+    def test_a_request_instead_of_prepare_ends_the_runner(self):
+        self.c.send(self.c.request("print(1)"))
+        self.assertEqual(self.c.recv()["type"], "result")
+        self.c.send(self.c.request("print(2)"))
+        fatal = self.c.recv()
+        self.assertEqual(fatal["type"], "fatal", fatal)
+        self.assertIn("expected prepare", fatal["message"])
+        self.assertIsNone(self.c.recv())
 
 
 @skip_without_image("python")

@@ -80,6 +80,7 @@ class Container:
             ["docker", "run", "-i", "--rm", *hardening, *working_tree_mounts(language), *extra,
              image(language)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.protocol = None
 
     def send(self, obj):
         self.proc.stdin.write(frame(obj) if not isinstance(obj, bytes) else obj)
@@ -90,7 +91,18 @@ class Container:
         if len(header) < 4:
             return None
         (n,) = struct.unpack(">I", header)
-        return json.loads(self.proc.stdout.read(n))
+        message = json.loads(self.proc.stdout.read(n))
+        if message.get("type") == "ready":
+            self.protocol = message.get("protocol")
+        return message
+
+    def settle(self, answer):
+        """What the worker does after an answer: a result (protocol 3 on) waits for its
+        "prepare" before the runner gets the container ready again."""
+        if answer and answer.get("type") == "result" and (self.protocol or 0) >= 3:
+            self.send({"type": "prepare"})
+        ready = self.recv()
+        assert ready and ready["type"] == "ready", ready
 
     def request(self, code, **fields):
         request = {"code": code, "stdin": None, "timeout_ms": 10000,
@@ -101,8 +113,7 @@ class Container:
     def run(self, code, **fields):
         self.send(self.request(code, **fields))
         result = self.recv()
-        ready = self.recv()
-        assert ready and ready["type"] == "ready", ready
+        self.settle(result)
         return result
 
     def timed_run(self, code, **fields):
@@ -112,8 +123,7 @@ class Container:
         self.send(request)
         result = self.recv()
         elapsed = time.perf_counter() - t
-        ready = self.recv()
-        assert ready and ready["type"] == "ready", ready
+        self.settle(result)
         return result, elapsed
 
     def close(self):
@@ -151,7 +161,7 @@ class LanguageContract:
     def setUpClass(cls):
         cls.c = Container(cls.LANGUAGE)
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": 2, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": 3, "runs": 0}, ready
 
     @classmethod
     def tearDownClass(cls):

@@ -166,6 +166,8 @@ impl DockerSandbox {
         self.inner.top_up();
         let deadline = tokio::time::Instant::now() + within;
         for pool in self.inner.pools.values().filter(|p| p.is_active()) {
+            // Warm means every container ready: a resting one prepares at once.
+            let _waiting = pool.wait();
             loop {
                 let notified = pool.changed.notified();
                 tokio::pin!(notified);
@@ -508,7 +510,10 @@ impl Inner {
     }
 
     /// Returns a runner to its pool once it says `ready` again (it scrubs the container
-    /// first); retires it instead after a breach, at its run limit, or at shutdown.
+    /// first); retires it instead after a breach, at its run limit, or at shutdown. While
+    /// another container is ready and no run waits, it rests for `prepare_delay` before it
+    /// prepares: the result it just gave sets off work elsewhere (the verdict stored, the
+    /// next task published and started), and its housekeeping would take the cores from it.
     fn release(self: &Arc<Self>, mut runner: Runner, breach: bool) {
         if breach {
             return self.retire(runner, "limit breach");
@@ -521,6 +526,22 @@ impl Inner {
         }
         let this = self.clone();
         self.tasks.spawn(async move {
+            let pool = &this.pools[&runner.language];
+            if runner.unprepared() {
+                let demand = pool.demand.notified();
+                tokio::pin!(demand);
+                demand.as_mut().enable();
+                if !this.options.prepare_delay.is_zero() && pool.can_rest() {
+                    tokio::select! {
+                        () = tokio::time::sleep(this.options.prepare_delay) => {}
+                        () = demand => {}
+                        () = this.closing.cancelled() => {}
+                    }
+                }
+                if this.closing.is_cancelled() {
+                    return this.retire(runner, "shutdown");
+                }
+            }
             match runner.wait_ready(this.options.start_timeout).await {
                 Ok(()) if this.pools[&runner.language].counts().1 > this.pools[&runner.language].size => {
                     this.retire(runner, "over the pool size");
@@ -552,6 +573,7 @@ impl Inner {
         // After a failed `docker update`, start a container with the right limit even above
         // the pool size (it is retired when it comes back to a full pool).
         let mut size = pool.size;
+        let mut waiting = None;
         loop {
             let notified = pool.changed.notified();
             tokio::pin!(notified);
@@ -593,6 +615,8 @@ impl Inner {
                     }
                 };
             }
+            // Counted from the first wait on: a resting container prepares at once.
+            waiting.get_or_insert_with(|| pool.wait());
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(Error::Unavailable(format!(
                     "no {language} sandbox container became free within {:?}",

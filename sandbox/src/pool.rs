@@ -19,6 +19,8 @@ pub(crate) struct Pool {
     state: Mutex<State>,
     /// Fires when a runner becomes idle or a slot frees up.
     pub changed: Notify,
+    /// Fires when a run starts waiting for a container: a resting one prepares at once.
+    pub demand: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +28,18 @@ struct State {
     idle: Vec<Runner>,
     /// Containers counted against the pool size: idle + leased + starting + settling.
     live: usize,
+    /// Runs waiting for a container.
+    waiting: usize,
+}
+
+/// A run waiting for one of the pool's containers, counted while it lives.
+pub(crate) struct Waiting<'a>(&'a Pool);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.waiting = state.waiting.saturating_sub(1);
+    }
 }
 
 impl Pool {
@@ -36,6 +50,7 @@ impl Pool {
             active: AtomicBool::new(!lazy),
             state: Mutex::default(),
             changed: Notify::new(),
+            demand: Notify::new(),
         }
     }
 
@@ -90,6 +105,20 @@ impl Pool {
 
     pub fn drain_idle(&self) -> Vec<Runner> {
         std::mem::take(&mut self.state().idle)
+    }
+
+    /// Counts a run as waiting until the guard drops, and wakes the resting containers.
+    pub fn wait(&self) -> Waiting<'_> {
+        self.state().waiting += 1;
+        self.demand.notify_waiters();
+        Waiting(self)
+    }
+
+    /// Whether a container can rest before it prepares its next program: another one is
+    /// ready for the next run and no run waits.
+    pub fn can_rest(&self) -> bool {
+        let state = self.state();
+        !state.idle.is_empty() && state.waiting == 0
     }
 
     /// (idle, live)

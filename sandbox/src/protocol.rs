@@ -1,4 +1,4 @@
-//! The runner protocol (version 2) spoken over a container's attached stdin/stdout, and the
+//! The runner protocol (version 3) spoken over a container's attached stdin/stdout, and the
 //! mapping of what the runner saw to a verdict. See `sandbox-images/common/runner.py` for the
 //! other side.
 //!
@@ -12,7 +12,7 @@ use proto::{
 use serde::{Deserialize, Serialize};
 
 /// Protocol version the runner announces in its `ready` message.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// What the runner is sent for one execution.
 #[derive(Debug, Serialize)]
@@ -52,6 +52,15 @@ impl<'a> RunnerRequest<'a> {
             harness: request.harness.as_ref(),
         }
     }
+}
+
+/// What the worker tells the runner besides requests.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum RunnerCommand {
+    /// Sent after a result: the runner forks and prepares its next program process (and
+    /// scrubs what the last one left), then says `ready`. Until then it only waits.
+    Prepare,
 }
 
 /// A message from the runner.
@@ -383,8 +392,20 @@ mod tests {
     }
 
     #[test]
+    fn prepare_is_the_frame_the_runner_waits_for() {
+        // runner.py's await_prepare compares the decoded object with exactly this.
+        let frame = encode_frame(&RunnerCommand::Prepare);
+        let body = &frame[4..];
+        assert_eq!(frame[..4], u32::try_from(body.len()).unwrap().to_be_bytes());
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(body).unwrap(),
+            serde_json::json!({"type": "prepare"})
+        );
+    }
+
+    #[test]
     fn frames_round_trip_across_arbitrary_chunks() {
-        let a = encode_frame(&serde_json::json!({"type": "ready", "protocol": 2}));
+        let a = encode_frame(&serde_json::json!({"type": "ready", "protocol": 3}));
         let b = encode_frame(&serde_json::json!({"type": "error", "message": "x"}));
         let stream: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
         let mut decoder = FrameDecoder::new(1024);
@@ -397,7 +418,7 @@ mod tests {
         }
         assert!(matches!(
             frames[0],
-            RunnerMessage::Ready { protocol: 2, .. }
+            RunnerMessage::Ready { protocol: 3, .. }
         ));
         assert!(matches!(&frames[1], RunnerMessage::Error { message } if message == "x"));
     }

@@ -10,7 +10,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::protocol::{
-    FrameDecoder, PROTOCOL, RunnerMessage, RunnerRequest, RunnerResult, encode_frame,
+    FrameDecoder, PROTOCOL, RunnerCommand, RunnerMessage, RunnerRequest, RunnerResult, encode_frame,
 };
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
@@ -57,6 +57,8 @@ pub(crate) struct Runner {
     pub memory_mb: u64,
     /// Executions it has run.
     pub runs: u64,
+    /// It answered a run with a result and waits for `prepare` before it gets ready again.
+    unprepared: bool,
     input: Input,
     output: Output,
     frames: FrameDecoder,
@@ -88,6 +90,7 @@ impl Runner {
             language,
             memory_mb,
             runs: 0,
+            unprepared: false,
             input,
             output,
             frames: FrameDecoder::new(max_frame),
@@ -128,8 +131,29 @@ impl Runner {
         }
     }
 
+    /// Whether the runner waits for [`Runner::wait_ready`] to tell it to prepare (after a
+    /// result; not after a refused request, which leaves its program process as it was).
+    pub fn unprepared(&self) -> bool {
+        self.unprepared
+    }
+
     /// Waits for `ready`: at start-up and after every execution, once the container is clean.
+    /// After a result the runner is first told to prepare: only now does it fork and prepare
+    /// its next program process (it killed what was left of the last one at once).
     pub async fn wait_ready(&mut self, within: Duration) -> Result<(), Failure> {
+        if self.unprepared {
+            let frame = encode_frame(&RunnerCommand::Prepare);
+            match tokio::time::timeout(within, async {
+                self.input.write_all(&frame).await?;
+                self.input.flush().await
+            })
+            .await
+            {
+                Err(_) => return Err(Failure::Wedged),
+                Ok(Err(e)) => return Err(Failure::Docker(format!("writing to the runner: {e}"))),
+                Ok(Ok(())) => self.unprepared = false,
+            }
+        }
         match self.next_message(Instant::now() + within).await? {
             RunnerMessage::Ready { protocol, runs } if protocol == PROTOCOL => {
                 if runs == self.runs {
@@ -185,7 +209,10 @@ impl Runner {
             Ok(Ok(())) => {}
         }
         match self.next_message(deadline).await? {
-            RunnerMessage::Result(result) => Ok(*result),
+            RunnerMessage::Result(result) => {
+                self.unprepared = true;
+                Ok(*result)
+            }
             RunnerMessage::Error { message } => Err(Failure::Refused(message)),
             RunnerMessage::Fatal {
                 message,

@@ -238,6 +238,53 @@ async fn concurrent_executions_share_the_pool() {
 }
 
 #[tokio::test]
+async fn a_container_rests_after_a_run_until_a_run_waits_for_it() {
+    // A long delay, so that only the rest or a waiting run can explain what follows.
+    let sandbox = TestSandbox::start(sandbox::Options {
+        prepare_delay: Duration::from_secs(60),
+        ..TestSandbox::options(2)
+    })
+    .await;
+    assert_eq!(sandbox.stats().idle, 2);
+    let first = sandbox.hostname().await;
+    // The other container is ready and nothing waits: this one does not prepare.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sandbox.stats().idle, 1, "it prepared without being asked");
+    // The ready one is taken by a long run; the next run waits and wakes the resting one.
+    let long = {
+        let sandbox = sandbox.sandbox.clone();
+        tokio::spawn(async move {
+            sandbox::Sandbox::run(
+                &sandbox,
+                &TestSandbox::request(
+                    "import socket, time\ntime.sleep(8)\nprint(socket.gethostname())",
+                ),
+            )
+            .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sandbox.stats().idle != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the long run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    assert_eq!(sandbox.hostname().await, first);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the waiting run took {:?}: it waited for the long run, not for the resting container",
+        started.elapsed()
+    );
+    let long = long.await.unwrap().expect("a verdict");
+    assert_eq!(long.status, Status::Passed, "{long:#?}");
+    assert_ne!(long.stdout.trim(), first);
+    sandbox.stop().await;
+}
+
+#[tokio::test]
 async fn stdin_files_and_unicode_pass_through() {
     let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
     let mut request = TestSandbox::request(
