@@ -242,3 +242,94 @@ fn kind(message: &RunnerMessage) -> &'static str {
         RunnerMessage::Fatal { .. } => "fatal",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    fn runner(frames: &[serde_json::Value]) -> (Runner, tokio::io::DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let output: Vec<Result<LogOutput, bollard::errors::Error>> = frames
+            .iter()
+            .map(|f| {
+                Ok(LogOutput::StdOut {
+                    message: encode_frame(f).into(),
+                })
+            })
+            .collect();
+        let runner = Runner::new(
+            "c0ffee".into(),
+            Language::Python,
+            256,
+            Box::pin(ours),
+            Box::pin(futures::stream::iter(output)),
+            1 << 20,
+        );
+        (runner, theirs)
+    }
+
+    async fn sent_frames(mut theirs: tokio::io::DuplexStream) -> Vec<serde_json::Value> {
+        let mut bytes = Vec::new();
+        theirs.read_to_end(&mut bytes).await.unwrap();
+        let mut decoder = FrameDecoder::new(1 << 20);
+        decoder.push(&bytes);
+        std::iter::from_fn(|| decoder.next_frame().unwrap())
+            .map(|f| serde_json::from_slice(&f).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn after_a_result_the_runner_is_told_to_prepare_before_it_is_ready() {
+        let (mut runner, theirs) = runner(&[
+            serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 0}),
+            serde_json::json!({"type": "result", "exit_code": 0, "stdout": "1\n"}),
+            serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
+        ]);
+        runner.wait_ready(Duration::from_secs(5)).await.unwrap();
+        assert!(!runner.unprepared());
+        let request = ExecutionRequest {
+            language: Language::Python,
+            code: "print(1)".into(),
+            stdin: None,
+            test: None,
+            timeout_ms: 1000,
+            cpu_time_ms: None,
+            compile_timeout_ms: None,
+            memory_mb: 256,
+            fresh_container: false,
+            files: BTreeMap::new(),
+            return_files: Vec::new(),
+            harness: None,
+        };
+        let result = runner
+            .execute(&request, 1 << 20, 1 << 20, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(result.stdout, "1\n");
+        assert!(runner.unprepared());
+        runner.wait_ready(Duration::from_secs(5)).await.unwrap();
+        assert!(!runner.unprepared());
+        drop(runner);
+        let sent = sent_frames(theirs).await;
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0]["code"], "print(1)");
+        assert_eq!(sent[1], serde_json::json!({"type": "prepare"}));
+    }
+
+    #[tokio::test]
+    async fn an_image_of_another_protocol_is_named_with_the_fix() {
+        let (mut runner, _theirs) = runner(&[serde_json::json!({"type": "ready", "protocol": 2})]);
+        let Err(Failure::Protocol(message)) = runner.wait_ready(Duration::from_secs(5)).await
+        else {
+            panic!("a protocol-2 runner was accepted");
+        };
+        assert!(
+            message.contains("protocol 2, not 3") && message.contains("sandbox-images/build"),
+            "{message}"
+        );
+    }
+}
