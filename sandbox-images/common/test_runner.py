@@ -375,6 +375,8 @@ class PrepareOnRequestTest(unittest.TestCase):
         self.assertEqual(self.c.recv()["type"], "ready")
         with open(cidfile) as f:
             self.pids_path = "/sys/fs/cgroup/pids/docker/%s/pids.current" % f.read().strip()
+        if not os.path.exists(self.pids_path):
+            self.skipTest("needs cgroup v1 with Docker's cgroupfs driver (%s)" % self.pids_path)
 
     def pids(self):
         with open(self.pids_path) as f:

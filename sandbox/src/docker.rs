@@ -44,6 +44,10 @@ const RUNNER_CAPABILITIES: [&str; 3] = ["SETUID", "SETGID", "KILL"];
 /// The uid programs run as (the runner's `PROGRAM_UID`); owns the writable tmpfs mounts.
 const PROGRAM_UID: u32 = 10002;
 
+/// The longest `sandbox.prepare_delay` honoured: a longer one would only keep a container
+/// out of the pool's ready count (and its gauge) for nothing.
+const MAX_PREPARE_DELAY: Duration = Duration::from_secs(10);
+
 /// A cheap-to-clone handle to the pools.
 #[derive(Debug, Clone)]
 pub struct DockerSandbox {
@@ -528,12 +532,16 @@ impl Inner {
         self.tasks.spawn(async move {
             let pool = &this.pools[&runner.language];
             if runner.unprepared() {
+                if pool.counts().1 > pool.size {
+                    return this.retire(runner, "over the pool size");
+                }
                 let demand = pool.demand.notified();
                 tokio::pin!(demand);
                 demand.as_mut().enable();
-                if !this.options.prepare_delay.is_zero() && pool.can_rest() {
+                let delay = this.options.prepare_delay.min(MAX_PREPARE_DELAY);
+                if !delay.is_zero() && pool.can_rest() {
                     tokio::select! {
-                        () = tokio::time::sleep(this.options.prepare_delay) => {}
+                        () = tokio::time::sleep(delay) => {}
                         () = demand => {}
                         () = this.closing.cancelled() => {}
                     }
@@ -587,6 +595,8 @@ impl Inner {
                 pool.take_idle(memory_mb)
             };
             if let Some(mut runner) = idle {
+                // No longer waiting while the limit is updated: releases may rest again.
+                drop(waiting.take());
                 if runner.memory_mb == memory_mb {
                     return Ok(runner);
                 }
@@ -604,6 +614,7 @@ impl Inner {
                 }
             }
             if pool.reserve(size) {
+                drop(waiting.take());
                 if std::mem::take(&mut first_run) {
                     self.top_up();
                 }

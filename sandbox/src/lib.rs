@@ -96,7 +96,7 @@ pub struct Options {
     /// (forks the next program process and scrubs), while another container of its language
     /// is ready and no run waits; a run that starts waiting ends the wait. The housekeeping
     /// (about 3 ms of a core) then runs after the work a result sets off instead of beside
-    /// it. `0s` prepares at once.
+    /// it. `0s` prepares at once; at most 10 s is honoured.
     #[serde(with = "humantime_serde")]
     pub prepare_delay: Duration,
 }

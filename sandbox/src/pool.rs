@@ -68,7 +68,8 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An idle runner, preferably one whose memory limit already is `memory_mb`.
+    /// An idle runner, preferably one whose memory limit already is `memory_mb`. Taking the
+    /// last one wakes the resting containers: a container rests only while another is ready.
     pub fn take_idle(&self, memory_mb: u64) -> Option<Runner> {
         let mut state = self.state();
         let index = state
@@ -76,7 +77,13 @@ impl Pool {
             .iter()
             .position(|r| r.memory_mb == memory_mb)
             .or_else(|| state.idle.len().checked_sub(1))?;
-        Some(state.idle.swap_remove(index))
+        let runner = state.idle.swap_remove(index);
+        let last = state.idle.is_empty();
+        drop(state);
+        if last {
+            self.demand.notify_waiters();
+        }
+        Some(runner)
     }
 
     /// Counts a container about to be started, if the pool is below `size`.

@@ -272,6 +272,23 @@ mod tests {
         (runner, theirs)
     }
 
+    fn request() -> ExecutionRequest {
+        ExecutionRequest {
+            language: Language::Python,
+            code: "print(1)".into(),
+            stdin: None,
+            test: None,
+            timeout_ms: 1000,
+            cpu_time_ms: None,
+            compile_timeout_ms: None,
+            memory_mb: 256,
+            fresh_container: false,
+            files: BTreeMap::new(),
+            return_files: Vec::new(),
+            harness: None,
+        }
+    }
+
     async fn sent_frames(mut theirs: tokio::io::DuplexStream) -> Vec<serde_json::Value> {
         let mut bytes = Vec::new();
         theirs.read_to_end(&mut bytes).await.unwrap();
@@ -291,22 +308,8 @@ mod tests {
         ]);
         runner.wait_ready(Duration::from_secs(5)).await.unwrap();
         assert!(!runner.unprepared());
-        let request = ExecutionRequest {
-            language: Language::Python,
-            code: "print(1)".into(),
-            stdin: None,
-            test: None,
-            timeout_ms: 1000,
-            cpu_time_ms: None,
-            compile_timeout_ms: None,
-            memory_mb: 256,
-            fresh_container: false,
-            files: BTreeMap::new(),
-            return_files: Vec::new(),
-            harness: None,
-        };
         let result = runner
-            .execute(&request, 1 << 20, 1 << 20, Duration::from_secs(1))
+            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1))
             .await
             .unwrap();
         assert_eq!(result.stdout, "1\n");
@@ -318,6 +321,29 @@ mod tests {
         assert_eq!(sent.len(), 2, "{sent:?}");
         assert_eq!(sent[0]["code"], "print(1)");
         assert_eq!(sent[1], serde_json::json!({"type": "prepare"}));
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_leaves_the_runner_prepared() {
+        // After an error answer the runner says ready again by itself (its program process
+        // saw nothing): a prepare would be read as the next request.
+        let (mut runner, theirs) = runner(&[
+            serde_json::json!({"type": "error", "message": "bad files"}),
+            serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
+        ]);
+        let Err(Failure::Refused(message)) = runner
+            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1))
+            .await
+        else {
+            panic!("the error answer was not a refusal");
+        };
+        assert_eq!(message, "bad files");
+        assert!(!runner.unprepared());
+        runner.wait_ready(Duration::from_secs(5)).await.unwrap();
+        drop(runner);
+        let sent = sent_frames(theirs).await;
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0]["code"], "print(1)");
     }
 
     #[tokio::test]
