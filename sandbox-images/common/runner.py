@@ -13,12 +13,14 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
   runner -> worker  {"type": "ready", "protocol": 3, "runs": int}
                       the container is clean and a request may be sent (at start and again
                       after every execution, once the worker said "prepare").
-  worker -> runner  {"type": "prepare"}, only after a result: every process of the last
-                      program is already dead, and the runner now forks and prepares the
-                      next program process (and scrubs what the last one left), then says
-                      "ready". The worker chooses the moment: at once when a run waits for
-                      this container, else a little later, so that this housekeeping does
-                      not take the cores from the orchestration the result sets off.
+  worker -> runner  {"type": "prepare"}, only after the result of a request that said
+                      "rest": true: every process of the last program is already dead, and
+                      the runner now forks and prepares the next program process (and
+                      scrubs what the last one left), then says "ready". The worker chooses
+                      the moment: at once when a run waits for this container, else a little
+                      later, so that this housekeeping does not take the cores from the
+                      orchestration the result sets off. Without "rest" the runner prepares
+                      right after the result (a busy pool: nothing to wait for).
   worker -> runner  a request, only after "ready":
                       {"code": str, "stdin": str|null, "timeout_ms": int,
                        "max_output_bytes": int,    capture cap per stream; output past it is
@@ -38,9 +40,11 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    "integrate" in a fresh module `solution`,
                                                    a "program_test" in __main__); not with
                                                    "test"
-                       "cpu_time_ms": int|null}    optional CPU-time limit (the container
+                       "cpu_time_ms": int|null,    optional CPU-time limit (the container
                                                    cgroup's, over the run): past it the
                                                    program is killed ("cpu_limited")
+                       "rest": bool}               optional: after the result, wait for
+                                                   "prepare" (see below)
   runner -> worker  {"type": "result", "exit_code": int|null, "signal": int|null,
                      "timed_out": bool, "oom_killed": bool, "output_limited": bool,
                      "stdout": str, "stderr": str, "stdout_truncated": bool,
@@ -440,6 +444,10 @@ def parse_request(raw):
     if harness is not None and out["test"] is not None:
         raise RequestError("'harness' and 'test' cannot be combined")
     out["harness"] = harness
+    rest = req.get("rest", False)
+    if not isinstance(rest, bool):
+        raise RequestError("'rest' must be a boolean")
+    out["rest"] = rest
     return out
 
 
@@ -1756,13 +1764,13 @@ def supervisor_main(ctl):
     the requests it has held never reach a program. Returns 1 when the worker closes stdin;
     raises Fatal when it cannot vouch for the container."""
     runs = 0
-    ran = False
+    rest = False
     while True:
         # Nothing of the previous program may outlive it, before the next one is spawned: it
         # is killed at once, whenever the worker asks for the next one.
         if not kill_program():
             raise Fatal("processes of uid %d survived SIGKILL" % PROGRAM_UID)
-        if ran and not await_prepare():
+        if rest and not await_prepare():
             return 1
         sup = spawn_program(ctl)
         while True:
@@ -1780,13 +1788,14 @@ def supervisor_main(ctl):
             break
         result = sup.run(req, raw)
         write_frame(1, result)
+        rest = req["rest"]
         del result, req, raw
         sup.finish()
-        ran = True
 
 
 def await_prepare():
-    """Waits for the worker's "prepare" after a result; False when it closed stdin."""
+    """Waits for the worker's "prepare" after the result of a request that said "rest";
+    False when it closed stdin."""
     raw = read_frame(0)
     if raw is None:
         return False

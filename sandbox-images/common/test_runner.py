@@ -363,8 +363,9 @@ class RunnerInContainerTest(unittest.TestCase):
 
 @skip_without_image("python")
 class PrepareOnRequestTest(unittest.TestCase):
-    """After a result the runner kills what is left of the program at once, but forks and
-    prepares the next program process only when the worker says "prepare"."""
+    """After the result of a request that said "rest", the runner kills what is left of the
+    program at once, but forks and prepares the next program process only when the worker
+    says "prepare"."""
 
     def setUp(self):
         self.folder = tempfile.mkdtemp()
@@ -387,7 +388,7 @@ class PrepareOnRequestTest(unittest.TestCase):
         self.c.send(self.c.request(
             "import subprocess\n"
             "subprocess.Popen(['sleep', '30'], start_new_session=True)\n"
-            "print('left one behind')"))
+            "print('left one behind')", rest=True))
         result = self.c.recv()
         self.assertEqual((result["type"], result["stdout"]), ("result", "left one behind\n"))
         # No program process yet, and the one left behind is gone (not the next request's).
@@ -402,8 +403,22 @@ class PrepareOnRequestTest(unittest.TestCase):
         self.assertEqual(self.pids(), prepared)
         self.assertEqual(self.c.run("print(2)")["stdout"], "2\n")
 
-    def test_a_request_instead_of_prepare_ends_the_runner(self):
+    def test_without_rest_the_runner_prepares_at_once(self):
+        prepared = self.pids()
         self.c.send(self.c.request("print(1)"))
+        self.assertEqual(self.c.recv()["stdout"], "1\n")
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": 3, "runs": 1})
+        self.assertEqual(self.pids(), prepared)
+
+    def test_rest_must_be_a_boolean(self):
+        self.c.send(self.c.request("print(1)", rest="yes"))
+        answer = self.c.recv()
+        self.assertEqual(answer["type"], "error", answer)
+        self.assertIn("'rest'", answer["message"])
+        self.assertEqual(self.c.recv()["type"], "ready")
+
+    def test_a_request_instead_of_prepare_ends_the_runner(self):
+        self.c.send(self.c.request("print(1)", rest=True))
         self.assertEqual(self.c.recv()["type"], "result")
         self.c.send(self.c.request("print(2)"))
         fatal = self.c.recv()

@@ -80,7 +80,6 @@ class Container:
             ["docker", "run", "-i", "--rm", *hardening, *working_tree_mounts(language), *extra,
              image(language)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.protocol = None
 
     def send(self, obj):
         self.proc.stdin.write(frame(obj) if not isinstance(obj, bytes) else obj)
@@ -91,18 +90,12 @@ class Container:
         if len(header) < 4:
             return None
         (n,) = struct.unpack(">I", header)
-        message = json.loads(self.proc.stdout.read(n))
-        if message.get("type") == "ready":
-            self.protocol = message.get("protocol")
-        return message
+        return json.loads(self.proc.stdout.read(n))
 
     def settle(self, answer):
-        """What the worker does after an answer: a result (protocol 3 on) waits for its
-        "prepare" before the runner gets the container ready again."""
-        if answer and answer.get("type") == "result" and (self.protocol or 0) >= 3:
-            self.send({"type": "prepare"})
+        """After an answer the runner gets ready again by itself (a request without "rest")."""
         ready = self.recv()
-        assert ready and ready["type"] == "ready", ready
+        assert ready and ready["type"] == "ready", (answer, ready)
 
     def request(self, code, **fields):
         request = {"code": code, "stdin": None, "timeout_ms": 10000,

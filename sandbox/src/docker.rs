@@ -540,6 +540,7 @@ impl Inner {
                 demand.as_mut().enable();
                 let delay = this.options.prepare_delay.min(MAX_PREPARE_DELAY);
                 if !delay.is_zero() && pool.can_rest() {
+                    let _resting = pool.rest();
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = demand => {}
@@ -563,13 +564,14 @@ impl Inner {
         });
     }
 
-    /// A warm runner for `language`, with its memory limit set to `memory_mb`. Starts one
-    /// when the pool is below its size; waits when every container is busy.
+    /// A warm runner for `language`, with its memory limit set to `memory_mb`, and whether
+    /// its run may let it rest after the result ([`Pool::may_rest`]). Starts one when the
+    /// pool is below its size; waits when every container is busy.
     async fn checkout(
         self: &Arc<Self>,
         language: Language,
         memory_mb: u64,
-    ) -> Result<Runner, Error> {
+    ) -> Result<(Runner, bool), Error> {
         let pool = self.pool(language)?;
         // A lazy pool's first run: this run starts its own container, the rest of the pool
         // starts beside it.
@@ -594,16 +596,16 @@ impl Inner {
             } else {
                 pool.take_idle(memory_mb)
             };
-            if let Some(mut runner) = idle {
+            if let Some((mut runner, rest)) = idle {
                 // No longer waiting while the limit is updated: releases may rest again.
                 drop(waiting.take());
                 if runner.memory_mb == memory_mb {
-                    return Ok(runner);
+                    return Ok((runner, rest));
                 }
                 match self.set_memory(&runner.id, language, memory_mb).await {
                     Ok(()) => {
                         runner.memory_mb = memory_mb;
-                        return Ok(runner);
+                        return Ok((runner, rest));
                     }
                     Err(e) => {
                         tracing::debug!(container = runner.short_id(), error = %e, "cannot change the memory limit; replacing the container");
@@ -619,7 +621,7 @@ impl Inner {
                     self.top_up();
                 }
                 return match self.spawn_runner(language, memory_mb).await {
-                    Ok(runner) => Ok(runner),
+                    Ok(runner) => Ok((runner, pool.may_rest())),
                     Err(e) => {
                         pool.unreserve();
                         Err(e)
@@ -701,7 +703,7 @@ impl Inner {
         self: &Arc<Self>,
         request: &ExecutionRequest,
     ) -> Result<ExecutionResult, Error> {
-        let runner = self.checkout(request.language, request.memory_mb).await?;
+        let (runner, rest) = self.checkout(request.language, request.memory_mb).await?;
         let mut lease = Lease {
             inner: self.clone(),
             runner: Some(runner),
@@ -714,6 +716,7 @@ impl Inner {
                 self.options.max_output_bytes,
                 self.options.output_limit_bytes,
                 self.options.grace,
+                rest,
             )
             .await;
         let runner = lease.take();
@@ -758,6 +761,8 @@ impl Inner {
                 self.options.max_output_bytes,
                 self.options.output_limit_bytes,
                 self.options.grace,
+                // Removed after this run: nothing to rest for.
+                false,
             )
             .await;
         let result = match outcome {

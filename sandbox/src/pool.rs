@@ -30,6 +30,8 @@ struct State {
     live: usize,
     /// Runs waiting for a container.
     waiting: usize,
+    /// Containers resting after a run (released, not yet told to prepare).
+    resting: usize,
 }
 
 /// A run waiting for one of the pool's containers, counted while it lives.
@@ -39,6 +41,16 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state();
         state.waiting = state.waiting.saturating_sub(1);
+    }
+}
+
+/// A container resting after a run, counted while it lives.
+pub(crate) struct Resting<'a>(&'a Pool);
+
+impl Drop for Resting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.resting = state.resting.saturating_sub(1);
     }
 }
 
@@ -68,9 +80,11 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An idle runner, preferably one whose memory limit already is `memory_mb`. Taking the
-    /// last one wakes the resting containers: a container rests only while another is ready.
-    pub fn take_idle(&self, memory_mb: u64) -> Option<Runner> {
+    /// An idle runner, preferably one whose memory limit already is `memory_mb`, and whether
+    /// it may rest after its run (see [`Pool::may_rest`], as it stood when it was taken).
+    /// Taking the last one wakes the resting containers: a container rests only while
+    /// another is ready.
+    pub fn take_idle(&self, memory_mb: u64) -> Option<(Runner, bool)> {
         let mut state = self.state();
         let index = state
             .idle
@@ -78,12 +92,30 @@ impl Pool {
             .position(|r| r.memory_mb == memory_mb)
             .or_else(|| state.idle.len().checked_sub(1))?;
         let runner = state.idle.swap_remove(index);
+        let may_rest = Self::restful(&state);
         let last = state.idle.is_empty();
         drop(state);
         if last {
             self.demand.notify_waiters();
         }
-        Some(runner)
+        Some((runner, may_rest))
+    }
+
+    /// Whether a run starting now may let its container rest after it: nothing waits, and
+    /// another container is ready or about to be (resting). Otherwise the container prepares
+    /// right after its result, with no word from the pool in between.
+    pub fn may_rest(&self) -> bool {
+        Self::restful(&self.state())
+    }
+
+    fn restful(state: &State) -> bool {
+        state.waiting == 0 && (!state.idle.is_empty() || state.resting > 0)
+    }
+
+    /// Counts a container as resting until the guard drops.
+    pub fn rest(&self) -> Resting<'_> {
+        self.state().resting += 1;
+        Resting(self)
     }
 
     /// Counts a container about to be started, if the pool is below `size`.

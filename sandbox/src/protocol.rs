@@ -34,10 +34,18 @@ pub(crate) struct RunnerRequest<'a> {
     pub return_files: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harness: Option<&'a serde_json::Value>,
+    /// After the result, wait for [`RunnerCommand::Prepare`] (else prepare at once).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rest: bool,
 }
 
 impl<'a> RunnerRequest<'a> {
-    pub fn new(request: &'a ExecutionRequest, max_output_bytes: u64, output_limit: u64) -> Self {
+    pub fn new(
+        request: &'a ExecutionRequest,
+        max_output_bytes: u64,
+        output_limit: u64,
+        rest: bool,
+    ) -> Self {
         Self {
             code: &request.code,
             stdin: request.stdin.as_deref(),
@@ -50,6 +58,7 @@ impl<'a> RunnerRequest<'a> {
             files: &request.files,
             return_files: &request.return_files,
             harness: request.harness.as_ref(),
+            rest,
         }
     }
 }
@@ -58,8 +67,9 @@ impl<'a> RunnerRequest<'a> {
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum RunnerCommand {
-    /// Sent after a result: the runner forks and prepares its next program process (and
-    /// scrubs what the last one left), then says `ready`. Until then it only waits.
+    /// Sent after the result of a request with `rest`: the runner forks and prepares its
+    /// next program process (and scrubs what the last one left), then says `ready`. Until
+    /// then it only waits.
     Prepare,
 }
 

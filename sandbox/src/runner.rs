@@ -57,7 +57,7 @@ pub(crate) struct Runner {
     pub memory_mb: u64,
     /// Executions it has run.
     pub runs: u64,
-    /// It answered a run with a result and waits for `prepare` before it gets ready again.
+    /// It answered a run sent with `rest` and waits for `prepare` before it gets ready again.
     unprepared: bool,
     input: Input,
     output: Output,
@@ -131,15 +131,17 @@ impl Runner {
         }
     }
 
-    /// Whether the runner waits for [`Runner::wait_ready`] to tell it to prepare (after a
-    /// result; not after a refused request, which leaves its program process as it was).
+    /// Whether the runner waits for [`Runner::wait_ready`] to tell it to prepare (after the
+    /// result of a run sent with `rest`; not after a refused request, which leaves its
+    /// program process as it was).
     pub fn unprepared(&self) -> bool {
         self.unprepared
     }
 
     /// Waits for `ready`: at start-up and after every execution, once the container is clean.
-    /// After a result the runner is first told to prepare: only now does it fork and prepare
-    /// its next program process (it killed what was left of the last one at once).
+    /// After the result of a run sent with `rest` the runner is first told to prepare: only
+    /// now does it fork and prepare its next program process (it killed what was left of the
+    /// last one at once).
     pub async fn wait_ready(&mut self, within: Duration) -> Result<(), Failure> {
         if self.unprepared {
             let frame = encode_frame(&RunnerCommand::Prepare);
@@ -183,20 +185,28 @@ impl Runner {
         }
     }
 
-    /// Sends one request and waits for its result (not for the `ready` after it).
+    /// Sends one request and waits for its result (not for the `ready` after it). With
+    /// `rest` the runner then waits for [`Runner::wait_ready`]'s `prepare`; without it, it
+    /// prepares at once.
     pub async fn execute(
         &mut self,
         request: &ExecutionRequest,
         max_output_bytes: u64,
         output_limit: u64,
         grace: Duration,
+        rest: bool,
     ) -> Result<RunnerResult, Failure> {
         // A compile runs first under its own limit (plus the runner's grace for it).
         let compile = request.compile_timeout_ms.map_or(Duration::ZERO, |ms| {
             Duration::from_millis(ms) + Duration::from_secs(2)
         });
         let deadline = Instant::now() + Duration::from_millis(request.timeout_ms) + compile + grace;
-        let frame = encode_frame(&RunnerRequest::new(request, max_output_bytes, output_limit));
+        let frame = encode_frame(&RunnerRequest::new(
+            request,
+            max_output_bytes,
+            output_limit,
+            rest,
+        ));
         self.runs += 1;
         let sent = tokio::time::timeout_at(deadline, async {
             self.input.write_all(&frame).await?;
@@ -210,7 +220,7 @@ impl Runner {
         }
         match self.next_message(deadline).await? {
             RunnerMessage::Result(result) => {
-                self.unprepared = true;
+                self.unprepared = rest;
                 Ok(*result)
             }
             RunnerMessage::Error { message } => Err(Failure::Refused(message)),
@@ -309,7 +319,7 @@ mod tests {
         runner.wait_ready(Duration::from_secs(5)).await.unwrap();
         assert!(!runner.unprepared());
         let result = runner
-            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1))
+            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), true)
             .await
             .unwrap();
         assert_eq!(result.stdout, "1\n");
@@ -319,8 +329,29 @@ mod tests {
         drop(runner);
         let sent = sent_frames(theirs).await;
         assert_eq!(sent.len(), 2, "{sent:?}");
-        assert_eq!(sent[0]["code"], "print(1)");
+        assert_eq!(
+            (&sent[0]["code"], &sent[0]["rest"]),
+            (&"print(1)".into(), &true.into())
+        );
         assert_eq!(sent[1], serde_json::json!({"type": "prepare"}));
+    }
+
+    #[tokio::test]
+    async fn without_rest_the_runner_is_ready_after_a_result_unasked() {
+        let (mut runner, theirs) = runner(&[
+            serde_json::json!({"type": "result", "exit_code": 0, "stdout": "1\n"}),
+            serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
+        ]);
+        runner
+            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), false)
+            .await
+            .unwrap();
+        assert!(!runner.unprepared());
+        runner.wait_ready(Duration::from_secs(5)).await.unwrap();
+        drop(runner);
+        let sent = sent_frames(theirs).await;
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(sent[0].get("rest").is_none(), "{sent:?}");
     }
 
     #[tokio::test]
@@ -332,7 +363,7 @@ mod tests {
             serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
         ]);
         let Err(Failure::Refused(message)) = runner
-            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1))
+            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), true)
             .await
         else {
             panic!("the error answer was not a refusal");
