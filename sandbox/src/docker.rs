@@ -552,10 +552,8 @@ impl Inner {
                 }
             }
             match runner.wait_ready(this.options.start_timeout).await {
-                Ok(()) if this.pools[&runner.language].counts().1 > this.pools[&runner.language].size => {
-                    this.retire(runner, "over the pool size");
-                }
-                Ok(()) => this.pools[&runner.language].put_idle(runner),
+                Ok(()) if pool.counts().1 > pool.size => this.retire(runner, "over the pool size"),
+                Ok(()) => pool.put_idle(runner),
                 Err(e) => {
                     tracing::warn!(container = runner.short_id(), error = %e, diagnostics = %runner.diagnostics(), "sandbox container not clean after a run");
                     this.retire(runner, "not ready after a run");

@@ -34,23 +34,17 @@ struct State {
     resting: usize,
 }
 
-/// A run waiting for one of the pool's containers, counted while it lives.
-pub(crate) struct Waiting<'a>(&'a Pool);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.waiting = state.waiting.saturating_sub(1);
-    }
+/// One waiting run or resting container, counted in the pool's state while it lives.
+pub(crate) struct Counted<'a> {
+    pool: &'a Pool,
+    count: fn(&mut State) -> &mut usize,
 }
 
-/// A container resting after a run, counted while it lives.
-pub(crate) struct Resting<'a>(&'a Pool);
-
-impl Drop for Resting<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.resting = state.resting.saturating_sub(1);
+        let mut state = self.pool.state();
+        let count = (self.count)(&mut state);
+        *count = count.saturating_sub(1);
     }
 }
 
@@ -113,9 +107,13 @@ impl Pool {
     }
 
     /// Counts a container as resting until the guard drops.
-    pub fn rest(&self) -> Resting<'_> {
-        self.state().resting += 1;
-        Resting(self)
+    pub fn rest(&self) -> Counted<'_> {
+        self.count(|s| &mut s.resting)
+    }
+
+    fn count(&self, count: fn(&mut State) -> &mut usize) -> Counted<'_> {
+        *count(&mut self.state()) += 1;
+        Counted { pool: self, count }
     }
 
     /// Counts a container about to be started, if the pool is below `size`.
@@ -147,10 +145,10 @@ impl Pool {
     }
 
     /// Counts a run as waiting until the guard drops, and wakes the resting containers.
-    pub fn wait(&self) -> Waiting<'_> {
-        self.state().waiting += 1;
+    pub fn wait(&self) -> Counted<'_> {
+        let waiting = self.count(|s| &mut s.waiting);
         self.demand.notify_waiters();
-        Waiting(self)
+        waiting
     }
 
     /// Whether a container can rest before it prepares its next program: another one is

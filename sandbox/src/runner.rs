@@ -144,17 +144,12 @@ impl Runner {
     /// last one at once).
     pub async fn wait_ready(&mut self, within: Duration) -> Result<(), Failure> {
         if self.unprepared {
-            let frame = encode_frame(&RunnerCommand::Prepare);
-            match tokio::time::timeout(within, async {
-                self.input.write_all(&frame).await?;
-                self.input.flush().await
-            })
-            .await
-            {
-                Err(_) => return Err(Failure::Wedged),
-                Ok(Err(e)) => return Err(Failure::Docker(format!("writing to the runner: {e}"))),
-                Ok(Ok(())) => self.unprepared = false,
-            }
+            self.send(
+                &encode_frame(&RunnerCommand::Prepare),
+                Instant::now() + within,
+            )
+            .await?;
+            self.unprepared = false;
         }
         match self.next_message(Instant::now() + within).await? {
             RunnerMessage::Ready { protocol, runs } if protocol == PROTOCOL => {
@@ -208,16 +203,7 @@ impl Runner {
             rest,
         ));
         self.runs += 1;
-        let sent = tokio::time::timeout_at(deadline, async {
-            self.input.write_all(&frame).await?;
-            self.input.flush().await
-        })
-        .await;
-        match sent {
-            Err(_) => return Err(Failure::Wedged),
-            Ok(Err(e)) => return Err(Failure::Docker(format!("writing to the runner: {e}"))),
-            Ok(Ok(())) => {}
-        }
+        self.send(&frame, deadline).await?;
         match self.next_message(deadline).await? {
             RunnerMessage::Result(result) => {
                 self.unprepared = rest;
@@ -235,6 +221,20 @@ impl Runner {
                 "expected a result, got {}",
                 kind(&other)
             ))),
+        }
+    }
+
+    /// Writes one frame to the runner's stdin by `deadline`.
+    async fn send(&mut self, frame: &[u8], deadline: Instant) -> Result<(), Failure> {
+        let sent = tokio::time::timeout_at(deadline, async {
+            self.input.write_all(frame).await?;
+            self.input.flush().await
+        })
+        .await;
+        match sent {
+            Err(_) => Err(Failure::Wedged),
+            Ok(Err(e)) => Err(Failure::Docker(format!("writing to the runner: {e}"))),
+            Ok(Ok(())) => Ok(()),
         }
     }
 
