@@ -12,7 +12,8 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
 
   runner -> worker  {"type": "ready", "protocol": 3, "runs": int}
                       the container is clean and a request may be sent (at start and again
-                      after every execution, once the worker said "prepare").
+                      after every execution; after one whose request said "rest", once
+                      the worker said "prepare").
   worker -> runner  {"type": "prepare"}, only after the result of a request that said
                       "rest": true: every process of the last program is already dead, and
                       the runner now forks and prepares the next program process (and
