@@ -12,6 +12,8 @@ import os
 import socket
 import time
 
+import runqueue
+
 IMAGE = "codegen-sandbox-python:latest"
 ENGINE = "/var/run/docker.sock"
 DIR = "/tmp/codegen-transport-probe"
@@ -39,19 +41,9 @@ else:
 
 
 def engine_cpu_ms():
-    """User + system CPU of the engine's processes so far."""
-    ticks = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = f.read().split(b"\0")[0].decode(errors="replace")
-            if os.path.basename(command) in ("dockerd", "containerd") or "containerd-shim" in command:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                ticks += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+    """CPU the engine's threads have run so far (bench/runqueue.py says which are the engine's)."""
+    threads = runqueue.snap()["threads"].values()
+    return sum(ran for group, ran, _ in threads if group == "docker engine") / 1e6
 
 
 def engine(method, path, body=None):

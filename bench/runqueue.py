@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU time and run-queue wait of the cluster's processes over a phase of a benchmark.
 
-  sched.py snap OUT.json                 the counters now
-  sched.py diff BEFORE.json AFTER.json TASKS
+  runqueue.py snap OUT.json                 the counters now
+  runqueue.py diff BEFORE.json AFTER.json TASKS
 
 For every thread of each process below, the kernel's schedstat gives the time it ran and the
 time it waited on a run queue while runnable (waiting for a core). Summed over a phase and
