@@ -18,6 +18,16 @@ ROOTFS_OPTS=(
   --dpkgopt='path-include=/usr/share/doc/*/copyright'
 )
 
+# The packages every rootfs downloads, kept between builds (and shared by builds running at
+# once) under $ROOTFS_CACHE (scripts/lib/rootfs-cache), so that a package common to several
+# images (Python, gcc, libc6-dev) is fetched once. Not part of the base hash: it changes how,
+# not what.
+ROOTFS_CACHE=${ROOTFS_CACHE:-${ROOT:?}/.cluster/images/debs}
+ROOTFS_CACHE_HOOKS=(
+  --setup-hook="'$ROOT/scripts/lib/rootfs-cache' in '$ROOTFS_CACHE' \"\$1\""
+  --customize-hook="'$ROOT/scripts/lib/rootfs-cache' out '$ROOTFS_CACHE' \"\$1\""
+)
+
 rootfs_sha() { sha256sum | cut -c1-16; }
 
 # A folder's own mmdebstrap options, one per line, in mmdebstrap-options beside its packages
@@ -48,7 +58,10 @@ rootfs_import() {
   mkdir -p "$workdir"
   tmp="$(mktemp -d "$workdir/$name-rootfs.XXXXXX")"
   log "$name: building rootfs with mmdebstrap ($ROOTFS_SUITE, essential + $pkgs)"
-  if ! mmdebstrap --quiet "${ROOTFS_OPTS[@]}" "${extra[@]}" --include="$pkgs" \
+  # The chroot lives under $workdir (TMPDIR), beside the package cache, so that the cache's
+  # hooks hard-link instead of copying.
+  if ! TMPDIR="$tmp" mmdebstrap --quiet "${ROOTFS_OPTS[@]}" "${extra[@]}" \
+      "${ROOTFS_CACHE_HOOKS[@]}" --include="$pkgs" \
       "$ROOTFS_SUITE" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
     cat "$tmp/mmdebstrap.log" >&2
     rm -rf "$tmp"

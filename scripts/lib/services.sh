@@ -287,13 +287,20 @@ stop_redis() {
 
 # ---------------------------------------------------------------- sandbox image
 
+# build_images: the sandbox images of CODEGEN_SANDBOX_IMAGES (languages, space- or
+# comma-separated; default every language). Workers are ready once the warm-at-start
+# languages' images (python, javascript, bash) are there; another language's image is needed
+# at its first execution, which answers `sandbox_error` naming the build command until then.
 build_images() {
   local script=${CODEGEN_IMAGES_BUILD:-$ROOT/sandbox-images/build}
   [[ -x $script ]] || die "sandbox image build script not found or not executable: $script"
   local t0 rc=0
+  local -a langs=()
+  local list=${CODEGEN_SANDBOX_IMAGES:-}
+  read -r -a langs <<<"${list//,/ }"
   t0=$(now)
-  say "sandbox image: running $(rel "$script")"
-  "$script" 9>&- 2>&1 | sed -u 's/^/  /' || rc=$?
+  say "sandbox images: running $(rel "$script") ${langs[*]:-(every language)}"
+  "$script" "${langs[@]}" 9>&- 2>&1 | sed -u 's/^/  /' || rc=$?
   ((rc == 0)) || die "sandbox image build failed (exit $rc)"
-  say "sandbox image ready ($(elapsed "$t0"))"
+  say "sandbox images ready ($(elapsed "$t0"))"
 }
