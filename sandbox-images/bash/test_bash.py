@@ -69,7 +69,8 @@ class BashImageTest(LanguageContract, unittest.TestCase):
     def test_a_background_job_holding_the_report_pipe_does_not_delay_the_answer(self):
         r = self.run_code(self.ADD + "sleep 30 &", test=self.ADD_TEST_PASSES)
         self.assertEqual((r["exit_code"], r["test_finished"]), (0, True), r["stderr"])
-        self.assertLess(r["duration_ms"], 5000)
+        # Far below the sleeper's 30 s, far above the run's own cost.
+        self.assertLess(r["duration_ms"], 20_000)
 
     def test_a_signal_that_ends_the_shell_is_reported(self):
         r = self.run_code("kill -TERM $$\nsleep 5")

@@ -11,6 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from runner import COMPILE_GRACE_S  # noqa: E402
 from testlib import Container, skip_without_image  # noqa: E402
 
 BUILD = ["--tmpfs", "/build:rw,nosuid,nodev,exec,size=64m,uid=10002,gid=10002,mode=0700"]
@@ -32,17 +33,28 @@ class CompilePhaseTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.c.close()
 
+    def full_compile_ms(self):
+        """BIG's compile on this machine now, under a limit it cannot reach: the tests' limits
+        are set from it, not from a constant (machines differ tenfold in speed)."""
+        r = self.c.run(BIG, compile_timeout_ms=600_000, timeout_ms=600_000)
+        self.assertEqual((r["compile"]["status"], r["exit_code"]), ("ok", 0), r)
+        return r["compile"]["duration_ms"]
+
     def test_the_runs_clock_starts_when_the_compile_ends(self):
-        # The compile takes longer than the run's whole limit; the run itself is instant.
-        r = self.c.run(BIG, timeout_ms=300)
+        # The compile takes about five times the run's whole limit (a margin for the load to
+        # change between the two compiles); the run itself is instant.
+        d = self.full_compile_ms()
+        limit = max(50, d // 5)
+        r = self.c.run(BIG, compile_timeout_ms=max(60_000, 5 * d), timeout_ms=limit)
         self.assertEqual(r["compile"]["status"], "ok", r)
-        self.assertGreater(r["compile"]["duration_ms"], 300, r)
+        self.assertGreater(r["compile"]["duration_ms"], limit, r)
         self.assertFalse(r["timed_out"], r)
         self.assertEqual(r["exit_code"], 0, r)
-        self.assertLess(r["duration_ms"], 300, r)
+        self.assertLess(r["duration_ms"], limit, r)
 
     def test_the_compilers_memory_is_not_the_programs(self):
-        r = self.c.run(BIG, timeout_ms=5000)
+        # A compile limit it cannot reach: the point is the memory, not the time.
+        r = self.c.run(BIG, compile_timeout_ms=600_000, timeout_ms=600_000)
         self.assertEqual(r["exit_code"], 0, r)
         # The program is a few pages; the runner's floor is about 15 MiB; cc1 alone is more.
         self.assertLess(r["peak_memory_kb"], 30_000, r)
@@ -56,9 +68,18 @@ class CompilePhaseTest(unittest.TestCase):
         self.assertEqual((r["exit_code"], r["stdout"]), (None, ""))
 
     def test_a_compile_past_its_limit_is_killed_with_its_compiler(self):
-        r = self.c.run(BIG, compile_timeout_ms=200, timeout_ms=5000)
+        # A limit a fifth into the compile: killed there, it ends well before the compile
+        # would have (halfway from the limit to the compile's own end), and by its own limit,
+        # not by the runner's backstop a grace later. The compile is timed before and after,
+        # the shorter counts: a load that eased cannot hide a late kill.
+        d = self.full_compile_ms()
+        limit = max(50, d // 5)
+        r = self.c.run(BIG, compile_timeout_ms=limit, timeout_ms=600_000)
+        d = min(d, self.full_compile_ms())
         self.assertEqual(r["compile"]["status"], "timeout", r)
-        self.assertLess(r["compile"]["duration_ms"], 1500, r)
+        self.assertGreaterEqual(r["compile"]["duration_ms"], limit, r)
+        bound = min((limit + d) // 2, limit + int(COMPILE_GRACE_S * 1000))
+        self.assertLess(r["compile"]["duration_ms"], bound, (d, r))
         self.assertIsNone(r["exit_code"], r)
         # Nothing of the compile is left: the next program compiles and runs.
         r = self.c.run('#include <stdio.h>\nint main(void) { puts("next"); return 0; }')

@@ -147,7 +147,8 @@ class PureFunctionTest(unittest.TestCase):
                     os.pidfd_open = saved
             report = runner.parse_harness_report(data)
             os.kill(report["sleeper"], 9)
-            self.assertLess(elapsed, 5)
+            # Far below the 30 s the sleeper holds the pipe, far above the read itself.
+            self.assertLess(elapsed, 20)
             self.assertEqual((os.WIFEXITED(status), os.WEXITSTATUS(status)), (True, 4))
 
         run(without_pidfd=False)
@@ -258,7 +259,8 @@ class RunnerInContainerTest(unittest.TestCase):
         t = time.monotonic()
         r = self.run_code("import subprocess\nsubprocess.Popen(['sleep', '60'])\n"
                           "print('start', flush=True)\nwhile True: pass", timeout_ms=400)
-        self.assertLess(time.monotonic() - t, 3)
+        # Never ends by itself, and its child sleeps 60 s: any bound below shows the kill.
+        self.assertLess(time.monotonic() - t, 30)
         self.assertTrue(r["timed_out"])
         self.assertEqual(r["signal"], 9)
         self.assertEqual(r["stdout"], "start\n")
@@ -392,7 +394,8 @@ class PrepareOnRequestTest(unittest.TestCase):
         result = self.c.recv()
         self.assertEqual((result["type"], result["stdout"]), ("result", "left one behind\n"))
         # No program process yet, and the one left behind is gone (not the next request's).
-        deadline = time.monotonic() + 2
+        # The deadline only bounds a failure: the leftover sleeps 30 s.
+        deadline = time.monotonic() + 20
         while self.pids() != prepared - 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         self.assertEqual(self.pids(), prepared - 1)

@@ -41,7 +41,7 @@ def docker_ready(language):
     try:
         return subprocess.run(["docker", "image", "inspect", image(language)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=20).returncode == 0
+                              timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -98,7 +98,9 @@ class Container:
         assert ready and ready["type"] == "ready", (answer, ready)
 
     def request(self, code, **fields):
-        request = {"code": code, "stdin": None, "timeout_ms": 10000,
+        # Limits far above what the tests' programs and compiles cost, so that a slow machine
+        # never turns a verdict into a timeout; a test of a limit sets its own.
+        request = {"code": code, "stdin": None, "timeout_ms": 60_000, "compile_timeout_ms": 60_000,
                    "max_output_bytes": 1 << 20, "output_limit_bytes": 100 << 20}
         request.update(fields)
         return request
@@ -122,7 +124,7 @@ class Container:
     def close(self):
         try:
             self.proc.stdin.close()
-            self.proc.wait(timeout=20)
+            self.proc.wait(timeout=120)  # only bounds a failure: the runner ends at EOF
         except Exception:
             self.proc.kill()
         for stream in (self.proc.stdout, self.proc.stderr):
@@ -219,7 +221,8 @@ class LanguageContract:
     def test_the_deadline_still_kills(self):
         t = time.monotonic()
         r = self.run_code(self.SPIN, timeout_ms=700, test=self.ADD_TEST_PASSES)
-        self.assertLess(time.monotonic() - t, 5)
+        # SPIN never ends: any bound shows the kill (timed_out and SIGKILL say by whom).
+        self.assertLess(time.monotonic() - t, 30)
         self.assertTrue(r["timed_out"])
         self.assertEqual((r["exit_code"], r["signal"]), (None, 9))
         self.assertIs(r["test_finished"], False)

@@ -60,8 +60,9 @@ def program(code, test, entry_point=None, **kw):
     return res
 
 
-def cli(mode, request, timeout=10):
-    """Run the harness like the runner does; returns (exit code, stdout text)."""
+def cli(mode, request, timeout=60):
+    """Run the harness like the runner does; returns (exit code, stdout text). The timeout
+    only bounds a failure (a harness that never ends)."""
     with tempfile.TemporaryDirectory(prefix="codegen-harness-test-") as cwd:
         p = subprocess.run([sys.executable, "-I", HARNESS, mode],
                            input=json.dumps(request).encode(), cwd=cwd,
@@ -588,7 +589,7 @@ class TimeoutTest(unittest.TestCase):
                 while True:
                     pass
             if kind == "sleep":
-                time.sleep(10)
+                time.sleep(60)
             if kind == "swallow":
                 n = 0
                 end = time.monotonic() + 0.4
@@ -615,10 +616,12 @@ class TimeoutTest(unittest.TestCase):
             self.assertFalse(c[i]["passed"])
             self.assertEqual(c[i]["error"], "Timeout: case exceeded 100 ms")
         self.assertIn("while True", c[0]["traceback"])
-        self.assertIn("time.sleep(10)", c[1]["traceback"])
+        self.assertIn("time.sleep(60)", c[1]["traceback"])
         self.assertTrue(c[3]["passed"], c[3])  # later cases still run
         self.assertEqual(res["error_kind"], "timeout")
-        self.assertLess(elapsed, 2.0)
+        # Cut, not waited for: spin never ends and sleep lasts 60 s, so any bound below
+        # shows it, however slow the machine.
+        self.assertLess(elapsed, 30)
         # the timer is gone afterwards
         import signal
         self.assertEqual(signal.getitimer(signal.ITIMER_REAL), (0.0, 0.0))
@@ -987,7 +990,8 @@ class CliTest(unittest.TestCase):
         t0 = time.monotonic()
         rc, out = cli("cases", {"code": code, "function": "f", "nonce": "cli-5",
                                 "cases": [{"name": "a", "inputs": [], "expected_output": 1}]})
-        self.assertLess(time.monotonic() - t0, 5)
+        # The spamming thread never ends: any bound below cli's own shows it did not block.
+        self.assertLess(time.monotonic() - t0, 30)
         res = parse_line(out)
         self.assertTrue(res["passed"])
 
@@ -999,7 +1003,7 @@ class CliTest(unittest.TestCase):
         self.assertIn("'function'", res["harness_error"])
         with tempfile.TemporaryDirectory() as cwd:
             p = subprocess.run([sys.executable, "-I", HARNESS, "cases"], input=b"{not json",
-                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
         self.assertEqual(p.returncode, 2)
         self.assertIn("not valid JSON", parse_line(p.stdout.decode("ascii"))["harness_error"])
         rc, out = cli("bogus", {})

