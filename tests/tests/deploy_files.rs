@@ -140,7 +140,7 @@ async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_pro
         .await;
     assert_eq!(status, 202, "{body}");
     let job = cluster
-        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(600))
         .await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let (status, body) = cluster

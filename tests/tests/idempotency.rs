@@ -122,18 +122,22 @@ async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
     assert_eq!(first.status().as_u16(), 200);
     let first = first.text().await.unwrap();
     assert!(first.contains("execution_id"), "{first}");
-    let mut replayed = None;
-    for _ in 0..50 {
+    // The answer is stored just after the stream ended: until then, "in progress". The
+    // deadline only bounds a failure.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let replayed = loop {
         let again = stream("stream-1").await.unwrap();
         if again.status().as_u16() == 200 {
             assert_eq!(again.headers()["idempotent-replayed"], "true");
-            replayed = Some(again.text().await.unwrap());
-            break;
+            break again.text().await.unwrap();
         }
-        // The answer is stored just after the stream ended: until then, "in progress".
         assert_eq!(again.status().as_u16(), 409);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the streamed answer was never stored for a replay"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(replayed.as_deref(), Some(first.as_str()));
+    };
+    assert_eq!(replayed, first);
     cluster.cleanup().await;
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use proto::generation::{Complexity, FunctionSpec, Output};
 use proto::job::{Event, JobResult, JobStatus, Plan};
-use proto::{Progress, TaskId};
-use store::{InboxEntry, JobStore, PipelineEvents, RedisStore};
+use proto::{ExecutionResult, Progress, Status, TaskId};
+use store::{InboxEntry, JobStore, PipelineEvents, RedisStore, Store};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
     FunctionSpec {
@@ -66,6 +66,34 @@ fn redis_options() -> store::Options {
 
 fn redis_store() -> RedisStore {
     RedisStore::build(redis_options()).unwrap().0
+}
+
+/// Returns once the listener of `listening` is subscribed: a notice published through
+/// `writer` reaches it. A listener subscribes to all its channels in one command, and every
+/// listener here keeps the verdicts' channel, so a verdict's notice (a fresh execution each
+/// probe: a verdict is stored once) shows that the channels under test are subscribed too.
+/// The deadline only bounds a failure.
+async fn subscribed(listening: &RedisStore, writer: &RedisStore) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let id = TaskId::new();
+        let watch = Store::watch(listening, &[id]).unwrap();
+        let notified = watch.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let probe = ExecutionResult::error(Status::Passed, "probe");
+        assert!(writer.complete_execution(id, None, &probe).await.unwrap());
+        if tokio::time::timeout(Duration::from_millis(100), notified)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never subscribed"
+        );
+    }
 }
 
 async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency<
@@ -599,6 +627,9 @@ async fn stopped_readers_leave_the_inbox_unless_they_hold_events() {
     let store = redis_store();
     let job = TaskId::new();
     let short = Duration::from_millis(20);
+    // Far longer than the round trip between the live reader's read and the forgetting; the
+    // stopped readers are idle longer than that when it runs.
+    let idle = Duration::from_secs(2);
     store
         .send_pipeline_event(&done_event(job, "settled"))
         .await
@@ -620,7 +651,7 @@ async fn stopped_readers_leave_the_inbox_unless_they_hold_events() {
             .len(),
         1
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(idle + Duration::from_secs(1)).await;
     // A live reader reads on.
     assert!(
         store
@@ -629,7 +660,6 @@ async fn stopped_readers_leave_the_inbox_unless_they_hold_events() {
             .unwrap()
             .is_empty()
     );
-    let idle = Duration::from_millis(200);
     assert_eq!(
         store.forget_idle_readers("me", idle).await.unwrap(),
         1,
@@ -648,8 +678,10 @@ async fn stopped_readers_leave_the_inbox_unless_they_hold_events() {
 }
 
 /// An event stream's wait is woken by the notice each new event publishes, not by its safety
-/// poll (5 s): a waiter with a listener gets an event pushed from another handle well within
-/// that, and a finished job's `finished` event the same way.
+/// poll (5 s after the wait begins): a waiter with a listener gets an event pushed from another
+/// handle 200 ms into its wait well before the poll, and a finished job's `finished` event the
+/// same way. (The poll's 5 s is the store's constant: the bound below stays under it, with
+/// seconds to spare for a push and a read of milliseconds.)
 #[tokio::test]
 async fn an_event_wait_wakes_on_the_new_events_notice() {
     let options = redis_options();
@@ -667,8 +699,8 @@ async fn an_event_wait_wakes_on_the_new_events_notice() {
         .await
         .unwrap();
     assert_eq!(first.len(), 1);
-    // Let the subscription settle, then time a wake-up.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Subscribed, then time a wake-up.
+    subscribed(&waiter, &writer).await;
     for event in [Progress::Planning, Progress::finished(&succeeded(job))] {
         let after = waiter
             .events(job, None)
@@ -697,7 +729,7 @@ async fn an_event_wait_wakes_on_the_new_events_notice() {
         push.await.unwrap();
         assert_eq!(events.len(), 1, "{events:?}");
         assert!(
-            waited < Duration::from_secs(3),
+            waited < Duration::from_secs(4),
             "woken after {waited:?}: by the safety poll, not the notice"
         );
     }
@@ -705,7 +737,7 @@ async fn an_event_wait_wakes_on_the_new_events_notice() {
 }
 
 /// A coordinator reading an empty inbox wakes on the notice a sent event publishes, not on
-/// its read timeout.
+/// its read timeout (120 s here; nothing else wakes it).
 #[tokio::test]
 async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
     let options = redis_options();
@@ -724,7 +756,7 @@ async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
         .await
         .unwrap();
     reader.pipeline_event_done(&first[0].id).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    subscribed(&reader, &writer).await;
     let send = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         writer
@@ -732,15 +764,19 @@ async fn an_inbox_read_wakes_on_the_notice_of_a_sent_event() {
             .await
             .unwrap();
     });
+    let timeout = Duration::from_secs(120);
     let started = std::time::Instant::now();
     let got = reader
-        .receive_pipeline_events("r", 1, Duration::from_secs(10))
+        .receive_pipeline_events("r", 1, timeout)
         .await
         .unwrap();
     let waited = started.elapsed();
     send.await.unwrap();
     assert_eq!(got.iter().map(function_of).collect::<Vec<_>>(), ["f1"]);
-    assert!(waited < Duration::from_secs(3), "woke after {waited:?}");
+    assert!(
+        waited < timeout / 2,
+        "woke after {waited:?}: by the read's timeout, not the notice"
+    );
     cancel.cancel();
 }
 
@@ -765,8 +801,7 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
     );
     writer.put_batch(&ours).await.unwrap();
     writer.put_batch(&theirs).await.unwrap();
-    // Let the subscription settle.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    subscribed(&watcher, &writer).await;
     let first = watcher.watch_batch(ours.id).unwrap();
     let second = watcher.watch_batch(ours.id).unwrap();
     let other = watcher.watch_batch(theirs.id).unwrap();
@@ -780,7 +815,8 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
     }
     let job = ours.jobs[1];
     assert!(writer.finish_job(job, None, &succeeded(job)).await.unwrap());
-    let wake = Duration::from_secs(3);
+    // Only bounds a failure: nothing but the notice wakes a watch.
+    let wake = Duration::from_secs(60);
     tokio::time::timeout(wake, woken_first)
         .await
         .expect("the first watch of the batch woke");

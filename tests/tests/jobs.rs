@@ -13,6 +13,10 @@ fn example_script() -> std::path::PathBuf {
     tests::root().join("examples/scripted-model.json")
 }
 
+/// How long a job may take before the test fails: work of seconds, ten times slower on a slow
+/// machine, and only a failure waits it out.
+const JOB_DEADLINE: Duration = Duration::from_secs(600);
+
 #[tokio::test]
 async fn a_request_becomes_tested_code_with_a_repair() {
     let mut cluster = Cluster::new();
@@ -30,7 +34,7 @@ async fn a_request_becomes_tested_code_with_a_repair() {
         .await;
     assert_eq!(status, 202, "{body}");
     let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, Duration::from_secs(120)).await;
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
 
     assert_eq!(result["status"], "succeeded", "{result:#}");
     assert_eq!(result["all_tests_passed"], true);
@@ -135,7 +139,7 @@ async fn a_plan_with_a_cycle_is_rejected_after_one_replan_with_the_cycle_named()
         .submit_job(json!({"instruction": "two functions that call each other"}))
         .await;
     let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, Duration::from_secs(60)).await;
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
     assert_eq!(result["status"], "failed");
     let failure = result["failure"].as_str().unwrap();
     assert!(
@@ -200,7 +204,7 @@ async fn repeated_requests_hit_the_solution_cache_and_shared_functions_the_funct
     let (status, body) = cluster.submit_job(request.clone()).await;
     assert_eq!(status, 202);
     let first = cluster
-        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .wait_job(body["job_id"].as_str().unwrap(), JOB_DEADLINE)
         .await;
     assert_eq!(first["status"], "succeeded");
     assert_eq!(first["metrics"]["cache"], "miss");
@@ -219,7 +223,7 @@ async fn repeated_requests_hit_the_solution_cache_and_shared_functions_the_funct
         .submit_job(json!({"instruction": "Primes: list them, then add them up."}))
         .await;
     let second = cluster
-        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .wait_job(body["job_id"].as_str().unwrap(), JOB_DEADLINE)
         .await;
     assert_eq!(second["status"], "succeeded", "{second:#}");
     let (_, stats) =
@@ -267,7 +271,7 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
         .submit_job(json!({"instruction": "Find all primes up to n with a sieve, and sum them."}))
         .await;
     let result = cluster
-        .wait_job(body["job_id"].as_str().unwrap(), Duration::from_secs(120))
+        .wait_job(body["job_id"].as_str().unwrap(), JOB_DEADLINE)
         .await;
     assert_eq!(result["validation"], "static_analysis_only", "{result:#}");
     // It finished: the static checks pass, and no test is claimed to have run or failed.
@@ -301,13 +305,15 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
 }
 
 /// Functions that do not depend on each other run on different workers at the same time: in
-/// a diamond `a → (b, c, d) → e`, b, c and d all start before any of them is done.
+/// a diamond `a → (b, c, d) → e`, b, c and d all start before any of them is done. Each answer
+/// takes 2 s, so a function is at least 4 s from its start to its end (its tests, then its
+/// code): the others' starts fall in that window on a slow machine too.
 #[tokio::test]
 async fn independent_functions_run_at_the_same_time() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::new();
     let _model = cluster
-        .scripted_model(&tests::diamond_script(dir.path(), 300))
+        .scripted_model(&tests::diamond_script(dir.path(), 2000))
         .await;
     let _coordinator = cluster.coordinator().await;
     let (_w1, _) = cluster.worker("worker-1").await;
@@ -316,7 +322,7 @@ async fn independent_functions_run_at_the_same_time() {
         .submit_job(json!({"instruction": "a diamond of adders"}))
         .await;
     let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, Duration::from_secs(120)).await;
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
 
     // The progress stream, in the order Redis recorded it.
@@ -361,8 +367,9 @@ async fn independent_functions_run_at_the_same_time() {
 
 /// A job's cases runs that wait for a container together go in one sandbox run, and a
 /// function that kills that run costs its siblings time, never their verdicts. One worker with
-/// one python container: the first function's run holds it (its module sleeps as it loads)
-/// while the other three arrive; the next run takes all three.
+/// one python container: the first function's run holds it (its module sleeps 5 s as it
+/// loads, far longer than the others take to arrive on a slow machine) while the other three
+/// arrive; the next run takes all three.
 #[tokio::test]
 async fn cases_runs_waiting_together_share_a_run_and_a_crash_in_it_costs_no_verdict() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,16 +379,21 @@ async fn cases_runs_waiting_together_share_a_run_and_a_crash_in_it_costs_no_verd
                "complexity": "simple"})
     };
     // (instruction, [(function, code, latency of its code)]): the first function's code comes
-    // first and sleeps a second as it loads; the others come together 300 ms later.
+    // first and sleeps 5 s as it loads; the others come together 200 ms after it. It sleeps
+    // only when loaded alone (its own cases run): the job's assembled module, which loads it
+    // again several times, also defines `sibling`, so the job is not 5 s slower per load.
     let good = |name: &str| format!("def {name}(x: int) -> int:\n    return x + 1\n");
-    let slow = |name: &str| {
-        format!("import time\ntime.sleep(1)\n\ndef {name}(x: int) -> int:\n    return x + 1\n")
+    let slow = |name: &str, sibling: &str| {
+        format!(
+            "import sys\nimport time\n\nif {sibling:?} not in sys._getframe().f_code.co_names:\n    \
+             time.sleep(5)\n\n\ndef {name}(x: int) -> int:\n    return x + 1\n"
+        )
     };
     let jobs = [
         (
             "first job",
             vec![
-                ("a", slow("a"), 100),
+                ("a", slow("a", "b"), 100),
                 ("b", good("b"), 300),
                 ("c", good("c"), 300),
                 ("d", good("d"), 300),
@@ -390,7 +402,7 @@ async fn cases_runs_waiting_together_share_a_run_and_a_crash_in_it_costs_no_verd
         (
             "second job",
             vec![
-                ("p", slow("p"), 100),
+                ("p", slow("p", "q"), 100),
                 ("q", good("q"), 300),
                 ("r", good("r"), 300),
                 // Ends the process as its module loads: the shared run has no report.
@@ -446,7 +458,7 @@ async fn cases_runs_waiting_together_share_a_run_and_a_crash_in_it_costs_no_verd
                 .await;
             assert_eq!(status, 202, "{body}");
             let id = body["job_id"].as_str().unwrap().to_owned();
-            cluster.wait_job(&id, Duration::from_secs(120)).await
+            cluster.wait_job(&id, JOB_DEADLINE).await
         }
     };
     let first = submit("first job").await;

@@ -75,10 +75,11 @@ async fn listening_and_other_on(
             .run(cancel.clone()),
     );
     // The listener subscribes in the background: wait until a release's notice reaches it (a
-    // lease that was not held wakes nobody, so the probe takes one first).
+    // lease that was not held wakes nobody, so the probe takes one first). The deadline only
+    // bounds a failure.
     let probe = RedisLimits::new(other.clone(), "probe", SLOW);
     let freed = RedisLimits::new(listening.clone(), "probe", SLOW).freed();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let notified = freed.notified();
         tokio::pin!(notified);
@@ -123,19 +124,18 @@ async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
     assert_eq!(limits.leases().await.unwrap(), 3);
 
     // A holder that never releases (a dead worker): its lease frees the slot after its ttl.
+    // The ttl is far longer than the one round trip that must still see the lease held.
     let other = RedisLimits::new(redis_store(), "scope", SLOW);
+    let ttl = Duration::from_secs(3);
     assert_eq!(
-        other
-            .lease("#/dies", "#", 1, 0, Duration::from_millis(300))
-            .await
-            .unwrap(),
+        other.lease("#/dies", "#", 1, 0, ttl).await.unwrap(),
         LeaseDecision::Granted
     );
     assert!(matches!(
         other.lease("#/waits", "#", 1, 0, long).await.unwrap(),
         LeaseDecision::Wait(_)
     ));
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(
         other.lease("#/waits", "#", 1, 0, long).await.unwrap(),
         LeaseDecision::Granted
@@ -144,7 +144,8 @@ async fn leases_are_bounded_released_and_expire_when_their_holder_dies() {
 
 /// A release is announced to every process that listens: a call waiting for a full semaphore
 /// asks again then, not on a timer. The waiter's handle is another process's (its own
-/// listener); the notice must come through Redis within the wait (5 s, far beyond any timer).
+/// listener); the notice must come through Redis (nothing else wakes the waiter here; the
+/// 60 s only bounds a failure).
 #[tokio::test]
 async fn a_released_lease_wakes_the_waiters_of_other_processes() {
     let (waiter, holder, cancel) = listening_and_other().await;
@@ -173,7 +174,7 @@ async fn a_released_lease_wakes_the_waiters_of_other_processes() {
         "a release of a lease nobody held woke the waiters"
     );
     holder.release("#/a").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), notified)
+    tokio::time::timeout(Duration::from_secs(60), notified)
         .await
         .expect("the release's notice reaches the waiting process");
     assert_eq!(
@@ -240,29 +241,28 @@ async fn the_last_leases_are_kept_for_a_tenant_with_few_in_flight() {
 #[tokio::test]
 async fn a_renewed_lease_outlives_its_ttl_and_an_expired_one_is_not_revived() {
     let limits = limits();
-    let short = Duration::from_millis(300);
-    assert_eq!(
-        limits.lease("#/live", "#", 2, 0, short).await.unwrap(),
-        LeaseDecision::Granted
-    );
+    // "live" is renewed right after it is granted (one round trip, far within the ttl); the
+    // sleep then outlasts the ttl of both.
+    let short = Duration::from_secs(3);
+    let long = Duration::from_secs(60);
     assert_eq!(
         limits.lease("#/dead", "#", 2, 0, short).await.unwrap(),
         LeaseDecision::Granted
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    limits
-        .renew(&["#/live".to_owned()], Duration::from_secs(60))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        limits.lease("#/live", "#", 2, 0, short).await.unwrap(),
+        LeaseDecision::Granted
+    );
+    limits.renew(&["#/live".to_owned()], long).await.unwrap();
+    tokio::time::sleep(short + Duration::from_millis(500)).await;
     // "dead" expired, "live" was renewed: one slot free, then none.
     assert_eq!(limits.leases().await.unwrap(), 1);
     assert_eq!(
-        limits.lease("#/next", "#", 2, 0, short).await.unwrap(),
+        limits.lease("#/next", "#", 2, 0, long).await.unwrap(),
         LeaseDecision::Granted
     );
     assert!(matches!(
-        limits.lease("#/over", "#", 2, 0, short).await.unwrap(),
+        limits.lease("#/over", "#", 2, 0, long).await.unwrap(),
         LeaseDecision::Wait(_)
     ));
     // Renewing a lease that expired does not bring it back.
@@ -271,7 +271,7 @@ async fn a_renewed_lease_outlives_its_ttl_and_an_expired_one_is_not_revived() {
         .await
         .unwrap();
     assert!(matches!(
-        limits.lease("#/over", "#", 3, 0, short).await.unwrap(),
+        limits.lease("#/over", "#", 3, 0, long).await.unwrap(),
         LeaseDecision::Granted
     ));
 }
@@ -279,31 +279,32 @@ async fn a_renewed_lease_outlives_its_ttl_and_an_expired_one_is_not_revived() {
 #[tokio::test]
 async fn a_meter_admits_its_burst_then_paces_and_counts_forced_debt() {
     let limits = limits();
-    // 10 a second, bursts of 10.
+    // One every 2 s, bursts of 10: the 11th waits unless its ten predecessors took 2 s.
+    let (rate, interval) = (0.5, Duration::from_secs(2));
     for _ in 0..10 {
         assert_eq!(
             limits
-                .meter("requests", 10.0, 10.0, 1, false)
+                .meter("requests", rate, 10.0, 1, false)
                 .await
                 .unwrap(),
             Decision::Granted
         );
     }
     match limits
-        .meter("requests", 10.0, 10.0, 1, false)
+        .meter("requests", rate, 10.0, 1, false)
         .await
         .unwrap()
     {
         Decision::Wait(wait) => assert!(
-            wait > Duration::ZERO && wait <= Duration::from_millis(110),
+            wait > Duration::ZERO && wait <= interval + Duration::from_millis(10),
             "{wait:?}"
         ),
-        Decision::Granted => panic!("the 11th request of a 10/s meter passed at once"),
+        Decision::Granted => panic!("the 11th request of a 0.5/s meter passed at once"),
     }
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(interval + Duration::from_millis(100)).await;
     assert_eq!(
         limits
-            .meter("requests", 10.0, 10.0, 1, false)
+            .meter("requests", rate, 10.0, 1, false)
             .await
             .unwrap(),
         Decision::Granted
@@ -337,21 +338,32 @@ async fn a_meter_admits_its_burst_then_paces_and_counts_forced_debt() {
 
 #[tokio::test]
 async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
+    // Windows far longer than the test's round trips: the two 429s fall in one debounce
+    // window, and the limit has not grown back past half when it is read after the pause.
+    let slow = SlowDown {
+        recovery: Duration::from_secs(600),
+        debounce: Duration::from_secs(60),
+        ..SLOW
+    };
     let mut processes = cluster(2);
-    let limits = RedisLimits::new(processes.pop().unwrap(), "scope", SLOW);
-    let other = RedisLimits::new(processes.pop().unwrap(), "scope", SLOW);
+    let limits = RedisLimits::new(processes.pop().unwrap(), "scope", slow);
+    let other = RedisLimits::new(processes.pop().unwrap(), "scope", slow);
     let long = Duration::from_secs(60);
     // Two 429s at once: one signal (halved once), the longer pause wins.
-    let factor = limits
-        .throttled(Some(Duration::from_millis(400)))
-        .await
-        .unwrap();
+    let pause = Duration::from_secs(3);
+    let t0 = Instant::now();
+    let factor = limits.throttled(Some(pause)).await.unwrap();
     assert!((factor - 0.5).abs() < 0.01, "{factor}");
     let factor = other.throttled(None).await.unwrap();
     assert!((factor - 0.5).abs() < 0.01, "debounced: {factor}");
-    // Every process sees the pause, on leases and meters alike.
+    // Every process sees the pause, on leases and meters alike: all of what is left of it
+    // (the pause began after t0; a millisecond for Redis's rounding).
     match other.lease("#/x", "#", 4, 0, long).await.unwrap() {
-        LeaseDecision::Wait(wait) => assert!(wait >= Duration::from_millis(300), "{wait:?}"),
+        LeaseDecision::Wait(wait) => assert!(
+            wait + t0.elapsed() + Duration::from_millis(1) >= pause,
+            "{wait:?} left {:?} into a {pause:?} pause",
+            t0.elapsed()
+        ),
         other => panic!("the pause was not honoured: {other:?}"),
     }
     assert!(matches!(
@@ -361,7 +373,8 @@ async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
             .unwrap(),
         Decision::Wait(_)
     ));
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // Now is after the pause began: past its end.
+    tokio::time::sleep(pause + Duration::from_millis(100)).await;
     // After the pause, a limit of 4 holds 2 (and a little more as it grows back).
     assert_eq!(
         limits.lease("#/a", "#", 4, 0, long).await.unwrap(),
@@ -377,9 +390,14 @@ async fn a_429_pauses_everyone_and_halves_the_limits_once_per_window() {
     ));
 }
 
+/// A FAKE server answering after 30 ms, 429 above `throttle_above` calls at once.
 fn counting(throttle_above: usize) -> Arc<Counting> {
+    counting_after(Duration::from_millis(30), throttle_above)
+}
+
+fn counting_after(latency: Duration, throttle_above: usize) -> Arc<Counting> {
     Arc::new(Counting::new(
-        Duration::from_millis(30),
+        latency,
         throttle_above,
         Duration::from_millis(50),
     ))
@@ -415,7 +433,8 @@ fn clients(server: &Arc<Counting>, n: usize, max_concurrency: usize) -> Vec<Mode
 /// make `calls_each` calls each, all at once.
 async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each: usize) {
     let clients = clients(server, 4, max_concurrency);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Only bounds a failure.
+    let deadline = Instant::now() + Duration::from_secs(600);
     let prompt = Prompt {
         system: "s".into(),
         user: "u".into(),
@@ -442,7 +461,9 @@ async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each
 
 #[tokio::test]
 async fn four_clients_together_never_exceed_the_cluster_limit() {
-    let server = counting(usize::MAX);
+    // Calls long enough that the limit, not the speed of the calls' starts, holds them back:
+    // five are in the server at once.
+    let server = counting_after(Duration::from_millis(300), usize::MAX);
     four_clients(&server, 5, 15).await;
     assert_eq!(server.calls(), 60);
     assert_eq!(
@@ -456,8 +477,8 @@ async fn four_clients_together_never_exceed_the_cluster_limit() {
 async fn a_server_answering_429_slows_the_whole_cluster_and_no_call_fails() {
     // The server takes 3 at once, the cluster allows 8: calls above 3 get 429s, which shrink
     // the shared limit; every generation still succeeds (`max_attempts` is 1: a 429 counted as
-    // a failed attempt would fail it).
-    let server = counting(3);
+    // a failed attempt would fail it). The calls last long enough for more than 3 to meet.
+    let server = counting_after(Duration::from_millis(300), 3);
     four_clients(&server, 8, 10).await;
     assert!(server.throttled() > 0, "never throttled");
     assert!(server.peak() <= 8 + 1, "a 429 answered above the limit");
@@ -467,7 +488,8 @@ async fn a_server_answering_429_slows_the_whole_cluster_and_no_call_fails() {
 #[tokio::test]
 async fn presence_tells_whether_any_worker_can_generate() {
     let store = redis_store();
-    let ttl = Duration::from_millis(500);
+    // w1 must outlive four round trips, then drop out.
+    let ttl = Duration::from_secs(3);
     assert_eq!(
         store.generators().await.unwrap().refusal(),
         None,
@@ -487,7 +509,7 @@ async fn presence_tells_whether_any_worker_can_generate() {
     store.withdraw("w2").await.unwrap();
     assert!(store.generators().await.unwrap().refusal().is_some());
     // A worker that stops announcing drops out.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(
         store.generators().await.unwrap(),
         store::Generators::default()
@@ -531,7 +553,7 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
         "the seat gave its place away after a call"
     );
     drop(seat);
-    tokio::time::timeout(Duration::from_secs(2), other())
+    tokio::time::timeout(Duration::from_secs(60), other())
         .await
         .expect("a dropped seat's place was not given back")
         .unwrap();
@@ -564,21 +586,24 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
     let mut seat = model.seat().await;
     call_in(&model, &mut seat).await;
 
+    // The pause begins after t0, so a call that honours it ends `pause` after t0 at the
+    // earliest, however long the notice took to arrive.
+    let pause = Duration::from_secs(5);
+    let t0 = Instant::now();
     RedisModelLimits::new(elsewhere, &scope)
-        .throttled(Some(Duration::from_millis(600)))
+        .throttled(Some(pause))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(2);
+    // Heard while it lasts (a pause is forgotten once over).
     while limits_here.heard_pause().is_none() {
-        assert!(Instant::now() < deadline, "the pause was never heard");
+        assert!(t0.elapsed() < pause, "the pause was never heard");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let started = Instant::now();
     call_in(&model, &mut seat).await;
     assert!(
-        started.elapsed() >= Duration::from_millis(400),
-        "the kept seat called {:?} into a 600 ms pause",
-        started.elapsed()
+        t0.elapsed() >= pause,
+        "the kept seat called {:?} into a {pause:?} pause",
+        t0.elapsed()
     );
     assert_eq!(server.calls(), 2);
     cancel.cancel();
@@ -616,7 +641,7 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
         .await
         .unwrap();
     assert_eq!(killed, 1, "the listener's connection was not there to kill");
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while limits_here.pause_known() {
         assert!(
             Instant::now() < deadline,
@@ -624,8 +649,12 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // The pause ends `pause` after Redis's clock read after t0: a call that honours it ends
+    // `pause` after t0 at the earliest (less a millisecond of rounding).
+    let pause = Duration::from_secs(3);
+    let t0 = Instant::now();
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-    let until = secs * 1000 + micros / 1000 + 800;
+    let until = secs * 1000 + micros / 1000 + u64::try_from(pause.as_millis()).unwrap();
     let slow = format!("{prefix}:limits:{scope}:slow");
     let () = redis::cmd("HSET")
         .arg(&slow)
@@ -636,16 +665,15 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
         .unwrap();
     assert!(limits_here.heard_pause().is_none(), "nothing announced it");
 
-    let started = Instant::now();
     call_in(&model, &mut seat).await;
     assert!(
-        started.elapsed() >= Duration::from_millis(600),
-        "the kept seat called {:?} into an 800 ms pause it could not hear",
-        started.elapsed()
+        t0.elapsed() + Duration::from_millis(2) >= pause,
+        "the kept seat called {:?} into a {pause:?} pause it could not hear",
+        t0.elapsed()
     );
     assert_eq!(server.calls(), 2);
     // Resubscribed, a read makes what is heard the whole truth again: no read per call.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         model::SharedLimits::paused_until(&*limits_here).await;
         if limits_here.pause_known() {
