@@ -139,7 +139,8 @@ impl DockerSandbox {
     }
 
     /// Removes containers of this cluster whose creating process on this host is gone, and
-    /// containers of any host still only created (never started) after twice `start_timeout`.
+    /// containers of any host still only created (never started) after `orphan_age` (by
+    /// default twice `start_timeout`).
     pub async fn reap_orphans(&self) -> Result<usize, Error> {
         self.inner.reap_orphans().await
     }
@@ -363,7 +364,7 @@ impl Inner {
                 bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
                 } => Error::Config(format!(
-                    "image {} not found: build it with sandbox-images/build",
+                    "image {} not found: build it with sandbox-images/build {language}",
                     self.image(language)
                 )),
                 e => unavailable(e),
@@ -798,8 +799,7 @@ impl Inner {
         let host = self.owner.split(':').next().unwrap_or_default();
         // Docker reports creation in seconds since the epoch.
         let now = i64::try_from(proto::now_ms() / 1000).unwrap_or(i64::MAX);
-        let abandoned_after =
-            i64::try_from(2 * self.options.start_timeout.as_secs().max(1)).unwrap_or(i64::MAX);
+        let abandoned_after = i64::try_from(self.options.orphan_age_secs()).unwrap_or(i64::MAX);
         let mut reaped = 0;
         for container in containers {
             let owner = container
@@ -912,6 +912,12 @@ impl Sandbox for DockerSandbox {
         docker.ping().await.map_err(|e| format!("docker: {e}"))?;
         for (language, pool) in &self.inner.pools {
             let image = self.inner.image(*language);
+            // A lazy pool's image is needed at its first execution, which then answers
+            // `sandbox_error` naming the build command: the other languages are served
+            // meanwhile, e.g. while `scripts/demo` builds the rest in the background.
+            if self.inner.options.is_lazy(*language) {
+                continue;
+            }
             if docker.inspect_image(&image).await.is_err() {
                 return Err(format!(
                     "docker: sandbox image {image} missing (build it with sandbox-images/build, \

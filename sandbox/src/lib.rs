@@ -89,6 +89,15 @@ pub struct Options {
     /// How long creating a container and starting its runner may take.
     #[serde(with = "humantime_serde")]
     pub start_timeout: Duration,
+    /// How old a container still only created (never started) must be before a starting
+    /// worker removes it as abandoned, whichever worker created it; absent: twice
+    /// `start_timeout`.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub orphan_age: Option<Duration>,
     /// How long an execution waits for a warm container when all of them are busy.
     #[serde(with = "humantime_serde")]
     pub checkout_timeout: Duration,
@@ -137,6 +146,7 @@ impl Default for Options {
             pool_memory_mb: 256,
             runner_memory_mb: 32,
             start_timeout: Duration::from_secs(30),
+            orphan_age: None,
             checkout_timeout: Duration::from_secs(120),
             prepare_delay: Duration::from_millis(20),
         }
@@ -184,6 +194,15 @@ impl Options {
             .get(&language)
             .and_then(|p| p.lazy)
             .unwrap_or(!language.spec().warm_at_start)
+    }
+
+    /// Age past which a container still only created is abandoned ([`Options::orphan_age`]),
+    /// in whole seconds (Docker's creation times are).
+    pub fn orphan_age_secs(&self) -> u64 {
+        self.orphan_age
+            .map_or(2 * self.start_timeout.as_secs().max(1), |age| {
+                age.as_secs().max(1)
+            })
     }
 
     /// The languages of `languages`, or which entry is not one.

@@ -20,6 +20,35 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
+/// Bounds a wait for a state that a passing test reaches at once: only a failure waits it
+/// out, so it is minutes, whatever the machine's speed.
+const FAILURE_BOUND: Duration = Duration::from_secs(300);
+
+/// Waits until the pool has counted `runs` pooled runs: the last one started holds its
+/// container.
+async fn until_held(sandbox: &TestSandbox, runs: u64) {
+    let deadline = std::time::Instant::now() + FAILURE_BOUND;
+    while sandbox.stats().pooled_runs < runs {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never took its container: {:?}",
+            sandbox.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A program that never ends in the container `host` and prints `done` in any other: what
+/// is done to `host` while the run holds it always lands mid-run, and the retry in a fresh
+/// container passes at once.
+fn endless_in(host: &str) -> String {
+    format!(
+        "import socket, time\n\
+         if socket.gethostname() == {host:?}:\n    while True:\n        time.sleep(60)\n\
+         print('done')"
+    )
+}
+
 #[tokio::test]
 async fn a_container_serves_many_runs_then_is_recycled() {
     let sandbox = TestSandbox::start(sandbox::Options {
@@ -42,7 +71,7 @@ async fn a_dead_container_is_replaced_and_its_execution_retried() {
     let idle = sandbox.hostname().await;
     // Killed while idle (back in the pool after its scrub): the next execution finds it dead
     // and is retried in a fresh one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + FAILURE_BOUND;
     while sandbox.stats().idle == 0 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -56,20 +85,19 @@ async fn a_dead_container_is_replaced_and_its_execution_retried() {
     assert_eq!(result.stdout, "still here\n");
     assert_eq!(sandbox.stats().retries, 1);
 
-    // Killed in the middle of a run.
+    // Killed in the middle of a run: once the run holds the container, whose program never
+    // ends there (so the kill cannot come after it).
     let busy = sandbox.hostname().await;
     assert_ne!(busy, idle);
+    let runs = sandbox.stats().pooled_runs;
     let run = {
         let sandbox = sandbox.sandbox.clone();
-        tokio::spawn(async move {
-            sandbox::Sandbox::run(
-                &sandbox,
-                &TestSandbox::request("import time\ntime.sleep(1.5)\nprint('done')"),
-            )
-            .await
-        })
+        let mut request = TestSandbox::request(&endless_in(&busy));
+        // Only a kill that never came would wait it out.
+        request.timeout_ms = 120_000;
+        tokio::spawn(async move { sandbox::Sandbox::run(&sandbox, &request).await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_held(&sandbox, runs + 1).await;
     docker(&["kill", &busy]);
     let result = run.await.unwrap().expect("a verdict");
     assert_eq!(result.status, Status::Passed, "{result:#?}");
@@ -87,15 +115,18 @@ async fn a_wedged_container_is_replaced_and_its_execution_retried() {
     })
     .await;
     let host = sandbox.hostname().await;
+    let runs = sandbox.stats().pooled_runs;
     let run = {
         let sandbox = sandbox.sandbox.clone();
-        tokio::spawn(async move {
-            let mut request = TestSandbox::request("import time\ntime.sleep(0.5)\nprint('done')");
-            request.timeout_ms = 2000;
-            sandbox::Sandbox::run(&sandbox, &request).await
-        })
+        // Never ends in `host`: a pause landing any time before the program's deadline
+        // freezes a runner with an answer still to give. The deadline is what a passing run
+        // waits (plus the grace) before the runner counts as wedged, and is far above the
+        // time a `docker pause` takes to land.
+        let mut request = TestSandbox::request(&endless_in(&host));
+        request.timeout_ms = 20_000;
+        tokio::spawn(async move { sandbox::Sandbox::run(&sandbox, &request).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_held(&sandbox, runs + 1).await;
     // Frozen: the runner never answers, not even at its own deadline.
     docker(&["pause", &host]);
     let result = run.await.unwrap().expect("a verdict");
@@ -178,21 +209,26 @@ async fn orphans_of_dead_workers_are_reaped_at_start() {
         ])
     };
     // Created and never started by a worker of another host that died in between: reaped
-    // once it is older than twice the start timeout, whoever owned it.
+    // once it is older than `orphan_age`, whoever owned it.
     let abandoned = create("another-host:1");
     // pid_max is at most 2^22: this pid cannot exist.
     let orphan = create(&format!("{host}:99999999"));
     // Its owner lives, but it was never started in time: abandoned as well.
     let stale = create(&format!("{host}:1"));
-    // Docker's creation times are whole seconds: 3.5 s is more than 2 s however they round.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // The age is its own clock, not the start timeout's: the pool's own containers may take
+    // minutes to start on a slow machine, while `alive_later` below has the whole age (20 s)
+    // between its creation and the reap, which follows at once.
+    let orphan_age = Duration::from_secs(20);
+    // Docker's creation times are whole seconds: 21.5 s is more than 20 s however they round.
+    tokio::time::sleep(orphan_age + Duration::from_millis(1500)).await;
     let alive_later = create(&format!("{host}:1"));
     let options = sandbox::Options {
-        start_timeout: Duration::from_secs(1),
+        start_timeout: Duration::from_secs(300),
+        orphan_age: Some(orphan_age),
         ..options
     };
     let sandbox = TestSandbox::start(options).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + FAILURE_BOUND;
     let left = loop {
         let left = sandbox_containers(&sandbox.options.cluster);
         if !left.iter().any(|id| {
@@ -251,70 +287,92 @@ async fn until_idle(sandbox: &TestSandbox, idle: usize, within: Duration) -> boo
 
 #[tokio::test]
 async fn a_container_rests_after_a_run_only_while_another_is_ready() {
+    // The baseline for the shutdown at the end: what stopping a pool of two ready containers
+    // takes on this machine now (no rest: both prepare at once).
+    let baseline = {
+        let sandbox = TestSandbox::start(sandbox::Options {
+            prepare_delay: Duration::ZERO,
+            ..TestSandbox::options(2)
+        })
+        .await;
+        sandbox.hostname().await;
+        assert!(
+            until_idle(&sandbox, 2, FAILURE_BOUND).await,
+            "not ready again"
+        );
+        let stopping = std::time::Instant::now();
+        sandbox.stop().await;
+        stopping.elapsed()
+    };
     // The longest delay honoured, so that only the rest, or what ends it, explains what
-    // follows within a few seconds.
+    // follows before it is over. A rest starts after its run's result is back here (the pool
+    // does it in a task of this test's single-threaded runtime) and lasts `REST`: what must
+    // end it is checked to happen a second before it would have ended by itself, whatever
+    // the machine's speed, which only scales the fork and scrub in between.
+    const REST: Duration = Duration::from_secs(10);
+    let before_the_rest_ends = |rested: std::time::Instant| rested + REST - Duration::from_secs(1);
     let sandbox = TestSandbox::start(sandbox::Options {
-        prepare_delay: Duration::from_secs(10),
+        prepare_delay: REST,
         ..TestSandbox::options(2)
     })
     .await;
     assert_eq!(sandbox.stats().idle, 2);
     sandbox.hostname().await;
-    // The other container is ready and nothing waits: this one does not prepare.
+    let rested = std::time::Instant::now();
+    // The other container is ready and nothing waits: this one does not prepare (checked
+    // while the rest lasts).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(sandbox.stats().idle, 1, "it prepared without being asked");
+    let idle = sandbox.stats().idle;
+    if rested.elapsed() < REST {
+        assert_eq!(idle, 1, "it prepared without being asked");
+    }
     // Whoever waits for the pool (here: warming up) ends the rest.
-    let started = std::time::Instant::now();
-    sandbox
-        .sandbox
-        .warm_up(Duration::from_secs(30))
-        .await
-        .expect("warm");
+    sandbox.sandbox.warm_up(FAILURE_BOUND).await.expect("warm");
     assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the warm-up waited {:?}: for the rest's end, not for a preparation",
-        started.elapsed()
+        std::time::Instant::now() < before_the_rest_ends(rested),
+        "the warm-up ended {:?} after the run: at the rest's end, not after a preparation",
+        rested.elapsed()
     );
     assert_eq!(sandbox.stats().idle, 2);
 
     // Rests again after a run; taking the last ready container ends the rest at once.
     sandbox.hostname().await;
+    let rested = std::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(sandbox.stats().idle, 1, "it prepared without being asked");
+    let idle = sandbox.stats().idle;
+    if rested.elapsed() < REST {
+        assert_eq!(idle, 1, "it prepared without being asked");
+    }
     let runs = sandbox.stats().pooled_runs;
     let long = {
         let sandbox = sandbox.sandbox.clone();
+        // Longer than the rest: still running at the check below, which comes before it.
         tokio::spawn(async move {
             sandbox::Sandbox::run(
                 &sandbox,
-                &TestSandbox::request("import time\ntime.sleep(6)\nprint('done')"),
+                &TestSandbox::request("import time\ntime.sleep(12)\nprint('done')"),
             )
             .await
         })
     };
     // Counted once it holds its container, the last ready one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while sandbox.stats().pooled_runs == runs {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the long run never started"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_held(&sandbox, runs + 1).await;
+    let left = before_the_rest_ends(rested).saturating_duration_since(std::time::Instant::now());
     assert!(
-        until_idle(&sandbox, 1, Duration::from_secs(3)).await,
+        until_idle(&sandbox, 1, left).await,
         "with the last ready container taken, the resting one did not prepare: {:?}",
         sandbox.stats()
     );
     assert!(!long.is_finished(), "the long run ended before the check");
     let long = long.await.unwrap().expect("a verdict");
     assert_eq!(long.status, Status::Passed, "{long:#?}");
-    // The long run's container rests now (the other is ready): shutdown ends the rest.
+    // The long run's container rests now (the other is ready): shutdown ends the rest, and
+    // takes what a shutdown without a rest takes, not the rest's 10 s on top.
     let stopping = std::time::Instant::now();
     sandbox.stop().await;
     assert!(
-        stopping.elapsed() < Duration::from_secs(8),
-        "shutdown waited {:?} for a resting container",
+        stopping.elapsed() < baseline + REST / 2,
+        "shutdown waited {:?} for a resting container (without one: {baseline:?})",
         stopping.elapsed()
     );
 }
@@ -388,22 +446,49 @@ async fn a_run_reports_the_cpu_of_the_program_and_its_children() {
     let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
     // Warm the container with a run of its own: its CPU must not count towards the next.
     sandbox.pass("sum(range(3_000_000))").await;
-    let burn = "import os, time\n\
-                def burn(seconds):\n    t = time.process_time()\n    while time.process_time() - t < seconds:\n        pass\n\
-                pid = os.fork()\n\
-                if pid == 0:\n    burn(0.2)\n    os._exit(0)\n\
-                burn(0.3)\n\
-                os.waitpid(pid, 0)\n\
-                print('done')";
-    let result = sandbox.run(burn).await;
-    assert_eq!(result.status, Status::Passed, "{result:?}");
-    let cpu_ms = result.cpu_ms.expect("the cgroup was read");
-    // 300 ms in the program, 200 ms in its child; the supervisor adds a few polls.
-    assert!((500..=575).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
-    // An idle program costs next to nothing.
+    // The program burns `parent` seconds of CPU and its child `child` seconds, each counted
+    // by its own clock: a fixed amount on any machine.
+    let burn = |parent: f64, child: f64| {
+        format!(
+            "import os, time\n\
+             def burn(seconds):\n    t = time.process_time()\n    while time.process_time() - t < seconds:\n        pass\n\
+             pid = os.fork()\n\
+             if pid == 0:\n    burn({child})\n    os._exit(0)\n\
+             burn({parent})\n\
+             os.waitpid(pid, 0)\n\
+             print('done')"
+        )
+    };
+    // The same program without its loops, twice: what the fork, the exits and the
+    // supervisor cost in this container, which scales with the machine's speed.
+    let mut overheads = Vec::new();
+    for _ in 0..2 {
+        overheads.push(cpu_ms(&sandbox.run(&burn(0.0, 0.0)).await));
+    }
+    let (low, high) = (
+        overheads[0].min(overheads[1]),
+        overheads[0].max(overheads[1]),
+    );
+    let cpu_ms = cpu_ms(&sandbox.run(&burn(0.3, 0.2)).await);
+    // 300 ms in the program, 200 ms in its child, and about the overhead (without the
+    // child's CPU: about 300 ms and the overhead).
+    assert!(
+        (500 + low / 2..=500 + 2 * high + 50).contains(&cpu_ms),
+        "cpu_ms = {cpu_ms}, without the loops {overheads:?}"
+    );
+    // An idle program costs next to nothing: about the overhead, not the burns before it.
     let idle = sandbox.run("import time\ntime.sleep(0.3)").await;
-    assert!(idle.cpu_ms.expect("the cgroup was read") < 60, "{idle:?}");
+    assert!(
+        idle.cpu_ms.expect("the cgroup was read") <= 2 * high + 50,
+        "{idle:?}, without the loops {overheads:?}"
+    );
     sandbox.stop().await;
+}
+
+/// The CPU a passed run reported.
+fn cpu_ms(result: &proto::ExecutionResult) -> u64 {
+    assert_eq!(result.status, Status::Passed, "{result:?}");
+    result.cpu_ms.expect("the cgroup was read")
 }
 
 /// The issue's probe: a program that burns 300 ms of CPU and allocates 100 MiB reports both
@@ -411,18 +496,42 @@ async fn a_run_reports_the_cpu_of_the_program_and_its_children() {
 #[tokio::test]
 async fn a_run_reports_its_cpu_and_peak_memory_within_15_percent() {
     let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
-    // 300 ms of CPU in all: the allocation's page faults, then a loop up to 300 ms.
-    let program = "import time\n\
-                   t = time.process_time()\n\
-                   block = bytearray(100 << 20)\n\
-                   for i in range(0, len(block), 4096):\n    block[i] = 1\n\
-                   while time.process_time() - t < 0.3:\n    pass\n\
-                   print(len(block))";
+    // `seconds` of CPU in all: the allocation's page faults, then a loop up to `seconds`.
+    // It prints the CPU time it counted itself, in ms.
+    let program = |seconds: f64| {
+        format!(
+            "import time\n\
+             t = time.process_time()\n\
+             block = bytearray(100 << 20)\n\
+             for i in range(0, len(block), 4096):\n    block[i] = 1\n\
+             while time.process_time() - t < {seconds}:\n    pass\n\
+             print(len(block), round(time.process_time() * 1000))"
+        )
+    };
+    // (reported, counted by the program) for one run of `program(seconds)`.
+    let measure = |seconds: f64| {
+        let code = program(seconds);
+        let sandbox = &sandbox;
+        async move {
+            let result = sandbox.run(&code).await;
+            let reported = cpu_ms(&result);
+            let (length, own) = result.stdout.trim().split_once(' ').expect("two numbers");
+            assert_eq!(length, (100 << 20).to_string());
+            let own: u64 = own.parse().expect("the program's own CPU");
+            (result, reported, own)
+        }
+    };
     for _ in 0..3 {
-        let result = sandbox.run(program).await;
-        assert_eq!(result.status, Status::Passed, "{result:?}");
-        let cpu_ms = result.cpu_ms.expect("the cgroup was read");
-        assert!((300..=345).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
+        // The same allocation without the loop: what the run costs this machine beyond the
+        // program's own clock (freeing 100 MiB at its exit, the supervisor).
+        let (_, reported, own) = measure(0.0).await;
+        let overhead = reported as i64 - own as i64;
+        let (result, cpu_ms, own) = measure(0.3).await;
+        let expected = own as i64 + overhead;
+        assert!(
+            cpu_ms >= 300 && (cpu_ms as i64 - expected).abs() <= expected * 15 / 100,
+            "cpu_ms = {cpu_ms}, counted by the program {own} ms, overhead {overhead} ms"
+        );
         let peak = result.peak_memory_kb.expect("measured");
         assert!(
             (100 * 1024 * 85 / 100..=100 * 1024 * 115 / 100).contains(&peak),
@@ -443,10 +552,15 @@ async fn a_run_reports_its_cpu_and_peak_memory_within_15_percent() {
 #[tokio::test]
 async fn the_cpu_time_limit_stops_busy_programs_and_spares_sleeping_ones() {
     let sandbox = TestSandbox::start(TestSandbox::options(1)).await;
+    // What ending a program costs this container here (its exit, the supervisor's reaping):
+    // the CPU a kill adds past the limit is of that order.
+    let ending = cpu_ms(&sandbox.run("pass").await);
     let limited = |code: &str| {
         let mut request = TestSandbox::request(code);
         request.cpu_time_ms = Some(300);
-        request.timeout_ms = 10_000;
+        // Only a CPU limit that failed waits out the wall limit: a starved machine cannot
+        // turn the CPU-time verdict into a timeout.
+        request.timeout_ms = 60_000;
         request
     };
     let busy = sandbox.run_request(&limited("while True:\n    pass")).await;
@@ -456,15 +570,16 @@ async fn the_cpu_time_limit_stops_busy_programs_and_spares_sleeping_ones() {
         Some("killed at the CPU-time limit of 300 ms")
     );
     let cpu_ms = busy.cpu_ms.expect("the cgroup was read");
-    assert!((300..=400).contains(&cpu_ms), "cpu_ms = {cpu_ms}");
-    assert!(busy.duration_ms < 1_000, "{busy:?}");
+    assert!(
+        (300..=400 + ending).contains(&cpu_ms),
+        "cpu_ms = {cpu_ms}, a program's end {ending} ms"
+    );
     // The CPU is the container's: a child burning it while the program sleeps is caught too.
     let child = "import os, time\n\
                  if os.fork() == 0:\n    while True:\n        pass\n\
-                 time.sleep(30)";
+                 while True:\n    time.sleep(60)";
     let by_child = sandbox.run_request(&limited(child)).await;
     assert_eq!(by_child.status, Status::CpuTimeLimit, "{by_child:?}");
-    assert!(by_child.duration_ms < 1_000, "{by_child:?}");
     // Wall time is not CPU time.
     let sleeper = sandbox
         .run_request(&limited("import time\ntime.sleep(0.8)\nprint('awake')"))

@@ -8,8 +8,10 @@ mod tests {
     //! The contract with the drivers and the image's harness, checked by running them with
     //! the host's Python: every field the Rust types read must be one the programs print.
 
+    use std::io::Read;
     use std::path::Path;
-    use std::process::Command;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
 
     use proto::harness::{CasesReport, IntegrationReport, ManyCasesReport};
     use serde_json::{Value, json};
@@ -22,26 +24,51 @@ mod tests {
             .unwrap_or("python3")
     }
 
-    /// Runs `driver` in a fresh directory holding `files`; its stdout.
+    /// How long a driver may take: a run of a second or so, which only a case the harness
+    /// failed to stop (one that loops forever) would wait out, on any machine.
+    const WITHIN: Duration = Duration::from_secs(120);
+
+    /// Runs `driver` in a fresh directory holding `files`; its stdout. Fails if the driver
+    /// has not ended `WITHIN`.
     fn run(driver: &str, files: &[(&str, String)]) -> String {
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in files {
             std::fs::write(dir.path().join(name), text).unwrap();
         }
         let harness_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/python");
-        let output = Command::new(python())
+        let mut child = Command::new(python())
             .arg("-c")
             .arg(format!("MARKER = {MARKER:?}\n{driver}"))
             .current_dir(dir.path())
             .env("CODEGEN_HARNESS_DIR", harness_dir)
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                pipe.read_to_end(&mut bytes).unwrap();
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        let deadline = Instant::now() + WITHIN;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("the driver still ran after {WITHIN:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+        assert!(status.success(), "{}", String::from_utf8_lossy(&stderr));
+        String::from_utf8(stdout).unwrap()
     }
 
     /// Every key of `ours` (a type read and written back) is in `theirs` (what was printed),
@@ -202,7 +229,8 @@ mod tests {
             "cases": {"f": [{"inputs": [1]}], "spin": [{"inputs": [0]}]},
             "case_timeout_ms": 300,
         });
-        let started = std::time::Instant::now();
+        // The looping case stops adding coverage at its timeout instead of holding the run:
+        // without it, the run never ends and `run` fails after `WITHIN`.
         let stdout = run(
             DRIVER,
             &[
@@ -210,8 +238,6 @@ mod tests {
                 ("request.json", request.to_string()),
             ],
         );
-        // The looping case stops adding coverage at its timeout instead of holding the run.
-        assert!(started.elapsed() < std::time::Duration::from_secs(10));
         let report: IntegrationReport = read(&stdout);
         let verdicts: Vec<bool> = report.functions["f"]
             .cases
