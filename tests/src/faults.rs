@@ -56,7 +56,8 @@ impl ModelServer {
             .spawn()
             .expect("codegen model-server starts");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Milliseconds here; the deadline only bounds a failure.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(Instant::now() < deadline, "model server did not start");
             std::thread::sleep(Duration::from_millis(20));

@@ -129,6 +129,30 @@ impl Drop for Process {
     }
 }
 
+/// How long one request of [`Cluster::http`] may take, whole answer included, unless a test
+/// sets a longer `coordinator.wait` ([`Cluster::with_coordinator_wait`]): more than the
+/// coordinator's default wait (60 s) on any machine, since it only bounds a failure (a server
+/// that never answers).
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A `coordinator.wait` for synchronous requests whose work takes a minute or more on a slow
+/// machine (a tenth of this one's speed, sharing its cores): long enough that the answer is
+/// the verdict, never 202 for want of time ([`Cluster::with_coordinator_wait`]).
+pub const LONG_WAIT: Duration = Duration::from_secs(600);
+
+/// `sandbox.start_timeout` of every process a [`Cluster`] starts: creating a container and
+/// starting its runner takes about a second here, ten on a slow machine, more when a worker
+/// starts its whole warm pool at once; the default (30 s) only bounds a failure, so the tests
+/// give it room.
+const SANDBOX_START_TIMEOUT: &str = "300s";
+
+fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("http client")
+}
+
 /// One isolated cluster: its own prefix and ports on the shared broker and Redis.
 #[derive(Debug)]
 pub struct Cluster {
@@ -150,12 +174,25 @@ impl Cluster {
             redis_url: redis_url(),
             coordinator_port: free_port(),
             dir: tempfile::tempdir().expect("tempdir"),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(120))
-                .build()
-                .expect("http client"),
-            extra_env: Vec::new(),
+            http: http_client(HTTP_TIMEOUT),
+            extra_env: vec![(
+                "CODEGEN__SANDBOX__START_TIMEOUT".into(),
+                SANDBOX_START_TIMEOUT.into(),
+            )],
         }
+    }
+
+    /// Sets `coordinator.wait` (how long a synchronous `POST /v1/executions` or `/batch`
+    /// waits for its verdicts before answering 202) for every process started from now on, and
+    /// lets [`Cluster::http`] wait that long and more for an answer. For requests whose work
+    /// may take more than the default 60 s on a slow machine (see [`LONG_WAIT`]).
+    pub fn with_coordinator_wait(mut self, wait: Duration) -> Self {
+        self.extra_env.push((
+            "CODEGEN__COORDINATOR__WAIT".into(),
+            format!("{}ms", wait.as_millis()),
+        ));
+        self.http = http_client(HTTP_TIMEOUT.max(wait + Duration::from_secs(300)));
+        self
     }
 
     /// Points the processes at another Redis (e.g. one the test stops and starts).
@@ -250,17 +287,25 @@ impl Cluster {
         (process, url)
     }
 
-    /// Polls `/readyz` until 200; panics with the process log after 60 s.
+    /// Polls `/readyz` until 200; panics with the process log after five minutes (a start
+    /// takes seconds, a minute or more on a slow machine: the deadline only bounds a failure).
     pub async fn wait_ready(&self, base: &str, process: &Process) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        const WITHIN: Duration = Duration::from_secs(300);
+        let deadline = Instant::now() + WITHIN;
         loop {
-            let response = self.http.get(format!("{base}/readyz")).send().await;
+            // One probe may hang on a process still starting: it is tried again.
+            let response = self
+                .http
+                .get(format!("{base}/readyz"))
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await;
             if response.is_ok_and(|r| r.status() == 200) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{} not ready after 60s; log:\n{}",
+                "{} not ready after {WITHIN:?}; log:\n{}",
                 process.name,
                 process.log_text()
             );
@@ -557,7 +602,8 @@ impl PrivateRedis {
             .spawn()
             .expect("redis-server is installed (scripts/cluster services installs it)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Milliseconds here; the deadline only bounds a failure (a slow machine, a busy one).
+        let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(Instant::now() < deadline, "private redis did not start");
             std::thread::sleep(Duration::from_millis(20));
@@ -570,7 +616,7 @@ impl PrivateRedis {
         if let Some(mut child) = self.child.take() {
             if self.persistent {
                 let _ = Command::new("kill").arg(child.id().to_string()).status();
-                let deadline = Instant::now() + Duration::from_secs(20);
+                let deadline = Instant::now() + Duration::from_secs(60);
                 while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -605,7 +651,7 @@ impl Cluster {
             .stderr(file)
             .spawn()
             .expect("codegen model-server starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "model server did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -673,9 +719,10 @@ impl Cluster {
     }
 
     /// Polls job `id` as the tenant of `key` until it has ended (succeeded, failed or
-    /// cancelled), up to two minutes.
+    /// cancelled), up to ten minutes (a job takes seconds here: the deadline only bounds a
+    /// failure, on however slow a machine).
     pub async fn wait_ended_as(&self, id: &str, key: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(600);
         let url = format!("{}/v1/jobs/{id}", self.url());
         loop {
             let (status, _, body) = self.request_as(reqwest::Method::GET, &url, key, None).await;
@@ -765,14 +812,15 @@ impl TestSandbox {
         }
     }
 
-    /// A Python request with generous limits.
+    /// A Python request with generous limits: two minutes for programs of milliseconds, so
+    /// that no machine is too slow for them (a test of a limit sets its own).
     pub fn request(code: &str) -> proto::ExecutionRequest {
         proto::ExecutionRequest {
             language: proto::Language::Python,
             code: code.into(),
             stdin: None,
             test: None,
-            timeout_ms: 20_000,
+            timeout_ms: 120_000,
             cpu_time_ms: None,
             compile_timeout_ms: None,
             memory_mb: sandbox::Options::default().pool_memory_mb,
@@ -1057,7 +1105,10 @@ impl PrivateRabbit {
         // is our own node saying it booted, still running, and the port taking connections.
         let log_file = base.join("server.log");
         let log = || std::fs::read_to_string(&log_file).unwrap_or_default();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // Five to eight seconds here, a minute or more on a slow machine: the deadline only
+        // bounds a failure.
+        const BOOT: Duration = Duration::from_secs(600);
+        let deadline = Instant::now() + BOOT;
         loop {
             let exited = self
                 .launcher
@@ -1074,7 +1125,7 @@ impl PrivateRabbit {
             }
             if Instant::now() > deadline {
                 self.stop();
-                return Err(format!("not booted after 60 s:\n{}", log()));
+                return Err(format!("not booted after {BOOT:?}:\n{}", log()));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1136,7 +1187,8 @@ impl PrivateRabbit {
         {
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // A graceful stop takes seconds; past this the node is killed.
+        let deadline = Instant::now() + Duration::from_secs(120);
         while launcher.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -42,7 +42,9 @@ impl Stack {
         };
         let out = stack.compose(&["up", "-d"]);
         assert!(out.status.success(), "compose up: {}", text(&out));
-        stack.wait_ready(Duration::from_secs(300));
+        // Minutes on a slow machine (every container and its health check): the
+        // deadline only bounds a failure.
+        stack.wait_ready(Duration::from_secs(1200));
         stack
     }
 

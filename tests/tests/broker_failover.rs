@@ -37,16 +37,20 @@ async fn a_client_given_every_node_skips_a_dead_one_and_fails_over_when_its_node
         url: format!("{closed},{},{}", first.url(), second.url()),
         prefix: format!("failover-{}", uuid::Uuid::new_v4().simple()),
         reconnect_max_delay: Duration::from_secs(1),
+        // A publish waits for the failover (two or three seconds here, more on a slow
+        // machine): a limit that only bounds a failure.
+        publish_timeout: Duration::from_secs(120),
         ..Options::default()
     };
     let cancel = CancellationToken::new();
     let (broker, supervisor) = AmqpBroker::build(options);
     tokio::spawn(supervisor.run(cancel.clone()));
-    // The closed address costs a refused connection, not a backoff.
-    wait_healthy(&broker, Duration::from_secs(5)).await;
+    // The closed address costs a refused connection, not a backoff. (Deadlines here only
+    // bound failures: each step takes a second or two, more on a slow machine.)
+    wait_healthy(&broker, Duration::from_secs(120)).await;
     broker.publish(message("before")).await.unwrap();
     let mut tasks = broker.consume(Queue::Tasks, 4, cancel.clone());
-    let got = tokio::time::timeout(Duration::from_secs(10), tasks.next())
+    let got = tokio::time::timeout(Duration::from_secs(120), tasks.next())
         .await
         .expect("a delivery from the first node")
         .unwrap();
@@ -59,9 +63,9 @@ async fn a_client_given_every_node_skips_a_dead_one_and_fails_over_when_its_node
     // for the new connection (within publish_timeout).
     broker.publish(message("after")).await.unwrap();
     let failover = stopped.elapsed();
-    wait_healthy(&broker, Duration::from_secs(5)).await;
+    wait_healthy(&broker, Duration::from_secs(120)).await;
     // The consumer followed the connection to the second node.
-    let got = tokio::time::timeout(Duration::from_secs(15), tasks.next())
+    let got = tokio::time::timeout(Duration::from_secs(120), tasks.next())
         .await
         .expect("a delivery from the second node")
         .unwrap();

@@ -4,7 +4,21 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tests::{Cluster, PrivateRedis, metric};
+use tests::{Cluster, LONG_WAIT, PrivateRedis, metric};
+
+/// Waits until the worker at `ops` holds a task (it took it from the queue and has not
+/// settled it), up to minutes: a deadline that only bounds a failure.
+async fn wait_holding_a_task(cluster: &Cluster, ops: &str, worker: &tests::Process) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while metric(&cluster.http, ops, "codegen_worker_tasks_in_flight").await < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never took the task: {}",
+            worker.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 #[tokio::test]
 async fn round_trip_passes_fails_and_reports_limits() {
@@ -107,7 +121,7 @@ async fn a_task_published_while_no_worker_runs_waits_for_one() {
     assert_eq!(body["status"], "queued", "no worker yet: {body}");
 
     let (_worker, _) = cluster.worker("late-worker").await;
-    let body = cluster.wait_verdict(&id, Duration::from_secs(60)).await;
+    let body = cluster.wait_verdict(&id, Duration::from_secs(300)).await;
     assert_eq!(body["status"], "passed", "{body}");
     assert_eq!(body["stdout"], "finally\n");
     cluster.cleanup().await;
@@ -124,7 +138,7 @@ async fn a_malformed_message_is_dead_lettered_and_the_worker_keeps_serving() {
         .publish_raw(&id, b"\xc1 this is not a messagepack envelope")
         .await;
     // The worker rejects it, RabbitMQ dead-letters it, the coordinator records why.
-    let body = cluster.wait_verdict(&id, Duration::from_secs(30)).await;
+    let body = cluster.wait_verdict(&id, Duration::from_secs(300)).await;
     assert_eq!(body["status"], "error", "{body}");
     assert!(
         body["reason"].as_str().unwrap().contains("rejected"),
@@ -165,7 +179,7 @@ async fn readyz_names_redis_while_it_is_down_and_recovers() {
     let (_worker, worker_url) = cluster.worker("worker").await;
 
     redis.stop();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let body = loop {
         let (status, body) = cluster.readyz(&cluster.url()).await;
         if status == 503 {
@@ -190,7 +204,7 @@ async fn readyz_names_redis_while_it_is_down_and_recovers() {
     assert!(body["error"].as_str().unwrap().contains("redis"), "{body}");
 
     redis.restart();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let (status, body) = cluster.readyz(&cluster.url()).await;
         if status == 200 {
@@ -211,7 +225,7 @@ async fn readyz_names_redis_while_it_is_down_and_recovers() {
 async fn sigterm_lets_the_running_task_finish() {
     let cluster = Cluster::new();
     let _coordinator = cluster.coordinator().await;
-    let (mut worker, _) = cluster.worker("worker").await;
+    let (mut worker, ops) = cluster.worker("worker").await;
     let (_, body) = cluster
         .execute(
             "?wait=false",
@@ -220,14 +234,17 @@ async fn sigterm_lets_the_running_task_finish() {
         .await;
     let id = body["id"].as_str().unwrap().to_owned();
     // Wait until the worker has the task, then ask it to stop.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !worker.log_text().contains("executing") && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_holding_a_task(&cluster, &ops, &worker).await;
     worker.signal("TERM");
-    let code = worker.wait_exit(Duration::from_secs(30));
+    // The program's 2 s, then the worker's shutdown (its warm containers removed): seconds
+    // here, minutes on a slow machine.
+    let code = worker.wait_exit(Duration::from_secs(180));
     assert_eq!(code, Some(0), "log:\n{}", worker.log_text());
+    assert!(
+        worker.log_text().contains("draining in-flight tasks"),
+        "the stop came while the task ran: {}",
+        worker.log_text()
+    );
     let (_, body) = cluster.execution(&id).await;
     assert_eq!(body["status"], "passed", "drained, not dropped: {body}");
     assert_eq!(body["stdout"], "done\n");
@@ -238,7 +255,7 @@ async fn sigterm_lets_the_running_task_finish() {
 async fn a_killed_worker_loses_no_task() {
     let cluster = Cluster::new();
     let _coordinator = cluster.coordinator().await;
-    let (mut first, _) = cluster.worker("first").await;
+    let (mut first, first_ops) = cluster.worker("first").await;
     let (_, body) = cluster
         .execute(
             "?wait=false",
@@ -246,16 +263,21 @@ async fn a_killed_worker_loses_no_task() {
         )
         .await;
     let id = body["id"].as_str().unwrap().to_owned();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !first.log_text().contains("executing") && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_holding_a_task(&cluster, &first_ops, &first).await;
     first.signal("KILL");
-    first.wait_exit(Duration::from_secs(5));
-    let (_second, _) = cluster.worker("second").await;
-    let body = cluster.wait_verdict(&id, Duration::from_secs(60)).await;
+    first.wait_exit(Duration::from_secs(60));
+    let (_second, second_ops) = cluster.worker("second").await;
+    let body = cluster.wait_verdict(&id, Duration::from_secs(300)).await;
     assert_eq!(body["status"], "passed", "{body}");
     assert_eq!(body["stdout"], "survived\n");
+    // The second worker ran it again: the first was killed holding it.
+    let redelivered = metric(
+        &cluster.http,
+        &second_ops,
+        "codegen_worker_redeliveries_total{kind=\"execute\"}",
+    )
+    .await;
+    assert_eq!(redelivered, 1.0, "the task was redelivered once");
     cluster.cleanup().await;
 }
 
@@ -278,7 +300,10 @@ fn redis_calls(redis: &PrivateRedis, command: &str) -> u64 {
 #[tokio::test]
 async fn a_batch_waits_for_notices_not_by_polling() {
     let redis = PrivateRedis::start();
-    let cluster = Cluster::new().with_redis(redis.url());
+    // The answer must be the verdicts, however slow the machine.
+    let cluster = Cluster::new()
+        .with_redis(redis.url())
+        .with_coordinator_wait(LONG_WAIT);
     let _coordinator = cluster.coordinator().await;
     let (_worker, _) = cluster.worker("worker").await;
     let items: Vec<serde_json::Value> = (0..3)

@@ -6,7 +6,21 @@
 
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tests::Cluster;
+use tests::{Cluster, LONG_WAIT};
+
+/// The limit of a compile or a run that must end by itself: the API's largest, far above the
+/// second or so a compile takes here (ten on a slow machine, more with seven at once).
+const AMPLE_MS: u64 = 120_000;
+
+/// A cluster whose synchronous executions wait for their verdicts however slow the machine:
+/// a language's container starts at its first program, and each set's seven compiles and runs
+/// share it (minutes on a slow machine, past the default 60 s wait).
+async fn start_cluster() -> (Cluster, tests::Process, tests::Process) {
+    let cluster = Cluster::new().with_coordinator_wait(LONG_WAIT);
+    let coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker").await;
+    (cluster, coordinator, worker)
+}
 
 /// One program of a fidelity set and what its verdict must be.
 struct Case {
@@ -385,11 +399,12 @@ fn sets() -> Vec<(&'static str, Vec<Case>)> {
     ]
 }
 
+/// The limit of the programs that loop forever.
+const LOOP_MS: u64 = 3000;
+
 #[tokio::test]
 async fn every_compiled_language_gives_each_program_its_own_verdict() {
-    let cluster = Cluster::new();
-    let _coordinator = cluster.coordinator().await;
-    let (_worker, _) = cluster.worker("worker").await;
+    let (cluster, _coordinator, _worker) = start_cluster().await;
 
     let (status, listed) =
         tests::get_json(&cluster.http, &format!("{}/v1/languages", cluster.url())).await;
@@ -410,12 +425,16 @@ async fn every_compiled_language_gives_each_program_its_own_verdict() {
         let version = entry["version"].as_str().unwrap().to_owned();
         // Each language's cases run at once: the pool starts on the first and serves the rest.
         let runs = cases.iter().map(|c| {
-            // The looping program meets its limit; the others get room for a loaded machine
-            // (a CI run starved a passing TypeScript program past 3 s of wall clock with
-            // 0.3 s of CPU).
-            let timeout_ms = if c.status == "timeout" { 3000 } else { 20_000 };
+            // The looping program meets its limit (it never ends, so on any machine); the others
+            // and every compile get far more than they take on a slow, loaded machine (a CI run
+            // starved a passing TypeScript program past 3 s of wall clock with 0.3 s of CPU).
+            let timeout_ms = if c.status == "timeout" {
+                LOOP_MS
+            } else {
+                AMPLE_MS
+            };
             let mut body = json!({"language": language, "code": c.code, "timeout_ms": timeout_ms,
-                                  "compile_timeout_ms": 30_000});
+                                  "compile_timeout_ms": AMPLE_MS});
             if let Some(test) = c.test {
                 body["test"] = json!(test);
             }
@@ -466,9 +485,14 @@ async fn every_compiled_language_gives_each_program_its_own_verdict() {
                 );
             }
             if c.status == "timeout" {
-                // The run's clock starts after the compile: the limit is the run's own.
+                // The run's clock starts after the compile: the limit is the run's own, and the
+                // run was stopped at it, not later when the worker would call the container
+                // wedged (at the limit plus `sandbox.grace`, 5 s).
                 let ms = answer["duration_ms"].as_u64().unwrap();
-                assert!((3000..6000).contains(&ms), "{what}: {answer:#}");
+                assert!(
+                    (LOOP_MS..LOOP_MS + 5000).contains(&ms),
+                    "{what}: {answer:#}"
+                );
             }
         }
     }
@@ -476,9 +500,7 @@ async fn every_compiled_language_gives_each_program_its_own_verdict() {
 
 #[tokio::test]
 async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
-    let cluster = Cluster::new();
-    let _coordinator = cluster.coordinator().await;
-    let (_worker, _) = cluster.worker("worker").await;
+    let (cluster, _coordinator, _worker) = start_cluster().await;
     // A million statements from nested macros: seconds of compile, far more than 300 ms.
     let code = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\
                 #define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1\n#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2\n\
@@ -497,7 +519,8 @@ async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
     );
     // The same container serves the next program: a compile timeout is no breach.
     let (_, answer) = cluster
-        .execute("", json!({"language": "cpp", "code": "#include <cstdio>\nint main() { std::puts(\"ok\"); }"}))
+        .execute("", json!({"language": "cpp", "code": "#include <cstdio>\nint main() { std::puts(\"ok\"); }",
+                            "compile_timeout_ms": AMPLE_MS, "timeout_ms": AMPLE_MS}))
         .await;
     assert_eq!(answer["status"], "passed", "{answer:#}");
     assert_eq!(answer["stdout"], "ok\n", "{answer:#}");
@@ -505,9 +528,7 @@ async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
 
 #[tokio::test]
 async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs() {
-    let cluster = Cluster::new();
-    let _coordinator = cluster.coordinator().await;
-    let (_worker, _) = cluster.worker("worker").await;
+    let (cluster, _coordinator, _worker) = start_cluster().await;
     // Imported by the zygote before any program: the program's first line sees them loaded.
     let code = "import sys\n\
                 print(all(m in sys.modules for m in ('numpy', 'scipy', 'pandas', 'sympy', 'networkx')))\n\
@@ -516,8 +537,13 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
                 print(int(np.arange(10).sum()), int(pd.Series([1, 2, 3]).sum()),\n\
                       sympy.factor(sympy.Symbol('x')**2 - 1), nx.shortest_path_length(nx.path_graph(5), 0, 4),\n\
                       round(optimize.brentq(lambda x: x * x - 2, 0, 2), 6))\n";
+    // The zygote's imports take seconds here, tens of seconds on a slow machine (the cluster's
+    // `sandbox.start_timeout` gives its container minutes to start).
     let (got, answer) = cluster
-        .execute("", json!({"language": "python-sci", "code": code}))
+        .execute(
+            "",
+            json!({"language": "python-sci", "code": code, "timeout_ms": AMPLE_MS}),
+        )
         .await;
     assert_eq!(got, 200, "{answer}");
     assert_eq!(answer["status"], "passed", "{answer:#}");
@@ -531,7 +557,7 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
     let (_, answer) = cluster
         .execute(
             "",
-            json!({"language": "python-sci", "code": code, "memory_mb": 256}),
+            json!({"language": "python-sci", "code": code, "memory_mb": 256, "timeout_ms": AMPLE_MS}),
         )
         .await;
     assert_eq!(answer["status"], "passed", "{answer:#}");
@@ -542,7 +568,7 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
     let (_, answer) = cluster
         .execute(
             "",
-            json!({"language": "python-sci", "code": code, "memory_mb": 256}),
+            json!({"language": "python-sci", "code": code, "memory_mb": 256, "timeout_ms": AMPLE_MS}),
         )
         .await;
     assert_eq!(answer["status"], "memory_limit", "{answer:#}");
@@ -550,10 +576,9 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
 
 #[tokio::test]
 async fn a_compiler_bomb_is_a_compile_error_and_the_container_serves_the_next_run() {
-    let cluster = Cluster::new();
-    let _coordinator = cluster.coordinator().await;
-    let (_worker, _) = cluster.worker("worker").await;
-    // 10^6 statements in one function at -O2: gcc's memory grows past any small limit.
+    let (cluster, _coordinator, _worker) = start_cluster().await;
+    // 10^6 statements in one function at -O2: gcc's memory grows past any small limit, long
+    // before the compile's time limit (the largest: it passes 64 MiB in a second or two here).
     let bomb = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\
                 #define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1\n#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2\n\
                 #define A4 A3 A3 A3 A3 A3 A3 A3 A3 A3 A3\n#define A5 A4 A4 A4 A4 A4 A4 A4 A4 A4 A4\n\
@@ -562,7 +587,7 @@ async fn a_compiler_bomb_is_a_compile_error_and_the_container_serves_the_next_ru
     let (got, answer) = cluster
         .execute(
             "",
-            json!({"language": "c", "code": bomb, "memory_mb": 64, "compile_timeout_ms": 60_000}),
+            json!({"language": "c", "code": bomb, "memory_mb": 64, "compile_timeout_ms": AMPLE_MS}),
         )
         .await;
     assert_eq!(got, 200, "{answer}");
@@ -584,7 +609,8 @@ async fn a_compiler_bomb_is_a_compile_error_and_the_container_serves_the_next_ru
     let (_, answer) = cluster
         .execute(
             "",
-            json!({"language": "c", "code": "#include <stdio.h>\nint main(void) { puts(\"next\"); return 0; }\n"}),
+            json!({"language": "c", "code": "#include <stdio.h>\nint main(void) { puts(\"next\"); return 0; }\n",
+                   "compile_timeout_ms": AMPLE_MS, "timeout_ms": AMPLE_MS}),
         )
         .await;
     assert_eq!(answer["status"], "passed", "{answer:#}");

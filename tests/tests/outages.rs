@@ -70,9 +70,10 @@ impl Rig {
         }
     }
 
-    /// Waits until functions are being implemented (jobs are in flight).
+    /// Waits until functions are being implemented (jobs are in flight), up to minutes (the
+    /// deadline only bounds a failure).
     async fn in_flight(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(300);
         while !self
             .workers
             .iter()
@@ -86,9 +87,11 @@ impl Rig {
     /// Every job final, exactly once, succeeded and tested; no dead letter. Prints and
     /// returns the batch's time from submission.
     async fn finish(self, fault: &str, seconds: u64) -> Duration {
+        // Half a minute to two minutes here (RELIABILITY.md), ten times that on a slow machine:
+        // the deadline only bounds a failure.
         let finals = match self
             .cluster
-            .try_wait_jobs_through_outages(&self.jobs, Duration::from_secs(400))
+            .try_wait_jobs_through_outages(&self.jobs, Duration::from_secs(3600))
             .await
         {
             Ok(finals) => finals,
@@ -255,8 +258,8 @@ async fn docker_unreachable_for_15s_costs_time_not_jobs() {
     let mut rig = Rig::start(JOBS, false).await;
     rig.in_flight().await;
     rig.docker.cut();
-    // The workers notice, say so, and take no more work.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The workers notice (they look every 2 s), say so, and take no more work.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (status, ready) = rig.cluster.readyz(&rig.workers[0].1).await;
         if status == 503 && ready["checks"]["docker"].is_string() {
@@ -279,7 +282,7 @@ async fn a_model_refusing_connections_for_20s_costs_time_not_jobs() {
     rig.in_flight().await;
     rig.model.stop();
     // A worker that fails a call probes the model, names it in /readyz and pauses.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     'named: loop {
         for (_, ops) in &rig.workers {
             let (_, ready): (u16, Value) = rig.cluster.readyz(ops).await;
@@ -307,7 +310,7 @@ async fn every_fault_in_one_batch_costs_time_not_jobs() {
     rig.in_flight().await;
     // A worker killed mid-task and started again.
     rig.workers[0].0.signal("KILL");
-    rig.workers[0].0.wait_exit(Duration::from_secs(5));
+    rig.workers[0].0.wait_exit(Duration::from_secs(60));
     rig.workers[0] = rig.cluster.worker("worker-1b").await;
     pause(2).await;
     rig.stop_redis();
