@@ -10,7 +10,7 @@ For each language, a trivial program (prints "ok"):
           what the runner does (compile when the language compiles, then run), one at a time;
           and at saturation, two such loops at once (this machine has 2 cores), runs/s.
           The image's toolchain is the one the host lacks or has in another version (Go,
-          rustc 1.63, TypeScript 4.8): same compiler, same cores.
+          rustc, TypeScript): same compiler, same cores.
   cluster `POST /v1/executions`, keep-alive, one at a time: the median wall time of N runs
           after one warm-up (which starts a lazy pool); and M runs from 8 clients at once
           (2 workers x 2 warm containers per language), runs/s.

@@ -467,16 +467,17 @@ fn limit(schema: &mut Value, constraints: Value) {
     target.extend(constraints);
 }
 
-/// `proto::execution::check_file_path` as a regular expression: `/`-separated components,
-/// none empty, `.` or `..`, no NUL, not a reserved program or test file name (the 1024-byte
-/// limit is not expressed).
+/// `proto::execution::check_file_path` as a regular expression: relative or below
+/// `proto::DATA_DIR`, `/`-separated components, none empty, `.` or `..`, no NUL, not a
+/// reserved program or test file name (the 1024-byte limit is not expressed).
 fn file_path_pattern() -> String {
     let reserved: Vec<String> = Language::reserved_files()
         .map(|f| f.replace('.', "\\."))
         .collect();
     format!(
-        r"^(?!(?:{})$)(?!(?:[^/]*/)*\.{{1,2}}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$",
-        reserved.join("|")
+        r"^(?!(?:{})$)(?:{}/)?(?!(?:[^/]*/)*\.{{1,2}}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$",
+        reserved.join("|"),
+        proto::DATA_DIR
     )
 }
 

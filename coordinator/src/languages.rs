@@ -43,5 +43,6 @@ fn info(language: Language, image: String) -> LanguageInfo {
         main_file: spec.main_file.into(),
         test_file: spec.test_file.into(),
         test_form: spec.test_form.into(),
+        libraries: spec.libraries.iter().map(|l| (*l).to_owned()).collect(),
     }
 }

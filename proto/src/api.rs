@@ -54,12 +54,14 @@ pub struct ExecutionSubmission {
     /// Run in a container of its own instead of a warm one (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fresh_container: Option<bool>,
-    /// Files to put next to the program, by relative path: UTF-8 text as a string, any bytes
-    /// as `{"base64": "..."}`. Their decoded sizes count against the code size limit.
+    /// Files to put next to the program, by relative path, or below `/mnt/data/` by absolute
+    /// path: UTF-8 text as a string, any bytes as `{"base64": "..."}`. Their decoded sizes
+    /// count against the code size limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<std::collections::BTreeMap<String, crate::file::FileContentWire>>)]
     pub files: Option<std::collections::BTreeMap<String, crate::FileContent>>,
-    /// Files of the work directory to send back after the run.
+    /// Files to send back after the run: relative to the work directory, or below
+    /// `/mnt/data/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_files: Option<Vec<String>>,
 }

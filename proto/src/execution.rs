@@ -47,11 +47,16 @@ pub struct LanguageSpec {
     pub compiled: bool,
     /// SandboxFusion's name of the language (`/run_code`), when it has one.
     pub sandbox_fusion: Option<&'static str>,
-    /// The interpreter or compiler of its image (Debian bookworm's package), as the
-    /// language itself reports it (the fidelity tests check this).
+    /// The interpreter or compiler of its image (Debian's package: trixie's for the
+    /// compiled languages and JavaScript, bookworm's for Python and Bash), as the language
+    /// itself reports it (the fidelity tests check this).
     pub version: &'static str,
     /// How a program and its test are put together (the program + test form).
     pub test_form: &'static str,
+    /// What a program may import beyond the language's standard library: the libraries
+    /// evaluation sets import (HumanEval-X, MultiPL-E, SandboxFusion's datasets), from
+    /// Debian's packages in its image (the language tests import each).
+    pub libraries: &'static [&'static str],
     /// Its pool starts with the worker (else at the language's first execution).
     pub warm_at_start: bool,
     /// MiB its runner needs beyond `sandbox.runner_memory_mb` (packages its zygote imports).
@@ -85,6 +90,7 @@ impl Language {
                 sandbox_fusion: Some("python"),
                 version: "3.11",
                 test_form: "the test runs after the program in the same namespace",
+                libraries: &[],
                 warm_at_start: true,
                 runner_extra_mb: 0,
             },
@@ -99,6 +105,7 @@ impl Language {
                 sandbox_fusion: None,
                 version: "3.11",
                 test_form: "the test runs after the program in the same namespace",
+                libraries: &["numpy", "scipy", "pandas", "sympy", "networkx"],
                 warm_at_start: false,
                 // numpy, scipy, pandas, sympy and networkx in the zygote: about 110 MiB.
                 runner_extra_mb: 160,
@@ -112,8 +119,9 @@ impl Language {
                 generation: false,
                 compiled: false,
                 sandbox_fusion: Some("nodejs"),
-                version: "18",
+                version: "20",
                 test_form: "the test runs after the program in the same global scope",
+                libraries: &["lodash"],
                 warm_at_start: true,
                 runner_extra_mb: 0,
             },
@@ -128,6 +136,7 @@ impl Language {
                 sandbox_fusion: Some("bash"),
                 version: "5.2",
                 test_form: "the test is sourced after the program in the same shell",
+                libraries: &["gawk", "bc"],
                 warm_at_start: true,
                 runner_extra_mb: 0,
             },
@@ -140,8 +149,9 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: None,
-                version: "12.2",
+                version: "14.2",
                 test_form: "the test (with main) is appended to the program: one translation unit",
+                libraries: &[],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -154,8 +164,9 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: Some("cpp"),
-                version: "12.2",
+                version: "14.2",
                 test_form: "the test (with main) is appended to the program: one translation unit",
+                libraries: &["bits/stdc++.h"],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -168,8 +179,9 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: Some("go"),
-                version: "go1.19",
+                version: "go1.24",
                 test_form: "the test is a second file of package main (with func main) built with the program",
+                libraries: &[],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -182,8 +194,9 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: Some("rust"),
-                version: "1.63",
+                version: "1.85",
                 test_form: "the test (with fn main) is appended to the program: one crate",
+                libraries: &[],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -196,8 +209,12 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: Some("java"),
-                version: "17",
+                version: "21",
                 test_form: "the test (a class with main) is appended to the program: one source file",
+                libraries: &[
+                    "org.javatuples (javatuples 1.2)",
+                    "com.google.gson (gson 2.10)",
+                ],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -210,8 +227,9 @@ impl Language {
                 generation: false,
                 compiled: true,
                 sandbox_fusion: Some("typescript"),
-                version: "4.8",
+                version: "4.9",
                 test_form: "the test is appended to the program: one module, transpiled (types erased, not checked)",
+                libraries: &["lodash"],
                 warm_at_start: false,
                 runner_extra_mb: 0,
             },
@@ -286,12 +304,13 @@ pub struct ExecutionRequest {
     /// instead of a warm container of the pool (slower: a container start-up per run).
     #[serde(default, skip_serializing_if = "is_false")]
     pub fresh_container: bool,
-    /// Files written to the work directory before the program runs (path relative to it, no
-    /// `..`), text or bytes; the program can import the Python ones.
+    /// Files written before the program runs, to the work directory (a path relative to it,
+    /// no `..`) or below [`DATA_DIR`] (an absolute path there), text or bytes; the program
+    /// can import the Python ones of the work directory.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, FileContent>,
-    /// Files of the work directory to return after the run (relative paths). Symbolic links
-    /// are never followed; a path that is not a regular file comes back as an error.
+    /// Files to return after the run (paths as in `files`). Symbolic links are never
+    /// followed; a path that is not a regular file comes back as an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub return_files: Vec<String>,
     /// In-process only, never serialized (no task, no API carries it): a Python run of the
@@ -308,17 +327,28 @@ fn is_false(b: &bool) -> bool {
 /// Most files an execution may send (`files`) or ask back (`return_files`).
 pub const MAX_FILES: usize = 64;
 
-/// Checks a path of `files` or `return_files`: relative to the work directory, `/`-separated,
-/// no empty, `.` or `..` component, no NUL, at most 1024 bytes, and not a program or test file
-/// name of any language ([`Language::reserved_files`]).
+/// The one absolute directory `files` and `return_files` may name, as SandboxFusion's
+/// datasets do: a writable tmpfs of its own in every sandbox container, scrubbed after each
+/// run like the work directory.
+pub const DATA_DIR: &str = "/mnt/data";
+
+/// Checks a path of `files` or `return_files`: relative to the work directory or below
+/// [`DATA_DIR`], `/`-separated, no empty, `.` or `..` component, no NUL, at most 1024 bytes,
+/// and not a program or test file name of any language ([`Language::reserved_files`]).
 pub fn check_file_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.len() > 1024 {
         return Err(format!("{path:?}: must be 1 to 1024 bytes long"));
     }
-    if path.starts_with('/') || path.contains('\0') {
-        return Err(format!("{path:?}: must be a relative path without NUL"));
+    let relative = path
+        .strip_prefix(DATA_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(path);
+    if relative.starts_with('/') || path.contains('\0') {
+        return Err(format!(
+            "{path:?}: must be a relative path or one below {DATA_DIR}/, without NUL"
+        ));
     }
-    if path
+    if relative
         .split('/')
         .any(|p| p.is_empty() || p == "." || p == "..")
     {
@@ -588,12 +618,20 @@ mod tests {
             "out/data.json",
             ".hidden",
             "pkg/main.py",
+            "/mnt/data/a.csv",
+            "/mnt/data/d/main.py",
         ] {
             assert!(check_file_path(ok).is_ok(), "{ok}");
         }
         for bad in [
             "",
             "/etc/passwd",
+            "/mnt/data",
+            "/mnt/data/",
+            "/mnt/data//a",
+            "/mnt/data/../a",
+            "/mnt/datax/a",
+            "/mnt/other",
             "../x",
             "a/../b",
             "a//b",

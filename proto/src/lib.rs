@@ -23,8 +23,8 @@ pub mod task;
 
 pub use clock::{now_ms, now_us};
 pub use execution::{
-    CompileResult, CompileStatus, ErrorKind, ExecutionMeta, ExecutionRequest, ExecutionResult,
-    Language, Status,
+    CompileResult, CompileStatus, DATA_DIR, ErrorKind, ExecutionMeta, ExecutionRequest,
+    ExecutionResult, Language, Status,
 };
 pub use file::FileContent;
 pub use progress::Progress;

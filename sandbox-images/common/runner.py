@@ -10,7 +10,7 @@ Protocol (version 3) over the container's attached stdin/stdout. Every message i
 4-byte big-endian length, then that many bytes of JSON (an object). The runner's frames are
 pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics only.
 
-  runner -> worker  {"type": "ready", "protocol": 3, "runs": int}
+  runner -> worker  {"type": "ready", "protocol": 4, "runs": int}
                       the container is clean and a request may be sent (at start and again
                       after every execution; after one whose request said "rest", once
                       the worker said "prepare").
@@ -30,12 +30,14 @@ pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics o
                                                    program is killed ("output_limited")
                        "test": str|null,           optional test script, run after the code
                                                    in the same namespace / scope / shell
-                       "files": {relpath: str | {"base64": str}},
+                       "files": {path: str | {"base64": str}},
                                                    optional, written to /work before the run
+                                                   (a relative path) or below /mnt/data (a
+                                                   path that starts with /mnt/data/)
                                                    (text as UTF-8, or the decoded bytes);
                                                    the language's main and test file names
                                                    are reserved (an "error" answer)
-                       "return_files": [relpath],  optional, read back after the run
+                       "return_files": [path],     optional, read back after the run
                        "harness": null | object,   optional, Python in-process only: run by
                                                    harness.py (see there; "cases" and
                                                    "integrate" in a fresh module `solution`,
@@ -101,6 +103,10 @@ Language modes (language.json: {"name", "main", "test", "mode", "command"}, opti
               out ends the request: the result's "compile" says how, nothing ran.
               "report": false: the program writes no fd-3 report; with a test,
               test_finished is exit status 0. "env": variables set for compile and run.
+              "assertion": a regular expression (multi-line) that finds, in the stderr of
+              a program that failed, the failed assertion a report-less language prints
+              (Java's AssertionError, C's assert, Rust's assert!); its group "message" (or
+              the whole match) becomes an exception of kind "assertion".
 
   A compiled language's result carries "compile": {"status": "ok"|"error"|"timeout",
   "exit_code", "signal", "output" (the compiler's stdout and stderr, 64 KiB at most),
@@ -140,6 +146,7 @@ starts from Z's start-up state: no earlier request was ever in the memory it cam
 import errno
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -149,13 +156,16 @@ import struct
 import sys
 import time
 
-PROTOCOL = 3
+PROTOCOL = 4
 PROGRAM_UID = 10002
 PROGRAM_GID = 10002
 WORKDIR = "/work"
+# The one absolute place `files` and `return_files` may name (SandboxFusion's datasets put
+# their files there): a tmpfs of its own, scrubbed like /work.
+DATA_DIR = "/mnt/data"
 # /build (compiled languages only: the one tmpfs programs may exec from) holds the binary.
 BUILD_DIR = "/build"
-SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue", BUILD_DIR)
+SCRUB_DIRS = ("/work", "/tmp", "/dev/shm", "/dev/mqueue", BUILD_DIR, DATA_DIR)
 # Bytes of the compiler's output (stdout and stderr together) a compile result keeps.
 MAX_COMPILE_OUTPUT = 64 << 10
 # Time C gives P's compile past its own limit before it counts the compile as timed out.
@@ -360,6 +370,12 @@ def load_language(path=LANGUAGE_PATH):
         problems.append("language.json: 'preload' must be a list of module names")
     elif preload and mode != "in_process":
         problems.append("language.json: 'preload' needs 'mode': 'in_process'")
+    assertion = cfg.get("assertion")
+    if assertion is not None:
+        try:
+            re.compile(assertion, re.M)
+        except (TypeError, re.error) as e:
+            problems.append("language.json: 'assertion' must be a regular expression (%s)" % e)
     env = cfg.get("env", {})
     if not isinstance(env, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and k and "=" not in k
@@ -482,13 +498,15 @@ def returned_content(data):
 
 
 def check_relpath(path):
-    """A plain relative path below the work directory: no '..', '.', '//', absolute or NUL,
-    and not the program's own main or test file."""
+    """A plain relative path below the work directory, or one below DATA_DIR: no '..', '.',
+    '//', other absolute path or NUL, and not the program's own main or test file."""
     if not isinstance(path, str) or not path or len(path) > 1024:
         raise RequestError("file paths must be non-empty strings of at most 1024 characters")
-    parts = path.split("/")
-    if path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
-        raise RequestError("file path %r must be relative, without '.', '..' or '//'" % path)
+    top, rel = file_place(path)
+    parts = rel.split("/")
+    if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        raise RequestError("file path %r must be relative (or below %s/), without '.', '..' "
+                           "or '//'" % (path, DATA_DIR))
     if path == LANGUAGE["main"]:
         raise RequestError("file path %r is the program itself" % path)
     if path == LANGUAGE["test"]:
@@ -727,8 +745,9 @@ def collect_files(paths, budget):
     for path in paths:
         fd = None
         try:
-            parts = path.split("/")
-            fd = os.open(WORKDIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            top, rel = file_place(path)
+            parts = rel.split("/")
+            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             for part in parts[:-1]:
                 nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                 os.close(fd)
@@ -755,7 +774,7 @@ def collect_files(paths, budget):
             files[path] = returned_content(data)
         except OSError as e:
             files[path] = None
-            if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link_on_path(parts):
+            if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link_on_path(top, parts):
                 errors[path] = "a symbolic link on the path (not followed)"
             else:
                 errors[path] = e.strerror or str(e)
@@ -765,10 +784,10 @@ def collect_files(paths, budget):
     return files, errors
 
 
-def _is_link_on_path(parts):
+def _is_link_on_path(top, parts):
     for i in range(1, len(parts) + 1):
         try:
-            if stat.S_ISLNK(os.lstat(os.path.join(WORKDIR, *parts[:i])).st_mode):
+            if stat.S_ISLNK(os.lstat(os.path.join(top, *parts[:i])).st_mode):
                 return True
         except OSError:
             return False
@@ -789,6 +808,20 @@ def classify(exc_type):
     if "AssertionError" in names:
         return "assertion"
     return "runtime"
+
+
+def stderr_assertion(stderr):
+    """The failed assertion language.json's "assertion" finds in a failed program's stderr,
+    as an exception of kind "assertion"; None without one."""
+    pattern = LANGUAGE.get("assertion")
+    if not pattern:
+        return None
+    match = re.search(pattern, stderr, re.M)
+    if match is None:
+        return None
+    message = match.groupdict().get("message") or match.group(0)
+    return {"type": "AssertionError", "module": "", "message": message.strip()[:2000],
+            "kind": "assertion"}
 
 
 def describe(exc):
@@ -946,12 +979,21 @@ def program_main(fds):
     os._exit(code)
 
 
+def file_place(path):
+    """(directory, relative path) of a path of `files` or `return_files`: below DATA_DIR
+    for one that names it, else below WORKDIR."""
+    if path.startswith(DATA_DIR + "/"):
+        return DATA_DIR, path[len(DATA_DIR) + 1:]
+    return WORKDIR, path
+
+
 def write_files(files):
     for path, content in files.items():
+        top, path = file_place(path)
         parts = path.split("/")
         if len(parts) > 1:
-            os.makedirs(os.path.join(WORKDIR, *parts[:-1]), exist_ok=True)
-        write_small(os.path.join(WORKDIR, path), file_bytes(path, content),
+            os.makedirs(os.path.join(top, *parts[:-1]), exist_ok=True)
+        write_small(os.path.join(top, path), file_bytes(path, content),
                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
 
@@ -1703,6 +1745,8 @@ class Supervisor:
         exception = report.get("exception")
         if not isinstance(exception, dict) or exit_code != 1:
             exception = None
+        if exception is None and not killed and (exit_code not in (None, 0) or sig is not None):
+            exception = stderr_assertion(err.text())
         files = report.get("files")
         file_errors = report.get("file_errors")
         if req["return_files"] and not isinstance(files, dict):

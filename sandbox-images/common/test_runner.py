@@ -154,12 +154,33 @@ class PureFunctionTest(unittest.TestCase):
         run(without_pidfd=False)
         run(without_pidfd=True)
 
-    def test_paths_stay_below_the_work_directory(self):
-        for good in ("a.txt", "pkg/mod.py", ".hidden"):
+    def test_paths_stay_below_the_work_directory_or_the_data_directory(self):
+        for good in ("a.txt", "pkg/mod.py", ".hidden", "/mnt/data/a.txt", "/mnt/data/d/b.csv"):
             runner.check_relpath(good)
-        for bad in ("", "/a", "../a", "a/../b", "a//b", "./a", "a/", "main.py", "a\0b"):
+        for bad in ("", "/a", "../a", "a/../b", "a//b", "./a", "a/", "main.py", "a\0b",
+                    "/mnt/data", "/mnt/data/", "/mnt/data/../x", "/mnt/data//x", "/mnt/datax/y",
+                    "/mnt/other", "/etc/passwd", "/mnt/data/./x"):
             with self.subTest(path=bad), self.assertRaises(runner.RequestError):
                 runner.check_relpath(bad)
+        self.assertEqual(runner.file_place("/mnt/data/d/b.csv"), ("/mnt/data", "d/b.csv"))
+        self.assertEqual(runner.file_place("d/b.csv"), ("/work", "d/b.csv"))
+
+    def test_an_assertion_is_found_in_the_stderr_of_a_report_less_language(self):
+        java = (r'^Exception in thread "main" java\.lang\.AssertionError'
+                r'(?:: (?P<message>.*))?$')
+        saved = dict(runner.LANGUAGE)
+        try:
+            runner.LANGUAGE["assertion"] = java
+            found = runner.stderr_assertion(
+                'Exception in thread "main" java.lang.AssertionError: sum\n\tat Main.main\n')
+            self.assertEqual((found["kind"], found["message"]), ("assertion", "sum"))
+            self.assertIsNone(runner.stderr_assertion(
+                'Exception in thread "main" java.lang.RuntimeException: boom\n'))
+            del runner.LANGUAGE["assertion"]
+            self.assertIsNone(runner.stderr_assertion("anything: Assertion `x' failed."))
+        finally:
+            runner.LANGUAGE.clear()
+            runner.LANGUAGE.update(saved)
 
     def test_exceptions_are_classified_along_the_mro(self):
         class Mine(AssertionError):
@@ -199,7 +220,7 @@ class RunnerInContainerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.c = Container()
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": 3, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": runner.PROTOCOL, "runs": 0}, ready
 
     @classmethod
     def tearDownClass(cls):
@@ -306,6 +327,25 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertEqual(r["files"], {"out/x.txt": "abab", "nope": None})
         self.assertIn("nope", r["file_errors"])
 
+    def test_files_at_absolute_paths_live_in_the_data_directory_and_go_with_the_run(self):
+        r = self.run_code("import os\n"
+                          "print(open('/mnt/data/in/a.txt').read())\n"
+                          "open('/mnt/data/out.txt', 'w').write('written')\n"
+                          "print(sorted(os.listdir('/work')))",
+                          files={"/mnt/data/in/a.txt": "given", "local.txt": "here"},
+                          return_files=["/mnt/data/out.txt", "/mnt/data/in/a.txt"])
+        self.assertEqual(r["exit_code"], 0, r["stderr"])
+        self.assertEqual(r["stdout"], "given\n['local.txt', 'main.py']\n")
+        self.assertEqual(r["files"], {"/mnt/data/out.txt": "written",
+                                      "/mnt/data/in/a.txt": "given"})
+        # Scrubbed like /work: the next run of this container finds nothing there.
+        r = self.run_code("import os\nprint(os.listdir('/mnt/data'))")
+        self.assertEqual(r["stdout"], "[]\n", r["stderr"])
+        # And nothing else of the filesystem became writable.
+        r = self.run_code("open('/mnt/elsewhere', 'w')")
+        self.assertEqual(r["exit_code"], 1)
+        self.assertIn("Read-only file system", r["stderr"])
+
     def test_binary_files_in_and_out(self):
         blob = bytes(range(256))
         r = self.run_code("data = open('in.bin', 'rb').read()\n"
@@ -402,7 +442,7 @@ class PrepareOnRequestTest(unittest.TestCase):
         time.sleep(0.3)
         self.assertEqual(self.pids(), prepared - 1, "the next program was forked unasked")
         self.c.send({"type": "prepare"})
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": 3, "runs": 1})
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1})
         self.assertEqual(self.pids(), prepared)
         self.assertEqual(self.c.run("print(2)")["stdout"], "2\n")
 
@@ -410,7 +450,7 @@ class PrepareOnRequestTest(unittest.TestCase):
         prepared = self.pids()
         self.c.send(self.c.request("print(1)"))
         self.assertEqual(self.c.recv()["stdout"], "1\n")
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": 3, "runs": 1})
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1})
         self.assertEqual(self.pids(), prepared)
 
     def test_rest_must_be_a_boolean(self):

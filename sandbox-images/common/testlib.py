@@ -24,6 +24,7 @@ HARDENING = [
     "--security-opt", "no-new-privileges", "--user", "0:0",
     "--tmpfs", "/work:rw,nosuid,nodev,noexec,size=64m,uid=10002,gid=10002,mode=0700",
     "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m,uid=10002,gid=10002,mode=0700",
+    "--tmpfs", "/mnt/data:rw,nosuid,nodev,noexec,size=64m,uid=10002,gid=10002,mode=0700",
     "--tmpfs", "/dev/shm",
     "--ulimit", "nofile=256:256", "--ulimit", "core=0:0",
 ]
@@ -156,7 +157,7 @@ class LanguageContract:
     def setUpClass(cls):
         cls.c = Container(cls.LANGUAGE)
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": 3, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": 4, "runs": 0}, ready
 
     @classmethod
     def tearDownClass(cls):

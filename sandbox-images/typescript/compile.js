@@ -6,7 +6,7 @@
 //
 // Types are erased, not checked (as ts-node --transpile-only, tsx and esbuild run
 // TypeScript): a syntax error is a compile error, a type error is not. Output: CommonJS,
-// ES2022, which Node 18 runs as is.
+// ES2022, which Node 20 runs as is.
 const fs = require('fs');
 const ts = require('typescript');
 

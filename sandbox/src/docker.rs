@@ -289,6 +289,8 @@ impl Inner {
         let mut tmpfs = HashMap::from([
             ("/work".to_string(), tmpfs_opts.clone()),
             ("/tmp".to_string(), tmpfs_opts.clone()),
+            // The absolute place `files` may name (proto::DATA_DIR), scrubbed like /work.
+            (proto::DATA_DIR.to_string(), tmpfs_opts.clone()),
         ]);
         if language.spec().compiled {
             // The compiled program: the one place a program may exec from that is not the

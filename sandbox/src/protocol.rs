@@ -12,7 +12,7 @@ use proto::{
 use serde::{Deserialize, Serialize};
 
 /// Protocol version the runner announces in its `ready` message.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// What the runner is sent for one execution.
 #[derive(Debug, Serialize)]

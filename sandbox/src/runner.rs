@@ -379,13 +379,13 @@ mod tests {
 
     #[tokio::test]
     async fn an_image_of_another_protocol_is_named_with_the_fix() {
-        let (mut runner, _theirs) = runner(&[serde_json::json!({"type": "ready", "protocol": 2})]);
+        let (mut runner, _theirs) = runner(&[serde_json::json!({"type": "ready", "protocol": 3})]);
         let Err(Failure::Protocol(message)) = runner.wait_ready(Duration::from_secs(5)).await
         else {
-            panic!("a protocol-2 runner was accepted");
+            panic!("a protocol-3 runner was accepted");
         };
         assert!(
-            message.contains("protocol 2, not 3") && message.contains("sandbox-images/build"),
+            message.contains("protocol 3, not 4") && message.contains("sandbox-images/build"),
             "{message}"
         );
     }

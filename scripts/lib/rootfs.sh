@@ -3,7 +3,13 @@
 # the Docker engine (no registry needed). Sourced by sandbox-images/build and
 # deploy/images/build, which define die and log.
 
+# The Debian release of a rootfs: a folder's `suite` file beside its packages list, else this.
 ROOTFS_SUITE=bookworm
+rootfs_suite() {
+  local file
+  file="$(dirname "$1")/suite"
+  if [ -f "$file" ]; then tr -d ' \t\n' <"$file"; else echo "$ROOTFS_SUITE"; fi
+}
 # Options for mmdebstrap apart from the package list; part of the base hash.
 ROOTFS_OPTS=(
   --variant=essential
@@ -39,7 +45,7 @@ rootfs_hash() {
   local extra
   extra="$(rootfs_extra_opts_file "$1")"
   {
-    echo "$ROOTFS_SUITE"; printf '%s\n' "${ROOTFS_OPTS[@]}"; tr -s ' \t\n' '\n' <"$1" | sed '/^$/d' | sort -u
+    rootfs_suite "$1"; printf '%s\n' "${ROOTFS_OPTS[@]}"; tr -s ' \t\n' '\n' <"$1" | sed '/^$/d' | sort -u
     if [ -f "$extra" ]; then cat "$extra"; fi
   } | rootfs_sha
 }
@@ -47,7 +53,8 @@ rootfs_hash() {
 # rootfs_import NAME PACKAGES_FILE TAG WORKDIR: mmdebstrap a rootfs with the packages listed
 # in PACKAGES_FILE under WORKDIR, import it as TAG, delete the tar.
 rootfs_import() {
-  local name="$1" packages="$2" tag="$3" workdir="$4" pkgs tmp
+  local name="$1" packages="$2" tag="$3" workdir="$4" pkgs tmp suite
+  suite="$(rootfs_suite "$packages")"
   command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap not found (apt-get install -y mmdebstrap)"
   local extra=()
   if [ -f "$(rootfs_extra_opts_file "$packages")" ]; then
@@ -57,12 +64,12 @@ rootfs_import() {
   [ -n "$pkgs" ] || die "$name: empty packages list"
   mkdir -p "$workdir"
   tmp="$(mktemp -d "$workdir/$name-rootfs.XXXXXX")"
-  log "$name: building rootfs with mmdebstrap ($ROOTFS_SUITE, essential + $pkgs)"
+  log "$name: building rootfs with mmdebstrap ($suite, essential + $pkgs)"
   # The chroot lives under $workdir (TMPDIR), beside the package cache, so that the cache's
   # hooks hard-link instead of copying.
   if ! TMPDIR="$tmp" mmdebstrap --quiet "${ROOTFS_OPTS[@]}" "${extra[@]}" \
       "${ROOTFS_CACHE_HOOKS[@]}" --include="$pkgs" \
-      "$ROOTFS_SUITE" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
+      "$suite" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
     cat "$tmp/mmdebstrap.log" >&2
     rm -rf "$tmp"
     die "$name: mmdebstrap failed"

@@ -56,6 +56,16 @@ class SyncClient(unittest.TestCase):
         self.assertEqual(r.status, RunStatus.Success, r)
         self.assertEqual(base64.b64decode(r.files["out.txt"]), b"12")
 
+    def test_files_at_absolute_paths_under_mnt_data(self):
+        # Where SandboxFusion's datasets put their files.
+        files = {"/mnt/data/in.txt": base64.b64encode(b"3 4\n").decode()}
+        code = ("a, b = map(int, open('/mnt/data/in.txt').read().split())\n"
+                "open('/mnt/data/out.txt', 'w').write(str(a + b))")
+        r = run_code(RunCodeRequest(code=code, language="python", files=files,
+                                    fetch_files=["/mnt/data/out.txt"]))
+        self.assertEqual(r.status, RunStatus.Success, r)
+        self.assertEqual(base64.b64decode(r.files["/mnt/data/out.txt"]), b"7")
+
     def test_binary_files_in_and_out(self):
         blob = bytes(range(256))
         files = {"in.bin": base64.b64encode(blob).decode()}

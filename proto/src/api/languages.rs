@@ -20,7 +20,7 @@ pub struct LanguageInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub sandbox_fusion: Option<String>,
-    /// The interpreter's or compiler's version (Debian bookworm's package in its image).
+    /// The interpreter's or compiler's version (Debian's package in its image).
     pub version: String,
     /// The sandbox image that runs it.
     pub image: String,
@@ -33,4 +33,7 @@ pub struct LanguageInfo {
     pub test_file: String,
     /// How a program and its `test` are put together.
     pub test_form: String,
+    /// What a program may import beyond the standard library (Debian's packages in the
+    /// image).
+    pub libraries: Vec<String>,
 }
