@@ -355,9 +355,12 @@ impl Coordinator {
         if status == Some(JobStatus::Integrating)
             && let (Event::FunctionDone { function, .. }, Some(plan)) = (event, &view.plan)
         {
-            // Integration is already under way (a function failed): start nothing new.
+            // Integration is already under way (a function failed): start nothing new. The
+            // status is written before the integrate task's publish, so this may be the retry
+            // of the event that wrote it, after that publish failed: publish what was not
+            // confirmed (nothing, when it was).
             let _ = self.jobs.complete_function(id, plan, function, None).await;
-            return Ok(());
+            return self.publish_integrate(&meta).await;
         }
         match event {
             Event::Planned {
@@ -456,21 +459,29 @@ impl Coordinator {
             // Either everything is done, or a function cannot be made to pass and its
             // dependants cannot be built on it: integrate what there is.
             let _ = self.jobs.set_status(id, JobStatus::Integrating).await;
-            let integrate = vec![INTEGRATE.to_owned()];
-            if self
-                .jobs
-                .unpublished(id, integrate.clone())
-                .await?
-                .is_empty()
-            {
-                return Ok(());
-            }
-            self.publish_task(Task::Integrate(task(id, None, None)), meta.tenant.clone())
-                .await?;
-            return Ok(self.jobs.mark_published(id, &integrate).await?);
+            return self.publish_integrate(meta).await;
         }
         self.publish_functions(meta, completion.ready, !completion.first)
             .await
+    }
+
+    /// Publishes the job's integrate task unless its publish was confirmed already.
+    async fn publish_integrate(&self, meta: &JobMeta) -> Result<(), EventError> {
+        let integrate = vec![INTEGRATE.to_owned()];
+        if self
+            .jobs
+            .unpublished(meta.id, integrate.clone())
+            .await?
+            .is_empty()
+        {
+            return Ok(());
+        }
+        self.publish_task(
+            Task::Integrate(task(meta.id, None, None)),
+            meta.tenant.clone(),
+        )
+        .await?;
+        Ok(self.jobs.mark_published(meta.id, &integrate).await?)
     }
 
     /// Publishes an implement task for each of `names` and records them as published. The

@@ -527,3 +527,44 @@ async fn an_event_past_its_delivery_limit_fails_its_job_with_the_reason() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_broker_outage_as_the_last_function_completes_still_integrates_the_job() {
+    for passed in [true, false] {
+        let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+        let c = coordinator(&broker, &jobs);
+        let job = submit(&c).await;
+        jobs.put_specs(job, &[spec("a", &[])]).await.unwrap();
+        event(
+            &c,
+            &broker,
+            Event::Planned {
+                job_id: job,
+                failure: None,
+            },
+        )
+        .await;
+        assert_eq!(published(&broker).await, vec!["a"]);
+        jobs.put_function(job, &outcome("a", passed)).await.unwrap();
+        let done = Event::FunctionDone {
+            job_id: job,
+            function: "a".into(),
+        };
+        broker.set_down("maintenance");
+        assert!(
+            c.apply(&done).await.is_err(),
+            "the integrate task cannot be published"
+        );
+        broker.set_up();
+        // The retry finds the job `integrating`, written before the publish that failed.
+        c.apply(&done).await.unwrap();
+        assert_eq!(
+            published(&broker).await,
+            vec!["<integrate>"],
+            "passed: {passed}"
+        );
+        // A further repeat publishes it no second time.
+        c.apply(&done).await.unwrap();
+        assert!(published(&broker).await.is_empty(), "passed: {passed}");
+    }
+}
