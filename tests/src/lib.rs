@@ -140,6 +140,20 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(600);
 /// the verdict, never 202 for want of time ([`Cluster::with_coordinator_wait`]).
 pub const LONG_WAIT: Duration = Duration::from_secs(600);
 
+/// The limit of a compile or a run that must end by itself: the API's largest, far above the
+/// second or so a compile takes here (ten on a slow machine, more with several at once).
+pub const AMPLE_MS: u64 = 120_000;
+
+/// A coordinator and one worker whose synchronous executions wait for their verdicts however
+/// slow the machine ([`LONG_WAIT`]): a lazy language's container starts at its first program,
+/// and a set of compiles and runs shares it.
+pub async fn patient_cluster() -> (Cluster, Process, Process) {
+    let cluster = Cluster::new().with_coordinator_wait(LONG_WAIT);
+    let coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker").await;
+    (cluster, coordinator, worker)
+}
+
 /// `sandbox.start_timeout` of every process a [`Cluster`] starts: creating a container and
 /// starting its runner takes about a second here, ten on a slow machine, more when a worker
 /// starts its whole warm pool at once; the default (30 s) only bounds a failure, so the tests

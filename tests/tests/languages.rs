@@ -6,21 +6,7 @@
 
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tests::{Cluster, LONG_WAIT};
-
-/// The limit of a compile or a run that must end by itself: the API's largest, far above the
-/// second or so a compile takes here (ten on a slow machine, more with seven at once).
-const AMPLE_MS: u64 = 120_000;
-
-/// A cluster whose synchronous executions wait for their verdicts however slow the machine:
-/// a language's container starts at its first program, and each set's seven compiles and runs
-/// share it (minutes on a slow machine, past the default 60 s wait).
-async fn start_cluster() -> (Cluster, tests::Process, tests::Process) {
-    let cluster = Cluster::new().with_coordinator_wait(LONG_WAIT);
-    let coordinator = cluster.coordinator().await;
-    let (worker, _) = cluster.worker("worker").await;
-    (cluster, coordinator, worker)
-}
+use tests::{AMPLE_MS, patient_cluster};
 
 /// One program of a fidelity set and what its verdict must be.
 struct Case {
@@ -405,7 +391,7 @@ const LOOP_MS: u64 = 3000;
 
 #[tokio::test]
 async fn every_compiled_language_gives_each_program_its_own_verdict() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
 
     let (status, listed) =
         tests::get_json(&cluster.http, &format!("{}/v1/languages", cluster.url())).await;
@@ -501,7 +487,7 @@ async fn every_compiled_language_gives_each_program_its_own_verdict() {
 
 #[tokio::test]
 async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
     // A million statements from nested macros: seconds of compile, far more than 300 ms.
     let code = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\
                 #define A2 A1 A1 A1 A1 A1 A1 A1 A1 A1 A1\n#define A3 A2 A2 A2 A2 A2 A2 A2 A2 A2 A2\n\
@@ -529,7 +515,7 @@ async fn a_compile_timeout_is_a_compile_error_not_a_run_timeout() {
 
 #[tokio::test]
 async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
     // Imported by the zygote before any program: the program's first line sees them loaded.
     let code = "import sys\n\
                 print(all(m in sys.modules for m in ('numpy', 'scipy', 'pandas', 'sympy', 'networkx')))\n\
@@ -577,7 +563,7 @@ async fn python_sci_finds_its_packages_warm_and_its_memory_limit_is_the_programs
 
 #[tokio::test]
 async fn a_compiler_bomb_is_a_compile_error_and_the_container_serves_the_next_run() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
     // 10^6 statements in one function at -O2: gcc's memory grows past any small limit, long
     // before the compile's time limit (the largest: it passes 64 MiB in a second or two here).
     let bomb = "#define A0 x += 1;\n#define A1 A0 A0 A0 A0 A0 A0 A0 A0 A0 A0\n\

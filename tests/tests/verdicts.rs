@@ -7,18 +7,7 @@
 
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tests::{Cluster, LONG_WAIT};
-
-/// The limit of a compile or a run that must end by itself: the API's largest, far above what
-/// any of these takes on a slow, loaded machine.
-const AMPLE_MS: u64 = 120_000;
-
-async fn start_cluster() -> (Cluster, tests::Process, tests::Process) {
-    let cluster = Cluster::new().with_coordinator_wait(LONG_WAIT);
-    let coordinator = cluster.coordinator().await;
-    let (worker, _) = cluster.worker("worker").await;
-    (cluster, coordinator, worker)
-}
+use tests::{AMPLE_MS, patient_cluster};
 
 /// One program and the verdict it must get.
 struct Case {
@@ -164,7 +153,7 @@ fn cases() -> Vec<Case> {
 
 #[tokio::test]
 async fn assertions_libraries_and_current_toolchains_in_every_language() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
     let cases = cases();
     let runs = cases.iter().map(|c| {
         let mut body = json!({"language": c.language, "code": c.code, "timeout_ms": AMPLE_MS,
@@ -214,7 +203,7 @@ async fn assertions_libraries_and_current_toolchains_in_every_language() {
 
 #[tokio::test]
 async fn files_at_mnt_data_go_in_and_come_back_and_nothing_else_becomes_writable() {
-    let (cluster, _coordinator, _worker) = start_cluster().await;
+    let (cluster, _coordinator, _worker) = patient_cluster().await;
     let (got, answer) = cluster
         .execute(
             "",
