@@ -2,8 +2,9 @@
 //!
 //! [`Broker`] is what coordinators and workers need from RabbitMQ: publish a task with a
 //! publisher confirm, consume the task queue with manual acks, and consume the dead-letter
-//! queue. [`amqp::AmqpBroker`] is the real implementation (lapin, with automatic connection and
-//! topology recovery); [`memory::MemoryBroker`] is an in-process fake for unit tests.
+//! queue. [`amqp::AmqpBroker`] is the real implementation (lapin, its connection and
+//! topology replaced by a supervisor of our own: see `amqp`); [`memory::MemoryBroker`] is an
+//! in-process fake for unit tests.
 //!
 //! Invariants:
 //! - `publish` returns `Ok` only after the broker confirmed the message (it is on disk in a

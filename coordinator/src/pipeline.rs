@@ -412,6 +412,12 @@ impl Coordinator {
                     .collect();
                 self.publish_functions(&meta, roots, !first).await
             }
+            // The count is written before the replan's publish, so this may be the retry of
+            // the event that wrote it, after that publish failed: the replan it counted is
+            // published now, not taken for one that already ran.
+            Err(problem) if meta.replans > 0 && self.replan_unpublished(&meta).await? => {
+                self.publish_replan(&meta, &problem.to_string()).await
+            }
             Err(problem) if meta.replans < MAX_REPLANS => {
                 meta.replans += 1;
                 self.jobs.put_job_meta(&meta).await?;
@@ -425,17 +431,37 @@ impl Coordinator {
                         },
                     )
                     .await;
-                self.publish_task(
-                    Task::Plan(task(id, None, Some(problem.to_string()))),
-                    meta.tenant.clone(),
-                )
-                .await?;
-                Ok(())
+                self.publish_replan(&meta, &problem.to_string()).await
             }
             Err(problem) => Ok(self
                 .fail_job(&meta, &format!("the plan was rejected: {problem}"))
                 .await?),
         }
+    }
+
+    /// The name of the job's `meta.replans`-th replan in its published set (not an
+    /// identifier, so it cannot be a function's name).
+    fn replan_name(meta: &JobMeta) -> String {
+        format!("#replan-{}", meta.replans)
+    }
+
+    /// Whether the replan that `meta.replans` counts has no confirmed publish yet.
+    async fn replan_unpublished(&self, meta: &JobMeta) -> Result<bool, EventError> {
+        let name = Self::replan_name(meta);
+        Ok(!self.jobs.unpublished(meta.id, vec![name]).await?.is_empty())
+    }
+
+    /// Publishes the plan task of the replan that `meta.replans` counts, then records it.
+    async fn publish_replan(&self, meta: &JobMeta, problem: &str) -> Result<(), EventError> {
+        self.publish_task(
+            Task::Plan(task(meta.id, None, Some(problem.to_owned()))),
+            meta.tenant.clone(),
+        )
+        .await?;
+        Ok(self
+            .jobs
+            .mark_published(meta.id, &[Self::replan_name(meta)])
+            .await?)
     }
 
     async fn function_done(

@@ -29,7 +29,7 @@ pub struct JobSubmission {
     pub test_requirements: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
-    /// Where to POST the job's result once it ends (signed; see the README's "Webhooks"). An
+    /// Where to POST the job's result once it ends (signed; see docs/api.md, "Webhooks"). An
     /// `http(s)` URL whose host the operator allows (`coordinator.webhook_allow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
@@ -380,7 +380,7 @@ impl Event {
 /// The quality report of a finished job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Quality {
-    /// 0–1, the weighted sum documented in the README.
+    /// 0–1, the weighted sum documented in docs/api.md ("Quality score").
     pub score: f64,
     pub tests_passed: u32,
     pub tests_total: u32,

@@ -1,4 +1,4 @@
-"""Tests for runner.py (benign programs only; the hostile suite is tests/tests/sandbox_*.rs).
+"""Tests for runner.py (benign programs only; the hostile suite is tests/tests/e2e/sandbox_*.rs).
 
 Run from the repository root:
     python3 -m unittest discover -s sandbox-images/common -p 'test_*.py'

@@ -1,4 +1,4 @@
-//! The runner protocol (version 3) spoken over a container's attached stdin/stdout, and the
+//! The runner protocol (version 4) spoken over a container's attached stdin/stdout, and the
 //! mapping of what the runner saw to a verdict. See `sandbox-images/common/runner.py` for the
 //! other side.
 //!

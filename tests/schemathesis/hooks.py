@@ -62,7 +62,7 @@ def before_call(ctx, case, **kwargs):
         case.body["items"] = case.body["items"][:MAX_JOBS_PER_VALID_BATCH]
     # A `callback_url` is valid only for hosts the operator allows (`coordinator.webhook_allow`,
     # empty in this cluster), which no schema can say: valid requests go out without one
-    # (tests/tests/webhooks.rs covers webhooks against a real receiver).
+    # (tests/tests/e2e/webhooks.rs covers webhooks against a real receiver).
     if case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE:
         if case.method.upper() == "POST" and case.path in ("/v1/jobs", "/v1/executions/batch"):
             if isinstance(case.body, dict):

@@ -81,6 +81,7 @@ async fn published(broker: &MemoryBroker) -> Vec<String> {
         match Envelope::decode(&delivery.body).unwrap().task {
             Task::Implement(t) => names.push(t.function.unwrap()),
             Task::Integrate(_) => names.push("<integrate>".into()),
+            Task::Plan(t) => names.push(format!("<plan: {}>", t.problem.unwrap_or_default())),
             other => panic!("unexpected {other:?}"),
         }
         delivery.ack().await.unwrap();
@@ -567,4 +568,69 @@ async fn a_broker_outage_as_the_last_function_completes_still_integrates_the_job
         c.apply(&done).await.unwrap();
         assert!(published(&broker).await.is_empty(), "passed: {passed}");
     }
+}
+
+#[tokio::test]
+async fn a_broker_outage_as_a_plan_is_accepted_still_starts_its_roots() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    jobs.put_specs(job, &[spec("a", &[]), spec("b", &[]), spec("c", &["a"])])
+        .await
+        .unwrap();
+    let planned = Event::Planned {
+        job_id: job,
+        failure: None,
+    };
+    broker.set_down("maintenance");
+    assert!(
+        c.apply(&planned).await.is_err(),
+        "the roots cannot be published"
+    );
+    broker.set_up();
+    // The retry finds the plan stored and the job `running`, both written before the publish.
+    c.apply(&planned).await.unwrap();
+    assert_eq!(published(&broker).await, vec!["a", "b"]);
+    c.apply(&planned).await.unwrap();
+    assert!(published(&broker).await.is_empty(), "published once");
+}
+
+#[tokio::test]
+async fn a_broker_outage_as_a_plan_is_rejected_still_asks_for_another() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(&broker, &jobs);
+    let job = submit(&c).await;
+    // A cycle: rejected, and asked for again once (MAX_REPLANS).
+    jobs.put_specs(job, &[spec("a", &["b"]), spec("b", &["a"])])
+        .await
+        .unwrap();
+    let planned = Event::Planned {
+        job_id: job,
+        failure: None,
+    };
+    broker.set_down("maintenance");
+    assert!(
+        c.apply(&planned).await.is_err(),
+        "the replan cannot be published"
+    );
+    broker.set_up();
+    // The retry finds the replan counted, written before the publish that failed: it
+    // publishes that replan rather than taking it for one that ran.
+    c.apply(&planned).await.unwrap();
+    let tasks = published(&broker).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert!(
+        tasks[0].starts_with("<plan: ") && tasks[0].contains("cycle"),
+        "{tasks:?}"
+    );
+    assert_ne!(jobs.status(job).await.unwrap(), Some(JobStatus::Failed));
+    // The replan ran and planned a cycle again: now the job fails, with the reason.
+    c.apply(&planned).await.unwrap();
+    assert!(published(&broker).await.is_empty());
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    assert!(
+        result.failure.unwrap().contains("the plan was rejected"),
+        "with the reason"
+    );
 }

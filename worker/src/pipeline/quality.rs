@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::cases::{CaseRun, case_run};
 use super::{Error, Pipeline};
 
-/// How the quality score weighs its parts, each 0–1 (the README's quality section).
+/// How the quality score weighs its parts, each 0–1 (docs/api.md, "Quality score").
 #[derive(Debug, Clone, Copy)]
 struct Weights {
     /// Share of the cases that pass.
@@ -124,7 +124,7 @@ impl Pipeline {
     }
 }
 
-/// The score of a module from its analysis and its test results (the README's weights).
+/// The score of a module from its analysis and its test results (docs/api.md's weights).
 pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
     let QualityReport {
         coverage,

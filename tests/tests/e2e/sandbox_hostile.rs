@@ -131,7 +131,7 @@ async fn disk_fill_is_the_programs_own_error_and_is_scrubbed() {
 import errno, json
 block = b"x" * (1 << 20)
 written = {}
-for d in ("/work", "/tmp", "/dev/shm"):
+for d in ("/work", "/tmp", "/dev/shm", "/mnt/data"):
     n = 0
     try:
         with open(d + "/fill", "wb") as f:
@@ -146,7 +146,7 @@ print(json.dumps(written))
         )
         .await;
     let written = json_out(&out);
-    for dir in ["/work", "/tmp", "/dev/shm"] {
+    for dir in ["/work", "/tmp", "/dev/shm", "/mnt/data"] {
         let [mib, err] = written[dir].as_array().expect("filled").as_slice() else {
             panic!("{written}")
         };
@@ -160,7 +160,7 @@ print(json.dumps(written))
         );
     }
     let left = sandbox
-        .pass("import os; print(sorted(os.listdir('/work') + os.listdir('/tmp') + os.listdir('/dev/shm')))")
+        .pass("import os; print(sorted(os.listdir('/work') + os.listdir('/tmp') + os.listdir('/dev/shm') + os.listdir('/mnt/data')))")
         .await;
     assert_eq!(left.trim(), "['main.py']", "the next run starts clean");
     sandbox.stop().await;
@@ -381,14 +381,14 @@ outcome = {}
 for path in ["/x", "/etc/passwd", "/etc/new", "/opt/codegen/runner.py", "/usr/lib/x",
              "/var/tmp/x", "/root/x", "/proc/sys/kernel/hostname",
              "/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-             "/dev/x", "/proc/1/oom_score_adj"]:
+             "/dev/x", "/proc/1/oom_score_adj", "/mnt/x", "/mnt/datax", "/mnt/data/../x"]:
     try:
         with open(path, "a") as f:
             f.write("1")
         outcome[path] = "written"
     except OSError as e:
         outcome[path] = type(e).__name__
-for d in ("/work", "/tmp"):
+for d in ("/work", "/tmp", "/mnt/data"):
     with open(d + "/ok", "w") as f:
         f.write("fine")
     outcome[d] = "written"
@@ -398,7 +398,7 @@ print(json.dumps(outcome))
         .await;
     let outcome = json_out(&out);
     for (path, what) in outcome.as_object().unwrap() {
-        let expected = if path == "/work" || path == "/tmp" {
+        let expected = if ["/work", "/tmp", "/mnt/data"].contains(&path.as_str()) {
             "written"
         } else {
             "not written"
@@ -606,6 +606,8 @@ with open("/work/big", "wb") as f:
 with open("/work/ok.txt", "w") as f:
     f.write("fine")
 os.symlink("ok.txt", "/work/relative")
+os.symlink("/etc/passwd", "/mnt/data/passwd")
+os.symlink("/work/ok.txt", "/mnt/data/to-work")
 "#,
     );
     request.return_files = [
@@ -617,6 +619,8 @@ os.symlink("ok.txt", "/work/relative")
         "ok.txt",
         "big",
         "relative",
+        "/mnt/data/passwd",
+        "/mnt/data/to-work",
         "missing",
     ]
     .map(String::from)
@@ -627,7 +631,14 @@ os.symlink("ok.txt", "/work/relative")
         result.files.get("ok.txt").and_then(FileContent::as_text),
         Some("fine")
     );
-    for link in ["passwd", "environ", "etc/passwd", "relative"] {
+    for link in [
+        "passwd",
+        "environ",
+        "etc/passwd",
+        "relative",
+        "/mnt/data/passwd",
+        "/mnt/data/to-work",
+    ] {
         assert!(!result.files.contains_key(link), "{link}: {result:#?}");
         assert!(
             result.file_errors[link].contains("symbolic link"),
@@ -664,7 +675,7 @@ kept = [secret * 1000]
 builtins.SECRET = secret
 json.dumps = lambda *a, **k: secret
 os.environ["SECRET"] = secret
-for d in ("/work", "/tmp", "/dev/shm"):
+for d in ("/work", "/tmp", "/dev/shm", "/mnt/data"):
     with open(d + "/secret", "w") as f:
         f.write(secret)
 libc = ctypes.CDLL(None, use_errno=True)
@@ -695,7 +706,8 @@ print(shm >= 0, sem >= 0, msg >= 0, mq >= 0)
 import builtins, json, os, socket, sys
 h1, h2 = "S3CR" + "ET-", "0f1e2d3c" + "4b5a6978"
 found = {}
-found["files"] = sorted(os.listdir("/work") + os.listdir("/tmp") + os.listdir("/dev/shm"))
+found["files"] = sorted(os.listdir("/work") + os.listdir("/tmp") + os.listdir("/dev/shm")
+                        + os.listdir("/mnt/data"))
 found["mqueue"] = os.listdir("/dev/mqueue")
 found["sysv"] = [len(open("/proc/sysvipc/" + k).read().splitlines()) - 1 for k in ("shm", "sem", "msg")]
 found["environ"] = "SECRET" in os.environ

@@ -153,10 +153,14 @@ async fn a_single_job_does_not_wait_behind_another_tenants_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saturating_tenants_get_executions_started_by_weight() {
     // Light's arrival leaves a transient of a few starts (its spare starts, heavy's lane back
-    // from idle), longer on a loaded machine (a few dozen starts at 2:1): a window of 400
-    // starts keeps it within the tolerance.
-    const HEAVY: usize = 600;
-    const LIGHT: usize = 200;
+    // from idle), longer on a loaded machine (a few dozen starts at 2:1): the count skips the
+    // first SKIP starts from light's first on, then counts WINDOW. Both tenants have work
+    // waiting throughout: light uses about SKIP/3 + WINDOW/4 of its LIGHT, heavy about
+    // 3/4 of the rest and what it started before light came, of its HEAVY.
+    const SKIP: usize = 60;
+    const WINDOW: usize = 300;
+    const HEAVY: usize = 450;
+    const LIGHT: usize = 150;
     let cluster = Cluster::new()
         .with_env("CODEGEN__COORDINATOR__API_KEYS__HEAVY", "key-heavy")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__LIGHT", "key-light")
@@ -256,8 +260,8 @@ async fn saturating_tenants_get_executions_started_by_weight() {
         );
     }
     let (heavy, light) = verdicts.split_at(HEAVY);
-    // From light's first start on, both tenants have work waiting until heavy's runs out
-    // (at 3:1, after about 4 × LIGHT starts): count the first 2 × LIGHT starts.
+    // From light's first start on, both tenants have work waiting until light's runs out
+    // (at 3:1, after about 4 × LIGHT starts): past the transient, count WINDOW starts.
     let from = light.iter().copied().fold(f64::INFINITY, f64::min);
     let mut window: Vec<(f64, bool)> = heavy
         .iter()
@@ -266,7 +270,26 @@ async fn saturating_tenants_get_executions_started_by_weight() {
         .filter(|&(t, _)| t >= from)
         .collect();
     window.sort_by(|a, b| a.0.total_cmp(&b.0));
-    window.truncate(2 * LIGHT);
+    let order: String = window[..SKIP]
+        .iter()
+        .map(|(_, h)| if *h { 'H' } else { 'L' })
+        .collect();
+    println!("FAIRNESS skipped (the transient): {order}");
+    window.drain(..SKIP);
+    window.truncate(WINDOW);
+    assert_eq!(
+        window.len(),
+        WINDOW,
+        "{} starts after the transient",
+        window.len()
+    );
+    // Both tenants still had work when the window closed: each started something after it.
+    let end = window[WINDOW - 1].0;
+    let last = |starts: &[f64]| starts.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        last(heavy) >= end && last(light) >= end,
+        "a tenant ran out of work inside the window"
+    );
     let order: String = window
         .iter()
         .map(|(_, h)| if *h { 'H' } else { 'L' })

@@ -1,0 +1,5 @@
+"""SandboxFusion's command status, from its published client."""
+
+from sandbox_fusion.models import CommandRunStatus
+
+__all__ = ["CommandRunStatus"]

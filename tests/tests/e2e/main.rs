@@ -1,0 +1,34 @@
+//! Every end-to-end test, in one binary: one link instead of one per file, which on a
+//! fresh two-core machine was minutes of the test build. Each module is one subject; nextest
+//! names a test `module::test` (select a module with `-E 'test(/^outages::/)'`).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod broker_failover;
+mod cli_jobs;
+mod cluster_script;
+mod control;
+mod deploy_files;
+mod executions;
+mod executions_eval;
+mod fairness;
+mod idempotency;
+mod index_store;
+mod job_store;
+mod jobs;
+mod jobs_reliability;
+mod languages;
+mod model_cluster;
+mod model_limits;
+mod openapi;
+mod outages;
+mod pipeline_in_process;
+mod quotas;
+mod sandbox_hostile;
+mod sandbox_images;
+mod sandbox_pool;
+mod stack_faults;
+mod tenants;
+mod usage;
+mod verdicts;
+mod webhooks;
