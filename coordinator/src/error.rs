@@ -10,7 +10,7 @@ use proto::api::ErrorBody;
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
-    message: String,
+    pub(crate) message: String,
     /// `Retry-After`, in seconds (a 429's).
     retry_after: Option<u64>,
 }

@@ -192,6 +192,13 @@ fn submission(
             ));
         }
     }
+    // Checked here too, so that a bad path is named by this API's field, not the one it maps to.
+    for path in request.files.keys() {
+        proto::execution::check_file_path(path).map_err(|e| ApiError::invalid("files", e))?;
+    }
+    for path in &request.fetch_files {
+        proto::execution::check_file_path(path).map_err(|e| ApiError::invalid("fetch_files", e))?;
+    }
     let mut files = BTreeMap::new();
     for (path, content) in request.files {
         let Some(content) = content else { continue };
@@ -471,6 +478,25 @@ mod tests {
         assert_eq!(mapped.memory_mb, None);
         assert_eq!(mapped.files.unwrap()["data.txt"], "hi".into());
         assert_eq!(mapped.return_files.unwrap(), ["out.txt"]);
+        // A path outside the work directory and /mnt/data is named by this API's field.
+        for (field, body) in [
+            (
+                "fetch_files",
+                serde_json::json!({"code": "1", "language": "python", "fetch_files": ["/mnt/b"]}),
+            ),
+            (
+                "files",
+                serde_json::json!({"code": "1", "language": "python", "files": {"/etc/x": "aGk="}}),
+            ),
+        ] {
+            let request: RunCodeRequest = serde_json::from_value(body).unwrap();
+            let err = submission(request, &crate::Options::default()).unwrap_err();
+            assert!(
+                err.message.starts_with(&format!("{field}: ")),
+                "{}",
+                err.message
+            );
+        }
 
         let bad = |body: serde_json::Value| {
             submission(serde_json::from_value(body).unwrap(), &options)
