@@ -158,9 +158,9 @@ async fn saturating_tenants_get_executions_started_by_weight() {
     // waiting throughout: light uses about SKIP/3 + WINDOW/4 of its LIGHT, heavy about
     // 3/4 of the rest and what it started before light came, of its HEAVY.
     const SKIP: usize = 60;
-    const WINDOW: usize = 300;
-    const HEAVY: usize = 450;
-    const LIGHT: usize = 150;
+    const WINDOW: usize = 400;
+    const HEAVY: usize = 480;
+    const LIGHT: usize = 170;
     let cluster = Cluster::new()
         .with_env("CODEGEN__COORDINATOR__API_KEYS__HEAVY", "key-heavy")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__LIGHT", "key-light")
