@@ -3,9 +3,8 @@
 //! Everything that crosses a process boundary is defined here: the task envelope published to
 //! RabbitMQ (MessagePack with named fields and a schema version, [`codec`]), the request,
 //! result and view types of the HTTP API ([`api`]), a job's progress events ([`progress`]),
-//! the report lines of the sandbox drivers ([`harness`]), the queue and exchange names, and
-//! the execution keys in Redis (the job, batch and cache keys live in `store`, next to the Lua
-//! scripts that use them).
+//! the report lines of the sandbox drivers ([`harness`]) and the queue and exchange names.
+//! Redis key names are the store's own (`store::keys`).
 //! Coordinators and workers of the same schema version can be mixed freely in one cluster.
 
 pub mod api;
@@ -16,7 +15,6 @@ pub mod file;
 pub mod generation;
 pub mod harness;
 pub mod job;
-pub mod keys;
 pub mod progress;
 pub mod queues;
 pub mod task;

@@ -51,12 +51,18 @@ class CompilePhaseTest(unittest.TestCase):
         return r["compile"]["duration_ms"]
 
     def test_the_runs_clock_starts_when_the_compile_ends(self):
-        # The compile takes about five times the run's whole limit (a margin for the load to
-        # change between the two compiles); the run itself is instant.
+        # The compile takes about five times the run's whole limit; the run itself is
+        # instant. The margin covers a load that changes between the two compiles, within
+        # reason: when it changed more (the compile came out shorter than the limit, so the
+        # run proves nothing), the limit is set again from that compile and the run repeated.
         d = self.full_compile_ms()
-        limit = max(50, d // 5)
-        r = self.c.run(MEDIUM, compile_timeout_ms=max(60_000, 5 * d), timeout_ms=limit)
-        self.assertEqual(r["compile"]["status"], "ok", r)
+        for _ in range(5):
+            limit = max(50, d // 5)
+            r = self.c.run(MEDIUM, compile_timeout_ms=max(60_000, 5 * d), timeout_ms=limit)
+            self.assertEqual(r["compile"]["status"], "ok", r)
+            if r["compile"]["duration_ms"] > limit:
+                break
+            d = r["compile"]["duration_ms"]
         self.assertGreater(r["compile"]["duration_ms"], limit, r)
         self.assertFalse(r["timed_out"], r)
         self.assertEqual(r["exit_code"], 0, r)
@@ -82,9 +88,15 @@ class CompilePhaseTest(unittest.TestCase):
         # would have (halfway from the limit to the compile's own end), and by its own limit,
         # not by the runner's backstop a grace later. The compile is timed before and after,
         # the shorter counts: a load that eased cannot hide a late kill.
+        # When the load eased so much that the compile ended within the limit (it proves
+        # nothing then), the limit is set again from that compile and the kill tried again.
         d = self.full_compile_ms()
-        limit = max(50, d // 5)
-        r = self.c.run(MEDIUM, compile_timeout_ms=limit, timeout_ms=600_000)
+        for _ in range(5):
+            limit = max(50, d // 5)
+            r = self.c.run(MEDIUM, compile_timeout_ms=limit, timeout_ms=600_000)
+            if r["compile"]["status"] != "ok":
+                break
+            d = r["compile"]["duration_ms"]
         d = min(d, self.full_compile_ms())
         self.assertEqual(r["compile"]["status"], "timeout", r)
         self.assertGreaterEqual(r["compile"]["duration_ms"], limit, r)

@@ -1,12 +1,9 @@
 //! The solution cache (whole job results) and the function-level cache (verified functions).
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:cache:solution:{key}` | MessagePack `JobResult` of a succeeded job |
-//! | `{p}:cache:function:{key}` | MessagePack `FunctionOutcome` of a passed function |
-//! | `{p}:cache:stats` | hash of hit and miss counters |
+//! Keys: under `{p}:cache:` ([`crate::keys::cache_solution`], [`crate::keys::cache_function`],
+//! [`crate::keys::cache_stats`]).
 //!
-//! Keys are sha256 hex digests computed by the callers over everything that determines the
+//! Cache keys are sha256 hex digests computed by the callers over everything that determines the
 //! answer (see `proto::job::solution_cache_key` and `function_cache_key`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +15,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::keys;
 
 /// What `GET /v1/cache/stats` shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,10 +50,6 @@ fn counter(kind: &str, hit: bool) -> String {
 }
 
 impl crate::RedisStore {
-    fn cache_key(&self, part: &str) -> String {
-        format!("{}:cache:{part}", self.prefix())
-    }
-
     async fn scan(&self, pattern: &str) -> Result<Vec<String>, Error> {
         let mut connection = self.connection();
         let mut cursor: u64 = 0;
@@ -82,40 +76,33 @@ impl crate::RedisStore {
 #[async_trait]
 impl CacheStore for crate::RedisStore {
     async fn cached_solution(&self, key: &str) -> Result<Option<JobResult>, Error> {
-        self.get_msgpack(&self.cache_key(&format!("solution:{key}")))
+        self.get_msgpack(&keys::cache_solution(self.prefix(), key))
             .await
     }
 
     async fn put_cached_solution(&self, key: &str, result: &JobResult) -> Result<(), Error> {
-        self.set_msgpack(&self.cache_key(&format!("solution:{key}")), result)
+        self.set_msgpack(&keys::cache_solution(self.prefix(), key), result)
             .await
     }
 
     async fn cached_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
-        self.get_msgpack(&self.cache_key(&format!("function:{key}")))
+        self.get_msgpack(&keys::cache_function(self.prefix(), key))
             .await
     }
 
     async fn put_cached_function(&self, key: &str, outcome: &FunctionOutcome) -> Result<(), Error> {
-        self.set_msgpack(&self.cache_key(&format!("function:{key}")), outcome)
+        self.set_msgpack(&keys::cache_function(self.prefix(), key), outcome)
             .await
     }
 
     async fn look_up_function(&self, key: &str) -> Result<Option<FunctionOutcome>, Error> {
         /// KEYS: the entry, the counters. ARGV: the hit counter, the miss counter.
-        static LOOK_UP: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-            redis::Script::new(
-                r#"
-local v = redis.call('GET', KEYS[1])
-if v then redis.call('HINCRBY', KEYS[2], ARGV[1], 1) else redis.call('HINCRBY', KEYS[2], ARGV[2], 1) end
-return v
-"#,
-            )
-        });
-        let key = self.cache_key(&format!("function:{key}"));
+        static LOOK_UP: std::sync::LazyLock<redis::Script> =
+            std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/cache_look_up.lua")));
+        let key = keys::cache_function(self.prefix(), key);
         let bytes: Option<Vec<u8>> = LOOK_UP
             .key(&key)
-            .key(self.cache_key("stats"))
+            .key(keys::cache_stats(self.prefix()))
             .arg(counter("function", true))
             .arg(counter("function", false))
             .invoke_async(&mut self.connection())
@@ -133,7 +120,7 @@ return v
 
     async fn count_lookup(&self, kind: &str, hit: bool) -> Result<(), Error> {
         self.connection()
-            .hincr::<_, _, _, ()>(self.cache_key("stats"), counter(kind, hit), 1)
+            .hincr::<_, _, _, ()>(keys::cache_stats(self.prefix()), counter(kind, hit), 1)
             .await
             .map_err(crate::redis::backend)
     }
@@ -141,26 +128,26 @@ return v
     async fn cache_stats(&self) -> Result<CacheStats, Error> {
         let counters: HashMap<String, u64> = self
             .connection()
-            .hgetall(self.cache_key("stats"))
+            .hgetall(keys::cache_stats(self.prefix()))
             .await
             .map_err(crate::redis::backend)?;
-        let solutions = self.scan(&self.cache_key("solution:*")).await?.len() as u64;
-        let functions = self.scan(&self.cache_key("function:*")).await?.len() as u64;
+        let solutions = self.scan(&keys::cache_solution(self.prefix(), "*")).await?;
+        let functions = self.scan(&keys::cache_function(self.prefix(), "*")).await?;
         Ok(CacheStats {
-            solutions,
-            functions,
+            solutions: solutions.len() as u64,
+            functions: functions.len() as u64,
             counters: counters.into_iter().collect(),
         })
     }
 
     async fn clear_cache(&self) -> Result<u64, Error> {
-        let keys = self.scan(&self.cache_key("*")).await?;
-        if keys.is_empty() {
+        let found = self.scan(&keys::cache_pattern(self.prefix())).await?;
+        if found.is_empty() {
             return Ok(0);
         }
         let removed: u64 = self
             .connection()
-            .del(&keys)
+            .del(&found)
             .await
             .map_err(crate::redis::backend)?;
         Ok(removed)

@@ -5,9 +5,8 @@
 //! answer is stored under the key, and a retry is answered with it. A claim whose request
 //! failed is released, so the retry runs. Keys live as long as results (`store.result_ttl`).
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{prefix}:idem:{scope}` | JSON `{"hash", "answer"}` (`answer` absent while in progress) |
+//! In Redis: a string per scope ([`crate::keys::idempotency`]), JSON `{"hash", "answer"}`
+//! (`answer` absent while in progress).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -17,7 +16,7 @@ use async_trait::async_trait;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, RedisStore};
+use crate::{Error, RedisStore, keys};
 
 /// A stored answer: what the first request was answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,20 +49,9 @@ pub trait Idempotency: Send + Sync + 'static {
     async fn release(&self, scope: &str) -> Result<(), Error>;
 }
 
-static CLAIM: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-return redis.call('GET', KEYS[1])
-",
-    )
-});
-
-impl RedisStore {
-    fn idempotency_key(&self, scope: &str) -> String {
-        format!("{}:idem:{scope}", self.prefix())
-    }
-}
+/// KEYS: the key. ARGV: the claim, ttl (ms). Returns nothing when claimed, else what is there.
+static CLAIM: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/idempotency_claim.lua")));
 
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -86,7 +74,7 @@ impl Idempotency for RedisStore {
             answer: None,
         });
         let earlier: Option<String> = CLAIM
-            .key(self.idempotency_key(scope))
+            .key(keys::idempotency(self.prefix(), scope))
             .arg(mine)
             .arg(millis(ttl))
             .invoke_async(&mut self.connection())
@@ -95,7 +83,7 @@ impl Idempotency for RedisStore {
         earlier
             .map(|text| {
                 serde_json::from_str(&text).map_err(|e| Error::Corrupt {
-                    key: self.idempotency_key(scope),
+                    key: keys::idempotency(self.prefix(), scope),
                     reason: e.to_string(),
                 })
             })
@@ -105,7 +93,7 @@ impl Idempotency for RedisStore {
     async fn answer(&self, scope: &str, claimed: &Claimed, ttl: Duration) -> Result<(), Error> {
         self.connection()
             .set_ex::<_, _, ()>(
-                self.idempotency_key(scope),
+                keys::idempotency(self.prefix(), scope),
                 encode(claimed),
                 ttl.as_secs().max(1),
             )
@@ -115,7 +103,7 @@ impl Idempotency for RedisStore {
 
     async fn release(&self, scope: &str) -> Result<(), Error> {
         self.connection()
-            .del::<_, ()>(self.idempotency_key(scope))
+            .del::<_, ()>(keys::idempotency(self.prefix(), scope))
             .await
             .map_err(crate::redis::backend)
     }

@@ -2,10 +2,9 @@
 //! function final) from the workers, in a Redis stream that a consumer group shares out, so
 //! that each event is handled by one coordinator and leaves the stream once handled.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:pipeline:events` | stream: `data` = MessagePack `Event`; group `coordinators` |
-//! | `{p}:pipeline:notice` | channel: published with every event, so readers wake at once |
+//! Names: the stream ([`crate::keys::pipeline_events`], `data` = MessagePack `Event`, group
+//! `coordinators`) and a channel published with every event, so readers wake at once
+//! ([`crate::keys::pipeline_notice_channel`]).
 //!
 //! Delivery is at least once. An event a coordinator took but never settled (it died, or a
 //! dependency stayed down) stays pending in the group; any coordinator claims it once it has
@@ -28,7 +27,7 @@ use redis::streams::{StreamClaimReply, StreamId, StreamPendingCountReply, Stream
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::Error;
+use crate::{Error, keys};
 
 /// The consumer group of every coordinator.
 const GROUP: &str = "coordinators";
@@ -82,32 +81,8 @@ pub trait PipelineEvents: Send + Sync + 'static {
 
 /// KEYS: the stream. ARGV: the group, idle ms, the caller's name. One script, so a reader
 /// cannot take an event between the check that it holds none and its removal.
-const FORGET_IDLE: &str = r"
-local ok, readers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
-if not ok then return 0 end
-local removed = 0
-for _, reader in ipairs(readers) do
-  local f = {}
-  for i = 1, #reader, 2 do f[reader[i]] = reader[i + 1] end
-  if f['name'] ~= ARGV[3] and tonumber(f['pending']) == 0
-      and tonumber(f['idle']) >= tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-    removed = removed + 1
-  end
-end
-return removed
-";
-
-static FORGET_IDLE_SCRIPT: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(FORGET_IDLE));
-
-pub(crate) fn stream_key(prefix: &str) -> String {
-    format!("{prefix}:pipeline:events")
-}
-
-pub(crate) fn notice_channel(prefix: &str) -> String {
-    format!("{prefix}:pipeline:notice")
-}
+static FORGET_IDLE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/inbox_forget_idle.lua")));
 
 fn entry(id: StreamId, deliveries: u64) -> Option<InboxEntry> {
     let body = match id.map.get("data")? {
@@ -216,11 +191,10 @@ impl crate::RedisStore {
 #[async_trait]
 impl PipelineEvents for crate::RedisStore {
     async fn send_pipeline_event(&self, event: &Event) -> Result<(), Error> {
-        let channel = notice_channel(self.prefix());
         append(
             &mut redis::pipe(),
-            &stream_key(self.prefix()),
-            &channel,
+            &keys::pipeline_events(self.prefix()),
+            &keys::pipeline_notice_channel(self.prefix()),
             &event.encode(),
         )
         .query_async::<()>(&mut self.connection())
@@ -234,7 +208,7 @@ impl PipelineEvents for crate::RedisStore {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<InboxEntry>, Error> {
-        let key = stream_key(self.prefix());
+        let key = keys::pipeline_events(self.prefix());
         // Registered before the read, so an event sent between the read and the wait wakes it.
         let notice = self.pipeline_notice().clone();
         let notified = notice.notified();
@@ -254,7 +228,7 @@ impl PipelineEvents for crate::RedisStore {
         idle: Duration,
         max: usize,
     ) -> Result<Vec<InboxEntry>, Error> {
-        let key = stream_key(self.prefix());
+        let key = keys::pipeline_events(self.prefix());
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let pending: Result<StreamPendingCountReply, redis::RedisError> = redis::cmd("XPENDING")
             .arg(&key)
@@ -309,15 +283,19 @@ impl PipelineEvents for crate::RedisStore {
     }
 
     async fn pipeline_event_done(&self, id: &str) -> Result<(), Error> {
-        settle(redis::pipe().atomic(), &stream_key(self.prefix()), id)
-            .query_async::<()>(&mut self.connection())
-            .await
-            .map_err(crate::redis::backend)
+        settle(
+            redis::pipe().atomic(),
+            &keys::pipeline_events(self.prefix()),
+            id,
+        )
+        .query_async::<()>(&mut self.connection())
+        .await
+        .map_err(crate::redis::backend)
     }
 
     async fn forget_idle_readers(&self, consumer: &str, idle: Duration) -> Result<u64, Error> {
-        FORGET_IDLE_SCRIPT
-            .key(stream_key(self.prefix()))
+        FORGET_IDLE
+            .key(keys::pipeline_events(self.prefix()))
             .arg(GROUP)
             .arg(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX))
             .arg(consumer)
@@ -327,8 +305,8 @@ impl PipelineEvents for crate::RedisStore {
     }
 
     async fn return_pipeline_event(&self, entry: &InboxEntry) -> Result<(), Error> {
-        let key = stream_key(self.prefix());
-        let channel = notice_channel(self.prefix());
+        let key = keys::pipeline_events(self.prefix());
+        let channel = keys::pipeline_notice_channel(self.prefix());
         let mut pipe = redis::pipe();
         append(pipe.atomic(), &key, &channel, &entry.body);
         settle(&mut pipe, &key, &entry.id)

@@ -1,8 +1,7 @@
 //! Per-tenant indexes of submitted work, for listing it newest first, page by page.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:index:{kind}:{tenant}` | sorted set, every score 0, members `{ms:013}:{id}`; the tenant of an open API is `#` (no tenant name can be) |
+//! One sorted set per kind and tenant ([`crate::keys::index`]), every score 0, members
+//! `{ms:013}:{id}` (built and read here: they are the listings' cursors too).
 //!
 //! With equal scores a sorted set orders its members by bytes, and a zero-padded submission
 //! time first makes that the submission order, ties broken by id. A page is then one
@@ -17,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use proto::TaskId;
 
-use crate::Error;
+use crate::{Error, keys};
 
 /// What an index lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -103,10 +102,6 @@ fn parse(member: &str) -> Option<Entry> {
     })
 }
 
-fn key(prefix: &str, kind: Kind, tenant: Option<&str>) -> String {
-    format!("{prefix}:index:{}:{}", kind.as_str(), tenant.unwrap_or("#"))
-}
-
 /// The range of a query, as `ZRANGE … BYLEX REV` bounds (`max`, `min`).
 fn bounds(query: &Query) -> (String, String) {
     // Exclusive upper bounds: the cursor itself, or anything at `until_ms` or later (a member
@@ -137,7 +132,7 @@ impl Index for crate::RedisStore {
         if ids.is_empty() {
             return Ok(());
         }
-        let key = key(self.prefix(), kind, tenant);
+        let key = keys::index(self.prefix(), kind.as_str(), tenant);
         let ttl = self.ttl_secs();
         let expired = at_ms.saturating_sub(ttl.saturating_mul(1000));
         let members: Vec<(u8, String)> = ids.iter().map(|id| (0, member(at_ms, *id))).collect();
@@ -157,7 +152,7 @@ impl Index for crate::RedisStore {
     }
 
     async fn page(&self, kind: Kind, query: &Query) -> Result<Page, Error> {
-        let key = key(self.prefix(), kind, query.tenant.as_deref());
+        let key = keys::index(self.prefix(), kind.as_str(), query.tenant.as_deref());
         let (max, min) = bounds(query);
         // One more than asked: whether there is a next page.
         let members: Vec<String> = redis::cmd("ZRANGE")
@@ -205,14 +200,16 @@ impl Index for MemoryIndex {
         ids: &[TaskId],
     ) -> Result<(), Error> {
         let mut sets = self.sets.lock().expect("poisoned");
-        let set = sets.entry(key("", kind, tenant)).or_default();
+        let set = sets
+            .entry(keys::index("", kind.as_str(), tenant))
+            .or_default();
         set.extend(ids.iter().map(|id| member(at_ms, *id)));
         Ok(())
     }
 
     async fn page(&self, kind: Kind, query: &Query) -> Result<Page, Error> {
         let sets = self.sets.lock().expect("poisoned");
-        let key = key("", kind, query.tenant.as_deref());
+        let key = keys::index("", kind.as_str(), query.tenant.as_deref());
         let (max, min) = bounds(query);
         let members: Vec<String> = sets
             .get(&key)
@@ -235,6 +232,13 @@ impl Index for MemoryIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_keep_the_names_their_keys_carry() {
+        // Part of the index's and the quotas' key names (`keys::index`, `keys::in_flight`).
+        let names = [Kind::Jobs, Kind::Batches, Kind::Executions].map(Kind::as_str);
+        assert_eq!(names, ["jobs", "batches", "executions"]);
+    }
 
     #[test]
     fn members_order_as_times_and_cursors_round_trip() {

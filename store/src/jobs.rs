@@ -1,20 +1,7 @@
 //! Job state of the generation pipeline.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:job:{id}:meta` | MessagePack `JobMeta` |
-//! | `{p}:job:{id}:status` | the `JobStatus` name |
-//! | `{p}:job:{id}:specs` | MessagePack `Vec<FunctionSpec>` as the model proposed them |
-//! | `{p}:job:{id}:plan` | MessagePack `Plan` (validated, ordered) |
-//! | `{p}:job:{id}:pending` | hash: function → unfinished dependencies |
-//! | `{p}:job:{id}:done` | set of final functions |
-//! | `{p}:job:{id}:fn:{name}` | MessagePack `FunctionOutcome`, rewritten after every attempt until final |
-//! | `{p}:job:{id}:fn:{name}:final` | present once the final outcome is stored: no later write lands |
-//! | `{p}:job:{id}:published` | set of functions (and `#integrate`) whose task was published |
-//! | `{p}:job:{id}:result` | MessagePack `JobResult`, written once |
-//! | `{p}:job:{id}:events` | stream of progress events (JSON), for SSE |
-//! | `{p}:batch:{id}` | MessagePack `Batch`: its jobs in input order |
-//! | `{p}:jobs:unfinished` | sorted set: every unfinished job, scored by submission time (ms) |
+//! Keys: a job's under `{p}:job:{id}:` ([`crate::keys::JobKeys`]), a batch's
+//! ([`crate::keys::batch`]), the unfinished jobs ([`crate::keys::unfinished_jobs`]).
 //!
 //! Invariant: completing a function is one Lua script: the function joins `done` and each
 //! dependant's counter drops by one; the dependants that reach zero are returned to exactly
@@ -28,7 +15,7 @@
 //! and a later run cannot replace it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,7 +24,10 @@ use proto::job::{Batch, Event, FunctionOutcome, JobMeta, JobResult, JobStatus, P
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
-use crate::Error;
+use crate::keys::{self, JobKeys};
+use crate::redis::backend;
+use crate::webhooks::HookKind;
+use crate::{Error, RedisStore};
 
 /// What completing a function made ready.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -261,30 +251,10 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
     }
 }
 
-fn batch_key(prefix: &str, id: TaskId) -> String {
-    format!("{prefix}:batch:{id}")
-}
-
 fn corrupt(key: &str, e: impl std::fmt::Display) -> Error {
     Error::Corrupt {
         key: key.to_owned(),
         reason: e.to_string(),
-    }
-}
-
-/// Keys of one job.
-struct JobKeys {
-    base: String,
-}
-
-impl JobKeys {
-    fn new(prefix: &str, id: TaskId) -> Self {
-        Self {
-            base: format!("{prefix}:job:{id}"),
-        }
-    }
-    fn key(&self, part: &str) -> String {
-        format!("{}:{part}", self.base)
     }
 }
 
@@ -296,136 +266,163 @@ const EVENTS_SAFETY_POLL: Duration = Duration::from_secs(5);
 const EVENTS_MAX_LEN: usize = 1000;
 
 /// Marks a function done and decrements its dependants, atomically; on the first completion
-/// appends the progress event (if any) and announces it.
-/// KEYS: done, pending, events. ARGV: function, total, ttl, event JSON or "", max events,
-/// events channel, job id, dependants...
-const COMPLETE: &str = r#"
-local first = redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-if first == 1 and ARGV[4] ~= '' then
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'data', ARGV[4])
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
-  redis.call('PUBLISH', ARGV[6], ARGV[7])
-end
-local ready = {}
-for i = 8, #ARGV do
-  local d = ARGV[i]
-  if first == 1 then
-    if redis.call('HINCRBY', KEYS[2], d, -1) == 0 then table.insert(ready, d) end
-  else
-    local n = tonumber(redis.call('HGET', KEYS[2], d) or '1')
-    if n <= 0 and redis.call('SISMEMBER', KEYS[1], d) == 0 then table.insert(ready, d) end
-  end
-end
-local all = 0
-if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then all = 1 end
-return {first, all, ready}
-"#;
+/// appends the progress event (if any) and announces it (through [`complete_function_call`]).
+static COMPLETE_FUNCTION: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/job_complete_function.lua")));
 
-/// The integration's reads. KEYS: meta, status, plan, result, pending. ARGV: the function
-/// outcomes' key prefix. Returns the four values, then (function, outcome) for every function
-/// of the plan (`pending` has one field per function, kept once its counter is down to 0).
-const INTEGRATION_VIEW: &str = r#"
-local out = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-for _, name in ipairs(redis.call('HKEYS', KEYS[5])) do
-  table.insert(out, name)
-  table.insert(out, redis.call('GET', ARGV[1] .. name))
-end
-return out
-"#;
+/// The integration's reads: meta, status, plan, result, then (function, outcome) for every
+/// function of the plan (`pending` has one field per function, kept once its counter is
+/// down to 0). KEYS: meta, status, plan, result, pending. ARGV: the function outcomes' key
+/// prefix (the script learns the names from `pending`, so it completes the keys).
+static INTEGRATION_VIEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/job_integration_view.lua")));
 
 /// Stores the plan and its dependency counters, once.
 /// KEYS: plan, pending, done. ARGV: plan bytes, ttl, (function, counter)...
-const PUT_PLAN: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-end
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return 1
-"#;
+static PUT_PLAN: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/job_put_plan.lua")));
 
 /// Sets a status unless the current one is final. KEYS: status. ARGV: status, ttl, the final
 /// statuses ([`JobStatus::FINAL`])...
-const SET_STATUS: &str = r#"
-local current = redis.call('GET', KEYS[1])
-for i = 3, #ARGV do
-  if current == ARGV[i] then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return 1
-"#;
+static SET_STATUS: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/job_set_status.lua")));
 
 /// Stores the result once, with its `finished` event and final status, and charges the
-/// tenant's usage with it (`crate::usage`).
-/// KEYS: result, events, status, unfinished, usage bucket, the tenant's jobs in flight
-/// (`crate::quotas`), the job's webhook, the due webhooks, the job's batch link
-/// (`crate::webhooks`). ARGV: result bytes, ttl, event JSON, status, id, [`EVENTS_MAX_LEN`],
-/// usage ttl, now (ms), the key prefix, the events channel, the batches' channel, (field, n)...
-///
-/// A job of a batch announces its batch on the batches' channel (`JobStore::watch_batch`).
-/// The batch's webhook key is built from the link's value: a key the caller cannot name, as
-/// only the script reads the link (Redis standalone, as every multi-key script here).
-const FINISH_JOB: &str = r#"
-redis.call('ZREM', KEYS[4], ARGV[5])
-redis.call('ZREM', KEYS[6], ARGV[5])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) == false then return 0 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'data', ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[2])
-redis.call('PUBLISH', ARGV[10], ARGV[5])
-charge(KEYS[5], ARGV[7], 12)
-if redis.call('EXISTS', KEYS[7]) == 1 then
-  redis.call('HSET', KEYS[7], 'state', 'pending', 'since', ARGV[8])
-  redis.call('ZADD', KEYS[8], ARGV[8], 'job:' .. ARGV[5])
-end
-local batch = redis.call('GET', KEYS[9])
-if batch then
-  redis.call('PUBLISH', ARGV[11], batch)
-  local hook = ARGV[9] .. ':hook:batch:' .. batch
-  if redis.call('EXISTS', hook) == 1 and redis.call('HINCRBY', hook, 'left', -1) == 0 then
-    redis.call('HSET', hook, 'state', 'pending', 'since', ARGV[8])
-    redis.call('ZADD', KEYS[8], ARGV[8], 'batch:' .. batch)
-  end
-end
-return 1
-"#;
-
-fn unfinished_key(prefix: &str) -> String {
-    format!("{prefix}:jobs:unfinished")
-}
+/// tenant's usage with it (`crate::usage`); makes the job's webhooks due (through
+/// [`finish_job_call`]).
+static FINISH_JOB: LazyLock<redis::Script> =
+    LazyLock::new(|| crate::usage::charging(include_str!("lua/job_finish.lua")));
 
 /// Stores an outcome unless the final one is stored, with its progress event if any; answers
-/// whether it stored it and the job's status. KEYS: outcome, final marker, status, events,
-/// [the coordinators' inbox]. ARGV: outcome bytes, ttl, "1" when this outcome is final, event
-/// JSON or "", max events, events channel, job id, [pipeline event bytes, the inbox's notice
-/// channel, the final statuses...]: with the last ones, the pipeline event goes to the inbox
-/// (stored or not) unless the job's status is final.
-const PUT_FUNCTION: &str = r#"
-local status = redis.call('GET', KEYS[3])
-local function announce()
-  if ARGV[8] == nil then return end
-  for i = 10, #ARGV do
-    if status == ARGV[i] then return end
-  end
-  redis.call('XADD', KEYS[5], '*', 'data', ARGV[8])
-  redis.call('PUBLISH', ARGV[9], '1')
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  announce()
-  return {0, status}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-if ARGV[3] == '1' then redis.call('SET', KEYS[2], '1', 'EX', ARGV[2]) end
-if ARGV[4] ~= '' then
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'data', ARGV[4])
-  redis.call('EXPIRE', KEYS[4], ARGV[2])
-  redis.call('PUBLISH', ARGV[6], ARGV[7])
-end
-announce()
-return {1, status}
-"#;
+/// whether it stored it and the job's status; may announce a pipeline event with it (through
+/// [`put_function_call`]).
+static PUT_FUNCTION: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/job_put_function.lua")));
+
+/// [`COMPLETE_FUNCTION`] of `name` of `plan`, its arguments in the script's order.
+/// KEYS: done, pending, events. ARGV: function, the plan's size, ttl, event JSON or "",
+/// [`EVENTS_MAX_LEN`], the job events channel, job id, dependants...
+fn complete_function_call(
+    store: &RedisStore,
+    id: TaskId,
+    plan: &Plan,
+    name: &str,
+    event: Option<&Progress>,
+) -> redis::ScriptInvocation<'static> {
+    let keys = JobKeys::new(store.prefix(), id);
+    let mut invocation = COMPLETE_FUNCTION.prepare_invoke();
+    invocation
+        .key(keys.done())
+        .key(keys.pending())
+        .key(keys.events())
+        .arg(name)
+        .arg(plan.specs.len())
+        .arg(store.ttl_secs())
+        .arg(event.map(Progress::to_json).unwrap_or_default())
+        .arg(EVENTS_MAX_LEN)
+        .arg(keys::job_events_channel(store.prefix()))
+        .arg(id.to_string());
+    for dependant in plan.dependants.get(name).into_iter().flatten() {
+        invocation.arg(dependant);
+    }
+    invocation
+}
+
+/// [`PUT_FUNCTION`] of `outcome`, announcing `announce` with it when given, its arguments in
+/// the script's order.
+/// KEYS: outcome, final marker, status, events, [the coordinators' inbox]. ARGV: outcome
+/// bytes, ttl, "1" when this outcome is final, event JSON or "", [`EVENTS_MAX_LEN`], the job
+/// events channel, job id, [pipeline event bytes, the inbox's notice channel, the final
+/// statuses...]: with the last ones, the pipeline event goes to the inbox (stored or not)
+/// unless the job's status is final.
+fn put_function_call(
+    store: &RedisStore,
+    id: TaskId,
+    outcome: &FunctionOutcome,
+    event: Option<&Progress>,
+    announce: Option<&Event>,
+) -> redis::ScriptInvocation<'static> {
+    let prefix = store.prefix();
+    let keys = JobKeys::new(prefix, id);
+    let mut invocation = PUT_FUNCTION.prepare_invoke();
+    invocation
+        .key(keys.function(&outcome.name))
+        .key(keys.function_final(&outcome.name))
+        .key(keys.status())
+        .key(keys.events())
+        .arg(proto::codec::encode(outcome))
+        .arg(store.ttl_secs())
+        .arg(if outcome.done { "1" } else { "0" })
+        .arg(event.map(Progress::to_json).unwrap_or_default())
+        .arg(EVENTS_MAX_LEN)
+        .arg(keys::job_events_channel(prefix))
+        .arg(id.to_string());
+    if let Some(announce) = announce {
+        invocation
+            .key(keys::pipeline_events(prefix))
+            .arg(announce.encode())
+            .arg(keys::pipeline_notice_channel(prefix))
+            .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
+    }
+    invocation
+}
+
+/// [`FINISH_JOB`] of job `id` with `result`, charged to `tenant`, its arguments in the
+/// script's order.
+/// KEYS: result, events, status, unfinished jobs, usage bucket, the tenant's jobs in flight
+/// (`crate::quotas`), the job's webhook, the due webhooks, the job's batch link
+/// (`crate::webhooks`). ARGV: result bytes, ttl, event JSON, status, id, [`EVENTS_MAX_LEN`],
+/// usage ttl, now (ms), the batch webhooks' key prefix, the job events channel, the batches'
+/// channel, the job's due member, the batches' due member prefix, then (field, n) of the
+/// charge.
+///
+/// A job of a batch announces its batch on the batches' channel (`JobStore::watch_batch`).
+/// The batch's webhook key and due member are completed with the link's value: names the
+/// caller cannot know, as only the script reads the link (Redis standalone, as every
+/// multi-key script here), so it gets their beginnings.
+fn finish_job_call(
+    store: &RedisStore,
+    id: TaskId,
+    tenant: Option<&str>,
+    result: &JobResult,
+) -> redis::ScriptInvocation<'static> {
+    let prefix = store.prefix();
+    let now = proto::now_ms();
+    let keys = JobKeys::new(prefix, id);
+    let (job, batch) = (HookKind::Job.as_str(), HookKind::Batch.as_str());
+    let mut invocation = FINISH_JOB.prepare_invoke();
+    invocation
+        .key(keys.result())
+        .key(keys.events())
+        .key(keys.status())
+        .key(keys::unfinished_jobs(prefix))
+        .key(keys::usage(prefix, tenant, now))
+        .key(keys::in_flight(
+            prefix,
+            crate::index::Kind::Jobs.as_str(),
+            tenant,
+        ))
+        .key(keys::hook(prefix, job, id))
+        .key(keys::hooks_due(prefix))
+        .key(keys.batch_link())
+        .arg(result.encode())
+        .arg(store.ttl_secs())
+        .arg(Progress::finished(result).to_json())
+        .arg(result.status.as_str())
+        .arg(id.to_string())
+        .arg(EVENTS_MAX_LEN)
+        .arg(store.usage_ttl_secs())
+        .arg(now)
+        .arg(keys::hook_prefix(prefix, batch))
+        .arg(keys::job_events_channel(prefix))
+        .arg(keys::batch_finished_channel(prefix))
+        .arg(keys::due_member(job, id))
+        .arg(keys::due_member_prefix(batch));
+    for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
+        invocation.arg(field).arg(value);
+    }
+    invocation
+}
 
 /// A job status as stored (its name), or `Error::Corrupt` naming `key`.
 fn parse_status(key: &str, name: Option<String>) -> Result<Option<JobStatus>, Error> {
@@ -460,79 +457,51 @@ fn parse_msgpack<T: serde::de::DeserializeOwned>(
         .transpose()
 }
 
-static PUT_FUNCTION_SCRIPT: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(PUT_FUNCTION));
-static INTEGRATION_VIEW_SCRIPT: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(INTEGRATION_VIEW));
-static COMPLETE_SCRIPT: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(COMPLETE));
-
-impl crate::RedisStore {
-    /// [`PUT_FUNCTION`], announcing `announce` with it when given.
-    async fn put_function_script(
+impl RedisStore {
+    /// [`put_function_call`]'s script, and what it answers.
+    async fn save_function_announcing(
         &self,
         id: TaskId,
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
         announce: Option<&Event>,
     ) -> Result<Saved, Error> {
-        let keys = JobKeys::new(self.prefix(), id);
-        let status_key = keys.key("status");
-        let mut invocation = PUT_FUNCTION_SCRIPT.prepare_invoke();
-        invocation
-            .key(keys.key(&format!("fn:{}", outcome.name)))
-            .key(keys.key(&format!("fn:{}:final", outcome.name)))
-            .key(&status_key)
-            .key(keys.key("events"))
-            .arg(proto::codec::encode(outcome))
-            .arg(self.ttl_secs())
-            .arg(if outcome.done { "1" } else { "0" })
-            .arg(event.map(Progress::to_json).unwrap_or_default())
-            .arg(EVENTS_MAX_LEN)
-            .arg(self.keys().job_events_channel())
-            .arg(id.to_string());
-        if let Some(announce) = announce {
-            invocation
-                .key(crate::inbox::stream_key(self.prefix()))
-                .arg(announce.encode())
-                .arg(crate::inbox::notice_channel(self.prefix()))
-                .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
-        }
-        let (stored, status): (i64, Option<String>) = invocation
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(crate::redis::backend)?;
+        let (stored, status): (i64, Option<String>) =
+            put_function_call(self, id, outcome, event, announce)
+                .invoke_async(&mut self.connection())
+                .await
+                .map_err(backend)?;
         Ok(Saved {
             stored: stored == 1,
-            status: parse_status(&status_key, status)?,
+            status: parse_status(&JobKeys::new(self.prefix(), id).status(), status)?,
         })
     }
 }
 
 #[async_trait]
-impl JobStore for crate::RedisStore {
+impl JobStore for RedisStore {
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error> {
         let keys = JobKeys::new(self.prefix(), meta.id);
         let ttl = self.ttl_secs();
         redis::pipe()
             .atomic()
-            .set_ex(keys.key("meta"), proto::codec::encode(meta), ttl)
+            .set_ex(keys.meta(), proto::codec::encode(meta), ttl)
             .ignore()
-            .set_ex(keys.key("status"), JobStatus::Queued.as_str(), ttl)
+            .set_ex(keys.status(), JobStatus::Queued.as_str(), ttl)
             .ignore()
             .zadd(
-                unfinished_key(self.prefix()),
+                keys::unfinished_jobs(self.prefix()),
                 meta.id.to_string(),
                 meta.submitted_at_ms,
             )
             .ignore()
             .query_async::<()>(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     async fn unfinished_before(&self, before_ms: u64, limit: usize) -> Result<Vec<TaskId>, Error> {
-        let key = unfinished_key(self.prefix());
+        let key = keys::unfinished_jobs(self.prefix());
         let ids: Vec<String> = redis::cmd("ZRANGE")
             .arg(&key)
             .arg("-inf")
@@ -543,7 +512,7 @@ impl JobStore for crate::RedisStore {
             .arg(limit)
             .query_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         ids.iter()
             .map(|id| id.parse().map_err(|e| corrupt(&key, e)))
             .collect()
@@ -551,24 +520,24 @@ impl JobStore for crate::RedisStore {
 
     async fn forget_job(&self, id: TaskId) -> Result<(), Error> {
         self.connection()
-            .zrem::<_, _, ()>(unfinished_key(self.prefix()), id.to_string())
+            .zrem::<_, _, ()>(keys::unfinished_jobs(self.prefix()), id.to_string())
             .await
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     async fn job_meta(&self, id: TaskId) -> Result<Option<JobMeta>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("meta");
+        let key = JobKeys::new(self.prefix(), id).meta();
         self.get_msgpack(&key).await
     }
 
     async fn put_job_meta(&self, meta: &JobMeta) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), meta.id).key("meta");
+        let key = JobKeys::new(self.prefix(), meta.id).meta();
         self.set_msgpack(&key, meta).await
     }
 
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), id).key("status");
-        redis::Script::new(SET_STATUS)
+        let key = JobKeys::new(self.prefix(), id).status();
+        SET_STATUS
             .key(key)
             .arg(status.as_str())
             .arg(self.ttl_secs())
@@ -576,16 +545,12 @@ impl JobStore for crate::RedisStore {
             .invoke_async::<i64>(&mut self.connection())
             .await
             .map(drop)
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("status");
-        let name: Option<String> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
+        let key = JobKeys::new(self.prefix(), id).status();
+        let name: Option<String> = self.connection().get(&key).await.map_err(backend)?;
         parse_status(&key, name)
     }
 
@@ -595,13 +560,13 @@ impl JobStore for crate::RedisStore {
         }
         let keys: Vec<String> = ids
             .iter()
-            .map(|id| JobKeys::new(self.prefix(), *id).key("status"))
+            .map(|id| JobKeys::new(self.prefix(), *id).status())
             .collect();
         let names: Vec<Option<String>> = redis::cmd("MGET")
             .arg(&keys)
             .query_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         keys.iter()
             .zip(names)
             .map(|(key, name)| {
@@ -615,12 +580,12 @@ impl JobStore for crate::RedisStore {
     }
 
     async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), id).key("specs");
+        let key = JobKeys::new(self.prefix(), id).specs();
         self.set_msgpack(&key, &specs).await
     }
 
     async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("specs");
+        let key = JobKeys::new(self.prefix(), id).specs();
         self.get_msgpack(&key).await
     }
 
@@ -634,29 +599,28 @@ impl JobStore for crate::RedisStore {
         let ttl = self.ttl_secs();
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .set_ex(keys.key("meta"), proto::codec::encode(meta), ttl)
+            .set_ex(keys.meta(), proto::codec::encode(meta), ttl)
             .ignore()
-            .set_ex(keys.key("specs"), proto::codec::encode(specs), ttl)
+            .set_ex(keys.specs(), proto::codec::encode(specs), ttl)
             .ignore();
         crate::inbox::append(
             &mut pipe,
-            &crate::inbox::stream_key(self.prefix()),
-            &crate::inbox::notice_channel(self.prefix()),
+            &keys::pipeline_events(self.prefix()),
+            &keys::pipeline_notice_channel(self.prefix()),
             &announce.encode(),
         )
         .query_async::<()>(&mut self.connection())
         .await
-        .map_err(crate::redis::backend)
+        .map_err(backend)
     }
 
     async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let script = redis::Script::new(PUT_PLAN);
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = PUT_PLAN.prepare_invoke();
         invocation
-            .key(keys.key("plan"))
-            .key(keys.key("pending"))
-            .key(keys.key("done"))
+            .key(keys.plan())
+            .key(keys.pending())
+            .key(keys.done())
             .arg(proto::codec::encode(plan))
             .arg(self.ttl_secs());
         for spec in &plan.specs {
@@ -666,12 +630,12 @@ impl JobStore for crate::RedisStore {
         let stored: i64 = invocation
             .invoke_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         Ok(stored == 1)
     }
 
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("plan");
+        let key = JobKeys::new(self.prefix(), id).plan();
         self.get_msgpack(&key).await
     }
 
@@ -681,7 +645,8 @@ impl JobStore for crate::RedisStore {
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error> {
-        self.put_function_script(id, outcome, event, None).await
+        self.save_function_announcing(id, outcome, event, None)
+            .await
     }
 
     async fn save_function_and_announce(
@@ -692,12 +657,12 @@ impl JobStore for crate::RedisStore {
         announce: &Event,
     ) -> Result<Saved, Error> {
         debug_assert!(outcome.done, "only a final outcome is announced");
-        self.put_function_script(id, outcome, event, Some(announce))
+        self.save_function_announcing(id, outcome, event, Some(announce))
             .await
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key(&format!("fn:{name}"));
+        let key = JobKeys::new(self.prefix(), id).function(name);
         self.get_msgpack(&key).await
     }
 
@@ -710,15 +675,12 @@ impl JobStore for crate::RedisStore {
             return Ok(vec![]);
         }
         let keys = JobKeys::new(self.prefix(), id);
-        let names: Vec<String> = names
-            .iter()
-            .map(|name| keys.key(&format!("fn:{name}")))
-            .collect();
+        let names: Vec<String> = names.iter().map(|name| keys.function(name)).collect();
         let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
             .arg(&names)
             .query_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         names
             .iter()
             .zip(values)
@@ -728,15 +690,15 @@ impl JobStore for crate::RedisStore {
 
     async fn view(&self, id: TaskId, function: Option<&str>) -> Result<JobView, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let mut names = vec![keys.key("meta"), keys.key("status"), keys.key("plan")];
+        let mut names = vec![keys.meta(), keys.status(), keys.plan()];
         if let Some(name) = function {
-            names.push(keys.key(&format!("fn:{name}")));
+            names.push(keys.function(name));
         }
         let mut values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
             .arg(&names)
             .query_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         values.resize(names.len(), None);
         let mut values = values.into_iter();
         let mut next = || values.next().flatten();
@@ -749,19 +711,14 @@ impl JobStore for crate::RedisStore {
 
     async fn integration_view(&self, id: TaskId) -> Result<IntegrationView, Error> {
         let keys = JobKeys::new(self.prefix(), id);
-        let names = [
-            keys.key("meta"),
-            keys.key("status"),
-            keys.key("plan"),
-            keys.key("result"),
-        ];
-        let values: Vec<Option<Vec<u8>>> = INTEGRATION_VIEW_SCRIPT
+        let names = [keys.meta(), keys.status(), keys.plan(), keys.result()];
+        let values: Vec<Option<Vec<u8>>> = INTEGRATION_VIEW
             .key(&names[..])
-            .key(keys.key("pending"))
-            .arg(keys.key("fn:"))
+            .key(keys.pending())
+            .arg(keys.function_prefix())
             .invoke_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         let mut values = values.into_iter();
         let mut next = || values.next().flatten();
         let view = parse_view(&names, &mut next)?;
@@ -769,7 +726,7 @@ impl JobStore for crate::RedisStore {
         let mut functions = HashMap::new();
         while let Some(name) = next() {
             let name = String::from_utf8_lossy(&name).into_owned();
-            let key = keys.key(&format!("fn:{name}"));
+            let key = keys.function(&name);
             if let Some(outcome) = parse_msgpack(&key, next())? {
                 functions.insert(name, outcome);
             }
@@ -788,27 +745,11 @@ impl JobStore for crate::RedisStore {
         name: &str,
         event: Option<&Progress>,
     ) -> Result<Completion, Error> {
-        let keys = JobKeys::new(self.prefix(), id);
-        let dependants = plan.dependants.get(name).cloned().unwrap_or_default();
-        let mut invocation = COMPLETE_SCRIPT.prepare_invoke();
-        invocation
-            .key(keys.key("done"))
-            .key(keys.key("pending"))
-            .key(keys.key("events"))
-            .arg(name)
-            .arg(plan.specs.len())
-            .arg(self.ttl_secs())
-            .arg(event.map(Progress::to_json).unwrap_or_default())
-            .arg(EVENTS_MAX_LEN)
-            .arg(self.keys().job_events_channel())
-            .arg(id.to_string());
-        for d in &dependants {
-            invocation.arg(d);
-        }
-        let (first, all, ready): (i64, i64, Vec<String>) = invocation
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(crate::redis::backend)?;
+        let (first, all, ready): (i64, i64, Vec<String>) =
+            complete_function_call(self, id, plan, name, event)
+                .invoke_async(&mut self.connection())
+                .await
+                .map_err(backend)?;
         Ok(Completion {
             ready,
             all_done: all == 1,
@@ -820,7 +761,7 @@ impl JobStore for crate::RedisStore {
         if names.is_empty() {
             return Ok(());
         }
-        let key = JobKeys::new(self.prefix(), id).key("published");
+        let key = JobKeys::new(self.prefix(), id).published();
         redis::pipe()
             .sadd(&key, names)
             .ignore()
@@ -828,20 +769,20 @@ impl JobStore for crate::RedisStore {
             .ignore()
             .query_async::<()>(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error> {
         if names.is_empty() {
             return Ok(names);
         }
-        let key = JobKeys::new(self.prefix(), id).key("published");
+        let key = JobKeys::new(self.prefix(), id).published();
         let member: Vec<bool> = redis::cmd("SMISMEMBER")
             .arg(&key)
             .arg(&names)
             .query_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         Ok(names
             .into_iter()
             .zip(member)
@@ -855,68 +796,23 @@ impl JobStore for crate::RedisStore {
         tenant: Option<&str>,
         result: &JobResult,
     ) -> Result<bool, Error> {
-        let keys = JobKeys::new(self.prefix(), id);
-        static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-            redis::Script::new(&format!("{}{FINISH_JOB}", crate::usage::CHARGE))
-        });
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation
-            .key(keys.key("result"))
-            .key(keys.key("events"))
-            .key(keys.key("status"))
-            .key(unfinished_key(self.prefix()))
-            .key(crate::usage::bucket_key(
-                self.prefix(),
-                tenant,
-                proto::now_ms(),
-            ))
-            .key(crate::quotas::in_flight_key(
-                self.prefix(),
-                crate::index::Kind::Jobs,
-                tenant,
-            ))
-            .key(crate::webhooks::hook_key(
-                self.prefix(),
-                crate::webhooks::HookKind::Job,
-                id,
-            ))
-            .key(crate::webhooks::due_key(self.prefix()))
-            .key(crate::webhooks::batch_link_key(self.prefix(), id))
-            .arg(result.encode())
-            .arg(self.ttl_secs())
-            .arg(Progress::finished(result).to_json())
-            .arg(result.status.as_str())
-            .arg(id.to_string())
-            .arg(EVENTS_MAX_LEN)
-            .arg(self.usage_ttl_secs())
-            .arg(proto::now_ms())
-            .arg(self.prefix())
-            .arg(self.keys().job_events_channel())
-            .arg(self.keys().batch_finished_channel());
-        for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
-            invocation.arg(field).arg(value);
-        }
-        let finished: i64 = invocation
+        let finished: i64 = finish_job_call(self, id, tenant, result)
             .invoke_async(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         Ok(finished == 1)
     }
 
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("result");
-        let bytes: Option<Vec<u8>> = self
-            .connection()
-            .get(&key)
-            .await
-            .map_err(crate::redis::backend)?;
+        let key = JobKeys::new(self.prefix(), id).result();
+        let bytes: Option<Vec<u8>> = self.connection().get(&key).await.map_err(backend)?;
         bytes
             .map(|b| JobResult::decode(&b).map_err(|e| corrupt(&key, e)))
             .transpose()
     }
 
     async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), id).key("events");
+        let key = JobKeys::new(self.prefix(), id).events();
         let mut connection = self.connection();
         redis::pipe()
             .cmd("XADD")
@@ -930,21 +826,21 @@ impl JobStore for crate::RedisStore {
             .ignore()
             .expire(&key, self.ttl_secs() as i64)
             .ignore()
-            .publish(self.keys().job_events_channel(), id.to_string())
+            .publish(keys::job_events_channel(self.prefix()), id.to_string())
             .ignore()
             .query_async::<()>(&mut connection)
             .await
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     async fn events(&self, id: TaskId, after: Option<&str>) -> Result<Vec<StoredEvent>, Error> {
-        let key = JobKeys::new(self.prefix(), id).key("events");
+        let key = JobKeys::new(self.prefix(), id).events();
         let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
         let reply: redis::streams::StreamRangeReply = self
             .connection()
             .xrange(&key, start, "+")
             .await
-            .map_err(crate::redis::backend)?;
+            .map_err(backend)?;
         Ok(reply
             .ids
             .into_iter()
@@ -987,31 +883,27 @@ impl JobStore for crate::RedisStore {
         let ttl = self.ttl_secs();
         let mut pipe = redis::pipe();
         pipe.set_ex(
-            batch_key(self.prefix(), batch.id),
+            keys::batch(self.prefix(), batch.id),
             proto::codec::encode(batch),
             ttl,
         )
         .ignore();
         let id = batch.id.to_string();
         for job in &batch.jobs {
-            pipe.set_ex(
-                crate::webhooks::batch_link_key(self.prefix(), *job),
-                &id,
-                ttl,
-            )
-            .ignore();
+            pipe.set_ex(JobKeys::new(self.prefix(), *job).batch_link(), &id, ttl)
+                .ignore();
         }
         pipe.query_async::<()>(&mut self.connection())
             .await
-            .map_err(crate::redis::backend)
+            .map_err(backend)
     }
 
     fn watch_batch(&self, id: TaskId) -> Option<crate::Watch> {
-        crate::Store::watch(self, &[id])
+        Some(self.watch_ids(&[id]))
     }
 
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {
-        let key = batch_key(self.prefix(), id);
+        let key = keys::batch(self.prefix(), id);
         self.get_msgpack(&key).await
     }
 }

@@ -5,6 +5,9 @@
 //! self-reconnecting `ConnectionManager`; completion notices over RESP3 pub/sub with automatic
 //! resubscription); [`memory::MemoryStore`] is an in-process fake for unit tests.
 //!
+//! Every Redis name (key or channel) is built in [`keys`]; every Lua script is a file of
+//! `src/lua/`, included by the module that runs it.
+//!
 //! Invariants:
 //! - a result is written once (`SET NX`): a task delivered twice cannot overwrite the first
 //!   verdict, so at-least-once delivery still has one effect.
@@ -13,10 +16,12 @@
 //!   loses it.
 
 pub mod cache;
+mod executions;
 pub mod idempotency;
 pub mod inbox;
 pub mod index;
 pub mod jobs;
+pub mod keys;
 pub mod limits;
 pub mod memory;
 mod pauses;

@@ -4,18 +4,14 @@
 //! provider's pause holds for everyone and the limits halve, growing back linearly over
 //! `recovery`.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{prefix}:limits:{scope}:leases` | sorted set: lease id (`{tenant}/{unique}`) → expiry (ms) |
-//! | `{prefix}:limits:{scope}:askers` | sorted set: tenant → when it last asked for a lease (ms) |
-//! | `{prefix}:limits:{scope}:{meter}` | GCRA theoretical arrival time (µs) |
-//! | `{prefix}:limits:{scope}:slow` | hash: `factor`, `at` (ms), `until` (ms), `cut` (ms) |
+//! Keys: a scope's under `{p}:limits:{scope}:` ([`crate::keys::LimitKeys`]).
 //!
 //! Time is Redis's (`TIME`), so processes with skewed clocks agree.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use crate::keys::{self, LimitKeys};
 use crate::{Error, RedisStore};
 
 /// A decision: granted, or how long to wait before asking again (zero: unknown).
@@ -54,140 +50,36 @@ pub struct SlowDown {
 #[derive(Debug, Clone)]
 pub struct RedisLimits {
     store: RedisStore,
-    base: String,
+    keys: LimitKeys,
     slow: SlowDown,
 }
 
-/// The current factor (1 = whole, grown back since the last cut) and the pause left (ms).
-const SLOW: &str = r"
-local function slowdown(key, now, recovery)
-  local s = redis.call('HMGET', key, 'factor', 'at', 'until')
-  local factor = tonumber(s[1]) or 1
-  local at = tonumber(s[2]) or now
-  local pause = (tonumber(s[3]) or 0) - now
-  factor = math.min(1, factor + (now - at) / recovery)
-  if pause < 0 then pause = 0 end
-  return factor, pause
-end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
-";
+/// Put before the scripts that decide (`SLOW` then the script): defines `slowdown(key, now,
+/// recovery)`, the current factor (1 = whole, grown back since the last cut) and the pause
+/// left (ms), and reads Redis's time into `now_us` and `now`.
+const SLOW: &str = include_str!("lua/limits_slowdown.lua");
 
-/// KEYS: leases, slow, askers. ARGV: id, limit, ttl ms, recovery ms, tenant, reserve, asker
-/// window ms. Returns {granted, wait ms}; {0, -1}: the lease left is reserved for others.
-const LEASE: &str = r"
-local factor, pause = slowdown(KEYS[2], now, tonumber(ARGV[4]))
-if pause > 0 then return {0, pause} end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local limit = math.max(1, math.floor(tonumber(ARGV[2]) * factor))
-local reserve = math.min(tonumber(ARGV[6]), math.floor(limit / 4))
-local window = tonumber(ARGV[7])
-local tenant = ARGV[5]
-if reserve > 0 then
-  redis.call('ZADD', KEYS[3], now, tenant)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
-  redis.call('PEXPIRE', KEYS[3], 2 * window)
-end
-local held = redis.call('ZCARD', KEYS[1])
-if held >= limit then return {0, 0} end
-if reserve > 0 and held >= limit - reserve and redis.call('ZCARD', KEYS[3]) > 1 then
-  local prefix = tenant .. '/'
-  local mine = 0
-  for _, lease in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    if string.sub(lease, 1, #prefix) == prefix then mine = mine + 1 end
-  end
-  if mine >= reserve then return {0, -1} end
-end
-local ttl = tonumber(ARGV[3])
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-return {1, 0}
-";
-
-/// KEYS: leases. ARGV: id, the freed channel, the scope.
-const RELEASE: &str = r"
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-  return 1
-end
-return 0
-";
-
-/// KEYS: leases. Drops the expired ones, counts the rest.
-const LEASES: &str = r"
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZCARD', KEYS[1])
-";
-
-/// KEYS: slow. The pause left (ms), as every decision reads it (`SLOW`; the recovery passed
-/// only shapes the factor, which this leaves out).
-const PAUSE: &str = r"
-local _, pause = slowdown(KEYS[1], now, 1)
-return pause
-";
-
-/// KEYS: leases. ARGV: ttl ms, then the ids. Only leases still held are extended (`XX`).
-const RENEW: &str = r"
-local t = redis.call('TIME')
-local ttl = tonumber(ARGV[1])
-local expires = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
-for i = 2, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', expires, ARGV[i])
-end
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-return 1
-";
-
-/// KEYS: meter, slow. ARGV: µs per unit, burst units, cost, force, recovery ms.
-const METER: &str = r"
-local factor, pause = slowdown(KEYS[2], now, tonumber(ARGV[5]))
-local force = ARGV[4] == '1'
-if pause > 0 and not force then return {0, pause} end
-local interval = tonumber(ARGV[1]) / factor
-local tat = tonumber(redis.call('GET', KEYS[1])) or now_us
-if tat < now_us then tat = now_us end
-local new_tat = tat + tonumber(ARGV[3]) * interval
-local allow_at = new_tat - tonumber(ARGV[2]) * interval
-if allow_at > now_us and not force then
-  return {0, math.ceil((allow_at - now_us) / 1000)}
-end
-redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now_us) / 1000) + 1000)
-return {1, 0}
-";
-
-/// KEYS: slow. ARGV: pause ms, recovery ms, debounce ms, min factor, the paused channel, the
-/// scope. Announces the pause (scope and milliseconds left) and returns the factor ‰.
-const THROTTLED: &str = r"
-local recovery = tonumber(ARGV[2])
-local factor = slowdown(KEYS[1], now, recovery)
-local cut = tonumber(redis.call('HGET', KEYS[1], 'cut')) or 0
-if now - cut >= tonumber(ARGV[3]) then
-  factor = math.max(tonumber(ARGV[4]), factor / 2)
-  redis.call('HSET', KEYS[1], 'cut', string.format('%.0f', now))
-end
-local until_ = math.max(tonumber(redis.call('HGET', KEYS[1], 'until')) or 0, now + tonumber(ARGV[1]))
-redis.call('HSET', KEYS[1], 'factor', string.format('%.4f', factor),
-  'at', string.format('%.0f', now), 'until', string.format('%.0f', until_))
-redis.call('PEXPIRE', KEYS[1], 2 * recovery + tonumber(ARGV[1]))
-redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' ' .. string.format('%.0f', until_ - now))
-return math.floor(factor * 1000)
-";
+/// A script that decides: `script` after [`SLOW`].
+fn slowed(script: &str) -> redis::Script {
+    redis::Script::new(&format!("{SLOW}{script}"))
+}
 
 /// The scripts a model call runs (a lease, each meter, while waiting too), hashed once rather
-/// than on every call.
-static LEASE_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{LEASE}")));
-static METER_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{METER}")));
-static THROTTLED_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{THROTTLED}")));
-static PAUSE_SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&format!("{SLOW}{PAUSE}")));
-static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
-static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
+/// than on every call. Each is invoked in one place below, which lists its KEYS and ARGV.
+static LEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| slowed(include_str!("lua/limits_lease.lua")));
+static METER: LazyLock<redis::Script> =
+    LazyLock::new(|| slowed(include_str!("lua/limits_meter.lua")));
+static THROTTLED: LazyLock<redis::Script> =
+    LazyLock::new(|| slowed(include_str!("lua/limits_throttled.lua")));
+static PAUSE: LazyLock<redis::Script> =
+    LazyLock::new(|| slowed(include_str!("lua/limits_pause.lua")));
+static RENEW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/limits_renew.lua")));
+static RELEASE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/limits_release.lua")));
+static LEASES: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/limits_leases.lua")));
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -213,12 +105,8 @@ fn lease_decision(reply: (i64, i64)) -> LeaseDecision {
 impl RedisLimits {
     /// The limits of `scope` (e.g. a hash of the provider's endpoint and key).
     pub fn new(store: RedisStore, scope: &str, slow: SlowDown) -> Self {
-        let base = format!("{}:limits:{scope}", store.prefix());
-        Self { store, base, slow }
-    }
-
-    fn key(&self, what: &str) -> String {
-        format!("{}:{what}", self.base)
+        let keys = LimitKeys::new(store.prefix(), scope);
+        Self { store, keys, slow }
     }
 
     /// Takes lease `id` (`{tenant}/{unique}`) for `tenant` when fewer than `limit` (times the
@@ -242,10 +130,12 @@ impl RedisLimits {
                 .is_some_and(|rest| rest.starts_with('/')),
             "a lease id begins with its tenant"
         );
-        LEASE_SCRIPT
-            .key(self.key("leases"))
-            .key(self.key("slow"))
-            .key(self.key("askers"))
+        // KEYS: leases, slow, askers. ARGV: id, limit, ttl ms, recovery ms, tenant, reserve,
+        // asker window ms. Answers {granted, wait ms}; {0, -1}: the lease left is reserved.
+        LEASE
+            .key(self.keys.leases())
+            .key(self.keys.slow())
+            .key(self.keys.askers())
             .arg(id)
             .arg(limit)
             .arg(millis(ttl))
@@ -262,11 +152,12 @@ impl RedisLimits {
     /// Releases lease `id` and announces it, so that a call waiting for one asks again now;
     /// a lease that was not held (never granted, or expired) wakes nobody.
     pub async fn release(&self, id: &str) -> Result<(), Error> {
-        RELEASE_SCRIPT
-            .key(self.key("leases"))
+        // KEYS: leases. ARGV: id, the freed channel, the scope's name.
+        RELEASE
+            .key(self.keys.leases())
             .arg(id)
-            .arg(self.store.keys().lease_freed_channel())
-            .arg(&self.base)
+            .arg(keys::lease_freed_channel(self.store.prefix()))
+            .arg(self.keys.name())
             .invoke_async::<i64>(&mut self.store.connection())
             .await
             .map(drop)
@@ -285,7 +176,7 @@ impl RedisLimits {
     /// `Listener::with_lease_notices`). An announcement made while the listener was not
     /// subscribed is missing here: [`Self::pause`] reads it.
     pub fn paused_until(&self) -> Option<tokio::time::Instant> {
-        self.store.pauses().heard(&self.base)
+        self.store.pauses().heard(self.keys.name())
     }
 
     /// Until when the callers of this scope pause. The scripts check the pause themselves;
@@ -294,30 +185,32 @@ impl RedisLimits {
     /// trip reads it, and what the read shows is then known until the next disconnection.
     pub async fn pause(&self) -> Result<Option<tokio::time::Instant>, Error> {
         let pauses = self.store.pauses();
-        if pauses.known(&self.base) {
+        if pauses.known(self.keys.name()) {
             return Ok(self.paused_until());
         }
         let ticket = pauses.ticket();
-        let left: u64 = PAUSE_SCRIPT
-            .key(self.key("slow"))
+        // KEYS: slow. The recovery passed only shapes the factor, which this leaves out.
+        let left: u64 = PAUSE
+            .key(self.keys.slow())
             .invoke_async(&mut self.store.connection())
             .await
             .map_err(crate::redis::backend)?;
         let until = (left > 0).then(|| tokio::time::Instant::now() + Duration::from_millis(left));
-        pauses.read(&self.base, ticket, until);
+        pauses.read(self.keys.name(), ticket, until);
         Ok(self.paused_until())
     }
 
     /// Whether [`Self::paused_until`] is all there is to know of this scope's pause: its
     /// pause was read while the listener was subscribed, and it was not disconnected since.
     pub fn pause_known(&self) -> bool {
-        self.store.pauses().known(&self.base)
+        self.store.pauses().known(self.keys.name())
     }
 
     /// Extends the leases `ids` that are still held to `ttl` from now (one script).
     pub async fn renew(&self, ids: &[String], ttl: Duration) -> Result<(), Error> {
-        RENEW_SCRIPT
-            .key(self.key("leases"))
+        // KEYS: leases. ARGV: ttl ms, then the ids (only those still held are extended).
+        RENEW
+            .key(self.keys.leases())
             .arg(millis(ttl))
             .arg(ids)
             .invoke_async::<i64>(&mut self.store.connection())
@@ -328,8 +221,9 @@ impl RedisLimits {
 
     /// Leases held now (expired ones dropped), for tests and operators.
     pub async fn leases(&self) -> Result<u64, Error> {
-        redis::Script::new(LEASES)
-            .key(self.key("leases"))
+        // KEYS: leases. Drops the expired ones, counts the rest.
+        LEASES
+            .key(self.keys.leases())
             .invoke_async::<u64>(&mut self.store.connection())
             .await
             .map_err(crate::redis::backend)
@@ -346,9 +240,10 @@ impl RedisLimits {
         force: bool,
     ) -> Result<Decision, Error> {
         let micros_per_unit = 1_000_000.0 / per_second.max(f64::MIN_POSITIVE);
-        METER_SCRIPT
-            .key(self.key(meter))
-            .key(self.key("slow"))
+        // KEYS: meter, slow. ARGV: µs per unit, burst units, cost, force, recovery ms.
+        METER
+            .key(self.keys.meter(meter))
+            .key(self.keys.slow())
             .arg(micros_per_unit)
             .arg(burst.max(1.0))
             .arg(cost)
@@ -363,14 +258,17 @@ impl RedisLimits {
     /// The provider pushed back: pause everyone for `pause` (or the default) and halve the
     /// limits (at most once per debounce window). Returns the new factor.
     pub async fn throttled(&self, pause: Option<Duration>) -> Result<f64, Error> {
-        THROTTLED_SCRIPT
-            .key(self.key("slow"))
+        // KEYS: slow. ARGV: pause ms, recovery ms, debounce ms, min factor, the paused channel,
+        // the scope's name. Announces the pause (the scope's name and the ms left) and answers
+        // the factor in thousandths.
+        THROTTLED
+            .key(self.keys.slow())
             .arg(millis(pause.unwrap_or(self.slow.default_pause)))
             .arg(millis(self.slow.recovery))
             .arg(millis(self.slow.debounce))
             .arg(self.slow.min_factor)
-            .arg(self.store.keys().limits_paused_channel())
-            .arg(&self.base)
+            .arg(keys::limits_paused_channel(self.store.prefix()))
+            .arg(self.keys.name())
             .invoke_async::<i64>(&mut self.store.connection())
             .await
             .map(|permille| permille as f64 / 1000.0)

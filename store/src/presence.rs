@@ -3,20 +3,17 @@
 //! work nobody will take. A worker announces itself every few seconds with a time to live;
 //! one that stops announcing drops out after its `ttl`.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{prefix}:workers:able` | sorted set: worker id → expiry (ms) of workers with a model |
-//! | `{prefix}:workers:unable` | sorted set: the same for workers without one |
-//! | `{prefix}:workers:unable:reason` | why the last worker without a model has none |
+//! Keys: [`crate::keys::workers_able`], [`crate::keys::workers_unable`] (sorted sets: worker
+//! id → expiry) and [`crate::keys::workers_unable_reason`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, RedisStore};
+use crate::{Error, RedisStore, keys};
 
 /// How many live workers can generate, how many cannot, and why not.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,35 +51,23 @@ pub trait Presence: Send + Sync + 'static {
     async fn generators(&self) -> Result<Generators, Error>;
 }
 
-const ANNOUNCE: &str = r"
-local t = redis.call('TIME')
-local expires = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
-if ARGV[3] == '' then
-  redis.call('ZADD', KEYS[1], expires, ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-else
-  redis.call('ZADD', KEYS[2], expires, ARGV[1])
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-end
-return 1
-";
+/// KEYS: able workers, unable workers, the reason. ARGV: worker id, ttl ms, why it cannot
+/// generate ("": it can).
+static ANNOUNCE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/presence_announce.lua")));
 
-const GENERATORS: &str = r"
-local t = redis.call('TIME')
-local now = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('GET', KEYS[3])}
-";
+/// KEYS: able workers, unable workers, the reason. Drops the expired, counts the rest.
+static GENERATORS: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/presence_generators.lua")));
 
 impl RedisStore {
+    /// The able workers, the unable ones, and the reason, in the scripts' order.
     fn presence_keys(&self) -> [String; 3] {
         let p = self.prefix();
         [
-            format!("{p}:workers:able"),
-            format!("{p}:workers:unable"),
-            format!("{p}:workers:unable:reason"),
+            keys::workers_able(p),
+            keys::workers_unable(p),
+            keys::workers_unable_reason(p),
         ]
     }
 }
@@ -91,7 +76,7 @@ impl RedisStore {
 impl Presence for RedisStore {
     async fn announce(&self, id: &str, unable: Option<&str>, ttl: Duration) -> Result<(), Error> {
         let [able_key, unable_key, reason_key] = self.presence_keys();
-        redis::Script::new(ANNOUNCE)
+        ANNOUNCE
             .key(able_key)
             .key(unable_key)
             .key(reason_key)
@@ -116,7 +101,7 @@ impl Presence for RedisStore {
 
     async fn generators(&self) -> Result<Generators, Error> {
         let [able_key, unable_key, reason_key] = self.presence_keys();
-        let (able, unable, reason) = redis::Script::new(GENERATORS)
+        let (able, unable, reason) = GENERATORS
             .key(able_key)
             .key(unable_key)
             .key(reason_key)

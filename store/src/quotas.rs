@@ -1,9 +1,8 @@
 //! Per-tenant quotas on submitted work: how much may be in flight, and how many model tokens
 //! and sandbox CPU seconds a period's finished work may have used.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:inflight:{kind}:{tenant}` | sorted set: the tenant's admitted, unfinished jobs (or executions) by admission time (ms) |
+//! In Redis: one sorted set per kind and tenant, its admitted, unfinished jobs (or executions)
+//! by admission time ([`crate::keys::in_flight`]).
 //!
 //! Admission is one script: it drops members older than the caller's horizon (work that can
 //! no longer be running: a job past `job_deadline`, an execution past its result's time to
@@ -15,19 +14,13 @@
 //! Only tenants with an in-flight limit are tracked, so a limit configured later counts the
 //! work admitted after it.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 use proto::TaskId;
 
-use crate::Error;
 use crate::index::Kind;
-
-pub(crate) fn in_flight_key(prefix: &str, kind: Kind, tenant: Option<&str>) -> String {
-    format!(
-        "{prefix}:inflight:{}:{}",
-        kind.as_str(),
-        tenant.unwrap_or("#")
-    )
-}
+use crate::{Error, RedisStore, keys};
 
 /// What one admission checks; `None`: no such limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,38 +66,49 @@ pub trait Quotas: Send + Sync + 'static {
     async fn release(&self, kind: Kind, tenant: Option<&str>, ids: &[TaskId]) -> Result<(), Error>;
 }
 
-/// KEYS: in-flight set, then the period's usage hashes. ARGV: now ms, horizon ms, in-flight
-/// limit (-1: none), token limit (-1), CPU ms limit (-1), time to live, ids...
-const ADMIT: &str = r#"
-local limit, tokens_limit, cpu_limit = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if limit >= 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-  local n = redis.call('ZCARD', KEYS[1])
-  if n + (#ARGV - 6) > limit then return {'in_flight', n} end
-end
-if tokens_limit >= 0 or cpu_limit >= 0 then
-  local tokens, cpu = 0, 0
-  for i = 2, #KEYS do
-    local v = redis.call('HMGET', KEYS[i], 'prompt_tokens', 'completion_tokens', 'sandbox_cpu_ms')
-    tokens = tokens + (tonumber(v[1]) or 0) + (tonumber(v[2]) or 0)
-    cpu = cpu + (tonumber(v[3]) or 0)
-  end
-  if tokens_limit >= 0 and tokens >= tokens_limit then return {'tokens', tokens} end
-  if cpu_limit >= 0 and cpu >= cpu_limit then return {'cpu', cpu} end
-end
-if limit >= 0 then
-  for i = 7, #ARGV do redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i]) end
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
-end
-return {'ok', 0}
-"#;
+/// Admits ids, all or none, or names the limit that refuses them (through [`admit_call`]).
+static ADMIT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/quotas_admit.lua")));
+
+/// [`ADMIT`] of `ids` for `tenant`'s `kind`, its arguments in the script's order.
+/// KEYS: the in-flight set, then the period's usage hashes (only when a usage limit is set).
+/// ARGV: now ms, horizon ms, in-flight limit (-1: none), token limit (-1), CPU ms limit (-1),
+/// time to live, ids...
+fn admit_call(
+    store: &RedisStore,
+    kind: Kind,
+    tenant: Option<&str>,
+    ids: &[TaskId],
+    limits: &Limits,
+) -> redis::ScriptInvocation<'static> {
+    let prefix = store.prefix();
+    let now = proto::now_ms();
+    let mut invocation = ADMIT.prepare_invoke();
+    invocation.key(keys::in_flight(prefix, kind.as_str(), tenant));
+    if limits.tokens.is_some() || limits.cpu_ms.is_some() {
+        for hour in crate::usage::hours(limits.period_start_ms, now + 1) {
+            invocation.key(keys::usage(prefix, tenant, hour));
+        }
+    }
+    invocation
+        .arg(now)
+        .arg(limits.horizon_ms)
+        .arg(limit_arg(limits.in_flight))
+        .arg(limit_arg(limits.tokens))
+        .arg(limit_arg(limits.cpu_ms))
+        .arg(store.ttl_secs());
+    for id in ids {
+        invocation.arg(id.to_string());
+    }
+    invocation
+}
 
 fn limit_arg(limit: Option<u64>) -> i64 {
     limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX))
 }
 
 #[async_trait]
-impl Quotas for crate::RedisStore {
+impl Quotas for RedisStore {
     async fn admit(
         &self,
         kind: Kind,
@@ -112,27 +116,7 @@ impl Quotas for crate::RedisStore {
         ids: &[TaskId],
         limits: &Limits,
     ) -> Result<Result<(), Refusal>, Error> {
-        static SCRIPT: std::sync::LazyLock<redis::Script> =
-            std::sync::LazyLock::new(|| redis::Script::new(ADMIT));
-        let now = proto::now_ms();
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation.key(in_flight_key(self.prefix(), kind, tenant));
-        if limits.tokens.is_some() || limits.cpu_ms.is_some() {
-            for hour in crate::usage::hours(limits.period_start_ms, now + 1) {
-                invocation.key(crate::usage::bucket_key(self.prefix(), tenant, hour));
-            }
-        }
-        invocation
-            .arg(now)
-            .arg(limits.horizon_ms)
-            .arg(limit_arg(limits.in_flight))
-            .arg(limit_arg(limits.tokens))
-            .arg(limit_arg(limits.cpu_ms))
-            .arg(self.ttl_secs());
-        for id in ids {
-            invocation.arg(id.to_string());
-        }
-        let (verdict, amount): (String, u64) = invocation
+        let (verdict, amount): (String, u64) = admit_call(self, kind, tenant, ids, limits)
             .invoke_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
@@ -150,7 +134,7 @@ impl Quotas for crate::RedisStore {
         }
         let members: Vec<String> = ids.iter().map(ToString::to_string).collect();
         redis::cmd("ZREM")
-            .arg(in_flight_key(self.prefix(), kind, tenant))
+            .arg(keys::in_flight(self.prefix(), kind.as_str(), tenant))
             .arg(members)
             .query_async::<()>(&mut self.connection())
             .await

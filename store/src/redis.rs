@@ -1,20 +1,20 @@
-//! Redis through `redis::aio::ConnectionManager`.
+//! The handle to Redis (`redis::aio::ConnectionManager`) that every Redis-backed trait of the
+//! store is implemented on, and the listener that turns pub/sub notices into wake-ups.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use dashmap::DashMap;
-use proto::keys::Keys;
-use proto::{ExecutionMeta, ExecutionResult, TaskId};
+use proto::TaskId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::keys;
 use crate::pauses::Pauses;
-use crate::{Error, Options, Store};
+use crate::{Error, Options};
 
 /// Handle to Redis; cheap to clone.
 #[derive(Clone)]
@@ -24,7 +24,6 @@ pub struct RedisStore {
 
 struct Inner {
     options: Options,
-    keys: Keys,
     connection: ConnectionManager,
     waiters: DashMap<TaskId, Arc<Notify>>,
     /// Watches of many executions at once (`Store::watch`), by execution.
@@ -94,11 +93,9 @@ impl RedisStore {
         let connection = client
             .get_connection_manager_lazy(config)
             .map_err(|e| Error::Config(e.to_string()))?;
-        let keys = Keys::new(options.prefix.clone());
         let store = Self {
             inner: Arc::new(Inner {
                 options,
-                keys,
                 connection,
                 waiters: DashMap::new(),
                 watchers: Arc::default(),
@@ -151,10 +148,6 @@ impl RedisStore {
             .set_ex::<_, _, ()>(key, bytes, self.ttl_secs())
             .await
             .map_err(backend)
-    }
-
-    pub(crate) fn keys(&self) -> &Keys {
-        &self.inner.keys
     }
 
     /// Waits (at most `nap`) for a notice about `id`, or returns at once when `ready` says
@@ -227,8 +220,47 @@ impl RedisStore {
         self.inner.options.result_ttl.as_secs().max(1)
     }
 
-    async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+    /// How often a waiter re-reads a result it has not been notified about.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.inner.options.poll_interval
+    }
+
+    pub(crate) async fn get_bytes(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         self.connection().get(key).await.map_err(backend)
+    }
+
+    /// A watch of `ids`, woken by the listener at each notice about any of them.
+    pub(crate) fn watch_ids(&self, ids: &[TaskId]) -> crate::Watch {
+        let notify = Arc::new(Notify::new());
+        for id in ids {
+            self.inner
+                .watchers
+                .entry(*id)
+                .or_default()
+                .push(notify.clone());
+        }
+        crate::Watch {
+            notify,
+            ids: ids.to_vec(),
+            watchers: self.inner.watchers.clone(),
+        }
+    }
+
+    /// `Ok` when Redis answers a `PING` in time; otherwise why not (the URL without its
+    /// password).
+    pub(crate) async fn ping(&self) -> Result<(), String> {
+        let mut connection = self.connection();
+        let url = redact(&self.inner.options.url);
+        let command = redis::cmd("PING");
+        let ping = command.query_async::<String>(&mut connection);
+        match tokio::time::timeout(self.inner.options.response_timeout, ping).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("redis at {url}: {e}")),
+            Err(_) => Err(format!(
+                "redis at {url}: no answer within {:?}",
+                self.inner.options.response_timeout
+            )),
+        }
     }
 }
 
@@ -265,21 +297,22 @@ impl Listener {
     /// Subscribes to completion notices (retrying until Redis answers) and dispatches them to
     /// waiters until `cancel` fires. Resubscription after a reconnect is automatic.
     pub async fn run(mut self, cancel: CancellationToken) {
+        let prefix = self.store.prefix();
         let mut channels = Vec::new();
         if self.execution_notices {
-            channels.push(self.store.inner.keys.execution_done_channel());
+            channels.push(keys::execution_done_channel(prefix));
         }
         if self.job_events {
-            channels.push(self.store.inner.keys.job_events_channel());
-            channels.push(self.store.inner.keys.batch_finished_channel());
+            channels.push(keys::job_events_channel(prefix));
+            channels.push(keys::batch_finished_channel(prefix));
         }
-        let lease_freed = self.store.inner.keys.lease_freed_channel();
-        let paused = self.store.inner.keys.limits_paused_channel();
+        let lease_freed = keys::lease_freed_channel(prefix);
+        let paused = keys::limits_paused_channel(prefix);
         if self.lease_notices {
             channels.push(lease_freed.clone());
             channels.push(paused.clone());
         }
-        let pipeline_notice = crate::inbox::notice_channel(self.store.prefix());
+        let pipeline_notice = keys::pipeline_notice_channel(prefix);
         if self.pipeline_events {
             channels.push(pipeline_notice.clone());
         }
@@ -387,183 +420,6 @@ fn value_str(value: &Value) -> Option<String> {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
-    }
-}
-
-/// Stores a verdict once, charging its tenant when it does, and notifies waiters either way.
-/// KEYS: result, usage bucket, the tenant's executions in flight (`crate::quotas`), the
-/// execution's batch link, the due webhooks (`crate::webhooks`). ARGV: result bytes, ttl,
-/// channel, id, usage ttl, now (ms), the key prefix, (field, n)...
-const COMPLETE_EXECUTION: &str = r#"
-redis.call('ZREM', KEYS[3], ARGV[4])
-local stored = 0
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  stored = 1
-  charge(KEYS[2], ARGV[5], 8)
-  local batch = redis.call('GET', KEYS[4])
-  if batch then
-    local hook = ARGV[7] .. ':hook:execution_batch:' .. batch
-    if redis.call('EXISTS', hook) == 1 and redis.call('HINCRBY', hook, 'left', -1) == 0 then
-      redis.call('HSET', hook, 'state', 'pending', 'since', ARGV[6])
-      redis.call('ZADD', KEYS[5], ARGV[6], 'execution_batch:' .. batch)
-    end
-  end
-end
-redis.call('PUBLISH', ARGV[3], ARGV[4])
-return stored
-"#;
-
-#[async_trait]
-impl Store for RedisStore {
-    async fn create_execution(&self, id: TaskId, meta: &ExecutionMeta) -> Result<(), Error> {
-        let key = self.inner.keys.execution_meta(id);
-        let ttl = self.inner.options.result_ttl.as_secs().max(1);
-        self.connection()
-            .set_ex::<_, _, ()>(key, meta.encode(), ttl)
-            .await
-            .map_err(backend)
-    }
-
-    async fn execution_meta(&self, id: TaskId) -> Result<Option<ExecutionMeta>, Error> {
-        let key = self.inner.keys.execution_meta(id);
-        match self.get_bytes(&key).await? {
-            None => Ok(None),
-            Some(bytes) => ExecutionMeta::decode(&bytes)
-                .map(Some)
-                .map_err(|e| Error::Corrupt {
-                    key,
-                    reason: e.to_string(),
-                }),
-        }
-    }
-
-    async fn execution_result(&self, id: TaskId) -> Result<Option<ExecutionResult>, Error> {
-        let key = self.inner.keys.execution_result(id);
-        match self.get_bytes(&key).await? {
-            None => Ok(None),
-            Some(bytes) => ExecutionResult::decode(&bytes)
-                .map(Some)
-                .map_err(|e| Error::Corrupt {
-                    key,
-                    reason: e.to_string(),
-                }),
-        }
-    }
-
-    async fn execution_results(
-        &self,
-        ids: &[TaskId],
-    ) -> Result<Vec<Option<ExecutionResult>>, Error> {
-        let mut results = Vec::with_capacity(ids.len());
-        // One round trip per chunk instead of one per execution.
-        for chunk in ids.chunks(512) {
-            let keys: Vec<String> = chunk
-                .iter()
-                .map(|id| self.inner.keys.execution_result(*id))
-                .collect();
-            let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-                .arg(&keys)
-                .query_async(&mut self.connection())
-                .await
-                .map_err(backend)?;
-            for (key, value) in keys.into_iter().zip(values) {
-                results.push(match value {
-                    None => None,
-                    Some(bytes) => {
-                        Some(ExecutionResult::decode(&bytes).map_err(|e| Error::Corrupt {
-                            key,
-                            reason: e.to_string(),
-                        })?)
-                    }
-                });
-            }
-        }
-        Ok(results)
-    }
-
-    async fn complete_execution(
-        &self,
-        id: TaskId,
-        tenant: Option<&str>,
-        result: &ExecutionResult,
-    ) -> Result<bool, Error> {
-        let ttl = self.inner.options.result_ttl.as_secs().max(1);
-        static SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-            redis::Script::new(&format!("{}{COMPLETE_EXECUTION}", crate::usage::CHARGE))
-        });
-        let mut invocation = SCRIPT.prepare_invoke();
-        invocation
-            .key(self.inner.keys.execution_result(id))
-            .key(crate::usage::bucket_key(
-                self.prefix(),
-                tenant,
-                proto::now_ms(),
-            ))
-            .key(crate::quotas::in_flight_key(
-                self.prefix(),
-                crate::index::Kind::Executions,
-                tenant,
-            ))
-            .key(crate::webhooks::execution_link_key(self.prefix(), id))
-            .key(crate::webhooks::due_key(self.prefix()))
-            .arg(result.encode())
-            .arg(ttl)
-            .arg(self.inner.keys.execution_done_channel())
-            .arg(id.to_string())
-            .arg(self.usage_ttl_secs())
-            .arg(proto::now_ms())
-            .arg(self.prefix());
-        for (field, value) in
-            crate::usage::increments(&proto::api::UsageTotals::of_execution(result))
-        {
-            invocation.arg(field).arg(value);
-        }
-        let stored: i64 = invocation
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(backend)?;
-        Ok(stored == 1)
-    }
-
-    async fn wait_execution(
-        &self,
-        id: TaskId,
-        timeout: Duration,
-    ) -> Result<Option<ExecutionResult>, Error> {
-        let poll = self.inner.options.poll_interval;
-        self.after_notice(id, timeout, poll, || self.execution_result(id))
-            .await
-    }
-
-    fn watch(&self, ids: &[TaskId]) -> Option<crate::Watch> {
-        let notify = Arc::new(Notify::new());
-        for id in ids {
-            self.inner
-                .watchers
-                .entry(*id)
-                .or_default()
-                .push(notify.clone());
-        }
-        Some(crate::Watch {
-            notify,
-            ids: ids.to_vec(),
-            watchers: self.inner.watchers.clone(),
-        })
-    }
-
-    async fn health(&self) -> Result<(), String> {
-        let mut connection = self.connection();
-        let url = redact(&self.inner.options.url);
-        let command = redis::cmd("PING");
-        let ping = command.query_async::<String>(&mut connection);
-        match tokio::time::timeout(self.inner.options.response_timeout, ping).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("redis at {url}: {e}")),
-            Err(_) => Err(format!(
-                "redis at {url}: no answer within {:?}",
-                self.inner.options.response_timeout
-            )),
-        }
     }
 }
 

@@ -4,9 +4,7 @@
 //! Tenants are never removed: a lane outlives its tenant's configuration for as long as work
 //! may wait in it, and consuming an empty queue costs nothing.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{prefix}:tenants` | hash: tenant → weight |
+//! In Redis: one hash, tenant → weight ([`crate::keys::tenants`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use redis::AsyncCommands;
 
-use crate::{Error, RedisStore};
+use crate::{Error, RedisStore, keys};
 
 #[async_trait]
 pub trait Tenants: Send + Sync + 'static {
@@ -25,12 +23,6 @@ pub trait Tenants: Send + Sync + 'static {
     async fn tenants(&self) -> Result<BTreeMap<String, u32>, Error>;
 }
 
-impl RedisStore {
-    fn tenants_key(&self) -> String {
-        format!("{}:tenants", self.prefix())
-    }
-}
-
 #[async_trait]
 impl Tenants for RedisStore {
     async fn register(&self, tenants: &BTreeMap<String, u32>) -> Result<(), Error> {
@@ -39,14 +31,14 @@ impl Tenants for RedisStore {
         }
         let fields: Vec<(&str, u32)> = tenants.iter().map(|(t, w)| (t.as_str(), *w)).collect();
         self.connection()
-            .hset_multiple::<_, _, _, ()>(self.tenants_key(), &fields)
+            .hset_multiple::<_, _, _, ()>(keys::tenants(self.prefix()), &fields)
             .await
             .map_err(crate::redis::backend)
     }
 
     async fn tenants(&self) -> Result<BTreeMap<String, u32>, Error> {
         self.connection()
-            .hgetall(self.tenants_key())
+            .hgetall(keys::tenants(self.prefix()))
             .await
             .map_err(crate::redis::backend)
     }

@@ -1,8 +1,6 @@
 //! What each tenant's finished work cost, per hour.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:usage:{tenant}:{hour}` | hash: field of `UsageTotals` → total; `hour` is the hour's start in ms since the epoch; the tenant of an open API is `#` |
+//! One hash per tenant and hour, field of `UsageTotals` → total ([`crate::keys::usage`]).
 //!
 //! A job is charged in the script that finishes it, an execution in the script that stores its
 //! verdict, each only when that script is the one that ended it (`SET NX` succeeded). So a
@@ -18,17 +16,12 @@ use proto::api::UsageTotals;
 
 use crate::Error;
 
-/// The hour buckets are this long.
-pub const BUCKET_MS: u64 = 3_600_000;
+/// The hour buckets are this long (their length is part of their keys' names: `keys`).
+pub const BUCKET_MS: u64 = crate::keys::USAGE_BUCKET_MS;
 
 /// How long hourly usage is kept by default.
 /// A year as humantime counts it (365.25 days), so the setting prints as `1year`.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(31_557_600);
-
-pub(crate) fn bucket_key(prefix: &str, tenant: Option<&str>, at_ms: u64) -> String {
-    let hour = at_ms - at_ms % BUCKET_MS;
-    format!("{prefix}:usage:{}:{hour}", tenant.unwrap_or("#"))
-}
 
 /// `(field, value)` arguments for a script's `HINCRBY`s: the non-zero fields of `charge`.
 pub(crate) fn increments(charge: &UsageTotals) -> Vec<(&'static str, u64)> {
@@ -39,16 +32,15 @@ pub(crate) fn increments(charge: &UsageTotals) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
-/// Lua that charges the hash `KEYS[usage]` with `(field, value)` pairs from `ARGV[first]` on
-/// and keeps it `ARGV[ttl]` seconds; spliced into the scripts that end work.
-pub(crate) const CHARGE: &str = r#"
-local function charge(key, ttl, first)
-  for i = first, #ARGV, 2 do
-    redis.call('HINCRBY', key, ARGV[i], ARGV[i + 1])
-  end
-  redis.call('EXPIRE', key, ttl)
-end
-"#;
+/// Lua that defines `charge(key, ttl, first)`: charges the hash `key` with the `(field, value)`
+/// pairs from `ARGV[first]` on and keeps it `ttl` seconds; put before the scripts that end
+/// work ([`charging`]).
+const CHARGE: &str = include_str!("lua/usage_charge.lua");
+
+/// A script that ends work and charges it: `script` after [`CHARGE`].
+pub(crate) fn charging(script: &str) -> redis::Script {
+    redis::Script::new(&format!("{CHARGE}{script}"))
+}
 
 #[async_trait]
 pub trait Usage: Send + Sync + 'static {
@@ -76,7 +68,7 @@ impl Usage for crate::RedisStore {
         to_ms: u64,
     ) -> Result<UsageTotals, Error> {
         let keys: Vec<String> = hours(from_ms, to_ms)
-            .map(|hour| bucket_key(self.prefix(), tenant, hour))
+            .map(|hour| crate::keys::usage(self.prefix(), tenant, hour))
             .collect();
         let mut totals = UsageTotals::default();
         // Pipelined in chunks: a year is 8766 hashes.
@@ -107,10 +99,5 @@ mod tests {
         assert_eq!(hours(h + 5, 3 * h).collect::<Vec<_>>(), vec![h, 2 * h]);
         assert_eq!(hours(h, h + 1).collect::<Vec<_>>(), vec![h]);
         assert_eq!(hours(2 * h, 2 * h).count(), 0);
-        assert_eq!(
-            bucket_key("p", Some("a"), 2 * h + 7),
-            format!("p:usage:a:{}", 2 * h)
-        );
-        assert_eq!(bucket_key("p", None, 5), "p:usage:#:0");
     }
 }

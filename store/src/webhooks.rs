@@ -1,13 +1,10 @@
 //! Webhooks waiting for their resource to end, due for delivery, and their attempts.
 //!
-//! | key | value |
-//! | --- | --- |
-//! | `{p}:hook:{kind}:{id}` | hash: `url`, `tenant`, `state` (`waiting` → `pending` → `delivered` / `failed`), `since` (ms the resource ended), for a batch `left` (jobs not ended) |
-//! | `{p}:hook:{kind}:{id}:attempts` | list of attempts (JSON `WebhookAttempt`), oldest first |
-//! | `{p}:job:{id}:batch` | the batch of this job (written with the batch, and by a batch webhook's registration): its webhook waits for the job, its long polls for the job's end |
-//! | `{p}:exec:{id}:batch` | the execution batch whose webhook waits for this execution |
-//! | `{p}:ebatch:{id}` | MessagePack `ExecutionBatchRecord`: an execution batch with a webhook |
-//! | `{p}:hooks:due` | sorted set: `{kind}:{id}` by when its next attempt is due (ms) |
+//! Keys: a webhook's ([`crate::keys::hook`], [`crate::keys::hook_attempts`]), the due ones
+//! ([`crate::keys::hooks_due`], members [`crate::keys::due_member`]), the links from the
+//! resources a batch's webhook waits for ([`crate::keys::JobKeys::batch_link`],
+//! [`crate::keys::execution_batch_link`]) and an execution batch's record
+//! ([`crate::keys::execution_batch`]).
 //!
 //! A webhook becomes due in the same script that finishes its job (`JobStore::finish_job`):
 //! a job's own at once; a batch's when the last of its jobs ends (a counter the script
@@ -24,7 +21,7 @@ use async_trait::async_trait;
 use proto::TaskId;
 use proto::api::{ExecutionBatchRecord, Webhook, WebhookAttempt, WebhookState};
 
-use crate::Error;
+use crate::{Error, RedisStore, keys};
 
 /// What a webhook reports the end of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,36 +101,11 @@ pub enum AttemptOutcome {
     Failed,
 }
 
-pub(crate) fn due_key(prefix: &str) -> String {
-    format!("{prefix}:hooks:due")
-}
-
-pub(crate) fn hook_key(prefix: &str, kind: HookKind, id: TaskId) -> String {
-    format!("{prefix}:hook:{}:{id}", kind.as_str())
-}
-
-pub(crate) fn batch_link_key(prefix: &str, job: TaskId) -> String {
-    format!("{prefix}:job:{job}:batch")
-}
-
-pub(crate) fn execution_link_key(prefix: &str, execution: TaskId) -> String {
-    format!("{prefix}:exec:{execution}:batch")
-}
-
-fn execution_batch_key(prefix: &str, id: TaskId) -> String {
-    format!("{prefix}:ebatch:{id}")
-}
-
 /// KEYS: due set. ARGV: now ms, lease ms, max.
-const CLAIM: &str = r#"
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[3])
-for _, member in ipairs(due) do
-  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), member)
-end
-return due
-"#;
+static CLAIM: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/webhooks_claim_due.lua")));
 
-impl crate::RedisStore {
+impl RedisStore {
     /// Records the webhook of `kind` `id`, waiting: for its own end (no `links`), or for each
     /// of the resources whose `links` (keys the end-of-work scripts read) point to it, counted
     /// in `left`. `pipe` carries what else goes in the same transaction.
@@ -146,7 +118,7 @@ impl crate::RedisStore {
         links: &[String],
         mut pipe: redis::Pipeline,
     ) -> Result<(), Error> {
-        let key = hook_key(self.prefix(), kind, id);
+        let key = keys::hook(self.prefix(), kind.as_str(), id);
         let ttl = self.ttl_secs();
         let mut fields = vec![
             ("url", url.to_owned()),
@@ -171,7 +143,7 @@ impl crate::RedisStore {
 }
 
 #[async_trait]
-impl Webhooks for crate::RedisStore {
+impl Webhooks for RedisStore {
     async fn register_job(&self, id: TaskId, url: &str, tenant: Option<&str>) -> Result<(), Error> {
         self.register(HookKind::Job, id, url, tenant, &[], redis::pipe())
             .await
@@ -186,7 +158,7 @@ impl Webhooks for crate::RedisStore {
     ) -> Result<(), Error> {
         let links: Vec<String> = jobs
             .iter()
-            .map(|job| batch_link_key(self.prefix(), *job))
+            .map(|job| keys::JobKeys::new(self.prefix(), *job).batch_link())
             .collect();
         self.register(HookKind::Batch, id, url, tenant, &links, redis::pipe())
             .await
@@ -200,12 +172,12 @@ impl Webhooks for crate::RedisStore {
         let links: Vec<String> = batch
             .items
             .iter()
-            .map(|(_, execution)| execution_link_key(self.prefix(), *execution))
+            .map(|(_, execution)| keys::execution_batch_link(self.prefix(), *execution))
             .collect();
         let mut record = redis::pipe();
         record
             .set_ex(
-                execution_batch_key(self.prefix(), batch.id),
+                keys::execution_batch(self.prefix(), batch.id),
                 proto::codec::encode(batch),
                 self.ttl_secs(),
             )
@@ -222,7 +194,7 @@ impl Webhooks for crate::RedisStore {
     }
 
     async fn execution_batch(&self, id: TaskId) -> Result<Option<ExecutionBatchRecord>, Error> {
-        self.get_msgpack(&execution_batch_key(self.prefix(), id))
+        self.get_msgpack(&keys::execution_batch(self.prefix(), id))
             .await
     }
 
@@ -231,10 +203,8 @@ impl Webhooks for crate::RedisStore {
         lease: Duration,
         max: usize,
     ) -> Result<Vec<(HookKind, TaskId)>, Error> {
-        static SCRIPT: std::sync::LazyLock<redis::Script> =
-            std::sync::LazyLock::new(|| redis::Script::new(CLAIM));
-        let members: Vec<String> = SCRIPT
-            .key(due_key(self.prefix()))
+        let members: Vec<String> = CLAIM
+            .key(keys::hooks_due(self.prefix()))
             .arg(proto::now_ms())
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
             .arg(max)
@@ -244,7 +214,7 @@ impl Webhooks for crate::RedisStore {
         Ok(members
             .iter()
             .filter_map(|m| {
-                let (kind, id) = m.split_once(':')?;
+                let (kind, id) = keys::split_due_member(m)?;
                 let kind = match kind {
                     "job" => HookKind::Job,
                     "batch" => HookKind::Batch,
@@ -257,11 +227,11 @@ impl Webhooks for crate::RedisStore {
     }
 
     async fn hook(&self, kind: HookKind, id: TaskId) -> Result<Option<Hook>, Error> {
-        let key = hook_key(self.prefix(), kind, id);
+        let key = keys::hook(self.prefix(), kind.as_str(), id);
         let (fields, attempts): (std::collections::HashMap<String, String>, Vec<String>) =
             redis::pipe()
                 .hgetall(&key)
-                .lrange(format!("{key}:attempts"), 0, -1)
+                .lrange(keys::hook_attempts(self.prefix(), kind.as_str(), id), 0, -1)
                 .query_async(&mut self.connection())
                 .await
                 .map_err(crate::redis::backend)?;
@@ -290,8 +260,8 @@ impl Webhooks for crate::RedisStore {
 
     async fn drop_due(&self, kind: HookKind, id: TaskId) -> Result<(), Error> {
         redis::cmd("ZREM")
-            .arg(due_key(self.prefix()))
-            .arg(format!("{}:{id}", kind.as_str()))
+            .arg(keys::hooks_due(self.prefix()))
+            .arg(keys::due_member(kind.as_str(), id))
             .query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
@@ -304,21 +274,23 @@ impl Webhooks for crate::RedisStore {
         attempt: &WebhookAttempt,
         outcome: AttemptOutcome,
     ) -> Result<(), Error> {
-        let key = hook_key(self.prefix(), kind, id);
-        let member = format!("{}:{id}", kind.as_str());
+        let key = keys::hook(self.prefix(), kind.as_str(), id);
+        let attempts = keys::hook_attempts(self.prefix(), kind.as_str(), id);
+        let member = keys::due_member(kind.as_str(), id);
         let ttl = self.ttl_secs() as i64;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .rpush(
-                format!("{key}:attempts"),
+                &attempts,
                 serde_json::to_string(attempt).unwrap_or_default(),
             )
             .ignore()
-            .expire(format!("{key}:attempts"), ttl)
+            .expire(&attempts, ttl)
             .ignore();
         match outcome {
             AttemptOutcome::RetryAt(at) => {
-                pipe.zadd(due_key(self.prefix()), &member, at).ignore();
+                pipe.zadd(keys::hooks_due(self.prefix()), &member, at)
+                    .ignore();
             }
             AttemptOutcome::Delivered | AttemptOutcome::Failed => {
                 let state = if outcome == AttemptOutcome::Delivered {
@@ -328,12 +300,25 @@ impl Webhooks for crate::RedisStore {
                 };
                 pipe.hset(&key, "state", state)
                     .ignore()
-                    .zrem(due_key(self.prefix()), &member)
+                    .zrem(keys::hooks_due(self.prefix()), &member)
                     .ignore();
             }
         }
         pipe.query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_keep_the_names_their_keys_and_due_members_carry() {
+        // Part of `keys::hook` and `keys::due_member`, and read back by `claim_due`.
+        let names =
+            [HookKind::Job, HookKind::Batch, HookKind::ExecutionBatch].map(HookKind::as_str);
+        assert_eq!(names, ["job", "batch", "execution_batch"]);
     }
 }
