@@ -1922,6 +1922,8 @@ HARNESS_WARMUP = {
     "cases": [{"inputs": [i, "x"], "expected_output": [i, "x"]} for i in range(4)],
 }
 HARNESS_WARMUP_ROUNDS = 20
+# How long the warm-up waits for the harness's threads to end before calling it defective.
+WARMUP_THREADS_WAIT_S = 60.0
 # And one for an integration (the pipeline's last run of a job), where the harness has it.
 INTEGRATION_WARMUP = {
     "mode": "integrate", "code": "def f(a):\n    \"\"\"Doubles.\"\"\"\n    return 2 * a\n",
@@ -1957,6 +1959,14 @@ def warm_harness(module):
         raise RuntimeError("the harness fails its warm-up request: %r" % (result,))
     if integration is not None and not integration["functions"]["f"].get("passed"):
         raise RuntimeError("the harness fails its integration warm-up: %r" % (integration,))
+    # The harness's capture thread ends on its own once its pipes close, but on a loaded
+    # machine not within the harness's own short join: waited for here, patiently, so that
+    # only a thread that never ends counts as a defect (a harness dropped for a slow thread
+    # failed every test of every function run in that container).
+    deadline = time.monotonic() + WARMUP_THREADS_WAIT_S
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
     if threading.active_count() != 1:
         raise RuntimeError("the harness left %d threads running" % (threading.active_count() - 1))
 
