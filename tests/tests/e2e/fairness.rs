@@ -41,19 +41,20 @@ fn is_final(status: &str) -> bool {
     status == "succeeded" || status == "failed"
 }
 
-/// Waits until `worker` consumes the lanes of `tenants` in both queues (up to minutes: the
-/// deadline only bounds a failure).
-async fn lanes_ready(worker: &tests::Process, tenants: &[&str]) {
+/// Waits until `worker` consumes the lanes of `tenants` in each of `queues` (`"Tasks"`,
+/// `"Executions"`; up to minutes: the deadline only bounds a failure).
+async fn lanes_ready(worker: &tests::Process, tenants: &[&str], queues: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let log = worker.log_text();
         let ready = tenants.iter().all(|t| {
-            log.lines()
-                .filter(|l| {
-                    l.contains("consuming a tenant's lane") && l.contains(&format!("tenant={t}"))
+            queues.iter().all(|q| {
+                log.lines().any(|l| {
+                    l.contains("consuming a tenant's lane")
+                        && l.contains(&format!("queue={q} "))
+                        && l.contains(&format!("tenant={t}"))
                 })
-                .count()
-                >= 2
+            })
         });
         if ready {
             return;
@@ -90,7 +91,7 @@ async fn a_single_job_does_not_wait_behind_another_tenants_batch() {
         .with_env("CODEGEN__WORKER__CONCURRENCY", "2");
     let _coordinator = cluster.coordinator().await;
     let (worker, ops) = cluster.worker("worker-1").await;
-    lanes_ready(&worker, &["bulk", "solo"]).await;
+    lanes_ready(&worker, &["bulk", "solo"], &["Tasks", "Executions"]).await;
 
     let lines: Vec<String> = (0..BULK)
         .map(|i| json!({"instruction": distinct_job(i)}).to_string())
@@ -168,7 +169,8 @@ async fn saturating_tenants_get_executions_started_by_weight() {
         .with_env("CODEGEN__WORKER__EXECUTION_CONCURRENCY", "2");
     let _coordinator = cluster.coordinator().await;
     let (worker, _) = cluster.worker("worker-1").await;
-    lanes_ready(&worker, &["heavy", "light"]).await;
+    // Executions only: this worker needs no model, and takes no generation tasks without one.
+    lanes_ready(&worker, &["heavy", "light"], &["Executions"]).await;
 
     // A lane holds a few deliveries beyond what runs; each one started is replaced by the
     // broker's next once a run ends and is acked. The programs must outlast that way (broker,
@@ -300,8 +302,11 @@ async fn saturating_tenants_get_executions_started_by_weight() {
     #[allow(clippy::cast_precision_loss)]
     let ratio = heavy_starts as f64 / light_starts.max(1) as f64;
     println!("FAIRNESS weights=3:1 starts={heavy_starts}:{light_starts} ratio={ratio:.2}");
+    // Measured 2.77–2.92 (a lane's next delivery is sometimes still on its way when its turn
+    // comes, which favours the other): within ±0.4 of 3, and far from arrival order (all of
+    // heavy first) or an equal share (1:1).
     assert!(
-        (2.7..=3.3).contains(&ratio),
+        (2.6..=3.4).contains(&ratio),
         "weights 3:1 started {heavy_starts}:{light_starts} ({ratio:.2})"
     );
 }
