@@ -570,24 +570,29 @@ async fn a_broker_outage_as_the_last_function_completes_still_integrates_the_job
     }
 }
 
-#[tokio::test]
-async fn a_broker_outage_as_a_plan_is_accepted_still_starts_its_roots() {
+/// A job planned with `specs` whose `planned` event met a broker outage: applied once while
+/// the broker was down (and failed), the broker back up. Returns the event for its retries.
+async fn planned_during_an_outage(
+    specs: &[FunctionSpec],
+) -> (MemoryBroker, MemoryJobs, Coordinator, TaskId, Event) {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(&broker, &jobs);
     let job = submit(&c).await;
-    jobs.put_specs(job, &[spec("a", &[]), spec("b", &[]), spec("c", &["a"])])
-        .await
-        .unwrap();
+    jobs.put_specs(job, specs).await.unwrap();
     let planned = Event::Planned {
         job_id: job,
         failure: None,
     };
     broker.set_down("maintenance");
-    assert!(
-        c.apply(&planned).await.is_err(),
-        "the roots cannot be published"
-    );
+    assert!(c.apply(&planned).await.is_err(), "nothing can be published");
     broker.set_up();
+    (broker, jobs, c, job, planned)
+}
+
+#[tokio::test]
+async fn a_broker_outage_as_a_plan_is_accepted_still_starts_its_roots() {
+    let (broker, _jobs, c, _job, planned) =
+        planned_during_an_outage(&[spec("a", &[]), spec("b", &[]), spec("c", &["a"])]).await;
     // The retry finds the plan stored and the job `running`, both written before the publish.
     c.apply(&planned).await.unwrap();
     assert_eq!(published(&broker).await, vec!["a", "b"]);
@@ -597,23 +602,9 @@ async fn a_broker_outage_as_a_plan_is_accepted_still_starts_its_roots() {
 
 #[tokio::test]
 async fn a_broker_outage_as_a_plan_is_rejected_still_asks_for_another() {
-    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
-    let c = coordinator(&broker, &jobs);
-    let job = submit(&c).await;
     // A cycle: rejected, and asked for again once (MAX_REPLANS).
-    jobs.put_specs(job, &[spec("a", &["b"]), spec("b", &["a"])])
-        .await
-        .unwrap();
-    let planned = Event::Planned {
-        job_id: job,
-        failure: None,
-    };
-    broker.set_down("maintenance");
-    assert!(
-        c.apply(&planned).await.is_err(),
-        "the replan cannot be published"
-    );
-    broker.set_up();
+    let (broker, jobs, c, job, planned) =
+        planned_during_an_outage(&[spec("a", &["b"]), spec("b", &["a"])]).await;
     // The retry finds the replan counted, written before the publish that failed: it
     // publishes that replan rather than taking it for one that ran.
     c.apply(&planned).await.unwrap();
