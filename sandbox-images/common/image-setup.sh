@@ -1,14 +1,8 @@
 #!/bin/sh
-# Build-time setup shared by every sandbox image (run once by each Dockerfile as root):
-#   image-setup.sh "PACKAGES"
-# PACKAGES is empty offline (the base rootfs already has them); otherwise they are
-# installed with apt first (a build FROM a stock Debian image).
+# Setup shared by every sandbox image, run as root in the base rootfs as its last step
+# (sandbox-images/build -> scripts/lib/rootfs.sh: an mmdebstrap customize hook, chroot). Part
+# of the base's hash: a change here rebuilds every base.
 set -eu
-if [ -n "${1:-}" ]; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $1
-    apt-get clean
-fi
 # the programs' unprivileged user/group 10002, no login shell, no writable home
 echo 'sandbox:x:10002:' >> /etc/group
 echo 'sandbox:x:10002:10002:codegen sandbox:/nonexistent:/usr/sbin/nologin' >> /etc/passwd
@@ -21,5 +15,8 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old \
 mkdir -p /work /opt/codegen
 chown 10002:10002 /work
 chmod 0700 /work
+# the runner's folder: root's, read-only (the Dockerfile copies the files in, mode 0444)
+chown 0:0 /opt/codegen
+chmod 0555 /opt/codegen
 # no setuid/setgid programs (su, newgrp): no-new-privileges already defuses them
 find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
