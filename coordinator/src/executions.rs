@@ -185,7 +185,6 @@ pub(crate) fn validate(
         fresh_container: submission.fresh_container.unwrap_or(false),
         files,
         return_files,
-        harness: None,
     })
 }
 

@@ -365,7 +365,6 @@ mod tests {
             files: BTreeMap::from([("a.txt".to_string(), "hi".into())]),
             file_errors: BTreeMap::new(),
             compile: None,
-            harness: None,
         }
     }
 

@@ -176,7 +176,6 @@ mod tests {
                 files: Default::default(),
                 file_errors: Default::default(),
                 compile: None,
-                harness: None,
             }),
         };
         let json = serde_json::to_value(&view).unwrap();

@@ -313,11 +313,6 @@ pub struct ExecutionRequest {
     /// followed; a path that is not a regular file comes back as an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub return_files: Vec<String>,
-    /// In-process only, never serialized (no task, no API carries it): a Python run of the
-    /// image's test harness on `code` (the runner request's `harness`), which the pipeline
-    /// uses for its cases runs. Its report comes back in [`ExecutionResult::harness`].
-    #[serde(skip)]
-    pub harness: Option<serde_json::Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -501,9 +496,6 @@ pub struct ExecutionResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub compile: Option<Box<CompileResult>>,
-    /// The test harness's report for a request with `harness` (in-process only, like it).
-    #[serde(skip)]
-    pub harness: Option<Box<serde_json::Value>>,
 }
 
 /// How a compiled language's compile went.
@@ -548,7 +540,6 @@ impl ExecutionResult {
             files: BTreeMap::new(),
             file_errors: BTreeMap::new(),
             compile: None,
-            harness: None,
         }
     }
 
@@ -602,7 +593,6 @@ mod tests {
             files: BTreeMap::new(),
             file_errors: BTreeMap::new(),
             compile: None,
-            harness: None,
         };
         assert_eq!(ExecutionResult::decode(&result.encode()).unwrap(), result);
         let json = serde_json::to_value(&result).unwrap();

@@ -1,14 +1,129 @@
-//! What the image's test harness (`sandbox-images/python/harness.py`) reports for the
-//! generation pipeline's runs: the runner runs it in its own interpreter (its `harness` mode)
-//! and hands the report back beside the result ([`crate::ExecutionResult::harness`]). A
-//! worker test runs the real harness and checks every field of these types against what it
-//! answers.
+//! The channel between the generation pipeline and the image's test harness
+//! (`sandbox-images/python/harness.py`): what the pipeline asks ([`HarnessRun`], a
+//! [`HarnessRequest`] per mode) and what the harness reports ([`HarnessReport`]). The runner
+//! runs the harness in its own interpreter and announces the modes it offers in its `ready`
+//! message, so a worker knows before it asks. A worker test runs the real harness and checks
+//! every field of these types against what it answers.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ErrorKind;
+use crate::generation::{TestCase, TestKind};
+use crate::{ErrorKind, Language};
+
+/// One run of the image's test harness on `code`, with the run's limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HarnessRun {
+    pub language: Language,
+    /// The module the harness loads (empty for [`HarnessRequest::ManyCases`], whose runs
+    /// carry their own).
+    pub code: String,
+    pub request: HarnessRequest,
+    pub timeout_ms: u64,
+    /// Memory limit (RAM and swap together), in MiB.
+    pub memory_mb: u64,
+}
+
+/// What the harness is asked to do: the runner request's `harness` object, its `mode` the tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum HarnessRequest {
+    /// One function's cases against the module.
+    Cases(CasesRequest),
+    /// Several functions' cases, each against its own module, in one run.
+    ManyCases { runs: Vec<CasesRequest> },
+    /// The assembled module: the verdicts of the functions named in `verdicts`, and its
+    /// quality (coverage by `cases`).
+    Integrate(IntegrateRequest),
+}
+
+impl HarnessRequest {
+    /// The mode's name, as the harness and the runner's `ready` name it.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            HarnessRequest::Cases(_) => "cases",
+            HarnessRequest::ManyCases { .. } => "many_cases",
+            HarnessRequest::Integrate(_) => "integrate",
+        }
+    }
+
+    /// Reads the harness's answer to this request as the report of its mode.
+    pub fn read_report(&self, report: serde_json::Value) -> serde_json::Result<HarnessReport> {
+        Ok(match self {
+            HarnessRequest::Cases(_) => HarnessReport::Cases(serde_json::from_value(report)?),
+            HarnessRequest::ManyCases { .. } => {
+                HarnessReport::ManyCases(serde_json::from_value(report)?)
+            }
+            HarnessRequest::Integrate(_) => {
+                HarnessReport::Integrate(serde_json::from_value(report)?)
+            }
+        })
+    }
+}
+
+/// One function's cases (`function` names it in the module; absent inside an integration,
+/// whose `verdicts` are keyed by name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CasesRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// The module, inside a [`HarnessRequest::ManyCases`] only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    pub cases: Vec<HarnessCase>,
+    pub case_timeout_ms: u64,
+    /// Per stream, per case.
+    pub max_output_bytes: u64,
+    /// Echoed in the harness CLI's report lines (in-process runs have no use for it).
+    pub nonce: Option<String>,
+}
+
+/// A case as the harness runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HarnessCase {
+    pub name: String,
+    pub kind: TestKind,
+    pub inputs: serde_json::Map<String, serde_json::Value>,
+    pub expected_output: serde_json::Value,
+    pub expected_error: Option<String>,
+}
+
+impl From<&TestCase> for HarnessCase {
+    fn from(case: &TestCase) -> Self {
+        HarnessCase {
+            name: case.name.clone(),
+            kind: case.kind,
+            inputs: case.inputs.clone(),
+            expected_output: case.expected_output.clone(),
+            expected_error: case.expected_error.clone(),
+        }
+    }
+}
+
+/// An integration of an assembled module.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntegrateRequest {
+    /// The functions whose verdicts are asked for, by name (empty: quality only).
+    pub verdicts: BTreeMap<String, CasesRequest>,
+    /// Every function's case inputs, by name: what the coverage pass calls.
+    pub cases: BTreeMap<String, Vec<CoverageCase>>,
+    pub case_timeout_ms: u64,
+}
+
+/// A call the coverage pass makes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoverageCase {
+    pub inputs: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The harness's answer, of the mode asked ([`HarnessRequest::read_report`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HarnessReport {
+    Cases(CasesReport),
+    ManyCases(ManyCasesReport),
+    Integrate(IntegrationReport),
+}
 
 /// One function's cases, run by `harness.run_cases`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

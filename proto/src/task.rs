@@ -156,7 +156,6 @@ mod tests {
                 fresh_container: false,
                 files: Default::default(),
                 return_files: Vec::new(),
-                harness: None,
             }),
         )
     }

@@ -6,14 +6,16 @@ starts as uid 0 inside the container with only CAP_SETUID, CAP_SETGID and CAP_KI
 other capability dropped, no-new-privileges) and refuses to start with more or fewer.
 Programs run as PROGRAM_UID (10002) with no capabilities.
 
-Protocol (version 3) over the container's attached stdin/stdout. Every message is a frame: a
+Protocol (version 5) over the container's attached stdin/stdout. Every message is a frame: a
 4-byte big-endian length, then that many bytes of JSON (an object). The runner's frames are
 pure ASCII. Nothing else is ever written to stdout; stderr carries diagnostics only.
 
-  runner -> worker  {"type": "ready", "protocol": 4, "runs": int}
+  runner -> worker  {"type": "ready", "protocol": 5, "runs": int, "harness": [mode]}
                       the container is clean and a request may be sent (at start and again
                       after every execution; after one whose request said "rest", once
-                      the worker said "prepare").
+                      the worker said "prepare"). "harness": the modes of the image's test
+                      harness, as loaded and warmed up by the zygote (empty: none, or it
+                      failed its warm-up); the worker sends no other.
   worker -> runner  {"type": "prepare"}, only after the result of a request that said
                       "rest": true: every process of the last program is already dead, and
                       the runner now forks and prepares the next program process (and
@@ -156,7 +158,7 @@ import struct
 import sys
 import time
 
-PROTOCOL = 4
+PROTOCOL = 5
 PROGRAM_UID = 10002
 PROGRAM_GID = 10002
 WORKDIR = "/work"
@@ -1804,12 +1806,20 @@ def spawn_program(ctl):
     return sup
 
 
+def harness_modes():
+    """The modes of the test harness the zygote loaded and warmed up before forking C (none
+    when the image has no harness or it failed): what `ready` announces."""
+    module = sys.modules.get("codegen_harness")
+    return list(getattr(module, "IN_PROCESS_MODES", ())) if module is not None else []
+
+
 def supervisor_main(ctl):
     """C: reads the requests, supervises each P, reports. Long-lived and never forks, so
     the requests it has held never reach a program. Returns 1 when the worker closes stdin;
     raises Fatal when it cannot vouch for the container."""
     runs = 0
     rest = False
+    modes = harness_modes()
     while True:
         # Nothing of the previous program may outlive it, before the next one is spawned: it
         # is killed at once, whenever the worker asks for the next one.
@@ -1819,7 +1829,7 @@ def supervisor_main(ctl):
             return 1
         sup = spawn_program(ctl)
         while True:
-            write_frame(1, {"type": "ready", "protocol": PROTOCOL, "runs": runs})
+            write_frame(1, {"type": "ready", "protocol": PROTOCOL, "runs": runs, "harness": modes})
             raw = read_frame(0)
             if raw is None:
                 sup.abandon()

@@ -25,6 +25,9 @@ sys.path.insert(0, HERE)
 import runner  # noqa: E402
 from testlib import HARDENING, IMAGES, Container, frame, skip_without_image  # noqa: E402
 
+# What the Python image's runner announces: its harness's modes (harness.IN_PROCESS_MODES).
+HARNESS_MODES = ["cases", "program_test", "integrate", "many_cases"]
+
 
 # ------------------------------------------------------------------------------- host
 
@@ -220,7 +223,8 @@ class RunnerInContainerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.c = Container()
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": runner.PROTOCOL, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": runner.PROTOCOL, "runs": 0,
+                         "harness": HARNESS_MODES}, ready
 
     @classmethod
     def tearDownClass(cls):
@@ -442,7 +446,8 @@ class PrepareOnRequestTest(unittest.TestCase):
         time.sleep(0.3)
         self.assertEqual(self.pids(), prepared - 1, "the next program was forked unasked")
         self.c.send({"type": "prepare"})
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1})
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1,
+                                          "harness": HARNESS_MODES})
         self.assertEqual(self.pids(), prepared)
         self.assertEqual(self.c.run("print(2)")["stdout"], "2\n")
 
@@ -450,7 +455,8 @@ class PrepareOnRequestTest(unittest.TestCase):
         prepared = self.pids()
         self.c.send(self.c.request("print(1)"))
         self.assertEqual(self.c.recv()["stdout"], "1\n")
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1})
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1,
+                                          "harness": HARNESS_MODES})
         self.assertEqual(self.pids(), prepared)
 
     def test_rest_must_be_a_boolean(self):

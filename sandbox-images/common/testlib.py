@@ -152,12 +152,15 @@ class LanguageContract:
 
     FAILED_TEST_KIND = "assertion"
     RUNTIME_ERROR = None
+    # What the runner's `ready` announces: the image's test harness's modes (Python only).
+    HARNESS_MODES = []
 
     @classmethod
     def setUpClass(cls):
         cls.c = Container(cls.LANGUAGE)
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": 4, "runs": 0}, ready
+        assert ready == {"type": "ready", "protocol": 5, "runs": 0,
+                         "harness": cls.HARNESS_MODES}, ready
 
     @classmethod
     def tearDownClass(cls):

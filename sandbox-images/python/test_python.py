@@ -15,6 +15,7 @@ from testlib import LanguageContract, skip_without_image  # noqa: E402
 @skip_without_image("python")
 class PythonImageTest(LanguageContract, unittest.TestCase):
     LANGUAGE, MAIN, TEST = "python", "main.py", "test.py"
+    HARNESS_MODES = ["cases", "program_test", "integrate", "many_cases"]
     ECHO = "import sys\nprint(sys.stdin.read().upper())\nprint('err', file=sys.stderr)"
     EXIT3 = "import sys\nsys.exit(3)"
     ADD = "def add(a, b):\n    return a + b\n"

@@ -84,7 +84,6 @@ fn request(code: &str, fresh: bool) -> ExecutionRequest {
         fresh_container: fresh,
         files: Default::default(),
         return_files: Vec::new(),
-        harness: None,
     }
 }
 

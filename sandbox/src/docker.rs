@@ -21,15 +21,17 @@ use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptions, InspectContainerOptions,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
 };
+use proto::harness::{HarnessRequest, HarnessRun};
 use proto::{ExecutionRequest, ExecutionResult, Language};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::harness::{harness_execution, harness_outcome};
 use crate::pool::Pool;
 use crate::protocol::{is_breach, verdict};
 use crate::runner::{Failure, Runner};
-use crate::{Error, LABEL_SANDBOX, Options, Sandbox};
+use crate::{Error, HarnessOutcome, LABEL_SANDBOX, Options, Sandbox};
 
 /// Label naming the process that created a container (`host:pid`), so orphans of a dead
 /// worker can be told from containers of a live one on the same engine.
@@ -703,7 +705,8 @@ impl Inner {
     async fn run_pooled(
         self: &Arc<Self>,
         request: &ExecutionRequest,
-    ) -> Result<ExecutionResult, Error> {
+        harness: Option<&HarnessRequest>,
+    ) -> Result<Ran, Error> {
         let (runner, rest) = self.checkout(request.language, request.memory_mb).await?;
         let mut lease = Lease {
             inner: self.clone(),
@@ -714,6 +717,7 @@ impl Inner {
             .runner_mut()
             .execute(
                 request,
+                harness,
                 self.options.max_output_bytes,
                 self.options.output_limit_bytes,
                 self.options.grace,
@@ -722,10 +726,15 @@ impl Inner {
             .await;
         let runner = lease.take();
         match outcome {
-            Ok(raw) => {
+            Ok(mut raw) => {
+                let report = raw.harness.take();
                 let result = verdict(raw, self.options.output_limit_bytes, request);
                 self.release(runner, is_breach(result.status));
-                Ok(result)
+                Ok((result, report))
+            }
+            Err(Failure::NoHarness(mode)) => {
+                self.release(runner, false);
+                Err(Error::NoHarness(mode))
             }
             Err(Failure::Refused(message)) => {
                 self.release(runner, false);
@@ -741,17 +750,21 @@ impl Inner {
                 let id = runner.short_id().to_owned();
                 self.retire(runner, "runner failure");
                 if let Some(result) = death {
-                    return Ok(result);
+                    return Ok((result, None));
                 }
                 tracing::warn!(container = %id, error = %failure, %diagnostics, "sandbox container failed; retrying in a fresh one");
                 self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                self.run_fresh(request).await
+                self.run_fresh(request, harness).await
             }
         }
     }
 
     /// One execution in a container of its own, removed afterwards.
-    async fn run_fresh(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
+    async fn run_fresh(
+        &self,
+        request: &ExecutionRequest,
+        harness: Option<&HarnessRequest>,
+    ) -> Result<Ran, Error> {
         self.counters.fresh_runs.fetch_add(1, Ordering::Relaxed);
         let mut runner = self
             .spawn_runner(request.language, request.memory_mb)
@@ -759,6 +772,7 @@ impl Inner {
         let outcome = runner
             .execute(
                 request,
+                harness,
                 self.options.max_output_bytes,
                 self.options.output_limit_bytes,
                 self.options.grace,
@@ -767,7 +781,14 @@ impl Inner {
             )
             .await;
         let result = match outcome {
-            Ok(raw) => Ok(verdict(raw, self.options.output_limit_bytes, request)),
+            Ok(mut raw) => {
+                let report = raw.harness.take();
+                Ok((
+                    verdict(raw, self.options.output_limit_bytes, request),
+                    report,
+                ))
+            }
+            Err(Failure::NoHarness(mode)) => Err(Error::NoHarness(mode)),
             Err(Failure::Refused(message)) => Err(Error::Runner(format!(
                 "the runner refused the request: {message}"
             ))),
@@ -775,7 +796,7 @@ impl Inner {
                 .death_verdict(&runner.id, &failure, request.memory_mb)
                 .await
             {
-                Some(result) => Ok(result),
+                Some(result) => Ok((result, None)),
                 None => Err(Error::Runner(format!("{failure} {}", runner.diagnostics()))),
             },
         };
@@ -889,20 +910,43 @@ impl Drop for Lease {
     }
 }
 
-#[async_trait]
-impl Sandbox for DockerSandbox {
-    async fn run(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
+impl DockerSandbox {
+    /// One execution (a harness run when `harness` is given) in a warm container, or in a
+    /// fresh one retried once.
+    async fn ran(
+        &self,
+        request: &ExecutionRequest,
+        harness: Option<&HarnessRequest>,
+    ) -> Result<Ran, Error> {
         if self.inner.options.pool_size_of(request.language) > 0 && !request.fresh_container {
-            return self.inner.run_pooled(request).await;
+            return self.inner.run_pooled(request, harness).await;
         }
-        match self.inner.run_fresh(request).await {
+        match self.inner.run_fresh(request, harness).await {
             Err(Error::Runner(e)) => {
                 tracing::warn!(error = %e, "fresh sandbox container failed; retrying once");
                 self.inner.counters.retries.fetch_add(1, Ordering::Relaxed);
-                self.inner.run_fresh(request).await
+                self.inner.run_fresh(request, harness).await
             }
             outcome => outcome,
         }
+    }
+}
+
+/// What a run gave: its result, and the harness's raw report for a harness run (when the
+/// harness answered).
+type Ran = (ExecutionResult, Option<serde_json::Value>);
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    async fn run(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error> {
+        Ok(self.ran(request, None).await?.0)
+    }
+
+    async fn run_harness(&self, run: &HarnessRun) -> Result<HarnessOutcome, Error> {
+        let (result, report) = self
+            .ran(&harness_execution(run), Some(&run.request))
+            .await?;
+        harness_outcome(&run.request, result, report)
     }
 
     async fn health(&self) -> Result<(), String> {

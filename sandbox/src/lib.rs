@@ -20,6 +20,7 @@
 //!   so a starting worker removes those of dead workers, and is removed at shutdown.
 
 pub mod docker;
+mod harness;
 mod pool;
 pub mod protocol;
 mod runner;
@@ -29,10 +30,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use proto::harness::HarnessRun;
 use proto::{ExecutionRequest, ExecutionResult, Language};
 use serde::{Deserialize, Serialize};
 
 pub use docker::{DockerSandbox, PoolService, PoolStats};
+pub use harness::HarnessOutcome;
 pub use scripted::ScriptedSandbox;
 
 /// Label put on every sandbox container; its value is the cluster prefix.
@@ -252,6 +255,18 @@ pub enum Error {
     /// The runner failed, also on the retry in a fresh container.
     #[error("sandbox runner failed: {0}")]
     Runner(String),
+    /// The image's test harness does not offer this mode (the runner's `ready` did not list
+    /// it: an image without a harness, or one of another build); nothing ran.
+    #[error(
+        "the sandbox image's test harness does not offer `{0}` (rebuild the image with \
+         sandbox-images/build)"
+    )]
+    NoHarness(&'static str),
+    /// The harness answered something that is not a report of the mode asked.
+    #[error(
+        "the sandbox image's test harness answered a `{mode}` run with no such report: {error}"
+    )]
+    HarnessReport { mode: &'static str, error: String },
 }
 
 impl Error {
@@ -266,6 +281,9 @@ impl Error {
 #[async_trait]
 pub trait Sandbox: Send + Sync + 'static {
     async fn run(&self, request: &ExecutionRequest) -> Result<ExecutionResult, Error>;
+
+    /// Runs the image's test harness (see [`proto::harness`]).
+    async fn run_harness(&self, run: &HarnessRun) -> Result<HarnessOutcome, Error>;
 
     /// `Ok` when executions can run; otherwise why not, for `/readyz`.
     async fn health(&self) -> Result<(), String>;

@@ -1,4 +1,4 @@
-//! The runner protocol (version 4) spoken over a container's attached stdin/stdout, and the
+//! The runner protocol (version 5) spoken over a container's attached stdin/stdout, and the
 //! mapping of what the runner saw to a verdict. See `sandbox-images/common/runner.py` for the
 //! other side.
 //!
@@ -6,13 +6,14 @@
 
 use std::collections::BTreeMap;
 
+use proto::harness::HarnessRequest;
 use proto::{
     CompileResult, CompileStatus, ErrorKind, ExecutionRequest, ExecutionResult, FileContent, Status,
 };
 use serde::{Deserialize, Serialize};
 
 /// Protocol version the runner announces in its `ready` message.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// What the runner is sent for one execution.
 #[derive(Debug, Serialize)]
@@ -33,7 +34,7 @@ pub(crate) struct RunnerRequest<'a> {
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub return_files: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub harness: Option<&'a serde_json::Value>,
+    pub harness: Option<&'a HarnessRequest>,
     /// After the result, wait for [`RunnerCommand::Prepare`] (else prepare at once).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rest: bool,
@@ -42,6 +43,7 @@ pub(crate) struct RunnerRequest<'a> {
 impl<'a> RunnerRequest<'a> {
     pub fn new(
         request: &'a ExecutionRequest,
+        harness: Option<&'a HarnessRequest>,
         max_output_bytes: u64,
         output_limit: u64,
         rest: bool,
@@ -57,7 +59,7 @@ impl<'a> RunnerRequest<'a> {
             output_limit_bytes: output_limit,
             files: &request.files,
             return_files: &request.return_files,
-            harness: request.harness.as_ref(),
+            harness,
             rest,
         }
     }
@@ -82,6 +84,10 @@ pub(crate) enum RunnerMessage {
         protocol: u32,
         #[serde(default)]
         runs: u64,
+        /// The modes of the image's test harness (empty: none installed, or it failed its
+        /// warm-up). Defaulted only so that another version's `ready` reads, to be refused.
+        #[serde(default)]
+        harness: Vec<String>,
     },
     /// What one execution did.
     Result(Box<RunnerResult>),
@@ -314,7 +320,6 @@ pub(crate) fn verdict(
                 duration_ms: c.duration_ms,
             })
         }),
-        harness: result.harness.map(Box::new),
     }
 }
 
@@ -388,7 +393,6 @@ mod tests {
             fresh_container: false,
             files: BTreeMap::new(),
             return_files: Vec::new(),
-            harness: None,
         }
     }
 

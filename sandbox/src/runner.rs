@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bollard::container::LogOutput;
 use futures::{Stream, StreamExt};
+use proto::harness::HarnessRequest;
 use proto::{ExecutionRequest, Language};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -34,6 +35,8 @@ pub(crate) enum Failure {
     Refused(String),
     /// Talking to Docker failed.
     Docker(String),
+    /// The image's harness does not offer this mode (nothing was sent: the container is fine).
+    NoHarness(&'static str),
 }
 
 impl std::fmt::Display for Failure {
@@ -45,6 +48,7 @@ impl std::fmt::Display for Failure {
             Failure::Fatal { message, .. } => write!(f, "the runner gave up: {message}"),
             Failure::Refused(m) => write!(f, "the runner refused the request: {m}"),
             Failure::Docker(m) => write!(f, "docker: {m}"),
+            Failure::NoHarness(mode) => write!(f, "the image's test harness does not offer {mode}"),
         }
     }
 }
@@ -57,6 +61,8 @@ pub(crate) struct Runner {
     pub memory_mb: u64,
     /// Executions it has run.
     pub runs: u64,
+    /// The harness modes the runner announced in its last `ready`.
+    harness: Vec<String>,
     /// It answered a run sent with `rest` and waits for `prepare` before it gets ready again.
     unprepared: bool,
     input: Input,
@@ -90,6 +96,7 @@ impl Runner {
             language,
             memory_mb,
             runs: 0,
+            harness: Vec::new(),
             unprepared: false,
             input,
             output,
@@ -152,8 +159,13 @@ impl Runner {
             self.unprepared = false;
         }
         match self.next_message(Instant::now() + within).await? {
-            RunnerMessage::Ready { protocol, runs } if protocol == PROTOCOL => {
+            RunnerMessage::Ready {
+                protocol,
+                runs,
+                harness,
+            } if protocol == PROTOCOL => {
                 if runs == self.runs {
+                    self.harness = harness;
                     Ok(())
                 } else {
                     Err(Failure::Protocol(format!(
@@ -186,6 +198,7 @@ impl Runner {
     pub async fn execute(
         &mut self,
         request: &ExecutionRequest,
+        harness: Option<&HarnessRequest>,
         max_output_bytes: u64,
         output_limit: u64,
         grace: Duration,
@@ -196,8 +209,14 @@ impl Runner {
             Duration::from_millis(ms) + Duration::from_secs(2)
         });
         let deadline = Instant::now() + Duration::from_millis(request.timeout_ms) + compile + grace;
+        if let Some(asked) = harness
+            && !self.harness.iter().any(|mode| mode == asked.mode())
+        {
+            return Err(Failure::NoHarness(asked.mode()));
+        }
         let frame = encode_frame(&RunnerRequest::new(
             request,
+            harness,
             max_output_bytes,
             output_limit,
             rest,
@@ -295,7 +314,6 @@ mod tests {
             fresh_container: false,
             files: BTreeMap::new(),
             return_files: Vec::new(),
-            harness: None,
         }
     }
 
@@ -319,7 +337,14 @@ mod tests {
         runner.wait_ready(Duration::from_secs(5)).await.unwrap();
         assert!(!runner.unprepared());
         let result = runner
-            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), true)
+            .execute(
+                &request(),
+                None,
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(1),
+                true,
+            )
             .await
             .unwrap();
         assert_eq!(result.stdout, "1\n");
@@ -343,7 +368,14 @@ mod tests {
             serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
         ]);
         runner
-            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), false)
+            .execute(
+                &request(),
+                None,
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(1),
+                false,
+            )
             .await
             .unwrap();
         assert!(!runner.unprepared());
@@ -363,7 +395,14 @@ mod tests {
             serde_json::json!({"type": "ready", "protocol": PROTOCOL, "runs": 1}),
         ]);
         let Err(Failure::Refused(message)) = runner
-            .execute(&request(), 1 << 20, 1 << 20, Duration::from_secs(1), true)
+            .execute(
+                &request(),
+                None,
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(1),
+                true,
+            )
             .await
         else {
             panic!("the error answer was not a refusal");
@@ -378,6 +417,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_harness_mode_the_runner_did_not_announce_is_not_sent() {
+        let (mut runner, theirs) = runner(&[serde_json::json!(
+            {"type": "ready", "protocol": PROTOCOL, "runs": 0, "harness": ["cases"]}
+        )]);
+        runner.wait_ready(Duration::from_secs(5)).await.unwrap();
+        let many = HarnessRequest::ManyCases { runs: vec![] };
+        let Err(Failure::NoHarness(mode)) = runner
+            .execute(
+                &request(),
+                Some(&many),
+                1 << 20,
+                1 << 20,
+                Duration::from_secs(1),
+                true,
+            )
+            .await
+        else {
+            panic!("an unannounced mode was sent");
+        };
+        assert_eq!((mode, runner.runs), ("many_cases", 0));
+        drop(runner);
+        assert_eq!(sent_frames(theirs).await, Vec::<serde_json::Value>::new());
+    }
+
+    #[tokio::test]
     async fn an_image_of_another_protocol_is_named_with_the_fix() {
         let (mut runner, _theirs) = runner(&[serde_json::json!({"type": "ready", "protocol": 3})]);
         let Err(Failure::Protocol(message)) = runner.wait_ready(Duration::from_secs(5)).await
@@ -385,7 +449,8 @@ mod tests {
             panic!("a protocol-3 runner was accepted");
         };
         assert!(
-            message.contains("protocol 3, not 4") && message.contains("sandbox-images/build"),
+            message.contains(&format!("protocol 3, not {PROTOCOL}"))
+                && message.contains("sandbox-images/build"),
             "{message}"
         );
     }

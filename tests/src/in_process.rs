@@ -11,9 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::harness::{CaseReport, CasesReport, IntegrationReport, ManyCasesReport, QualityReport};
-use proto::{ErrorKind, ExecutionRequest, ExecutionResult, Progress, Status, TaskId};
-use sandbox::ScriptedSandbox;
+use proto::harness::{
+    CaseReport, CasesReport, CasesRequest, HarnessReport, HarnessRequest, HarnessRun,
+    IntegrationReport, ManyCasesReport, QualityReport,
+};
+use proto::{ErrorKind, ExecutionResult, Progress, Status, TaskId};
+use sandbox::{HarnessOutcome, ScriptedSandbox};
 use serde_json::{Value, json};
 use store::{JobStore, MemoryJobs, MemoryStore};
 use tokio_util::sync::CancellationToken;
@@ -36,10 +39,10 @@ impl InProcess {
     /// Starts a coordinator and `workers` workers answering from `script` (a scripted model's
     /// script: `{"answers": [...]}`).
     pub async fn start(script: Value, workers: usize) -> Self {
-        Self::start_with(script, workers, ScriptedSandbox::new(fake_run), 0).await
+        Self::start_with(script, workers, fake_sandbox(), 0).await
     }
 
-    /// [`InProcess::start`] with `sandbox` (e.g. one that delegates to [`fake_run`]), and each
+    /// [`InProcess::start`] with `sandbox` (e.g. one that delegates to [`fake_harness`]), and each
     /// worker's sandbox runs taking turns at a pool of `pool_size` (0: no turns).
     pub async fn start_with(
         script: Value,
@@ -159,24 +162,44 @@ impl InProcess {
     }
 }
 
-/// The FAKE sandbox's answer: it runs nothing and answers the harness's reports.
-pub fn fake_run(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error> {
-    let spec = request.harness.clone().unwrap_or(Value::Null);
-    // Written with the contract's own types, so the FAKE cannot drift from what the
-    // worker reads.
-    let cases_report = |cases: &Value, code: &str| {
+/// The FAKE sandbox: it runs nothing; harness runs get [`fake_harness`]'s reports.
+pub fn fake_sandbox() -> ScriptedSandbox {
+    ScriptedSandbox::new(|_| Ok(passed())).with_harness(fake_harness)
+}
+
+/// A run that passed and printed nothing.
+fn passed() -> ExecutionResult {
+    ExecutionResult {
+        status: Status::Passed,
+        exit_code: Some(0),
+        stdout: String::new(),
+        stderr: String::new(),
+        truncated: false,
+        duration_ms: 1,
+        cpu_ms: None,
+        peak_memory_kb: None,
+        reason: None,
+        error_kind: None,
+        files: Default::default(),
+        file_errors: Default::default(),
+        compile: None,
+    }
+}
+
+/// The FAKE sandbox's answer to a harness run: the report of the mode asked, written with the
+/// contract's own types, so the FAKE cannot drift from what the worker reads.
+pub fn fake_harness(run: &HarnessRun) -> Result<HarnessOutcome, sandbox::Error> {
+    let cases_report = |cases: &CasesRequest, code: &str| {
         let passed = !code.contains(FAILS);
         let failed = (!passed).then_some(ErrorKind::WrongOutput);
         let cases = cases
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
+            .cases
+            .iter()
             .map(|case| CaseReport {
-                name: case["name"].as_str().unwrap_or_default().to_owned(),
+                name: case.name.clone(),
                 passed,
                 actual_output: if passed {
-                    case["expected_output"].clone()
+                    case.expected_output.clone()
                 } else {
                     json!("wrong")
                 },
@@ -193,52 +216,30 @@ pub fn fake_run(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::
             traceback: None,
         }
     };
-    let report = match spec["mode"].as_str() {
-        Some("integrate") => {
-            let functions = spec["verdicts"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(name, run)| (name, cases_report(&run["cases"], &request.code)))
-                .collect();
-            let report = IntegrationReport {
-                functions,
-                quality: QualityReport {
-                    coverage: 1.0,
-                    complexity: Default::default(),
-                    docstrings: 1.0,
-                    dangerous_calls: vec![],
-                },
-            };
-            Some(json!(report))
-        }
-        Some("cases") => Some(json!(cases_report(&spec["cases"], &request.code))),
-        Some("many_cases") => Some(json!(ManyCasesReport {
-            runs: spec["runs"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
+    let report = match &run.request {
+        HarnessRequest::Integrate(integrate) => HarnessReport::Integrate(IntegrationReport {
+            functions: integrate
+                .verdicts
                 .iter()
-                .map(|run| cases_report(&run["cases"], run["code"].as_str().unwrap_or("")))
+                .map(|(name, cases)| (name.clone(), cases_report(cases, &run.code)))
                 .collect(),
-        })),
-        _ => None,
+            quality: QualityReport {
+                coverage: 1.0,
+                complexity: Default::default(),
+                docstrings: 1.0,
+                dangerous_calls: vec![],
+            },
+        }),
+        HarnessRequest::Cases(cases) => HarnessReport::Cases(cases_report(cases, &run.code)),
+        HarnessRequest::ManyCases { runs } => HarnessReport::ManyCases(ManyCasesReport {
+            runs: runs
+                .iter()
+                .map(|cases| cases_report(cases, cases.code.as_deref().unwrap_or_default()))
+                .collect(),
+        }),
     };
-    Ok(ExecutionResult {
-        status: Status::Passed,
-        exit_code: Some(0),
-        stdout: String::new(),
-        stderr: String::new(),
-        truncated: false,
-        duration_ms: 1,
-        cpu_ms: None,
-        peak_memory_kb: None,
-        reason: None,
-        error_kind: None,
-        files: Default::default(),
-        file_errors: Default::default(),
-        compile: None,
-        harness: report.map(Box::new),
+    Ok(HarnessOutcome {
+        result: passed(),
+        report: Some(report),
     })
 }

@@ -841,7 +841,6 @@ impl TestSandbox {
             fresh_container: false,
             files: Default::default(),
             return_files: Vec::new(),
-            harness: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The contract between the pipeline and the image's test harness: the runner runs
 //! `harness.run_in_process` in its own interpreter for the pipeline's cases and integration
-//! runs (`Pipeline::run_harness`), and the worker reads the report with `proto::harness`'s
-//! types. These tests run the real harness with the host's Python and check every field the
-//! worker reads against what it answers.
+//! runs (`Pipeline::run_harness`): the worker writes the request and reads the report with
+//! `proto::harness`'s types. These tests run the real harness with the host's Python on
+//! requests the worker's types wrote, and check every field the worker reads against what it
+//! answers.
 
 mod tests {
     //! The contract with the drivers and the image's harness, checked by running them with
@@ -13,8 +14,44 @@ mod tests {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    use proto::harness::{CasesReport, IntegrationReport, ManyCasesReport};
+    use proto::generation::TestKind;
+    use proto::harness::{
+        CasesReport, CasesRequest, CoverageCase, HarnessCase, HarnessRequest, IntegrateRequest,
+        IntegrationReport, ManyCasesReport,
+    };
     use serde_json::{Value, json};
+
+    /// A case of `f(x)`.
+    fn case(name: &str, x: Value, expected: Value) -> HarnessCase {
+        HarnessCase {
+            name: name.into(),
+            kind: TestKind::Normal,
+            inputs: json!({ "x": x }).as_object().unwrap().clone(),
+            expected_output: expected,
+            expected_error: None,
+        }
+    }
+
+    /// `function`'s `cases` (against `code`, in a shared run).
+    fn cases_of(
+        function: Option<&str>,
+        code: Option<&str>,
+        cases: Vec<HarnessCase>,
+    ) -> CasesRequest {
+        CasesRequest {
+            function: function.map(str::to_owned),
+            code: code.map(str::to_owned),
+            cases,
+            case_timeout_ms: 2000,
+            max_output_bytes: 4096,
+            nonce: None,
+        }
+    }
+
+    /// The request as the runner sends it to the harness.
+    fn written(request: &HarnessRequest) -> String {
+        serde_json::to_string(request).unwrap()
+    }
 
     fn python() -> &'static str {
         // An absolute path: `python3` on PATH may be a shim that costs a quarter second.
@@ -117,23 +154,20 @@ mod tests {
         // The demo under `if __name__ == "__main__":` must not run: cases load the module as
         // `solution`, not as the program.
         let module = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2\n\nif __name__ == '__main__':\n    raise SystemExit('the demo ran')\n";
-        let request = json!({
-            "mode": "cases",
-            "function": "f",
-            "cases": [
-                {"name": "ok", "inputs": [2], "expected_output": 4},
-                {"name": "wrong", "inputs": [3], "expected_output": 7},
-                {"name": "raises", "inputs": [-1], "expected_output": 0},
+        let request = written(&HarnessRequest::Cases(cases_of(
+            Some("f"),
+            None,
+            vec![
+                case("ok", json!(2), json!(4)),
+                case("wrong", json!(3), json!(7)),
+                case("raises", json!(-1), json!(0)),
             ],
-            "case_timeout_ms": 2000,
-            "max_output_bytes": 4096,
-            "nonce": null,
-        });
+        )));
         let stdout = run(
             DRIVER,
             &[
                 ("module.py", module.to_owned()),
-                ("request.json", request.to_string()),
+                ("request.json", request.clone()),
             ],
         );
         let report: CasesReport = read(&stdout);
@@ -162,7 +196,7 @@ mod tests {
             DRIVER,
             &[
                 ("module.py", "def f(:\n".to_owned()),
-                ("request.json", request.to_string()),
+                ("request.json", request.clone()),
             ],
         );
         let report: CasesReport = read(&stdout);
@@ -179,26 +213,32 @@ mod tests {
     fn the_many_cases_report_is_what_the_harness_answers() {
         // Two functions of one job in one run, each in its own module: the first rebinds a
         // builtin as it loads, and the second still finds the real one.
-        let case = |inputs: Value, expected: Value| json!({"name": "c", "inputs": inputs, "expected_output": expected});
-        let run_of = |code: &str, function: &str, cases: Vec<Value>| {
-            json!({"code": code, "function": function, "cases": cases,
-                   "case_timeout_ms": 2000, "max_output_bytes": 4096, "nonce": null})
+        let run_of = |code: &str, function: &str, cases: Vec<HarnessCase>| {
+            cases_of(Some(function), Some(code), cases)
         };
-        let request = json!({
-            "mode": "many_cases",
-            "runs": [
-                run_of("import builtins\nbuiltins.len = lambda x: 99\ndef f(x):\n    return len(x)\n",
-                       "f", vec![case(json!([[1, 2]]), json!(99))]),
-                run_of("def g(x):\n    return len(x)\n", "g",
-                       vec![case(json!([[1, 2]]), json!(2)), case(json!([[]]), json!(1))]),
-                run_of("def h(:\n", "h", vec![case(json!([1]), json!(1))]),
+        let request = written(&HarnessRequest::ManyCases {
+            runs: vec![
+                run_of(
+                    "import builtins\nbuiltins.len = lambda x: 99\ndef f(x):\n    return len(x)\n",
+                    "f",
+                    vec![case("c", json!([1, 2]), json!(99))],
+                ),
+                run_of(
+                    "def g(x):\n    return len(x)\n",
+                    "g",
+                    vec![
+                        case("c", json!([1, 2]), json!(2)),
+                        case("c", json!([]), json!(1)),
+                    ],
+                ),
+                run_of("def h(:\n", "h", vec![case("c", json!(1), json!(1))]),
             ],
         });
         let stdout = run(
             DRIVER,
             &[
                 ("module.py", String::new()),
-                ("request.json", request.to_string()),
+                ("request.json", request.clone()),
             ],
         );
         let report: ManyCasesReport = read(&stdout);
@@ -219,23 +259,33 @@ mod tests {
     #[test]
     fn the_integration_report_is_what_the_harness_answers() {
         let module = "import subprocess\n\ndef f(x):\n    \"\"\"Doubles.\"\"\"\n    if x:\n        return 2 * x\n    return 0\n\ndef g():\n    return subprocess.run(['true'])\n\ndef spin(x):\n    while True:\n        pass\n";
-        let case = |inputs: Value, expected: Value| json!({"name": "c", "inputs": inputs, "expected_output": expected});
-        let request = json!({
-            "mode": "integrate",
-            "verdicts": {
-                "f": {"cases": [case(json!([1]), json!(2)), case(json!([2]), json!(5))],
-                      "case_timeout_ms": 2000, "max_output_bytes": 4096, "nonce": null},
-            },
-            "cases": {"f": [{"inputs": [1]}], "spin": [{"inputs": [0]}]},
-            "case_timeout_ms": 300,
-        });
+        let coverage = |x: i64| CoverageCase {
+            inputs: json!({ "x": x }).as_object().unwrap().clone(),
+        };
+        let request = written(&HarnessRequest::Integrate(IntegrateRequest {
+            verdicts: [(
+                "f".to_owned(),
+                cases_of(
+                    None,
+                    None,
+                    vec![case("c", json!(1), json!(2)), case("c", json!(2), json!(5))],
+                ),
+            )]
+            .into(),
+            cases: [
+                ("f".to_owned(), vec![coverage(1)]),
+                ("spin".to_owned(), vec![coverage(0)]),
+            ]
+            .into(),
+            case_timeout_ms: 300,
+        }));
         // The looping case stops adding coverage at its timeout instead of holding the run:
         // without it, the run never ends and `run` fails after `WITHIN`.
         let stdout = run(
             DRIVER,
             &[
                 ("module.py", module.to_owned()),
-                ("request.json", request.to_string()),
+                ("request.json", request.clone()),
             ],
         );
         let report: IntegrationReport = read(&stdout);

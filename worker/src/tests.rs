@@ -27,7 +27,6 @@ fn passing(request: &ExecutionRequest) -> Result<ExecutionResult, sandbox::Error
         files: Default::default(),
         file_errors: Default::default(),
         compile: None,
-        harness: None,
     })
 }
 
@@ -49,7 +48,6 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             fresh_container: false,
             files: Default::default(),
             return_files: Vec::new(),
-            harness: None,
         }),
     );
     (

@@ -69,7 +69,6 @@ async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {
         files: Default::default(),
         file_errors: Default::default(),
         compile: None,
-        harness: None,
     };
     store
         .complete_execution(envelope.task_id, None, &result)

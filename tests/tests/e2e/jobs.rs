@@ -37,7 +37,7 @@ async fn a_request_becomes_tested_code_with_a_repair() {
     let result = cluster.wait_job(&id, JOB_DEADLINE).await;
 
     assert_eq!(result["status"], "succeeded", "{result:#}");
-    assert_eq!(result["all_tests_passed"], true);
+    assert_eq!(result["all_tests_passed"], true, "{result:#}");
     let names: Vec<&str> = result["function_specs"]
         .as_array()
         .unwrap()

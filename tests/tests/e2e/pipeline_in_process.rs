@@ -185,8 +185,8 @@ async fn a_plan_with_a_cycle_is_asked_for_again_and_the_second_one_runs() {
     cluster.stop().await;
 }
 
-/// A sandbox image from before shared runs answers `many_cases` as a mode it does not know:
-/// that shared run's functions run alone, and the worker stops asking for shared runs (a
+/// A sandbox image whose harness does not offer `many_cases` (its runner's `ready` does not
+/// announce it; the sandbox refuses the run): that shared run's functions run alone, and the worker stops asking for shared runs (a
 /// wasted run or two, not one per job: a second may have taken the container before the first
 /// failed). Each worker has one container; the FAKE sandbox holds it 2 s a run until a shared
 /// run is asked for (the other functions' runs, milliseconds behind the first, queue behind it
@@ -198,7 +198,7 @@ async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alo
 
     let asked = Arc::new(AtomicUsize::new(0));
     let counted = asked.clone();
-    let sandbox = sandbox::ScriptedSandbox::new(move |request| {
+    let sandbox = tests::in_process::fake_sandbox().with_harness(move |run| {
         let hold = if counted.load(Ordering::SeqCst) == 0 {
             Duration::from_secs(2)
         } else {
@@ -206,18 +206,12 @@ async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alo
         };
         // The worker thread's other tasks go on meanwhile (on another thread).
         tokio::task::block_in_place(|| std::thread::sleep(hold));
-        let spec = request.harness.as_ref();
-        if spec.is_some_and(|s| s["mode"] == "many_cases") {
+        if let proto::harness::HarnessRequest::ManyCases { .. } = run.request {
             counted.fetch_add(1, Ordering::SeqCst);
-            // What the runner answers when the harness raises for an unknown mode.
-            let mut failed = proto::ExecutionResult::error(
-                proto::Status::Failed,
-                "ValueError: 'mode' must be one of cases, program_test, integrate",
-            );
-            failed.exit_code = Some(1);
-            return Ok(failed);
+            // What the sandbox answers when the runner's `ready` did not announce the mode.
+            return Err(sandbox::Error::NoHarness(run.request.mode()));
         }
-        tests::in_process::fake_run(request)
+        tests::in_process::fake_harness(run)
     });
     let names = ["a", "b", "c", "d", "e", "f"];
     let mut answers = vec![plan(names.iter().map(|n| spec(n, &[])).collect())];

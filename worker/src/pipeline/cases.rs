@@ -1,15 +1,17 @@
 //! Running a function's cases in the sandbox through the image's harness, and reading the
 //! verdicts back.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use model::turnstile::Turn;
 use proto::generation::TestCase;
-use proto::harness::{CasesReport, ManyCasesReport};
+use proto::harness::{
+    CasesReport, CasesRequest, HarnessCase, HarnessReport, HarnessRequest, HarnessRun,
+};
 use proto::job::TestResult;
-use proto::{ErrorKind, ExecutionRequest, Language, Status};
-use serde_json::{Value, json};
+use proto::{ErrorKind, Language, Status};
+use sandbox::HarnessOutcome;
+use serde_json::Value;
 
 use crate::gate::Dependency;
 
@@ -34,11 +36,13 @@ impl Pipeline {
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
     /// the model calls the task has already made. The first attempt runs in `held`, when the
     /// caller has taken the turn already.
+    /// `Ok(Err(_))`: the image cannot run this request (its harness does not offer the mode,
+    /// or answers another report); no later attempt does better.
     async fn sandboxed(
         &self,
-        execution: &ExecutionRequest,
+        run: &HarnessRun,
         mut held: Option<Turn<'_>>,
-    ) -> Result<proto::ExecutionResult, Error> {
+    ) -> Result<Result<HarnessOutcome, sandbox::Error>, Error> {
         loop {
             if held.is_none() {
                 self.go_on().await?;
@@ -48,14 +52,17 @@ impl Pipeline {
             let started = Instant::now();
             let turn = match (held.take(), self.sandbox_turns.as_deref()) {
                 (Some(turn), _) => Some(turn),
-                (None, Some(turns)) => turns.enter(execution).await,
+                (None, Some(turns)) => turns.enter_language(run.language).await,
                 (None, None) => None,
             };
-            let result = self.sandbox.run(execution).await;
+            let outcome = self.sandbox.run_harness(run).await;
             drop(turn);
             add_sandbox_time(started);
-            let e = match result {
-                Ok(result) => return Ok(result),
+            let e = match outcome {
+                Ok(outcome) => return Ok(Ok(outcome)),
+                Err(e @ (sandbox::Error::NoHarness(_) | sandbox::Error::HarnessReport { .. })) => {
+                    return Ok(Err(e));
+                }
                 Err(e) => e,
             };
             let reason = e.to_string();
@@ -76,68 +83,49 @@ impl Pipeline {
         }
     }
 
-    /// Runs `module` through the image's test harness in the runner's own interpreter (its
-    /// `harness` mode, `spec` naming the mode: no driver program to compile in every program
-    /// process, no files to write and read back). The result, and the harness's report read
-    /// as `T`: `None` when the run broke before the harness answered (a timeout, the memory
-    /// limit, a crash); `Drop`, naming `what` ran, when the report is not a `T` (the image and
-    /// the worker disagree).
-    pub(super) async fn run_harness<T: serde::de::DeserializeOwned>(
+    /// Runs `module` through the image's test harness in the runner's own interpreter (no
+    /// driver program to compile in every program process, no files to write and read
+    /// back): the run's result and the harness's report, `None` when the run broke before the
+    /// harness answered (a timeout, the memory limit, a crash). `Drop` when the image's
+    /// harness does not offer the mode or answers with another report.
+    pub(super) async fn run_harness(
         &self,
         module: &str,
-        spec: Value,
-        what: &str,
-    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
-        self.run_harness_in(module, spec, what, None).await
+        request: HarnessRequest,
+    ) -> Result<HarnessOutcome, Error> {
+        self.run_harness_in(module, request, None)
+            .await?
+            .map_err(|e| Error::Drop(e.to_string()))
     }
 
-    /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken.
-    async fn run_harness_in<T: serde::de::DeserializeOwned>(
+    /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken; what
+    /// the image cannot run as [`Pipeline::sandboxed`] says it.
+    async fn run_harness_in(
         &self,
         module: &str,
-        spec: Value,
-        what: &str,
+        request: HarnessRequest,
         held: Option<Turn<'_>>,
-    ) -> Result<(proto::ExecutionResult, Option<T>), Error> {
-        let execution = ExecutionRequest {
+    ) -> Result<Result<HarnessOutcome, sandbox::Error>, Error> {
+        let run = HarnessRun {
             language: Language::Python,
             code: module.to_owned(),
-            stdin: None,
-            test: None,
+            request,
             timeout_ms: self.options.run_timeout_ms,
-            cpu_time_ms: None,
-            compile_timeout_ms: None,
             memory_mb: self.options.memory_mb,
-            fresh_container: false,
-            files: BTreeMap::new(),
-            return_files: vec![],
-            harness: Some(spec),
         };
-        let mut result = self.sandboxed(&execution, held).await?;
-        let report = result
-            .harness
-            .take()
-            .map(|report| serde_json::from_value(*report))
-            .transpose()
-            .map_err(|e| Error::Drop(format!("{what}: its report does not match: {e}")))?;
-        Ok((result, report))
+        self.sandboxed(&run, held).await
     }
 
     /// What the harness needs to run `cases` (without the code and the function's name).
-    pub(super) fn cases_request(&self, cases: &[TestCase]) -> Value {
-        let harness_cases: Vec<Value> = cases
-            .iter()
-            .map(|c| {
-                json!({"name": c.name, "kind": c.kind, "inputs": c.inputs,
-                       "expected_output": c.expected_output, "expected_error": c.expected_error})
-            })
-            .collect();
-        json!({
-            "cases": harness_cases,
-            "case_timeout_ms": self.options.case_timeout_ms,
-            "max_output_bytes": 64 * 1024,
-            "nonce": null,
-        })
+    pub(super) fn cases_request(&self, cases: &[TestCase]) -> CasesRequest {
+        CasesRequest {
+            function: None,
+            code: None,
+            cases: cases.iter().map(HarnessCase::from).collect(),
+            case_timeout_ms: self.options.case_timeout_ms,
+            max_output_bytes: 64 * 1024,
+            nonce: None,
+        }
     }
 
     /// Runs `function`'s cases against `module` in the sandbox, through the image's harness:
@@ -149,8 +137,10 @@ impl Pipeline {
         function: &str,
         cases: &[TestCase],
     ) -> Result<CaseRun, Error> {
-        let mut run = self.cases_request(cases);
-        run["function"] = json!(function);
+        let run = CasesRequest {
+            function: Some(function.to_owned()),
+            ..self.cases_request(cases)
+        };
         let (Some(turns), Ok(job), true) = (
             self.sandbox_turns.as_deref(),
             JOB.try_with(|job| *job),
@@ -160,8 +150,10 @@ impl Pipeline {
         };
         self.go_on().await?;
         let started = Instant::now();
-        let mut shared_run = run.clone();
-        shared_run["code"] = json!(module);
+        let shared_run = CasesRequest {
+            code: Some(module.to_owned()),
+            ..run.clone()
+        };
         let budget_ms = (cases.len() as u64).saturating_mul(self.options.case_timeout_ms);
         let (waiting, mut answer) = self.shared_runs.wait(job, shared_run, budget_ms);
         let turn = tokio::select! {
@@ -182,14 +174,18 @@ impl Pipeline {
         };
         add_sandbox_time(started);
         if others.is_empty() {
-            let mut spec = run;
-            spec["mode"] = json!("cases");
-            let (result, report) = self
-                .run_harness_in::<CasesReport>(module, spec, HARNESS, turn)
-                .await?;
-            return case_run(function, cases, report, &result);
+            let outcome = self
+                .run_harness_in(module, HarnessRequest::Cases(run), turn)
+                .await?
+                .map_err(|e| Error::Drop(e.to_string()))?;
+            return case_run(
+                function,
+                cases,
+                cases_report(outcome.report),
+                &outcome.result,
+            );
         }
-        let (runs, replies): (Vec<Value>, Vec<_>) = std::iter::once(mine)
+        let (runs, replies): (Vec<CasesRequest>, Vec<_>) = std::iter::once(mine)
             .chain(others)
             .map(|m| (m.run, m.reply))
             .unzip();
@@ -213,16 +209,19 @@ impl Pipeline {
     async fn shared_run(
         &self,
         job: proto::TaskId,
-        runs: Vec<Value>,
+        runs: Vec<CasesRequest>,
         turn: Option<Turn<'_>>,
     ) -> Result<Vec<Shared>, Error> {
         let members = runs.len();
-        let spec = json!({"mode": "many_cases", "runs": runs});
         let outcome = self
-            .run_harness_in::<ManyCasesReport>("", spec, HARNESS, turn)
+            .run_harness_in("", HarnessRequest::ManyCases { runs }, turn)
             .await;
+        let alone = || (0..members).map(|_| Shared::Alone).collect();
         let shares: Vec<Shared> = match outcome {
-            Ok((result, Some(report))) if !report.runs.is_empty() => {
+            Ok(Ok(HarnessOutcome {
+                result,
+                report: Some(HarnessReport::ManyCases(report)),
+            })) if !report.runs.is_empty() => {
                 // The harness stops early after code that leaves a thread running.
                 let answered = report.runs.len().min(members) as u64;
                 let share = |total: u64| total.div_ceil(answered);
@@ -241,23 +240,26 @@ impl Pipeline {
                     })
                     .collect()
             }
+            Ok(Ok(HarnessOutcome { result, .. })) => {
+                let why = result.reason.unwrap_or_default();
+                tracing::info!(%job, functions = members, status = ?result.status, %why, "a shared cases run broke: each function runs alone");
+                alone()
+            }
+            // The image's harness does not share runs (or answers otherwise): it never will.
+            Ok(Err(why)) => {
+                if self.shared_runs.disable() {
+                    tracing::warn!(%why, "the sandbox image's harness cannot share runs: each function runs alone from now on");
+                }
+                alone()
+            }
             Err(e @ Error::Ended(_)) => return Err(e),
             // Docker stayed down for as long as a run waits: no member waits again.
             Err(Error::Retry { dependency, reason }) => (0..members)
                 .map(|_| Shared::Down(dependency, reason.clone()))
                 .collect(),
-            Ok((result, _)) => {
-                let why = result.reason.unwrap_or_default();
-                if why.contains(UNKNOWN_MODE) && self.shared_runs.disable() {
-                    tracing::warn!(%why, "the sandbox image's harness cannot share runs (an older image?): each function runs alone from now on");
-                } else {
-                    tracing::info!(%job, functions = members, status = ?result.status, %why, "a shared cases run broke: each function runs alone");
-                }
-                (0..members).map(|_| Shared::Alone).collect()
-            }
             Err(e) => {
                 tracing::info!(%job, functions = members, error = %e, "a shared cases run broke: each function runs alone");
-                (0..members).map(|_| Shared::Alone).collect()
+                alone()
             }
         };
         if let Some(counter) = &self.shared_cases {
@@ -283,7 +285,7 @@ impl Pipeline {
         module: &str,
         function: &str,
         cases: &[TestCase],
-        run: Value,
+        run: CasesRequest,
     ) -> Result<CaseRun, Error> {
         // The wait for the shared run was sandbox time, whatever came of it.
         add_sandbox_time(started);
@@ -300,21 +302,25 @@ impl Pipeline {
         module: &str,
         function: &str,
         cases: &[TestCase],
-        mut spec: Value,
+        run: CasesRequest,
     ) -> Result<CaseRun, Error> {
-        spec["mode"] = json!("cases");
-        let (result, report) = self
-            .run_harness::<CasesReport>(module, spec, HARNESS)
-            .await?;
-        case_run(function, cases, report, &result)
+        let outcome = self.run_harness(module, HarnessRequest::Cases(run)).await?;
+        case_run(
+            function,
+            cases,
+            cases_report(outcome.report),
+            &outcome.result,
+        )
     }
 }
 
-/// What runs a function's cases, for errors.
-const HARNESS: &str = "the sandbox image's test harness";
-
-/// What an image's harness answers for a mode it does not know (`run_in_process`).
-const UNKNOWN_MODE: &str = "'mode' must be one of";
+/// The cases report of a cases run (the sandbox read it as the mode asked).
+fn cases_report(report: Option<HarnessReport>) -> Option<CasesReport> {
+    match report {
+        Some(HarnessReport::Cases(report)) => Some(report),
+        _ => None,
+    }
+}
 
 /// Adds the wall time since `started` to the current task's [`SANDBOX_US`].
 fn add_sandbox_time(started: Instant) {

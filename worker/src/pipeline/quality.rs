@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use proto::harness::{IntegrationReport, QualityReport};
+use proto::harness::{
+    CasesRequest, CoverageCase, HarnessReport, HarnessRequest, IntegrateRequest, IntegrationReport,
+    QualityReport,
+};
 use proto::job::{FunctionOutcome, Quality, TestResult};
-use serde_json::{Value, json};
+use sandbox::HarnessOutcome;
 
 use super::cases::{CaseRun, case_run};
 use super::{Error, Pipeline};
@@ -63,35 +66,37 @@ impl Pipeline {
         outcomes: &BTreeMap<String, FunctionOutcome>,
         verdicts: bool,
     ) -> Result<Integration, Error> {
-        let cases: BTreeMap<&String, Vec<Value>> = outcomes
+        let cases = outcomes
             .iter()
             .map(|(n, o)| {
-                (
-                    n,
-                    o.tests
-                        .iter()
-                        .map(|t| json!({"inputs": t.inputs}))
-                        .collect(),
-                )
+                let inputs = o.tests.iter().map(|t| CoverageCase {
+                    inputs: t.inputs.clone(),
+                });
+                (n.clone(), inputs.collect())
             })
             .collect();
-        let asked: BTreeMap<&String, Value> = if verdicts {
+        let verdicts: BTreeMap<String, CasesRequest> = if verdicts {
             outcomes
                 .iter()
-                .map(|(n, o)| (n, self.cases_request(&o.tests)))
+                .map(|(n, o)| (n.clone(), self.cases_request(&o.tests)))
                 .collect()
         } else {
             BTreeMap::new()
         };
-        let spec = json!({
-            "mode": "integrate",
-            "verdicts": asked,
-            "cases": cases,
-            "case_timeout_ms": self.options.case_timeout_ms,
+        let asked: Vec<String> = verdicts.keys().cloned().collect();
+        let request = HarnessRequest::Integrate(IntegrateRequest {
+            verdicts,
+            cases,
+            case_timeout_ms: self.options.case_timeout_ms,
         });
-        let (run, report) = self
-            .run_harness::<IntegrationReport>(module, spec, "the integration run")
-            .await?;
+        let HarnessOutcome {
+            result: run,
+            report,
+        } = self.run_harness(module, request).await?;
+        let report = match report {
+            Some(HarnessReport::Integrate(report)) => Some(report),
+            _ => None,
+        };
         let (mut reports, report) = match report {
             Some(IntegrationReport { functions, quality }) => (functions, quality),
             // The run broke (a limit, a crash): every verdict fails with what broke it
@@ -110,10 +115,10 @@ impl Pipeline {
             }
         };
         let mut runs = BTreeMap::new();
-        for name in asked.keys() {
-            let outcome = &outcomes[*name];
-            let verdict = case_run(name, &outcome.tests, reports.remove(*name), &run)?;
-            runs.insert((*name).clone(), verdict);
+        for name in asked {
+            let outcome = &outcomes[&name];
+            let verdict = case_run(&name, &outcome.tests, reports.remove(&name), &run)?;
+            runs.insert(name, verdict);
         }
         Ok(Integration {
             verdicts: runs,

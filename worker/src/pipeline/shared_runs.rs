@@ -19,8 +19,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use proto::TaskId;
-use proto::harness::CasesReport;
-use serde_json::Value;
+use proto::harness::{CasesReport, CasesRequest};
 use tokio::sync::oneshot;
 
 use crate::gate::Dependency;
@@ -49,7 +48,7 @@ pub(super) struct SharedReport {
 pub(super) struct Member {
     id: u64,
     /// The harness request: the cases, the function and its module as `code`.
-    pub(super) run: Value,
+    pub(super) run: CasesRequest,
     /// The longest its cases may take (their count × the case timeout), in milliseconds.
     budget_ms: u64,
     pub(super) reply: oneshot::Sender<Shared>,
@@ -91,7 +90,7 @@ impl SharedRuns {
     pub(super) fn wait(
         &self,
         job: TaskId,
-        run: Value,
+        run: CasesRequest,
         budget_ms: u64,
     ) -> (Waiting<'_>, oneshot::Receiver<Shared>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -180,20 +179,31 @@ impl Drop for Waiting<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    /// A cases run of function `name` (no cases: what they are does not matter here).
+    fn run(name: &str) -> CasesRequest {
+        CasesRequest {
+            function: Some(name.into()),
+            code: None,
+            cases: vec![],
+            case_timeout_ms: 100,
+            max_output_bytes: 1024,
+            nonce: None,
+        }
+    }
 
     #[test]
     fn the_leader_takes_its_jobs_waiting_runs_and_no_others() {
         let runs = SharedRuns::new(60_000);
         let (job, other) = (TaskId::new(), TaskId::new());
-        let (a, _) = runs.wait(job, json!("a"), 1_000);
-        let (b, mut b_answer) = runs.wait(job, json!("b"), 1_000);
-        let (c, _) = runs.wait(other, json!("c"), 1_000);
+        let (a, _) = runs.wait(job, run("a"), 1_000);
+        let (b, mut b_answer) = runs.wait(job, run("b"), 1_000);
+        let (c, _) = runs.wait(other, run("c"), 1_000);
         let (mine, others) = a.lead().expect("a is still waiting");
-        assert_eq!(mine.run, json!("a"));
+        assert_eq!(mine.run, run("a"));
         assert_eq!(
             others.iter().map(|m| m.run.clone()).collect::<Vec<_>>(),
-            vec![json!("b")]
+            vec![run("b")]
         );
         // b was taken: when its turn comes it follows instead of leading.
         assert!(b.lead().is_none());
@@ -203,7 +213,7 @@ mod tests {
         assert!(matches!(b_answer.try_recv(), Ok(Shared::Alone)));
         // The other job's run is still there, alone.
         let (mine, others) = c.lead().expect("c is still waiting");
-        assert_eq!((mine.run, others.len()), (json!("c"), 0));
+        assert_eq!((mine.run, others.len()), (run("c"), 0));
         assert!(runs.waiting.lock().unwrap().is_empty());
     }
 
@@ -211,14 +221,14 @@ mod tests {
     fn a_shared_run_takes_no_more_than_its_budget() {
         let runs = SharedRuns::new(10_000);
         let job = TaskId::new();
-        let (a, _) = runs.wait(job, json!("a"), 6_000);
-        let (_b, _) = runs.wait(job, json!("b"), 5_000);
-        let (_c, _) = runs.wait(job, json!("c"), 4_000);
-        let (d, _) = runs.wait(job, json!("d"), 1_000);
+        let (a, _) = runs.wait(job, run("a"), 6_000);
+        let (_b, _) = runs.wait(job, run("b"), 5_000);
+        let (_c, _) = runs.wait(job, run("c"), 4_000);
+        let (d, _) = runs.wait(job, run("d"), 1_000);
         let (mine, others) = a.lead().expect("a is waiting");
-        let taken: Vec<Value> = others.iter().map(|m| m.run.clone()).collect();
+        let taken: Vec<CasesRequest> = others.iter().map(|m| m.run.clone()).collect();
         // With a, b would pass the budget (11 s), c fits (10 s), d no longer does.
-        assert_eq!((mine.run, taken), (json!("a"), vec![json!("c")]));
+        assert_eq!((mine.run, taken), (run("a"), vec![run("c")]));
         // b and d still wait for a turn of their own.
         assert_eq!(runs.waiting.lock().unwrap()[&job].len(), 2);
         drop(others);
@@ -229,11 +239,11 @@ mod tests {
     fn a_dropped_run_leaves() {
         let runs = SharedRuns::new(60_000);
         let job = TaskId::new();
-        let (a, _) = runs.wait(job, json!("a"), 1_000);
-        let (b, _) = runs.wait(job, json!("b"), 1_000);
+        let (a, _) = runs.wait(job, run("a"), 1_000);
+        let (b, _) = runs.wait(job, run("b"), 1_000);
         drop(a);
         let (mine, others) = b.lead().expect("b is waiting");
-        assert_eq!((mine.run, others.len()), (json!("b"), 0));
+        assert_eq!((mine.run, others.len()), (run("b"), 0));
         assert!(runs.waiting.lock().unwrap().is_empty());
     }
 }
