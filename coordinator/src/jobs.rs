@@ -12,9 +12,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use proto::api::{ErrorBody, FunctionProgress, JobAccepted, JobProgress, JobView, Pending};
-use proto::job::{
-    CacheOutcome, JobMeta, JobMetrics, JobRequest, JobResult, JobStatus, JobSubmission,
-};
+use proto::job::{JobMeta, JobRequest, JobResult, JobStatus, JobSubmission};
 use proto::{Language, Progress, Task, TaskId};
 
 use crate::auth::Tenant;
@@ -277,7 +275,7 @@ async fn answer_from_cache(
     id: TaskId,
     request: JobRequest,
     tenant: Option<String>,
-    mut result: JobResult,
+    cached: JobResult,
 ) -> Result<JobResult, ApiError> {
     let meta = JobMeta {
         id,
@@ -289,11 +287,7 @@ async fn answer_from_cache(
         plan_model_calls: 0,
         cache_key: None,
     };
-    result.job_id = id;
-    result.metrics = JobMetrics {
-        cache: CacheOutcome::Hit,
-        ..JobMetrics::default()
-    };
+    let result = JobResult::from_cache(cached, id);
     c.list(
         Kind::Jobs,
         meta.tenant.as_deref(),

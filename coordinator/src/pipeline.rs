@@ -2,14 +2,13 @@
 //! tasks (the functions a finished one unblocks, then integration), fails jobs that cannot go
 //! on, and fails the overdue ones. Handlers call into it; it knows no HTTP.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use broker::{Delivery, Outgoing, Queue};
 use futures::StreamExt;
-use proto::job::{
-    CacheOutcome, Event, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan,
-    Quality, Validation,
-};
+use proto::ending::Ending;
+use proto::job::{Event, FunctionOutcome, JobMeta, JobResult, JobStatus, JobTask, Plan};
 use proto::{Envelope, Progress, Task, TaskId};
 use tokio_util::sync::CancellationToken;
 
@@ -123,64 +122,19 @@ impl Coordinator {
                 .flatten()
                 .unwrap_or_default(),
         };
-        let mut outcomes = Vec::new();
+        let mut outcomes = BTreeMap::new();
         if plan.is_some() {
             for spec in &specs {
                 if let Some(outcome) = self.jobs.function(meta.id, &spec.name).await? {
-                    outcomes.push(outcome);
+                    outcomes.insert(spec.name.clone(), outcome);
                 }
             }
         }
-        let mut metrics = JobMetrics {
-            total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
-            cache: CacheOutcome::Miss,
-            model_calls: meta.plan_model_calls,
-            tokens: meta.plan_tokens,
-            ..JobMetrics::default()
-        };
-        for o in &outcomes {
-            metrics.model_calls += o.model_calls;
-            metrics.tokens.prompt += o.tokens.prompt;
-            metrics.tokens.completion += o.tokens.completion;
-            metrics.generation_ms += o.generation_ms;
-            metrics.execution_ms += o.execution_ms;
-            metrics.sandbox_cpu_ms += o.cpu_ms;
-        }
-        let result = JobResult {
-            job_id: meta.id,
+        let ending = Ending::Early {
             status,
-            instruction: meta.request.instruction.clone(),
-            language: meta.request.language,
-            function_specs: specs,
-            // Only code that passed its tests: a half-repaired attempt is not a result.
-            implementations: outcomes
-                .iter()
-                .filter(|o| o.passed)
-                .filter_map(|o| o.code.clone().map(|c| (o.name.clone(), c)))
-                .collect(),
-            tests: outcomes
-                .iter()
-                .filter(|o| !o.tests.is_empty())
-                .map(|o| (o.name.clone(), o.tests.clone()))
-                .collect(),
-            test_results: outcomes
-                .iter()
-                .filter(|o| o.done)
-                .flat_map(|o| o.test_results.iter().cloned())
-                .collect(),
-            all_tests_passed: false,
-            improvement_history: outcomes
-                .iter()
-                .flat_map(|o| o.history.iter().cloned())
-                .collect(),
-            documentation: String::new(),
-            quality: Quality::default(),
-            metrics,
-            failure: Some(reason.to_owned()),
-            webhook: None,
-            validation: Validation::NotValidated,
-            manual_review_recommended: true,
+            reason: reason.to_owned(),
         };
+        let result = JobResult::assemble(meta, &specs, &outcomes, ending, now_ms());
         let finished = self
             .jobs
             .finish_job(meta.id, meta.tenant.as_deref(), &result)

@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use proto::job::{
-    CacheOutcome, JobMeta, JobMetrics, JobResult, JobStatus, JobTask, Plan, Validation,
-};
+use proto::ending::{Ending, Integration};
+use proto::job::{JobResult, JobStatus, JobTask, Validation};
 use proto::now_ms;
 
 use super::quality::{score, static_quality};
@@ -45,8 +44,7 @@ impl Pipeline {
             .values()
             .any(|o| o.validation == Validation::StaticAnalysisOnly);
         let mut test_results = Vec::new();
-        let mut execution_ms: u64 = outcomes.values().map(|o| o.execution_ms).sum();
-        let mut sandbox_cpu_ms: u64 = outcomes.values().map(|o| o.cpu_ms).sum();
+        let (mut execution_ms_of_run, mut sandbox_cpu_ms_of_run) = (0, 0);
         let quality = if static_only {
             // Nothing was run, so nothing is re-run: the result says it is untested.
             static_quality(&module, &outcomes)
@@ -56,8 +54,8 @@ impl Pipeline {
             let run = self
                 .integration_run(&module, &outcomes, all_passed_before)
                 .await?;
-            execution_ms += run.duration_ms;
-            sandbox_cpu_ms += run.cpu_ms;
+            execution_ms_of_run = run.duration_ms;
+            sandbox_cpu_ms_of_run = run.cpu_ms;
             for spec in &plan.specs {
                 match run.verdicts.get(&spec.name) {
                     Some(verdict) => test_results.extend(verdict.results.iter().cloned()),
@@ -70,83 +68,20 @@ impl Pipeline {
             }
             score(run.report, &test_results)
         };
-        let all_tests_passed = !static_only
-            && all_passed_before
-            && !test_results.is_empty()
-            && test_results.iter().all(|r| r.passed);
-        let failure = plan
-            .specs
-            .iter()
-            .find_map(|s| match outcomes.get(&s.name) {
-                None => Some(format!("{} was never implemented", s.name)),
-                Some(o) if !o.passed => Some(format!(
-                    "{}: {}",
-                    s.name,
-                    o.failure.clone().unwrap_or_else(|| "tests fail".into())
-                )),
-                _ => None,
-            })
-            .or_else(|| {
-                // Static-only modules were never run: no test failed, none passed either.
-                (!static_only && !all_tests_passed)
-                    .then(|| "tests fail when the module is assembled".into())
-            });
-        let mut tokens = meta.plan_tokens;
-        let mut model_calls = meta.plan_model_calls;
-        let mut generation_ms = 0;
-        for o in outcomes.values() {
-            tokens.prompt += o.tokens.prompt;
-            tokens.completion += o.tokens.completion;
-            model_calls += o.model_calls;
-            generation_ms += o.generation_ms;
-        }
-        let status = if failure.is_none() {
-            JobStatus::Succeeded
-        } else {
-            JobStatus::Failed
-        };
-        let result = JobResult {
-            job_id: job,
-            status,
-            instruction: meta.request.instruction.clone(),
-            language: meta.request.language,
-            function_specs: plan.specs.clone(),
-            implementations: outcomes
-                .iter()
-                .filter_map(|(n, o)| o.code.clone().map(|c| (n.clone(), c)))
-                .collect(),
-            tests: outcomes
-                .iter()
-                .map(|(n, o)| (n.clone(), o.tests.clone()))
-                .collect(),
+        let integration = Integration {
             test_results,
-            all_tests_passed,
-            improvement_history: plan
-                .specs
-                .iter()
-                .filter_map(|s| outcomes.get(&s.name))
-                .flat_map(|o| o.history.iter().cloned())
-                .collect(),
-            documentation: documentation(&meta, &plan),
             quality,
-            metrics: JobMetrics {
-                generation_ms,
-                execution_ms,
-                sandbox_cpu_ms,
-                total_ms: now_ms().saturating_sub(meta.submitted_at_ms),
-                model_calls,
-                tokens,
-                cache: CacheOutcome::Miss,
-            },
-            failure,
-            webhook: None,
-            validation: if static_only {
-                Validation::StaticAnalysisOnly
-            } else {
-                Validation::Tested
-            },
-            manual_review_recommended: static_only || status != JobStatus::Succeeded,
+            execution_ms: execution_ms_of_run,
+            sandbox_cpu_ms: sandbox_cpu_ms_of_run,
         };
+        let result = JobResult::assemble(
+            &meta,
+            &plan.specs,
+            &outcomes,
+            Ending::Integrated(integration),
+            now_ms(),
+        );
+        let status = result.status;
         // Result, `finished` event and final status in one step: whoever finishes first (this
         // run, a duplicate of it, or a coordinator failing the job) is the job's end. A
         // succeeded result is cached in the same round trip (if a duplicate finished first,
@@ -181,28 +116,4 @@ impl Pipeline {
         tracing::info!(%job, status = status.as_str(), "job finished");
         Ok(())
     }
-}
-
-/// Markdown documentation from the plan: what each function does, how to call it.
-fn documentation(meta: &JobMeta, plan: &Plan) -> String {
-    let mut doc = format!("# Solution\n\n{}\n", meta.request.instruction);
-    for spec in &plan.specs {
-        let args: Vec<String> = spec
-            .inputs
-            .iter()
-            .map(|p| format!("{}: {}", p.name, p.ty))
-            .collect();
-        doc.push_str(&format!(
-            "\n## `{}({}) -> {}`\n\n{}\n\nReturns: {}\n",
-            spec.name,
-            args.join(", "),
-            spec.outputs.ty,
-            spec.purpose,
-            spec.outputs.description
-        ));
-        if !spec.dependencies.is_empty() {
-            doc.push_str(&format!("\nUses: {}\n", spec.dependencies.join(", ")));
-        }
-    }
-    doc
 }
