@@ -91,3 +91,26 @@ rootfs_import() {
   fi
   rm -rf "$tmp"
 }
+
+# rootfs_prefetch NAME SUITE PACKAGES WORKDIR: download into $ROOTFS_CACHE every package that a
+# rootfs of PACKAGES (comma-separated) on SUITE installs, without building it: a build that
+# follows finds them there. It runs where the downloads cost nothing else: beside the CPU-bound
+# `cargo build` of a fresh machine. The extract variant is mmdebstrap's download-only mode
+# (apt resolves `?essential` and the packages as the essential variant does, with no dpkg run);
+# usr-is-merged is what the merged-usr hook adds later.
+rootfs_prefetch() {
+  local name="$1" suite="$2" pkgs="$3" workdir="$4" tmp
+  command -v mmdebstrap >/dev/null 2>&1 || die "mmdebstrap not found (apt-get install -y mmdebstrap)"
+  mkdir -p "$workdir"
+  tmp="$(mktemp -d "$workdir/$name-prefetch.XXXXXX")"
+  if ! TMPDIR="$tmp" mmdebstrap --quiet --variant=extract \
+      --setup-hook="'$ROOT/scripts/lib/rootfs-cache' in '$ROOTFS_CACHE' \"\$1\"" \
+      --extract-hook="'$ROOT/scripts/lib/rootfs-cache' out '$ROOTFS_CACHE' \"\$1\"" \
+      --include='?essential' --include="usr-is-merged,$pkgs" \
+      "$suite" /dev/null >"$tmp/mmdebstrap.log" 2>&1; then
+    cat "$tmp/mmdebstrap.log" >&2
+    rm -rf "$tmp"
+    die "$name: mmdebstrap (prefetch) failed"
+  fi
+  rm -rf "$tmp"
+}

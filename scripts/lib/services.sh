@@ -287,6 +287,26 @@ stop_redis() {
 
 # ---------------------------------------------------------------- sandbox image
 
+# prefetch_images: when CODEGEN_SANDBOX_IMAGES names only some languages, download the other
+# languages' packages in the background (`sandbox-images/build --prefetch`, log
+# prefetch.log), beside the CPU-bound `cargo build` that leaves the network idle. It holds
+# each language's build lock until its packages are in, so the build that follows (scripts/demo's
+# and scripts/test's background one) waits for them instead of fetching them again. Best
+# effort: a build whose prefetch failed downloads what it needs itself.
+prefetch_images() {
+  local script=${CODEGEN_IMAGES_BUILD:-$ROOT/sandbox-images/build} d l
+  local list=${CODEGEN_SANDBOX_IMAGES:-}
+  [[ -n $list && -x $script ]] || return 0
+  local -a others=()
+  for d in "$(dirname "$script")"/*/; do
+    l=$(basename "$d")
+    [[ -f $d/Dockerfile && " ${list//,/ } " != *" $l "* ]] && others+=("$l")
+  done
+  ((${#others[@]})) || return 0
+  say "sandbox images: prefetching the other languages' packages in the background (log: $(rel "$LOGS/prefetch.log"))"
+  setsid nohup "$script" --prefetch "${others[@]}" >"$LOGS/prefetch.log" 2>&1 </dev/null 9>&- &
+}
+
 # build_images: the sandbox images of CODEGEN_SANDBOX_IMAGES (languages, space- or
 # comma-separated; default every language). Workers are ready once the warm-at-start
 # languages' images (python, javascript, bash) are there; another language's image is needed
