@@ -36,6 +36,10 @@ ROOTFS_CACHE_HOOKS=(
 
 rootfs_sha() { sha256sum | cut -c1-16; }
 
+# What a caller of rootfs_import adds (see there).
+ROOTFS_HOOKS=()
+ROOTFS_CHANGES=()
+
 # A folder's own mmdebstrap options, one per line, in mmdebstrap-options beside its packages
 # list (e.g. a hook a package's maintainer script needs); most folders have none.
 rootfs_extra_opts_file() { echo "$(dirname "$1")/mmdebstrap-options"; }
@@ -54,9 +58,12 @@ rootfs_hash() {
 
 # rootfs_import NAME PACKAGES_FILE TAG WORKDIR [SETUP_SCRIPT]: mmdebstrap a rootfs with the
 # packages listed in PACKAGES_FILE under WORKDIR, run SETUP_SCRIPT in it (chroot, /bin/sh, as
-# root) last, import it as TAG, delete the tar. Setup belongs here rather than in a
-# Dockerfile RUN: on fuse-overlayfs every layer docker commits is found by walking the whole
-# tree against its parent (a naive diff; 56 s of python-sci's build went on four such layers).
+# root), then the caller's ROOTFS_HOOKS (mmdebstrap options, e.g. a customize hook that copies
+# files in), import it as TAG with the caller's ROOTFS_CHANGES (`docker import --change`
+# options; by default a label of the rootfs hash, the tag's, and PATH), delete the tar. Setup
+# belongs here rather than in a Dockerfile RUN: on fuse-overlayfs every layer docker commits is
+# found by walking the whole tree against its parent (a naive diff; 56 s of python-sci's build
+# went on four such layers).
 rootfs_import() {
   local name="$1" packages="$2" tag="$3" workdir="$4" setup="${5:-}" pkgs tmp suite
   suite="$(rootfs_suite "$packages")"
@@ -75,17 +82,19 @@ rootfs_import() {
   # The chroot lives under $workdir (TMPDIR), beside the package cache, so that the cache's
   # hooks hard-link instead of copying.
   if ! TMPDIR="$tmp" mmdebstrap --quiet "${ROOTFS_OPTS[@]}" "${extra[@]}" \
-      "${ROOTFS_CACHE_HOOKS[@]}" "${setup_hook[@]}" --include="$pkgs" \
+      "${ROOTFS_CACHE_HOOKS[@]}" "${setup_hook[@]}" "${ROOTFS_HOOKS[@]}" --include="$pkgs" \
       "$suite" "$tmp/rootfs.tar" >"$tmp/mmdebstrap.log" 2>&1; then
     cat "$tmp/mmdebstrap.log" >&2
     rm -rf "$tmp"
     die "$name: mmdebstrap failed"
   fi
   log "$name: importing rootfs ($(du -m "$tmp/rootfs.tar" | cut -f1) MB) as $tag"
-  if ! docker import \
-      --change "LABEL org.codegen.base-inputs=${tag##*:}" \
-      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-      "$tmp/rootfs.tar" "$tag" >/dev/null; then
+  local changes=("${ROOTFS_CHANGES[@]}")
+  if [ ${#changes[@]} -eq 0 ]; then
+    changes=(--change "LABEL org.codegen.base-inputs=${tag##*:}"
+      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin')
+  fi
+  if ! docker import "${changes[@]}" "$tmp/rootfs.tar" "$tag" >/dev/null; then
     rm -rf "$tmp"
     die "$name: docker import failed"
   fi
