@@ -4,18 +4,18 @@
 //! Calls wait for the model's limits one at a time (a turn). With more tasks in flight than
 //! the model takes at once, the turn decides who waits: in arrival order, one tenant's batch
 //! would keep every other tenant's call behind its own backlog. The turn goes instead to the
-//! waiting call whose lane has the lowest pass (stride scheduling, as the worker's start of
-//! tasks: each turn moves a lane's pass on by the inverse of its weight, and a lane with no
-//! call waiting comes back at the current pass); within a lane, in arrival order.
+//! waiting call whose lane has the lowest pass (stride scheduling, the `stride` crate's, as the
+//! worker's start of tasks: each turn moves a lane's pass on by the inverse of its weight, and
+//! a lane with no call waiting comes back at the current pass); within a lane, in arrival order.
 //!
 //! A call's lane is the tenant of the task it belongs to, set around the task with
 //! [`with_lane`] (a task-local, so the model's API does not carry tenancy through every
 //! call); a call outside any lane is in the lane of no tenant, weight 1.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
+use stride::Stride;
 use tokio::sync::oneshot;
 
 /// A tenant's lane and its weight.
@@ -47,8 +47,6 @@ pub(crate) fn current_lane() -> Lane {
     LANE.try_with(Clone::clone).unwrap_or_default()
 }
 
-const STRIDE: u64 = 1 << 20;
-
 struct Waiter {
     seq: u64,
     tenant: Option<String>,
@@ -61,10 +59,8 @@ struct State {
     busy: usize,
     permits: usize,
     waiting: Vec<Waiter>,
-    /// Each lane's pass and stride.
-    lanes: HashMap<Option<String>, (u64, u64)>,
-    /// The pass of the last turn given.
-    now: u64,
+    /// Whose turn it is, by tenant.
+    order: Stride<Option<String>>,
     seq: u64,
 }
 
@@ -113,17 +109,11 @@ impl Turnstile {
         let lane = current_lane();
         let waiting = {
             let mut state = self.state.lock().expect("poisoned");
-            let now = state.now;
-            let stride = STRIDE / u64::from(lane.weight.max(1));
             let idle = !state.waiting.iter().any(|w| w.tenant == lane.tenant);
-            let entry = state
-                .lanes
-                .entry(lane.tenant.clone())
-                .or_insert((now, stride));
-            entry.1 = stride;
+            state.order.set_weight(&lane.tenant, lane.weight);
             if idle {
                 // Back from idle: no credit for the time it had nothing waiting.
-                entry.0 = entry.0.max(now);
+                state.order.wake(&lane.tenant);
             }
             if state.busy >= state.permits {
                 let (wake, woken) = oneshot::channel();
@@ -141,7 +131,7 @@ impl Turnstile {
                 })
             } else {
                 state.busy += 1;
-                charge(&mut state, &lane.tenant);
+                state.order.charge(&lane.tenant);
                 None
             }
         };
@@ -164,17 +154,14 @@ impl Turnstile {
             .waiting
             .iter()
             .enumerate()
-            .min_by_key(|(_, w)| {
-                let pass = state.lanes.get(&w.tenant).map_or(0, |l| l.0);
-                (pass, w.seq)
-            })
+            .min_by_key(|(_, w)| (state.order.pass(&w.tenant), w.seq))
             .map(|(i, _)| i);
         let Some(i) = next else {
             state.busy = state.busy.saturating_sub(1);
             return;
         };
         let waiter = state.waiting.swap_remove(i);
-        charge(&mut state, &waiter.tenant);
+        state.order.charge(&waiter.tenant);
         // Its receiver is alive: a waiter given up removes itself (under this lock) first.
         let _ = waiter.wake.send(());
     }
@@ -209,14 +196,6 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The turn goes to `tenant`'s lane: its pass moves on.
-fn charge(state: &mut State, tenant: &Option<String>) {
-    if let Some((pass, stride)) = state.lanes.get_mut(tenant) {
-        state.now = *pass;
-        *pass += *stride;
-    }
-}
-
 impl<'a> Turn<'a> {
     /// The holder cannot go on now, but a call of another lane might (the model's shared
     /// limits keep their last leases for other tenants): the turn goes to the waiting call of
@@ -232,10 +211,7 @@ impl<'a> Turn<'a> {
                 .iter()
                 .enumerate()
                 .filter(|(_, w)| w.tenant != tenant)
-                .min_by_key(|(_, w)| {
-                    let pass = state.lanes.get(&w.tenant).map_or(0, |l| l.0);
-                    (pass, w.seq)
-                })
+                .min_by_key(|(_, w)| (state.order.pass(&w.tenant), w.seq))
                 .map(|(i, _)| i);
             let Some(i) = next else {
                 return (self, false);
@@ -243,7 +219,7 @@ impl<'a> Turn<'a> {
             // The turn changes hands here: this guard must not pass it on again.
             std::mem::forget(self);
             let waiter = state.waiting.swap_remove(i);
-            charge(&mut state, &waiter.tenant);
+            state.order.charge(&waiter.tenant);
             let _ = waiter.wake.send(());
             let (wake, woken) = oneshot::channel();
             state.seq += 1;

@@ -2,7 +2,7 @@
 //!
 //! Each tenant's work waits in a lane (a queue) of its own; the worker consumes every lane
 //! with the same prefetch and, whenever a slot frees, starts the next delivery of the lane
-//! whose turn it is by stride scheduling: each start moves the lane's pass on by the inverse
+//! whose turn it is by stride scheduling (the `stride` crate): each start moves the lane's pass on by the inverse
 //! of its weight, and the lane with the lowest pass among those with a delivery waiting goes
 //! next. Two saturating tenants with weights 3 and 1 get their tasks started 3:1; a tenant
 //! whose lane was empty comes back at the current pass, so a single job behind another
@@ -18,10 +18,7 @@ use std::task::{Context, Poll};
 use broker::Delivery;
 use futures::Stream;
 use futures::stream::BoxStream;
-
-/// The pass a lane of weight 1 advances by per start; a lane of weight `w` advances by
-/// `STRIDE / w`.
-const STRIDE: u64 = 1 << 20;
+use stride::Stride;
 
 /// Tasks a worker may start beyond its slots, each of a lane with fewer than this many
 /// running: a tenant's single job (a plan, then its functions, spread over the workers)
@@ -33,8 +30,6 @@ struct Lane {
     deliveries: BoxStream<'static, Delivery>,
     /// The delivery this lane would start next (taken from `deliveries`, not yet started).
     head: Option<Delivery>,
-    pass: u64,
-    stride: u64,
     ended: bool,
     /// Deliveries handed out and not yet [`Fair::finished`].
     running: usize,
@@ -44,8 +39,8 @@ struct Lane {
 #[derive(Default)]
 pub struct Fair {
     lanes: Vec<Lane>,
-    /// The pass of the last delivery handed out: where a lane coming back from idle starts.
-    now: u64,
+    /// Whose turn it is, by lane index.
+    order: Stride<usize>,
     /// Only lanes with fewer than this many running get a start (see [`Fair::only_light`]).
     light_below: Option<usize>,
 }
@@ -55,17 +50,11 @@ impl std::fmt::Debug for Fair {
         let lanes: Vec<_> = self
             .lanes
             .iter()
-            .map(|l| (&l.tenant, l.pass, l.stride, l.head.is_some(), l.running))
+            .enumerate()
+            .map(|(i, l)| (&l.tenant, self.order.pass(&i), l.head.is_some(), l.running))
             .collect();
-        f.debug_struct("Fair")
-            .field("now", &self.now)
-            .field("lanes", &lanes)
-            .finish()
+        f.debug_struct("Fair").field("lanes", &lanes).finish()
     }
-}
-
-fn stride(weight: u32) -> u64 {
-    STRIDE / u64::from(weight.max(1))
 }
 
 impl Fair {
@@ -76,12 +65,11 @@ impl Fair {
         weight: u32,
         deliveries: BoxStream<'static, Delivery>,
     ) {
+        self.order.set_weight(&self.lanes.len(), weight);
         self.lanes.push(Lane {
             tenant,
             deliveries,
             head: None,
-            pass: self.now,
-            stride: stride(weight),
             ended: false,
             running: 0,
         });
@@ -109,9 +97,9 @@ impl Fair {
 
     /// Changes the weight of `tenant`'s lane (from its next start on).
     pub fn set_weight(&mut self, tenant: Option<&str>, weight: u32) {
-        for lane in &mut self.lanes {
+        for (i, lane) in self.lanes.iter().enumerate() {
             if lane.tenant.as_deref() == tenant {
-                lane.stride = stride(weight);
+                self.order.set_weight(&i, weight);
             }
         }
     }
@@ -125,8 +113,7 @@ impl Stream for Fair {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Start>> {
         let this = self.get_mut();
-        let now = this.now;
-        for lane in &mut this.lanes {
+        for (i, lane) in this.lanes.iter_mut().enumerate() {
             if lane.head.is_some() || lane.ended {
                 continue;
             }
@@ -134,21 +121,21 @@ impl Stream for Fair {
                 Poll::Ready(Some(delivery)) => {
                     lane.head = Some(delivery);
                     // Back from idle: no credit for the time it had nothing waiting.
-                    lane.pass = lane.pass.max(now);
+                    this.order.wake(&i);
                 }
                 Poll::Ready(None) => lane.ended = true,
                 Poll::Pending => {}
             }
         }
         let light_below = this.light_below;
-        let next = this
-            .lanes
-            .iter_mut()
-            .filter(|l| l.head.is_some() && light_below.is_none_or(|n| l.running < n))
-            .min_by_key(|l| l.pass);
-        if let Some(lane) = next {
-            this.now = lane.pass;
-            lane.pass += lane.stride;
+        let ready: Vec<usize> = (0..this.lanes.len())
+            .filter(|&i| {
+                let l = &this.lanes[i];
+                l.head.is_some() && light_below.is_none_or(|n| l.running < n)
+            })
+            .collect();
+        if let Some(&i) = this.order.next(&ready) {
+            let lane = &mut this.lanes[i];
             lane.running += 1;
             return Poll::Ready(lane.head.take().map(|d| (lane.tenant.clone(), d)));
         }
