@@ -2,9 +2,9 @@
 //!
 //! Each tenant's work waits in a lane (a queue) of its own; the worker consumes every lane
 //! with the same prefetch and, whenever a slot frees, starts the next delivery of the lane
-//! whose turn it is by stride scheduling (the `stride` crate): each start moves the lane's pass on by the inverse
-//! of its weight, and the lane with the lowest pass among those with a delivery waiting goes
-//! next. Two saturating tenants with weights 3 and 1 get their tasks started 3:1; a tenant
+//! whose turn it is by stride scheduling (the `stride` crate): each start moves the lane's
+//! pass on by the inverse of its weight, and the lane with the lowest pass among those with a
+//! delivery waiting goes next. Two saturating tenants with weights 3 and 1 get their tasks started 3:1; a tenant
 //! whose lane was empty comes back at the current pass, so a single job behind another
 //! tenant's batch starts at the next free slot, and idle time earns no credit for later.
 //!
