@@ -111,10 +111,7 @@ fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
         return match envelope.task {
             proto::Task::Execute(_) => None,
             proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
-            proto::Task::Implement(t) => Some((
-                t.job_id,
-                format!("implementing {}", t.function.unwrap_or_default()),
-            )),
+            proto::Task::Implement(t) => Some((t.job_id, format!("implementing {}", t.function))),
             proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
         };
     }

@@ -18,7 +18,6 @@ use proto::{Language, Progress, Task, TaskId};
 use crate::auth::Tenant;
 use crate::body::from_json;
 use crate::error::{ApiError, path_rejected, unavailable};
-use crate::pipeline::task;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
 use store::index::Kind;
@@ -245,7 +244,13 @@ pub(crate) async fn create_job(
         .push_event(id, &Progress::Queued { job_id: id })
         .await;
     if let Err(e) = c
-        .publish_task(Task::Plan(task(id, None, None)), meta.tenant.clone())
+        .publish_task(
+            Task::Plan(proto::job::PlanTask {
+                job_id: id,
+                problem: None,
+            }),
+            meta.tenant.clone(),
+        )
         .await
     {
         let reason = format!("not queued: {e}");

@@ -8,7 +8,10 @@ use std::time::Duration;
 use broker::{Delivery, Outgoing, Queue};
 use futures::StreamExt;
 use proto::ending::Ending;
-use proto::job::{Event, FunctionOutcome, JobMeta, JobResult, JobStatus, JobTask, Plan};
+use proto::job::{
+    Event, FunctionOutcome, ImplementTask, IntegrateTask, JobMeta, JobResult, JobStatus, Plan,
+    PlanTask,
+};
 use proto::{Envelope, Progress, Task, TaskId};
 use tokio_util::sync::CancellationToken;
 
@@ -68,14 +71,6 @@ pub(crate) enum Handled {
 /// The integrate task's name in the job's published set (not an identifier, so it cannot be
 /// a function's name).
 const INTEGRATE: &str = "#integrate";
-
-pub(crate) fn task(job_id: TaskId, function: Option<String>, problem: Option<String>) -> JobTask {
-    JobTask {
-        job_id,
-        function,
-        problem,
-    }
-}
 
 impl Coordinator {
     pub(crate) async fn publish_task(
@@ -408,7 +403,10 @@ impl Coordinator {
     /// Publishes the plan task of the replan that `meta.replans` counts, then records it.
     async fn publish_replan(&self, meta: &JobMeta, problem: &str) -> Result<(), EventError> {
         self.publish_task(
-            Task::Plan(task(meta.id, None, Some(problem.to_owned()))),
+            Task::Plan(PlanTask {
+                job_id: meta.id,
+                problem: Some(problem.to_owned()),
+            }),
             meta.tenant.clone(),
         )
         .await?;
@@ -457,7 +455,7 @@ impl Coordinator {
             return Ok(());
         }
         self.publish_task(
-            Task::Integrate(task(meta.id, None, None)),
+            Task::Integrate(IntegrateTask { job_id: meta.id }),
             meta.tenant.clone(),
         )
         .await?;
@@ -482,7 +480,10 @@ impl Coordinator {
         // time each waited for a sync of its own, and cost the broker several times the CPU.
         futures::future::try_join_all(names.iter().map(|name| {
             self.publish_task(
-                Task::Implement(task(meta.id, Some(name.clone()), None)),
+                Task::Implement(ImplementTask {
+                    job_id: meta.id,
+                    function: name.clone(),
+                }),
                 meta.tenant.clone(),
             )
         }))

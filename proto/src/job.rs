@@ -328,16 +328,30 @@ impl FunctionOutcome {
     }
 }
 
-/// Task payloads of the generation pipeline; everything else is read from Redis.
+// The generation pipeline's task payloads; everything else is read from Redis. Their fields
+// keep the names of the one payload type they replace, so a task queued by an older build
+// reads the same.
+
+/// Split a job's request into function specifications.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobTask {
+pub struct PlanTask {
     pub job_id: TaskId,
-    /// For `implement`: the function.
-    #[serde(default)]
-    pub function: Option<String>,
-    /// For `plan` after a rejected plan: the problem to quote to the model.
+    /// After a rejected plan: the problem to quote to the model.
     #[serde(default)]
     pub problem: Option<String>,
+}
+
+/// Write tests and an implementation of one function of a job's plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImplementTask {
+    pub job_id: TaskId,
+    pub function: String,
+}
+
+/// Assemble a job's module and run every test together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntegrateTask {
+    pub job_id: TaskId,
 }
 
 /// What workers tell coordinators (on the events queue). The state itself is already in

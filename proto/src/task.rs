@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::execution::ExecutionRequest;
-use crate::job::JobTask;
+use crate::job::{ImplementTask, IntegrateTask, PlanTask};
 
 /// Version of the envelope layout. A worker rejects (dead-letters) an envelope whose version it
 /// does not know instead of guessing at its meaning.
@@ -60,11 +60,11 @@ pub enum Task {
     /// Run code in the sandbox and store the verdict; no model involved.
     Execute(ExecutionRequest),
     /// Ask the model to split a job's request into function specifications.
-    Plan(JobTask),
+    Plan(PlanTask),
     /// Generate tests and an implementation for one function, test, repair.
-    Implement(JobTask),
+    Implement(ImplementTask),
     /// Assemble a job's module, run all tests together, report quality.
-    Integrate(JobTask),
+    Integrate(IntegrateTask),
 }
 
 impl Task {
@@ -75,6 +75,16 @@ impl Task {
             Task::Plan(_) => "plan",
             Task::Implement(_) => "implement",
             Task::Integrate(_) => "integrate",
+        }
+    }
+
+    /// The job a pipeline task belongs to (`None` for an execution).
+    pub fn job_id(&self) -> Option<TaskId> {
+        match self {
+            Task::Execute(_) => None,
+            Task::Plan(t) => Some(t.job_id),
+            Task::Implement(t) => Some(t.job_id),
+            Task::Integrate(t) => Some(t.job_id),
         }
     }
 }
@@ -179,6 +189,59 @@ mod tests {
                 "field {field} not named in the encoding"
             );
         }
+    }
+
+    /// A pipeline task as builds before the typed payloads wrote it: one payload type for
+    /// every step, `function` and `problem` optional.
+    #[derive(Serialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum OldTask {
+        Plan(OldJobTask),
+        Implement(OldJobTask),
+        Integrate(OldJobTask),
+    }
+
+    #[derive(Serialize)]
+    struct OldJobTask {
+        job_id: TaskId,
+        function: Option<String>,
+        problem: Option<String>,
+    }
+
+    #[test]
+    fn tasks_queued_by_an_older_build_read_the_same() {
+        let job_id = TaskId::new();
+        let old = |task: OldTask| {
+            let bytes = rmp_serde::to_vec_named(&task).unwrap();
+            rmp_serde::from_slice::<Task>(&bytes).unwrap()
+        };
+        let payload = |function: Option<&str>, problem: Option<&str>| OldJobTask {
+            job_id,
+            function: function.map(Into::into),
+            problem: problem.map(Into::into),
+        };
+        assert_eq!(
+            old(OldTask::Plan(payload(None, Some("two functions named f")))),
+            Task::Plan(PlanTask {
+                job_id,
+                problem: Some("two functions named f".into())
+            })
+        );
+        assert_eq!(
+            old(OldTask::Implement(payload(Some("add"), None))),
+            Task::Implement(ImplementTask {
+                job_id,
+                function: "add".into()
+            })
+        );
+        assert_eq!(
+            old(OldTask::Integrate(payload(None, None))),
+            Task::Integrate(IntegrateTask { job_id })
+        );
+        assert_eq!(
+            Task::Integrate(IntegrateTask { job_id }).job_id(),
+            Some(job_id)
+        );
     }
 
     #[test]

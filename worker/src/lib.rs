@@ -143,6 +143,11 @@ pub enum Outcome {
     HandedBack,
     /// Its job had ended (cancelled, failed): dropped before spending anything more on it.
     Ended,
+    /// It referred to something gone or settled (an expired job, an outcome another run of
+    /// it stored first): acked, nothing stored.
+    Stale,
+    /// Its step failed for good with nowhere to record it: acked.
+    Failed,
 }
 
 impl Outcome {
@@ -154,6 +159,8 @@ impl Outcome {
             Outcome::Requeued => "requeued",
             Outcome::HandedBack => "handed_back",
             Outcome::Ended => "ended",
+            Outcome::Stale => "stale",
+            Outcome::Failed => "failed",
         }
     }
 }
@@ -570,17 +577,16 @@ impl Worker {
                 .await;
                 return self.finish(kind, outcome, started);
             }
-            Task::Plan(task) => (Step::Plan, task),
-            Task::Implement(task) => (Step::Implement, task),
-            Task::Integrate(task) => (Step::Integrate, task),
+            Task::Plan(task) => Step::Plan(task),
+            Task::Implement(task) => Step::Implement(task),
+            Task::Integrate(task) => Step::Integrate(task),
         };
-        let (step, task) = step;
         let ((outcome, sandbox_us), model_us) = model::with_lane(
             lane,
             model::exchange_time::timed(pipeline::SANDBOX_US.scope(
                 std::cell::Cell::new(0),
                 async {
-                    let outcome = self.pipeline_task(step, &task, delivery).await;
+                    let outcome = self.pipeline_task(&step, delivery).await;
                     (outcome, pipeline::SANDBOX_US.with(std::cell::Cell::get))
                 },
             )),
@@ -590,8 +596,8 @@ impl Worker {
         // (microseconds: an idle task's whole overhead is a few milliseconds).
         tracing::info!(
             kind,
-            job = %task.job_id,
-            function = task.function.as_deref().unwrap_or("-"),
+            job = %step.job_id(),
+            function = step.function().unwrap_or("-"),
             queue_us,
             run_us = started.elapsed().as_micros() as u64,
             sandbox_us,
@@ -733,37 +739,39 @@ impl Worker {
         .await
     }
 
-    async fn pipeline_task(
-        &self,
-        step: Step,
-        task: &proto::job::JobTask,
-        delivery: Delivery,
-    ) -> Outcome {
+    async fn pipeline_task(&self, step: &Step, delivery: Delivery) -> Outcome {
         let kind = step.kind();
         let Some(pipeline) = &self.pipeline else {
             tracing::warn!(kind, "this worker runs no pipeline; dead-lettering");
             let _ = delivery.dead_letter().await;
             return Outcome::Malformed;
         };
+        let job = step.job_id();
         let mut own_failures = 0;
         loop {
             // One message per step: the reliability tests wait for "implement task started".
             match step {
-                Step::Plan => tracing::info!(job = %task.job_id, "plan task started"),
-                Step::Implement => {
-                    tracing::info!(job = %task.job_id, function = ?task.function, "implement task started");
+                Step::Plan(_) => tracing::info!(%job, "plan task started"),
+                Step::Implement(task) => {
+                    tracing::info!(%job, function = %task.function, "implement task started");
                 }
-                Step::Integrate => tracing::info!(job = %task.job_id, "integrate task started"),
+                Step::Integrate(_) => tracing::info!(%job, "integrate task started"),
             }
-            let result = pipeline.run(step, task).await;
+            let result = pipeline.run(step).await;
             let (dependency, reason) = match result {
                 Ok(()) => return self.settle(delivery, Outcome::Completed).await,
-                Err(pipeline::Error::Drop(reason)) => {
-                    tracing::warn!(kind, job = %task.job_id, %reason, "dropping pipeline task");
-                    return self.settle(delivery, Outcome::Duplicate).await;
+                Err(pipeline::Error::Stale(reason)) => {
+                    tracing::info!(kind, %job, %reason, "stale pipeline task: acking it");
+                    return self.settle(delivery, Outcome::Stale).await;
+                }
+                // Plan and implement record their own failures and integrate ends its job
+                // with them; one that gets here had nothing to record it in.
+                Err(pipeline::Error::Failed(reason)) => {
+                    tracing::warn!(kind, %job, %reason, "pipeline step failed for good");
+                    return self.settle(delivery, Outcome::Failed).await;
                 }
                 Err(pipeline::Error::Ended(status)) => {
-                    tracing::info!(kind, job = %task.job_id, %status, "job ended: dropping its task");
+                    tracing::info!(kind, %job, %status, "job ended: dropping its task");
                     return self.settle(delivery, Outcome::Ended).await;
                 }
                 Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
@@ -776,7 +784,7 @@ impl Worker {
                 }
                 // An outage: wait for it here, then run the task again (its finished parts
                 // are in Redis and are not redone).
-                tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "dependency unreachable: the task waits for it");
+                tracing::warn!(kind, %job, dependency = dependency.as_str(), %reason, "dependency unreachable: the task waits for it");
                 let mut needs = self.needs(Queue::Tasks);
                 needs.push(dependency);
                 let wait = match (dependency, self.gate.down(Dependency::Model)) {
@@ -806,7 +814,7 @@ impl Worker {
             if own_failures < OWN_FAILURES_BEFORE_REQUEUE {
                 continue;
             }
-            tracing::warn!(kind, job = %task.job_id, dependency = dependency.as_str(), %reason, "pipeline task handed back");
+            tracing::warn!(kind, %job, dependency = dependency.as_str(), %reason, "pipeline task handed back");
             if let Err(e) = delivery.requeue().await {
                 tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
             }

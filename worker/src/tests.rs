@@ -381,9 +381,8 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
     )
     .with_pipeline(pipeline)
     .with_presence(Arc::new(presence.clone()), "w1".into());
-    let job = proto::job::JobTask {
+    let job = proto::job::PlanTask {
         job_id: TaskId::new(),
-        function: None,
         problem: None,
     };
     let plan = Envelope::new(TaskId::new(), None, now_ms(), Task::Plan(job));

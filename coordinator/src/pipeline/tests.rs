@@ -79,7 +79,7 @@ async fn published(broker: &MemoryBroker) -> Vec<String> {
     while broker.len(Queue::Tasks) > 0 {
         let delivery = tasks.next().await.unwrap();
         match Envelope::decode(&delivery.body).unwrap().task {
-            Task::Implement(t) => names.push(t.function.unwrap()),
+            Task::Implement(t) => names.push(t.function),
             Task::Integrate(_) => names.push("<integrate>".into()),
             Task::Plan(t) => names.push(format!("<plan: {}>", t.problem.unwrap_or_default())),
             other => panic!("unexpected {other:?}"),
@@ -204,10 +204,9 @@ async fn a_dead_lettered_pipeline_task_fails_its_job_with_the_reason() {
     let c = coordinator(&broker, &jobs);
     let job = submit(&c).await;
     c.publish_task(
-        Task::Implement(proto::job::JobTask {
+        Task::Implement(proto::job::ImplementTask {
             job_id: job,
-            function: Some("sieve".into()),
-            problem: None,
+            function: "sieve".into(),
         }),
         None,
     )

@@ -232,3 +232,38 @@ async fn an_image_without_shared_runs_costs_one_run_then_every_function_runs_alo
     );
     cluster.stop().await;
 }
+
+#[tokio::test]
+async fn an_integration_the_image_cannot_run_ends_the_job_failed_saying_why() {
+    // Every function passes alone; the image's harness then refuses the integration run.
+    let sandbox = tests::in_process::fake_sandbox().with_harness(|run| {
+        if let proto::harness::HarnessRequest::Integrate(_) = run.request {
+            return Err(sandbox::Error::NoHarness(run.request.mode()));
+        }
+        tests::in_process::fake_harness(run)
+    });
+    let answers = vec![
+        plan(vec![spec("f", &[])]),
+        tests_answer(),
+        implement("f", &code("f")),
+    ];
+    let cluster = InProcess::start_with(json!({ "answers": answers }), 1, sandbox, 0).await;
+    let job = cluster.submit("integrate me").await;
+    // Not left `integrating` until its deadline: it ends now, with the harness's answer.
+    let result = cluster.result(job, WITHIN).await;
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.clone().unwrap_or_default();
+    assert!(
+        failure.contains("integration failed") && failure.contains("integrate"),
+        "{failure}"
+    );
+    assert!(result.implementations.contains_key("f"), "{result:?}");
+    let finished = cluster
+        .events(job)
+        .await
+        .iter()
+        .filter(|e| matches!(e, Progress::Finished { .. }))
+        .count();
+    assert_eq!(finished, 1, "exactly one end");
+    cluster.stop().await;
+}

@@ -95,7 +95,7 @@ impl Pipeline {
     ) -> Result<HarnessOutcome, Error> {
         self.run_harness_in(module, request, None)
             .await?
-            .map_err(|e| Error::Drop(e.to_string()))
+            .map_err(|e| Error::Failed(e.to_string()))
     }
 
     /// [`Pipeline::run_harness`], its first attempt in `held`, a turn already taken; what
@@ -177,7 +177,7 @@ impl Pipeline {
             let outcome = self
                 .run_harness_in(module, HarnessRequest::Cases(run), turn)
                 .await?
-                .map_err(|e| Error::Drop(e.to_string()))?;
+                .map_err(|e| Error::Failed(e.to_string()))?;
             return case_run(
                 function,
                 cases,

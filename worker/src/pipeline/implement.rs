@@ -8,7 +8,7 @@ use model::prompts::{self, Attempt, DependencyCode, Failure};
 use model::{Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
-    Event, FunctionOutcome, Improvement, JobMeta, JobTask, Plan, TestResult, Validation,
+    Event, FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, TestResult, Validation,
 };
 use proto::{ErrorKind, Progress};
 
@@ -40,23 +40,20 @@ impl Pipeline {
     }
 
     /// Tests, implementation, runs and repairs for one function.
-    pub async fn implement(&self, task: &JobTask) -> Result<(), Error> {
+    pub async fn implement(&self, task: &ImplementTask) -> Result<(), Error> {
         let job = task.job_id;
-        let function = task
-            .function
-            .clone()
-            .ok_or_else(|| Error::Drop("implement task without a function".into()))?;
+        let function = task.function.clone();
         // The tests' call waits for the model's limit while the job is read.
         let mut seat = self.seat_ahead();
         let view = seat.alongside(self.view(job, Some(&function))).await?;
         let meta = view.meta.expect("view checks the meta");
         let plan = view
             .plan
-            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
+            .ok_or_else(|| Error::Stale(format!("job {job} has no plan")))?;
         let spec = plan
             .spec(&function)
             .cloned()
-            .ok_or_else(|| Error::Drop(format!("{function} is not in the plan of job {job}")))?;
+            .ok_or_else(|| Error::Stale(format!("{function} is not in the plan of job {job}")))?;
         if let Some(existing) = view.function
             && existing.done
         {
@@ -134,9 +131,10 @@ impl Pipeline {
             .await
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
-            // Or the job ended: nothing more is stored for it.
-            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => return Err(e),
-            Err(Error::Drop(reason)) => {
+            // Or the job ended, or another run of the task finished the function: nothing more
+            // is stored by this one.
+            Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => return Err(e),
+            Err(Error::Failed(reason)) => {
                 outcome.failure = Some(reason);
                 None
             }
@@ -189,7 +187,7 @@ impl Pipeline {
     ) -> Result<Progress, Error> {
         let job = meta.id;
         let language = meta.request.language.as_str();
-        let model = self.model().map_err(Error::Drop)?;
+        let model = self.model().map_err(Error::Failed)?;
         let deadline = self.deadline();
         let tests_prompt = prompts::tests(&prompts::TestsContext {
             instruction: &meta.request.instruction,
@@ -199,7 +197,7 @@ impl Pipeline {
             min_cases: self.options.min_cases,
             max_cases: self.options.max_cases,
         })
-        .map_err(|e| Error::Drop(e.to_string()))?;
+        .map_err(|e| Error::Failed(e.to_string()))?;
         seat.alongside(self.go_on()).await?;
         // The `function_started` event is written while the model writes the tests: it only
         // has to be stored before the tests are (both finish before they are saved).
@@ -277,7 +275,7 @@ impl Pipeline {
                     })
                 }
             }
-            .map_err(|e| Error::Drop(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
             let phase = if last.is_none() {
                 Phase::Implement
             } else {
@@ -375,7 +373,7 @@ impl Pipeline {
             last = Some((code, run));
         }
         let (_, run) = last.unwrap_or_default();
-        Err(Error::Drop(format!(
+        Err(Error::Failed(format!(
             "tests still fail after {} attempts ({}): {}",
             meta.request.max_iterations,
             run.error_kind.map_or("failed", ErrorKind::as_str),

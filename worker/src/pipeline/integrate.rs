@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proto::ending::{Ending, Integration};
-use proto::job::{JobResult, JobStatus, JobTask, Validation};
+use proto::job::{IntegrateTask, JobResult, JobStatus, Validation};
 use proto::now_ms;
 
 use super::quality::{score, static_quality};
@@ -12,7 +12,7 @@ use super::{Error, Pipeline, redis};
 
 impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
-    pub async fn integrate(&self, task: &JobTask) -> Result<(), Error> {
+    pub async fn integrate(&self, task: &IntegrateTask) -> Result<(), Error> {
         let job = task.job_id;
         // One read: the job, its result (there only on a redelivery) and every outcome.
         let read = self.jobs.integration_view(job).await.map_err(redis)?;
@@ -20,7 +20,7 @@ impl Pipeline {
         let meta = view.meta.expect("checked has the meta");
         let plan = view
             .plan
-            .ok_or_else(|| Error::Drop(format!("job {job} has no plan")))?;
+            .ok_or_else(|| Error::Stale(format!("job {job} has no plan")))?;
         if read.result.is_some() {
             return Ok(()); // a redelivery: the job has its result
         }
@@ -43,44 +43,50 @@ impl Pipeline {
         let static_only = outcomes
             .values()
             .any(|o| o.validation == Validation::StaticAnalysisOnly);
-        let mut test_results = Vec::new();
-        let (mut execution_ms_of_run, mut sandbox_cpu_ms_of_run) = (0, 0);
-        let quality = if static_only {
+        let ending = if static_only {
             // Nothing was run, so nothing is re-run: the result says it is untested.
-            static_quality(&module, &outcomes)
+            Ending::Integrated(Integration {
+                test_results: Vec::new(),
+                quality: static_quality(&module, &outcomes),
+                execution_ms: 0,
+                sandbox_cpu_ms: 0,
+            })
         } else {
             // One run: every function against the whole module (catches interference between
             // them) when each passed alone, and the quality analysis.
-            let run = self
+            match self
                 .integration_run(&module, &outcomes, all_passed_before)
-                .await?;
-            execution_ms_of_run = run.duration_ms;
-            sandbox_cpu_ms_of_run = run.cpu_ms;
-            for spec in &plan.specs {
-                match run.verdicts.get(&spec.name) {
-                    Some(verdict) => test_results.extend(verdict.results.iter().cloned()),
-                    None => {
-                        if let Some(o) = outcomes.get(&spec.name) {
-                            test_results.extend(o.test_results.iter().cloned());
+                .await
+            {
+                Ok(run) => {
+                    let mut test_results = Vec::new();
+                    for spec in &plan.specs {
+                        match run.verdicts.get(&spec.name) {
+                            Some(verdict) => test_results.extend(verdict.results.iter().cloned()),
+                            None => {
+                                if let Some(o) = outcomes.get(&spec.name) {
+                                    test_results.extend(o.test_results.iter().cloned());
+                                }
+                            }
                         }
                     }
+                    Ending::Integrated(Integration {
+                        quality: score(run.report, &test_results),
+                        test_results,
+                        execution_ms: run.duration_ms,
+                        sandbox_cpu_ms: run.cpu_ms,
+                    })
                 }
+                // The run cannot be made (the image's harness cannot run it): the job ends
+                // failed, saying why, rather than waiting for its deadline.
+                Err(Error::Failed(reason)) => Ending::Early {
+                    status: JobStatus::Failed,
+                    reason: format!("integration failed: {reason}"),
+                },
+                Err(e) => return Err(e),
             }
-            score(run.report, &test_results)
         };
-        let integration = Integration {
-            test_results,
-            quality,
-            execution_ms: execution_ms_of_run,
-            sandbox_cpu_ms: sandbox_cpu_ms_of_run,
-        };
-        let result = JobResult::assemble(
-            &meta,
-            &plan.specs,
-            &outcomes,
-            Ending::Integrated(integration),
-            now_ms(),
-        );
+        let result = JobResult::assemble(&meta, &plan.specs, &outcomes, ending, now_ms());
         let status = result.status;
         // Result, `finished` event and final status in one step: whoever finishes first (this
         // run, a duplicate of it, or a coordinator failing the job) is the job's end. A

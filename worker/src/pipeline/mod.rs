@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use model::Model;
-use proto::job::{Event, FunctionOutcome, JobTask};
+use proto::job::{Event, FunctionOutcome, ImplementTask, IntegrateTask, PlanTask};
 use proto::{Progress, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
@@ -79,9 +79,15 @@ pub enum Error {
         dependency: Dependency,
         reason: String,
     },
-    /// The task refers to something that does not exist (an expired job): drop it.
-    #[error("dropped: {0}")]
-    Drop(String),
+    /// The task refers to something that is gone or settled (an expired job, a function not in
+    /// the plan, an outcome another run of the task stored first): acked, nothing stored.
+    #[error("stale task: {0}")]
+    Stale(String),
+    /// The step failed for good (the model refused, the tests still fail after every attempt,
+    /// the harness cannot run it): plan and implement record it as the plan's or the
+    /// function's failure, integrate ends the job with it. Never retried.
+    #[error("failed: {0}")]
+    Failed(String),
     /// The task's job has ended (cancelled by its tenant, failed by a coordinator): nothing
     /// more is spent on it and nothing is stored.
     #[error("its job has ended: {0}")]
@@ -126,25 +132,41 @@ fn model_error(what: Option<&str>, e: &model::Error) -> Error {
             reason,
         }
     } else {
-        Error::Drop(reason)
+        Error::Failed(reason)
     }
 }
 
-/// The pipeline's task kinds (`proto::Task` without `Execute`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A pipeline task (`proto::Task` without `Execute`).
+#[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    Plan,
-    Implement,
-    Integrate,
+    Plan(PlanTask),
+    Implement(ImplementTask),
+    Integrate(IntegrateTask),
 }
 
 impl Step {
     /// The task's kind, as `proto::Task::kind` names it in logs and metric labels.
-    pub fn kind(self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
-            Step::Plan => "plan",
-            Step::Implement => "implement",
-            Step::Integrate => "integrate",
+            Step::Plan(_) => "plan",
+            Step::Implement(_) => "implement",
+            Step::Integrate(_) => "integrate",
+        }
+    }
+
+    pub fn job_id(&self) -> TaskId {
+        match self {
+            Step::Plan(t) => t.job_id,
+            Step::Implement(t) => t.job_id,
+            Step::Integrate(t) => t.job_id,
+        }
+    }
+
+    /// The function an implement task is for.
+    pub fn function(&self) -> Option<&str> {
+        match self {
+            Step::Implement(t) => Some(&t.function),
+            Step::Plan(_) | Step::Integrate(_) => None,
         }
     }
 }
@@ -245,16 +267,16 @@ impl Pipeline {
 
     /// Runs one task of `step`, unless its job has ended (a queued task of a cancelled job is
     /// dropped as it arrives).
-    pub async fn run(&self, step: Step, task: &JobTask) -> Result<(), Error> {
+    pub async fn run(&self, step: &Step) -> Result<(), Error> {
         // Each step's first read carries the job's status, which it checks (`seen`).
         let scoped = STATUS_SEEN.scope(std::cell::Cell::new(None), async {
             match step {
-                Step::Plan => self.plan(task).await,
-                Step::Implement => self.implement(task).await,
-                Step::Integrate => self.integrate(task).await,
+                Step::Plan(task) => self.plan(task).await,
+                Step::Implement(task) => self.implement(task).await,
+                Step::Integrate(task) => self.integrate(task).await,
             }
         });
-        JOB.scope(task.job_id, scoped).await
+        JOB.scope(step.job_id(), scoped).await
     }
 
     /// `Err(Ended)` once the current task's job has ended: called before every model call and
@@ -297,7 +319,7 @@ impl Pipeline {
     /// A job's view, if the job is there and has not ended.
     fn checked(job: TaskId, view: store::JobView) -> Result<store::JobView, Error> {
         if view.meta.is_none() {
-            return Err(Error::Drop(format!("job {job} not found (expired?)")));
+            return Err(Error::Stale(format!("job {job} not found (expired?)")));
         }
         Self::seen(view.status)?;
         Ok(view)
@@ -329,7 +351,7 @@ impl Pipeline {
             .await
             .map_err(redis)?;
         if !saved.stored {
-            return Err(Error::Drop(format!(
+            return Err(Error::Stale(format!(
                 "{} was finished by another run of its task",
                 outcome.name
             )));

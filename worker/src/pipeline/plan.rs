@@ -5,13 +5,13 @@ use model::Phase;
 use model::prompts::{self};
 use proto::Progress;
 use proto::generation::FunctionSpecs;
-use proto::job::{Event, JobStatus, JobTask};
+use proto::job::{Event, JobStatus, PlanTask};
 
 use super::{Error, Pipeline, model_error, redis};
 
 impl Pipeline {
     /// Asks the model for function specifications and stores them.
-    pub async fn plan(&self, task: &JobTask) -> Result<(), Error> {
+    pub async fn plan(&self, task: &PlanTask) -> Result<(), Error> {
         let job = task.job_id;
         let mut seat = self.seat_ahead();
         let view = seat.alongside(self.view(job, None)).await?;
@@ -33,13 +33,13 @@ impl Pipeline {
             let _ = self.jobs.set_status(job, JobStatus::Planning).await;
         };
         let outcome = async {
-            let model = self.model().map_err(Error::Drop)?;
+            let model = self.model().map_err(Error::Failed)?;
             let mut prompt = prompts::plan(&prompts::PlanContext {
                 instruction: &meta.request.instruction,
                 language: meta.request.language.as_str(),
                 constraints: meta.request.constraints.as_deref(),
             })
-            .map_err(|e| Error::Drop(e.to_string()))?;
+            .map_err(|e| Error::Failed(e.to_string()))?;
             if let Some(problem) = &task.problem {
                 prompt.user.push_str(&format!(
                     "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
@@ -78,8 +78,8 @@ impl Pipeline {
                     .map_err(redis)
             }
             // The model is down: hand the task back; the delivery limit bounds the waiting.
-            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => Err(e),
-            Err(Error::Drop(reason)) => {
+            Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => Err(e),
+            Err(Error::Failed(reason)) => {
                 self.emit(Event::Planned {
                     job_id: job,
                     failure: Some(reason),
