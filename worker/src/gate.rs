@@ -22,6 +22,17 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// What a failure on a dependency means ([`Gate::outage`]).
+#[derive(Debug)]
+pub enum Outage {
+    /// The dependency answers: the failure is the operation's own.
+    Own,
+    /// It was down and is back: run the operation again.
+    Back,
+    /// Still down after the wait: what is down.
+    Still(Vec<(Dependency, Down)>),
+}
+
 /// Something the worker needs from outside its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Dependency {
@@ -198,6 +209,35 @@ impl Gate {
                 self.mark_down(dependency, format!("{reason}; probe: {probed}"));
                 true
             }
+        }
+    }
+
+    /// The one outage policy of every retry ladder: an operation failed on `dependency`
+    /// (`reason`). A failure that cannot be an outage (`retryable` false), or one the
+    /// dependency's probe answers, is the operation's own ([`Outage::Own`]). Otherwise the
+    /// dependency is down: wait until none of it and `also` is, at most `wait`
+    /// ([`Outage::Back`]: run the operation again; [`Outage::Still`]: hand the work back).
+    pub async fn outage(
+        &self,
+        dependency: Dependency,
+        reason: &str,
+        retryable: bool,
+        also: &[Dependency],
+        wait: Duration,
+    ) -> Outage {
+        if !retryable || !self.confirm_down(dependency, reason).await {
+            return Outage::Own;
+        }
+        tracing::warn!(
+            dependency = dependency.as_str(),
+            %reason,
+            "dependency unreachable: the work waits for it"
+        );
+        let mut needs = also.to_vec();
+        needs.push(dependency);
+        match self.wait_up(&needs, wait).await {
+            Ok(()) => Outage::Back,
+            Err(missing) => Outage::Still(missing),
         }
     }
 

@@ -32,7 +32,7 @@ use backon::{ExponentialBuilder, Retryable};
 use broker::{Broker, Delivery, Queue};
 use fair::Fair;
 use futures::{Stream, StreamExt};
-use gate::{Dependency, Down, Gate};
+use gate::{Dependency, Down, Gate, Outage};
 use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
@@ -641,25 +641,24 @@ impl Worker {
         }
         tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
         let result = loop {
-            match self.run_sandboxed(id, request).await {
+            let e = match self.run_sandboxed(id, request).await {
                 Ok(result) => break result,
-                Err(e)
-                    if e.is_retryable()
-                        && self
-                            .gate
-                            .confirm_down(Dependency::Docker, &e.to_string())
-                            .await =>
-                {
-                    tracing::warn!(%id, error = %e, "docker unreachable: the execution waits for it");
-                    if let Err(missing) = self
-                        .gate
-                        .wait_up(&[Dependency::Docker], self.options.outage_wait)
-                        .await
-                    {
-                        return self.hand_back(delivery, "execute", &missing).await;
-                    }
+                Err(e) => e,
+            };
+            let reason = e.to_string();
+            let outage = self.gate.outage(
+                Dependency::Docker,
+                &reason,
+                e.is_retryable(),
+                &[],
+                self.options.outage_wait,
+            );
+            match outage.await {
+                Outage::Back => {}
+                Outage::Still(missing) => {
+                    return self.hand_back(delivery, "execute", &missing).await;
                 }
-                Err(e) => {
+                Outage::Own => {
                     self.metrics
                         .sandbox_runs
                         .with_label_values(&[
@@ -705,23 +704,19 @@ impl Worker {
     ) -> Result<bool, StoreFailure> {
         let give_up = tokio::time::Instant::now() + self.options.outage_wait;
         (|| async {
-            match self.store.complete_execution(id, tenant, result).await {
-                Err(e)
-                    if e.is_retryable()
-                        && self
-                            .gate
-                            .confirm_down(Dependency::Redis, &e.to_string())
-                            .await =>
-                {
-                    tracing::warn!(%id, error = %e, "redis unreachable: the result waits for it");
-                    let left = give_up.saturating_duration_since(tokio::time::Instant::now());
-                    self.gate
-                        .wait_up(&[Dependency::Redis], left)
-                        .await
-                        .map_err(StoreFailure::Down)?;
-                    Err(StoreFailure::Store(e))
-                }
-                other => other.map_err(StoreFailure::Store),
+            let e = match self.store.complete_execution(id, tenant, result).await {
+                Ok(first) => return Ok(first),
+                Err(e) => e,
+            };
+            let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+            let reason = e.to_string();
+            let outage = self
+                .gate
+                .outage(Dependency::Redis, &reason, e.is_retryable(), &[], left);
+            match outage.await {
+                Outage::Still(missing) => Err(StoreFailure::Down(missing)),
+                // Back, or the store's own failure: the backoff below retries it.
+                Outage::Back | Outage::Own => Err(StoreFailure::Store(e)),
             }
         })
         .retry(
@@ -776,36 +771,38 @@ impl Worker {
                 }
                 Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
             };
-            if self.gate.confirm_down(dependency, &reason).await {
-                // Waited long enough for the model: run again, and the step fails its function
-                // (or plan) with the model's last error.
-                if dependency == Dependency::Model && pipeline.model_given_up().is_some() {
+            // Waited long enough for the model: run again, and the step fails its function (or
+            // plan) with the model's last error.
+            if dependency == Dependency::Model && pipeline.model_given_up().is_some() {
+                continue;
+            }
+            let wait = match dependency {
+                // What is left of `model_wait` since the model went down (or now).
+                Dependency::Model => self.options.outage_wait.min(
+                    pipeline.options.model_wait.saturating_sub(
+                        self.gate
+                            .down(Dependency::Model)
+                            .map_or(Duration::ZERO, |down| down.since.elapsed()),
+                    ),
+                ),
+                _ => self.options.outage_wait,
+            };
+            let needs = self.needs(Queue::Tasks);
+            match self
+                .gate
+                .outage(dependency, &reason, true, &needs, wait)
+                .await
+            {
+                // An outage, over: run the task again (its finished parts are in Redis and are
+                // not redone).
+                Outage::Back => continue,
+                Outage::Still(_)
+                    if dependency == Dependency::Model && pipeline.model_given_up().is_some() =>
+                {
                     continue;
                 }
-                // An outage: wait for it here, then run the task again (its finished parts
-                // are in Redis and are not redone).
-                tracing::warn!(kind, %job, dependency = dependency.as_str(), %reason, "dependency unreachable: the task waits for it");
-                let mut needs = self.needs(Queue::Tasks);
-                needs.push(dependency);
-                let wait = match (dependency, self.gate.down(Dependency::Model)) {
-                    (Dependency::Model, Some(down)) => self.options.outage_wait.min(
-                        pipeline
-                            .options
-                            .model_wait
-                            .saturating_sub(down.since.elapsed()),
-                    ),
-                    _ => self.options.outage_wait,
-                };
-                match self.gate.wait_up(&needs, wait).await {
-                    Ok(()) => continue,
-                    Err(_)
-                        if dependency == Dependency::Model
-                            && pipeline.model_given_up().is_some() =>
-                    {
-                        continue;
-                    }
-                    Err(missing) => return self.hand_back(delivery, kind, &missing).await,
-                }
+                Outage::Still(missing) => return self.hand_back(delivery, kind, &missing).await,
+                Outage::Own => {}
             }
             // The dependency answers its probe. Once more in place, in case the blip just
             // ended; after that the failure is the task's own and counts.

@@ -13,7 +13,7 @@ use proto::{ErrorKind, Language, Status};
 use sandbox::HarnessOutcome;
 use serde_json::Value;
 
-use crate::gate::Dependency;
+use crate::gate::{Dependency, Outage};
 
 use super::shared_runs::{Shared, SharedReport};
 use super::{Error, JOB, Pipeline, SANDBOX_US};
@@ -66,16 +66,18 @@ impl Pipeline {
                 Err(e) => e,
             };
             let reason = e.to_string();
-            if e.is_retryable()
-                && self.gate.confirm_down(Dependency::Docker, &reason).await
-                && self
-                    .gate
-                    .wait_up(&[Dependency::Docker], self.options.sandbox_wait)
-                    .await
-                    .is_ok()
-            {
+            let outage = self.gate.outage(
+                Dependency::Docker,
+                &reason,
+                e.is_retryable(),
+                &[],
+                self.options.sandbox_wait,
+            );
+            if let Outage::Back = outage.await {
                 continue;
             }
+            // The task's own failure, or Docker is still down: the task decides (it waits for
+            // Docker, or is handed back).
             return Err(Error::Retry {
                 dependency: Dependency::Docker,
                 reason,
