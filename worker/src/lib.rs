@@ -581,17 +581,13 @@ impl Worker {
             Task::Implement(task) => Step::Implement(task),
             Task::Integrate(task) => Step::Integrate(task),
         };
-        let ((outcome, sandbox_us), model_us) = model::with_lane(
+        let ctx = pipeline::TaskCtx::new(step.job_id());
+        let (outcome, model_us) = model::with_lane(
             lane,
-            model::exchange_time::timed(pipeline::SANDBOX_US.scope(
-                std::cell::Cell::new(0),
-                async {
-                    let outcome = self.pipeline_task(&step, delivery).await;
-                    (outcome, pipeline::SANDBOX_US.with(std::cell::Cell::get))
-                },
-            )),
+            model::exchange_time::timed(self.pipeline_task(&ctx, &step, delivery)),
         )
         .await;
+        let sandbox_us = ctx.sandbox_us();
         // One line per pipeline task: what `bench/tasks` reads the per-task overhead from
         // (microseconds: an idle task's whole overhead is a few milliseconds).
         tracing::info!(
@@ -734,7 +730,12 @@ impl Worker {
         .await
     }
 
-    async fn pipeline_task(&self, step: &Step, delivery: Delivery) -> Outcome {
+    async fn pipeline_task(
+        &self,
+        ctx: &pipeline::TaskCtx,
+        step: &Step,
+        delivery: Delivery,
+    ) -> Outcome {
         let kind = step.kind();
         let Some(pipeline) = &self.pipeline else {
             tracing::warn!(kind, "this worker runs no pipeline; dead-lettering");
@@ -752,7 +753,7 @@ impl Worker {
                 }
                 Step::Integrate(_) => tracing::info!(%job, "integrate task started"),
             }
-            let result = pipeline.run(step).await;
+            let result = pipeline.run(ctx, step).await;
             let (dependency, reason) = match result {
                 Ok(()) => return self.settle(delivery, Outcome::Completed).await,
                 Err(pipeline::Error::Stale(reason)) => {

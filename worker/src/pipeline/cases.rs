@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::gate::{Dependency, Outage};
 
 use super::shared_runs::{Shared, SharedReport};
-use super::{Error, JOB, Pipeline, SANDBOX_US};
+use super::{Error, Pipeline, TaskCtx};
 
 /// One run of a function's cases.
 #[derive(Debug, Clone, Default)]
@@ -32,7 +32,7 @@ pub(super) struct CaseRun {
 }
 
 impl Pipeline {
-    /// A sandbox run, its wall time added to the task's [`SANDBOX_US`]. While Docker is down
+    /// A sandbox run, its wall time added to the task's sandbox time. While Docker is down
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
     /// the model calls the task has already made. The first attempt runs in `held`, when the
     /// caller has taken the turn already.
@@ -40,12 +40,13 @@ impl Pipeline {
     /// or answers another report); no later attempt does better.
     async fn sandboxed(
         &self,
+        ctx: &TaskCtx,
         run: &HarnessRun,
         mut held: Option<Turn<'_>>,
     ) -> Result<Result<HarnessOutcome, sandbox::Error>, Error> {
         loop {
             if held.is_none() {
-                self.go_on().await?;
+                self.go_on(ctx).await?;
             }
             // Timed from before the turn: a run's time includes waiting for a container, as it
             // did when that wait was inside the pool.
@@ -57,7 +58,7 @@ impl Pipeline {
             };
             let outcome = self.sandbox.run_harness(run).await;
             drop(turn);
-            add_sandbox_time(started);
+            ctx.add_sandbox_time(started);
             let e = match outcome {
                 Ok(outcome) => return Ok(Ok(outcome)),
                 Err(e @ (sandbox::Error::NoHarness(_) | sandbox::Error::HarnessReport { .. })) => {
@@ -92,10 +93,11 @@ impl Pipeline {
     /// harness does not offer the mode or answers with another report.
     pub(super) async fn run_harness(
         &self,
+        ctx: &TaskCtx,
         module: &str,
         request: HarnessRequest,
     ) -> Result<HarnessOutcome, Error> {
-        self.run_harness_in(module, request, None)
+        self.run_harness_in(ctx, module, request, None)
             .await?
             .map_err(|e| Error::Failed(e.to_string()))
     }
@@ -104,6 +106,7 @@ impl Pipeline {
     /// the image cannot run as [`Pipeline::sandboxed`] says it.
     async fn run_harness_in(
         &self,
+        ctx: &TaskCtx,
         module: &str,
         request: HarnessRequest,
         held: Option<Turn<'_>>,
@@ -115,7 +118,7 @@ impl Pipeline {
             timeout_ms: self.options.run_timeout_ms,
             memory_mb: self.options.memory_mb,
         };
-        self.sandboxed(&run, held).await
+        self.sandboxed(ctx, &run, held).await
     }
 
     /// What the harness needs to run `cases` (without the code and the function's name).
@@ -135,6 +138,7 @@ impl Pipeline {
     /// ([`super::shared_runs`]), or alone.
     pub(super) async fn run_cases(
         &self,
+        ctx: &TaskCtx,
         module: &str,
         function: &str,
         cases: &[TestCase],
@@ -143,14 +147,14 @@ impl Pipeline {
             function: Some(function.to_owned()),
             ..self.cases_request(cases)
         };
-        let (Some(turns), Ok(job), true) = (
-            self.sandbox_turns.as_deref(),
-            JOB.try_with(|job| *job),
-            self.shared_runs.enabled(),
-        ) else {
-            return self.run_cases_alone(module, function, cases, run).await;
+        let (Some(turns), true) = (self.sandbox_turns.as_deref(), self.shared_runs.enabled())
+        else {
+            return self
+                .run_cases_alone(ctx, module, function, cases, run)
+                .await;
         };
-        self.go_on().await?;
+        let job = ctx.job;
+        self.go_on(ctx).await?;
         let started = Instant::now();
         let shared_run = CasesRequest {
             code: Some(module.to_owned()),
@@ -162,7 +166,7 @@ impl Pipeline {
             biased;
             shared = &mut answer => {
                 drop(waiting);
-                return self.followed(shared, started, module, function, cases, run).await;
+                return self.followed(ctx, shared, started, module, function, cases, run).await;
             }
             turn = turns.enter_language(Language::Python) => turn,
         };
@@ -171,13 +175,13 @@ impl Pipeline {
             drop(turn);
             let shared = answer.await;
             return self
-                .followed(shared, started, module, function, cases, run)
+                .followed(ctx, shared, started, module, function, cases, run)
                 .await;
         };
-        add_sandbox_time(started);
+        ctx.add_sandbox_time(started);
         if others.is_empty() {
             let outcome = self
-                .run_harness_in(module, HarnessRequest::Cases(run), turn)
+                .run_harness_in(ctx, module, HarnessRequest::Cases(run), turn)
                 .await?
                 .map_err(|e| Error::Failed(e.to_string()))?;
             return case_run(
@@ -191,7 +195,7 @@ impl Pipeline {
             .chain(others)
             .map(|m| (m.run, m.reply))
             .unzip();
-        let mut shares = self.shared_run(job, runs, turn).await?.into_iter();
+        let mut shares = self.shared_run(ctx, runs, turn).await?.into_iter();
         // The first share is this run's; members past the shares run alone.
         let mine = shares.next();
         for reply in replies.into_iter().skip(1) {
@@ -200,7 +204,10 @@ impl Pipeline {
         match mine {
             Some(Shared::Report(mine)) => Ok(shared_case_run(function, mine)),
             Some(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
-            Some(Shared::Alone) | None => self.run_cases_alone(module, function, cases, run).await,
+            Some(Shared::Alone) | None => {
+                self.run_cases_alone(ctx, module, function, cases, run)
+                    .await
+            }
         }
     }
 
@@ -210,13 +217,14 @@ impl Pipeline {
     /// ended.
     async fn shared_run(
         &self,
-        job: proto::TaskId,
+        ctx: &TaskCtx,
         runs: Vec<CasesRequest>,
         turn: Option<Turn<'_>>,
     ) -> Result<Vec<Shared>, Error> {
+        let job = ctx.job;
         let members = runs.len();
         let outcome = self
-            .run_harness_in("", HarnessRequest::ManyCases { runs }, turn)
+            .run_harness_in(ctx, "", HarnessRequest::ManyCases { runs }, turn)
             .await;
         let alone = || (0..members).map(|_| Shared::Alone).collect();
         let shares: Vec<Shared> = match outcome {
@@ -280,8 +288,10 @@ impl Pipeline {
     }
 
     /// A run another run of the job took: its share of that run, or a run of its own.
+    #[allow(clippy::too_many_arguments)] // the run's own, passed on to a run alone
     async fn followed(
         &self,
+        ctx: &TaskCtx,
         shared: Result<Shared, tokio::sync::oneshot::error::RecvError>,
         started: Instant,
         module: &str,
@@ -290,23 +300,29 @@ impl Pipeline {
         run: CasesRequest,
     ) -> Result<CaseRun, Error> {
         // The wait for the shared run was sandbox time, whatever came of it.
-        add_sandbox_time(started);
+        ctx.add_sandbox_time(started);
         match shared {
             Ok(Shared::Report(shared)) => Ok(shared_case_run(function, shared)),
             Ok(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             // Broke, or its leader was cancelled with it.
-            Ok(Shared::Alone) | Err(_) => self.run_cases_alone(module, function, cases, run).await,
+            Ok(Shared::Alone) | Err(_) => {
+                self.run_cases_alone(ctx, module, function, cases, run)
+                    .await
+            }
         }
     }
 
     async fn run_cases_alone(
         &self,
+        ctx: &TaskCtx,
         module: &str,
         function: &str,
         cases: &[TestCase],
         run: CasesRequest,
     ) -> Result<CaseRun, Error> {
-        let outcome = self.run_harness(module, HarnessRequest::Cases(run)).await?;
+        let outcome = self
+            .run_harness(ctx, module, HarnessRequest::Cases(run))
+            .await?;
         case_run(
             function,
             cases,
@@ -322,13 +338,6 @@ fn cases_report(report: Option<HarnessReport>) -> Option<CasesReport> {
         Some(HarnessReport::Cases(report)) => Some(report),
         _ => None,
     }
-}
-
-/// Adds the wall time since `started` to the current task's [`SANDBOX_US`].
-fn add_sandbox_time(started: Instant) {
-    let _ = SANDBOX_US.try_with(|us| {
-        us.set(us.get() + u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
-    });
 }
 
 /// `function`'s verdicts from its part of a shared run.

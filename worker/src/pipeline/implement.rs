@@ -16,7 +16,7 @@ use crate::gate::Dependency;
 
 use super::cases::CaseRun;
 use super::seat_ahead::SeatAhead;
-use super::{Error, Pipeline, model_error, redis};
+use super::{Error, Pipeline, TaskCtx, model_error, redis};
 
 impl Pipeline {
     /// Dependencies of `function`, transitively, in plan order (each before its users).
@@ -40,12 +40,12 @@ impl Pipeline {
     }
 
     /// Tests, implementation, runs and repairs for one function.
-    pub async fn implement(&self, task: &ImplementTask) -> Result<(), Error> {
+    pub async fn implement(&self, ctx: &TaskCtx, task: &ImplementTask) -> Result<(), Error> {
         let job = task.job_id;
         let function = task.function.clone();
         // The tests' call waits for the model's limit while the job is read.
         let mut seat = self.seat_ahead();
-        let view = seat.alongside(self.view(job, Some(&function))).await?;
+        let view = seat.alongside(self.view(ctx, Some(&function))).await?;
         let meta = view.meta.expect("view checks the meta");
         let plan = view
             .plan
@@ -127,7 +127,7 @@ impl Pipeline {
         let started = Instant::now();
         let mut outcome = FunctionOutcome::new(&function);
         let last_attempt = match self
-            .implement_loop(seat, &meta, &spec, &dependency_code, &mut outcome)
+            .implement_loop(ctx, seat, &meta, &spec, &dependency_code, &mut outcome)
             .await
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
@@ -169,7 +169,7 @@ impl Pipeline {
             tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
             return Ok(());
         }
-        Self::seen(saved.status)?;
+        ctx.seen(saved.status)?;
         tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
         Ok(())
     }
@@ -179,6 +179,7 @@ impl Pipeline {
     /// outcome (failed attempts are stored as they happen).
     async fn implement_loop(
         &self,
+        ctx: &TaskCtx,
         mut seat: SeatAhead<'_>,
         meta: &JobMeta,
         spec: &proto::generation::FunctionSpec,
@@ -198,7 +199,7 @@ impl Pipeline {
             max_cases: self.options.max_cases,
         })
         .map_err(|e| Error::Failed(e.to_string()))?;
-        seat.alongside(self.go_on()).await?;
+        seat.alongside(self.go_on(ctx)).await?;
         // The `function_started` event is written while the model writes the tests: it only
         // has to be stored before the tests are (both finish before they are saved).
         let started_event = self.progress(
@@ -281,7 +282,7 @@ impl Pipeline {
             } else {
                 Phase::Repair
             };
-            self.go_on().await?;
+            self.go_on(ctx).await?;
             let generating = async {
                 model
                     .generate_in::<Implementation>(
@@ -297,7 +298,7 @@ impl Pipeline {
             // A failed save (Redis, the job ended, another run finished) stops the call.
             let generated = match unsaved_tests.take() {
                 Some(with_tests) => {
-                    tokio::try_join!(self.save(job, &with_tests, None), generating)?.1
+                    tokio::try_join!(self.save(ctx, &with_tests, None), generating)?.1
                 }
                 None => generating.await?,
             };
@@ -313,7 +314,10 @@ impl Pipeline {
             }
             outcome.code = Some(code.clone());
             let module = format!("{prelude}{code}");
-            let run = match self.run_cases(&module, &spec.name, &outcome.tests).await {
+            let run = match self
+                .run_cases(ctx, &module, &spec.name, &outcome.tests)
+                .await
+            {
                 Ok(run) => run,
                 Err(Error::Retry {
                     dependency: Dependency::Docker,
@@ -369,7 +373,7 @@ impl Pipeline {
                 fix: String::new(),
                 analysis: None,
             });
-            self.save(job, outcome, Some(event)).await?;
+            self.save(ctx, outcome, Some(event)).await?;
             last = Some((code, run));
         }
         let (_, run) = last.unwrap_or_default();

@@ -8,15 +8,15 @@ use proto::job::{IntegrateTask, JobResult, JobStatus, Validation};
 use proto::now_ms;
 
 use super::quality::{score, static_quality};
-use super::{Error, Pipeline, redis};
+use super::{Error, Pipeline, TaskCtx, redis};
 
 impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
-    pub async fn integrate(&self, task: &IntegrateTask) -> Result<(), Error> {
+    pub async fn integrate(&self, ctx: &TaskCtx, task: &IntegrateTask) -> Result<(), Error> {
         let job = task.job_id;
         // One read: the job, its result (there only on a redelivery) and every outcome.
         let read = self.jobs.integration_view(job).await.map_err(redis)?;
-        let view = Self::checked(job, read.view)?;
+        let view = Self::checked(ctx, read.view)?;
         let meta = view.meta.expect("checked has the meta");
         let plan = view
             .plan
@@ -55,7 +55,7 @@ impl Pipeline {
             // One run: every function against the whole module (catches interference between
             // them) when each passed alone, and the quality analysis.
             match self
-                .integration_run(&module, &outcomes, all_passed_before)
+                .integration_run(ctx, &module, &outcomes, all_passed_before)
                 .await
             {
                 Ok(run) => {

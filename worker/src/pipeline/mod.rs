@@ -3,7 +3,7 @@
 //! only then publishes an event for the coordinators.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use model::Model;
 use proto::job::{Event, FunctionOutcome, ImplementTask, IntegrateTask, PlanTask};
@@ -15,6 +15,8 @@ use store::{CacheStore, JobStore};
 use crate::gate::{Dependency, Gate};
 
 mod cases;
+mod ctx;
+pub use ctx::TaskCtx;
 mod implement;
 mod integrate;
 mod plan;
@@ -93,23 +95,6 @@ pub enum Error {
     #[error("its job has ended: {0}")]
     Ended(proto::job::JobStatus),
 }
-
-tokio::task_local! {
-    /// Microseconds the current task spent in sandbox runs, for its `task finished` log line.
-    pub static SANDBOX_US: std::cell::Cell<u64>;
-    /// The job of the current task: [`Pipeline::go_on`] checks it before each model call and
-    /// sandbox run, wherever in the step they happen (and cases runs share a run by it).
-    static JOB: TaskId;
-    /// When the current task last read its job's status (and found it unfinished): a check
-    /// within [`STATUS_FRESH`] of it is not made again.
-    static STATUS_SEEN: std::cell::Cell<Option<Instant>>;
-}
-
-/// How long a read of a job's status that found it unfinished answers [`Pipeline::go_on`]:
-/// reads that land this close together (a step's first read, then its first model call; a
-/// stored attempt, then the next call) would tell nothing new, while a cancel is still seen
-/// before anything that costs (a model call or a sandbox run) starts later than this.
-const STATUS_FRESH: Duration = Duration::from_millis(100);
 
 /// A store (Redis) failure.
 fn redis(e: impl std::fmt::Display) -> Error {
@@ -267,61 +252,42 @@ impl Pipeline {
 
     /// Runs one task of `step`, unless its job has ended (a queued task of a cancelled job is
     /// dropped as it arrives).
-    pub async fn run(&self, step: &Step) -> Result<(), Error> {
-        // Each step's first read carries the job's status, which it checks (`seen`).
-        let scoped = STATUS_SEEN.scope(std::cell::Cell::new(None), async {
-            match step {
-                Step::Plan(task) => self.plan(task).await,
-                Step::Implement(task) => self.implement(task).await,
-                Step::Integrate(task) => self.integrate(task).await,
-            }
-        });
-        JOB.scope(step.job_id(), scoped).await
+    pub async fn run(&self, ctx: &TaskCtx, step: &Step) -> Result<(), Error> {
+        // Each step's first read carries the job's status, which it checks (`ctx.seen`).
+        match step {
+            Step::Plan(task) => self.plan(ctx, task).await,
+            Step::Implement(task) => self.implement(ctx, task).await,
+            Step::Integrate(task) => self.integrate(ctx, task).await,
+        }
     }
 
     /// `Err(Ended)` once the current task's job has ended: called before every model call and
     /// sandbox run, so a cancelled job stops spending at its running tasks' next step. One
     /// `GET` per check, against a model call or a run that costs a thousand times more.
-    pub(crate) async fn go_on(&self) -> Result<(), Error> {
-        let Ok(job) = JOB.try_with(|job| *job) else {
-            return Ok(());
-        };
-        let fresh = STATUS_SEEN
-            .try_with(|seen| seen.get().is_some_and(|at| at.elapsed() < STATUS_FRESH))
-            .unwrap_or(false);
-        if fresh {
+    pub(crate) async fn go_on(&self, ctx: &TaskCtx) -> Result<(), Error> {
+        if ctx.fresh() {
             return Ok(());
         }
-        let status = self.jobs.status(job).await.map_err(redis)?;
-        Self::seen(status)
+        let status = self.jobs.status(ctx.job).await.map_err(redis)?;
+        ctx.seen(status)
     }
 
-    /// Checks a status the current task has just read (with its job's state, or as a write's
-    /// answer): `Err(Ended)` when final; otherwise [`Pipeline::go_on`] need not read it again
-    /// for [`STATUS_FRESH`].
-    fn seen(status: Option<proto::job::JobStatus>) -> Result<(), Error> {
-        match status {
-            Some(status) if status.is_final() => Err(Error::Ended(status)),
-            _ => {
-                let _ = STATUS_SEEN.try_with(|seen| seen.set(Some(Instant::now())));
-                Ok(())
-            }
-        }
-    }
-
-    /// The job's meta (it must exist), status (checked as [`Pipeline::seen`] does), plan and
+    /// The job's meta (it must exist), status (checked as [`TaskCtx::seen`] does), plan and
     /// the outcome of `function`, in one read.
-    async fn view(&self, job: TaskId, function: Option<&str>) -> Result<store::JobView, Error> {
-        let view = self.jobs.view(job, function).await.map_err(redis)?;
-        Self::checked(job, view)
+    async fn view(&self, ctx: &TaskCtx, function: Option<&str>) -> Result<store::JobView, Error> {
+        let view = self.jobs.view(ctx.job, function).await.map_err(redis)?;
+        Self::checked(ctx, view)
     }
 
     /// A job's view, if the job is there and has not ended.
-    fn checked(job: TaskId, view: store::JobView) -> Result<store::JobView, Error> {
+    fn checked(ctx: &TaskCtx, view: store::JobView) -> Result<store::JobView, Error> {
         if view.meta.is_none() {
-            return Err(Error::Stale(format!("job {job} not found (expired?)")));
+            return Err(Error::Stale(format!(
+                "job {} not found (expired?)",
+                ctx.job
+            )));
         }
-        Self::seen(view.status)?;
+        ctx.seen(view.status)?;
         Ok(view)
     }
 
@@ -341,13 +307,13 @@ impl Pipeline {
     /// stands; `Ended` when the job has ended meanwhile.
     async fn save(
         &self,
-        job: TaskId,
+        ctx: &TaskCtx,
         outcome: &FunctionOutcome,
         event: Option<Progress>,
     ) -> Result<(), Error> {
         let saved = self
             .jobs
-            .save_function(job, outcome, event.as_ref())
+            .save_function(ctx.job, outcome, event.as_ref())
             .await
             .map_err(redis)?;
         if !saved.stored {
@@ -356,7 +322,7 @@ impl Pipeline {
                 outcome.name
             )));
         }
-        Self::seen(saved.status)
+        ctx.seen(saved.status)
     }
 
     /// A seat for the task's first model call, taken from now on (none when

@@ -7,14 +7,14 @@ use proto::Progress;
 use proto::generation::FunctionSpecs;
 use proto::job::{Event, JobStatus, PlanTask};
 
-use super::{Error, Pipeline, model_error, redis};
+use super::{Error, Pipeline, TaskCtx, model_error, redis};
 
 impl Pipeline {
     /// Asks the model for function specifications and stores them.
-    pub async fn plan(&self, task: &PlanTask) -> Result<(), Error> {
+    pub async fn plan(&self, ctx: &TaskCtx, task: &PlanTask) -> Result<(), Error> {
         let job = task.job_id;
         let mut seat = self.seat_ahead();
-        let view = seat.alongside(self.view(job, None)).await?;
+        let view = seat.alongside(self.view(ctx, None)).await?;
         let mut meta = view.meta.expect("view checks the meta");
         if view.plan.is_some() {
             // Already planned (a redelivery): just say so again.
@@ -45,7 +45,7 @@ impl Pipeline {
                     "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
                 ));
             }
-            seat.alongside(self.go_on()).await?;
+            seat.alongside(self.go_on(ctx)).await?;
             let mut seat = seat.take().await;
             model
                 .generate_in::<FunctionSpecs>(

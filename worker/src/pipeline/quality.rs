@@ -12,7 +12,7 @@ use proto::job::{FunctionOutcome, Quality, TestResult};
 use sandbox::HarnessOutcome;
 
 use super::cases::{CaseRun, case_run};
-use super::{Error, Pipeline};
+use super::{Error, Pipeline, TaskCtx};
 
 /// How the quality score weighs its parts, each 0–1 (docs/api.md, "Quality score").
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +62,7 @@ impl Pipeline {
     /// (coverage by the cases, complexity, docstrings, risky calls).
     pub(super) async fn integration_run(
         &self,
+        ctx: &TaskCtx,
         module: &str,
         outcomes: &BTreeMap<String, FunctionOutcome>,
         verdicts: bool,
@@ -92,7 +93,7 @@ impl Pipeline {
         let HarnessOutcome {
             result: run,
             report,
-        } = self.run_harness(module, request).await?;
+        } = self.run_harness(ctx, module, request).await?;
         let report = match report {
             Some(HarnessReport::Integrate(report)) => Some(report),
             _ => None,

@@ -1,0 +1,100 @@
+//! What a pipeline task carries through its step, as an argument: its job, when it last saw
+//! the job unfinished, and the time its sandbox runs took. Nothing of it is implicit (no
+//! task-local), so a function that checks the job or counts sandbox time says so in its
+//! signature, and one called outside a task cannot skip the check unnoticed.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proto::TaskId;
+use proto::job::JobStatus;
+
+use super::Error;
+
+/// How long a read of a job's status that found it unfinished answers [`TaskCtx::fresh`]:
+/// reads that land this close together (a step's first read, then its first model call; a
+/// stored attempt, then the next call) would tell nothing new, while a cancel is still seen
+/// before anything that costs (a model call or a sandbox run) starts later than this.
+const STATUS_FRESH: Duration = Duration::from_millis(100);
+
+/// One pipeline task's context.
+#[derive(Debug)]
+pub struct TaskCtx {
+    /// The job of the task: checked before each model call and sandbox run, wherever in the
+    /// step they happen (and cases runs share a run by it).
+    pub job: TaskId,
+    /// When the task last read its job's status and found it unfinished.
+    status_seen: Mutex<Option<Instant>>,
+    /// Microseconds the task spent in sandbox runs, for its `task finished` log line.
+    sandbox_us: AtomicU64,
+}
+
+impl TaskCtx {
+    pub fn new(job: TaskId) -> Self {
+        Self {
+            job,
+            status_seen: Mutex::new(None),
+            sandbox_us: AtomicU64::new(0),
+        }
+    }
+
+    /// Microseconds spent in sandbox runs so far.
+    pub fn sandbox_us(&self) -> u64 {
+        self.sandbox_us.load(Ordering::Relaxed)
+    }
+
+    /// Adds the wall time since `started` to the task's sandbox time.
+    pub(crate) fn add_sandbox_time(&self, started: Instant) {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.sandbox_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Whether the job was seen unfinished within [`STATUS_FRESH`]: no need to read it again.
+    pub(crate) fn fresh(&self) -> bool {
+        self.status_seen
+            .lock()
+            .expect("poisoned")
+            .is_some_and(|at| at.elapsed() < STATUS_FRESH)
+    }
+
+    /// Checks a status the task has just read (with its job's state, or as a write's answer):
+    /// `Err(Ended)` when final; otherwise it is [`TaskCtx::fresh`] for a while.
+    pub(crate) fn seen(&self, status: Option<JobStatus>) -> Result<(), Error> {
+        match status {
+            Some(status) if status.is_final() => Err(Error::Ended(status)),
+            _ => {
+                *self.status_seen.lock().expect("poisoned") = Some(Instant::now());
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_status_ends_the_task_and_an_unfinished_one_is_fresh_for_a_while() {
+        let ctx = TaskCtx::new(TaskId::new());
+        assert!(!ctx.fresh(), "nothing read yet");
+        ctx.seen(Some(JobStatus::Running)).unwrap();
+        assert!(ctx.fresh());
+        *ctx.status_seen.lock().unwrap() = Some(Instant::now() - 2 * STATUS_FRESH);
+        assert!(!ctx.fresh(), "an old read must be made again");
+        assert!(matches!(
+            ctx.seen(Some(JobStatus::Cancelled)),
+            Err(Error::Ended(JobStatus::Cancelled))
+        ));
+    }
+
+    #[test]
+    fn sandbox_time_adds_up() {
+        let ctx = TaskCtx::new(TaskId::new());
+        let started = Instant::now() - Duration::from_millis(5);
+        ctx.add_sandbox_time(started);
+        ctx.add_sandbox_time(started);
+        assert!(ctx.sandbox_us() >= 10_000, "{}", ctx.sandbox_us());
+    }
+}
