@@ -14,8 +14,8 @@ use crate::limits::{self, Limits, SharedLimits};
 
 use crate::schema::{cached_spec_for, extract_json, validate};
 use crate::{
-    CallError, ChatRequest, ChatResponse, Error, Message, Metrics, Options, Phase, Prompt,
-    Provider, ProviderKind, Role, SchemaSpec, Usage,
+    Call, CallError, ChatRequest, ChatResponse, Error, Message, Metrics, Options, Phase, Prompt,
+    Provider, ProviderKind, Role, SchemaSpec, Usage, turnstile::Lane,
 };
 
 /// A type the model can be asked to answer in.
@@ -158,14 +158,21 @@ impl Model {
         prompt: &Prompt,
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
-        self.generate_in(&mut Seat::default(), phase, function, prompt, deadline)
-            .await
+        self.generate_in(
+            &Call::default(),
+            &mut Seat::default(),
+            phase,
+            function,
+            prompt,
+            deadline,
+        )
+        .await
     }
 
     /// Waits for the concurrency limit ahead of a call: a task takes its seat while it does
     /// something else first (reads its job), and its call then starts without asking.
-    pub async fn seat(&self) -> Seat {
-        Seat(Some(self.limits.hold().await))
+    pub async fn seat(&self, lane: &Lane) -> Seat {
+        Seat(Some(self.limits.hold(lane).await))
     }
 
     /// [`Model::generate`] in `seat`: its calls use the seat's permit when it holds one, and
@@ -175,6 +182,7 @@ impl Model {
     /// validate keeps it for the question asked again.
     pub async fn generate_in<T: Answer>(
         &self,
+        call: &Call,
         seat: &mut Seat,
         phase: Phase,
         function: Option<&str>,
@@ -198,7 +206,7 @@ impl Model {
         let max_answers = self.options.max_answer_attempts.max(1);
         let mut last_problem = String::new();
         for answer in 1..=max_answers {
-            let (response, made) = self.call(seat, &request, deadline).await;
+            let (response, made) = self.call(call, seat, &request, deadline).await;
             calls += made;
             let response = response?;
             usage += response.usage;
@@ -241,6 +249,7 @@ impl Model {
     /// One answer, with transport retries. Returns the number of calls made alongside.
     async fn call(
         &self,
+        call: &Call,
         seat: &mut Seat,
         request: &ChatRequest,
         deadline: Instant,
@@ -257,7 +266,7 @@ impl Model {
         let attempt = || async {
             attempts.fetch_add(1, Ordering::SeqCst);
             let held = permit.lock().expect("poisoned").take();
-            let (outcome, kept) = self.call_once(held, request, &calls).await;
+            let (outcome, kept) = self.call_once(call, held, request, &calls).await;
             *permit.lock().expect("poisoned") = kept;
             outcome
         };
@@ -310,6 +319,7 @@ impl Model {
     /// attempts.
     async fn call_once(
         &self,
+        call: &Call,
         mut held: Option<limits::Permit>,
         request: &ChatRequest,
         calls: &AtomicU32,
@@ -318,11 +328,11 @@ impl Model {
         loop {
             let permit = match held.take() {
                 Some(permit) => permit,
-                None => self.limits.hold().await,
+                None => self.limits.hold(&call.lane).await,
             };
-            self.limits.meter(estimate).await;
+            self.limits.meter(&call.lane, estimate).await;
             calls.fetch_add(1, Ordering::SeqCst);
-            let outcome = self.measured(request).await;
+            let outcome = self.measured(call, request).await;
             let used = outcome
                 .as_ref()
                 .map_or(0, |r| r.usage.prompt_tokens + r.usage.completion_tokens);
@@ -344,7 +354,11 @@ impl Model {
         }
     }
 
-    async fn measured(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
+    async fn measured(
+        &self,
+        call: &Call,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, CallError> {
         let labels = [
             self.provider.name(),
             self.provider.model(),
@@ -353,7 +367,7 @@ impl Model {
         let started = Instant::now();
         let outcome = self.provider.chat(request).await;
         let elapsed = started.elapsed();
-        crate::exchange_time::add(elapsed);
+        call.add_exchange(elapsed);
         self.metrics
             .call_seconds
             .with_label_values(&labels)

@@ -18,8 +18,8 @@
 //! - an answer reaches the caller only after it validated against its schema.
 
 pub mod anthropic;
+mod call;
 mod client;
-pub mod exchange_time;
 mod http;
 pub mod limits;
 mod metrics;
@@ -36,11 +36,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use call::Call;
 pub use client::{Generated, Model, Seat};
 pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};
-pub use turnstile::{Lane, with_lane};
+pub use turnstile::Lane;
 
 /// What the model is being asked to do; metric label, script key and prompt template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::turnstile::Turnstile;
+use crate::turnstile::{Lane, Turnstile};
 use tokio::time::Instant;
 
 /// How long after a 429 the shared limits take to grow back from half to whole.
@@ -273,19 +273,20 @@ impl Limits {
 
     /// Waits for the concurrency limit: a call may be in flight while the permit is held.
     /// Every call also passes [`Limits::meter`] as it starts.
-    pub async fn hold(&self) -> Permit {
+    /// `lane`: whose turn it is to wait (by tenant and weight, [`crate::turnstile`]).
+    pub async fn hold(&self, lane: &Lane) -> Permit {
         match &*self.scope {
-            Scope::Local(local) => local.hold().await,
-            Scope::Shared(shared) => shared.hold().await,
+            Scope::Local(local) => local.hold(lane).await,
+            Scope::Shared(shared) => shared.hold(lane).await,
         }
     }
 
     /// Waits until a call estimated at `tokens` tokens may start: a pause a provider asked
     /// for, requests per second and tokens per minute.
-    pub async fn meter(&self, tokens: u64) {
+    pub async fn meter(&self, lane: &Lane, tokens: u64) {
         match &*self.scope {
             Scope::Local(local) => local.meter(tokens).await,
-            Scope::Shared(shared) => shared.meter(tokens).await,
+            Scope::Shared(shared) => shared.meter(lane, tokens).await,
         }
     }
 
@@ -340,10 +341,10 @@ fn clamp(n: u64, max: NonZeroU32) -> u32 {
 }
 
 impl Local {
-    async fn hold(&self) -> Permit {
+    async fn hold(&self, lane: &Lane) -> Permit {
         self.paused().await;
         let permit = {
-            let _turn = self.turn.enter().await;
+            let _turn = self.turn.enter(lane).await;
             self.concurrency.clone().acquire_owned().await.ok()
         };
         Permit {
@@ -384,11 +385,9 @@ impl Shared {
         (tpm / 60.0, tpm)
     }
 
-    async fn hold(&self) -> Permit {
-        let mut turn = self.turn.enter().await;
-        let tenant = crate::turnstile::current_lane()
-            .tenant
-            .unwrap_or_else(|| "#".to_owned());
+    async fn hold(&self, lane: &Lane) -> Permit {
+        let mut turn = self.turn.enter(lane).await;
+        let tenant = lane.tenant.clone().unwrap_or_else(|| "#".to_owned());
         let id = format!("{tenant}/{:016x}", rand::random::<u64>());
         // Made before asking: a caller that stops waiting (a deadline, a lease it no longer
         // needs) drops it, and a lease the store granted meanwhile is released, not left to
@@ -420,7 +419,7 @@ impl Shared {
                 // A lease is free, but kept for other tenants: a call of another lane
                 // waiting here takes the turn first (it may be one of them).
                 Ok(Admit::Reserved) => {
-                    let (back, deferred) = turn.defer().await;
+                    let (back, deferred) = turn.defer(lane).await;
                     turn = back;
                     if !deferred {
                         tokio::time::sleep(MAX_NAP).await;
@@ -444,7 +443,7 @@ impl Shared {
         permit
     }
 
-    async fn meter(&self, tokens: u64) {
+    async fn meter(&self, lane: &Lane, tokens: u64) {
         // A permit kept from an earlier call asked no script since: a pause announced
         // meanwhile is honoured here.
         while let Some(until) = self.store.paused_until().await {
@@ -454,7 +453,7 @@ impl Shared {
             return;
         }
         // One task per process asks the meters at a time, as for the leases.
-        let _turn = self.turn.enter().await;
+        let _turn = self.turn.enter(lane).await;
         if self.config.requests_per_second > 0 {
             let rps = f64::from(self.config.requests_per_second);
             self.until_granted("requests", || {
@@ -555,7 +554,8 @@ mod tests {
         });
         let limits = Limits::shared(config(), store.clone());
         // The store grants the lease; the caller stops waiting before the answer arrives.
-        let stopped = tokio::time::timeout(Duration::from_millis(10), limits.hold()).await;
+        let stopped =
+            tokio::time::timeout(Duration::from_millis(10), limits.hold(&Lane::default())).await;
         assert!(stopped.is_err());
         assert_eq!(store.held.lock().unwrap().len(), 1, "the store granted it");
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -569,8 +569,8 @@ mod tests {
     async fn a_permit_is_held_until_dropped() {
         let store = Arc::new(SlowAnswers::default());
         let limits = Limits::shared(config(), store.clone());
-        let permit = limits.hold().await;
-        limits.meter(100).await;
+        let permit = limits.hold(&Lane::default()).await;
+        limits.meter(&Lane::default(), 100).await;
         limits.charge(100, 150).await;
         assert_eq!(store.held.lock().unwrap().len(), 1);
         drop(permit);

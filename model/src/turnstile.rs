@@ -8,11 +8,9 @@
 //! worker's start of tasks: each turn moves a lane's pass on by the inverse of its weight, and
 //! a lane with no call waiting comes back at the current pass); within a lane, in arrival order.
 //!
-//! A call's lane is the tenant of the task it belongs to, set around the task with
-//! [`with_lane`] (a task-local, so the model's API does not carry tenancy through every
-//! call); a call outside any lane is in the lane of no tenant, weight 1.
+//! A call's lane is the tenant of the task it belongs to and its weight, given by the caller
+//! (`enter`'s argument); a call outside any tenant's work is in the lane of no tenant, weight 1.
 
-use std::future::Future;
 use std::sync::Mutex;
 
 use stride::Stride;
@@ -32,19 +30,6 @@ impl Default for Lane {
             weight: 1,
         }
     }
-}
-
-tokio::task_local! {
-    static LANE: Lane;
-}
-
-/// Runs `future` with its model calls in `lane`.
-pub async fn with_lane<F: Future>(lane: Lane, future: F) -> F::Output {
-    LANE.scope(lane, future).await
-}
-
-pub(crate) fn current_lane() -> Lane {
-    LANE.try_with(Clone::clone).unwrap_or_default()
 }
 
 struct Waiter {
@@ -104,9 +89,9 @@ impl Turnstile {
         }
     }
 
-    /// Waits for a turn, in the current task's lane.
-    pub async fn enter(&self) -> Turn<'_> {
-        let lane = current_lane();
+    /// Waits for a turn, in `lane`.
+    pub async fn enter(&self, lane: &Lane) -> Turn<'_> {
+        let lane = lane.clone();
         let waiting = {
             let mut state = self.state.lock().expect("poisoned");
             let idle = !state.waiting.iter().any(|w| w.tenant == lane.tenant);
@@ -201,9 +186,9 @@ impl<'a> Turn<'a> {
     /// limits keep their last leases for other tenants): the turn goes to the waiting call of
     /// another lane with the lowest pass, and this one waits for it again, behind its own
     /// lane. Returns the turn and whether it was passed on (not: no other lane waits).
-    pub async fn defer(self) -> (Turn<'a>, bool) {
+    pub async fn defer(self, lane: &Lane) -> (Turn<'a>, bool) {
         let turnstile = self.turnstile;
-        let tenant = current_lane().tenant;
+        let tenant = lane.tenant.clone();
         let waiting = {
             let mut state = turnstile.state.lock().expect("poisoned");
             let next = state
@@ -263,14 +248,14 @@ mod tests {
     async fn order(calls: Vec<(&'static str, u32)>) -> Vec<&'static str> {
         let turnstile = Arc::new(Turnstile::default());
         let got = Arc::new(Mutex::new(Vec::new()));
-        let held = turnstile.enter().await;
+        let held = turnstile.enter(&Lane::default()).await;
         let mut tasks = Vec::new();
         for (tenant, weight) in calls {
             let (turnstile, got) = (turnstile.clone(), got.clone());
-            tasks.push(tokio::spawn(with_lane(lane(tenant, weight), async move {
-                let _turn = turnstile.enter().await;
+            tasks.push(tokio::spawn(async move {
+                let _turn = turnstile.enter(&lane(tenant, weight)).await;
                 got.lock().unwrap().push(tenant);
-            })));
+            }));
             // Arrival order is the spawn order.
             tokio::task::yield_now().await;
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -313,11 +298,11 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_waiter_passes_the_turn_on() {
         let turnstile = Arc::new(Turnstile::default());
-        let held = turnstile.enter().await;
+        let held = turnstile.enter(&Lane::default()).await;
         let cancelled = {
             let turnstile = turnstile.clone();
             tokio::spawn(async move {
-                let _turn = turnstile.enter().await;
+                let _turn = turnstile.enter(&Lane::default()).await;
             })
         };
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -326,7 +311,7 @@ mod tests {
         let next = {
             let turnstile = turnstile.clone();
             tokio::spawn(async move {
-                let _turn = turnstile.enter().await;
+                let _turn = turnstile.enter(&Lane::default()).await;
             })
         };
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -340,19 +325,22 @@ mod tests {
     #[tokio::test]
     async fn permits_are_held_at_once_and_the_next_goes_by_lane() {
         let turnstile = Arc::new(Turnstile::new(2));
-        let a = turnstile.enter().await;
-        let b = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter())
-            .await
-            .expect("a second permit is free");
+        let a = turnstile.enter(&Lane::default()).await;
+        let b = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            turnstile.enter(&Lane::default()),
+        )
+        .await
+        .expect("a second permit is free");
         let got = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = Vec::new();
         for tenant in ["bulk", "bulk", "bulk", "solo"] {
             let (turnstile, got) = (turnstile.clone(), got.clone());
-            waiting.push(tokio::spawn(with_lane(lane(tenant, 1), async move {
-                let _turn = turnstile.enter().await;
+            waiting.push(tokio::spawn(async move {
+                let _turn = turnstile.enter(&lane(tenant, 1)).await;
                 got.lock().unwrap().push(tenant);
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            })));
+            }));
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         assert!(got.lock().unwrap().is_empty(), "both permits are held");
@@ -369,23 +357,23 @@ mod tests {
     async fn a_deferred_turn_goes_to_another_lane_and_comes_back() {
         let turnstile = Arc::new(Turnstile::default());
         let got = Arc::new(Mutex::new(Vec::new()));
-        let held = with_lane(lane("bulk", 1), turnstile.enter()).await;
+        let held = turnstile.enter(&lane("bulk", 1)).await;
         let mut tasks = Vec::new();
         for tenant in ["bulk", "solo"] {
             let (turnstile, got) = (turnstile.clone(), got.clone());
-            tasks.push(tokio::spawn(with_lane(lane(tenant, 1), async move {
-                let _turn = turnstile.enter().await;
+            tasks.push(tokio::spawn(async move {
+                let _turn = turnstile.enter(&lane(tenant, 1)).await;
                 got.lock().unwrap().push(tenant);
-            })));
+            }));
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         // The holder (bulk) cannot go on: solo's call goes first, though bulk's arrived
         // earlier; the holder then waits behind its own lane.
-        let (back, deferred) = with_lane(lane("bulk", 1), held.defer()).await;
+        let (back, deferred) = held.defer(&lane("bulk", 1)).await;
         assert!(deferred);
         assert_eq!(*got.lock().unwrap(), vec!["solo", "bulk"]);
         // Nobody waits now: deferring keeps the turn.
-        let (back, deferred) = with_lane(lane("bulk", 1), back.defer()).await;
+        let (back, deferred) = back.defer(&lane("bulk", 1)).await;
         assert!(!deferred);
         drop(back);
         for task in tasks {
@@ -393,32 +381,40 @@ mod tests {
         }
         assert_eq!(*got.lock().unwrap(), vec!["solo", "bulk"]);
         // Every turn came back: the next one is free at once.
-        let free = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter()).await;
+        let free = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            turnstile.enter(&Lane::default()),
+        )
+        .await;
         assert!(free.is_ok());
     }
 
     #[tokio::test]
     async fn a_deferring_call_given_up_passes_its_turn_on() {
         let turnstile = Arc::new(Turnstile::default());
-        let held = with_lane(lane("bulk", 1), turnstile.enter()).await;
+        let held = turnstile.enter(&lane("bulk", 1)).await;
         let solo = {
             let turnstile = turnstile.clone();
-            tokio::spawn(with_lane(lane("solo", 1), async move {
-                let turn = turnstile.enter().await;
+            tokio::spawn(async move {
+                let turn = turnstile.enter(&lane("solo", 1)).await;
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 drop(turn);
-            }))
+            })
         };
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         // Bulk defers to solo, and is cancelled while it waits to get the turn back.
         let gave_up = tokio::time::timeout(
             std::time::Duration::from_millis(10),
-            with_lane(lane("bulk", 1), held.defer()),
+            held.defer(&lane("bulk", 1)),
         )
         .await;
         assert!(gave_up.is_err());
         solo.await.unwrap();
-        let free = tokio::time::timeout(std::time::Duration::from_secs(1), turnstile.enter()).await;
+        let free = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            turnstile.enter(&Lane::default()),
+        )
+        .await;
         assert!(free.is_ok(), "the turn was lost");
     }
 }

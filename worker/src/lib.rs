@@ -565,29 +565,24 @@ impl Worker {
         };
         let step = match envelope.task {
             Task::Execute(request) => {
-                let outcome = model::with_lane(
-                    lane,
-                    self.execute_task(
+                let outcome = self
+                    .execute_task(
                         envelope.task_id,
                         envelope.tenant.as_deref(),
+                        &lane,
                         &request,
                         delivery,
-                    ),
-                )
-                .await;
+                    )
+                    .await;
                 return self.finish(kind, outcome, started);
             }
             Task::Plan(task) => Step::Plan(task),
             Task::Implement(task) => Step::Implement(task),
             Task::Integrate(task) => Step::Integrate(task),
         };
-        let ctx = pipeline::TaskCtx::new(step.job_id());
-        let (outcome, model_us) = model::with_lane(
-            lane,
-            model::exchange_time::timed(self.pipeline_task(&ctx, &step, delivery)),
-        )
-        .await;
-        let sandbox_us = ctx.sandbox_us();
+        let ctx = pipeline::TaskCtx::new(step.job_id(), lane);
+        let outcome = self.pipeline_task(&ctx, &step, delivery).await;
+        let (sandbox_us, model_us) = (ctx.sandbox_us(), ctx.call.exchange_us());
         // One line per pipeline task: what `bench/tasks` reads the per-task overhead from
         // (microseconds: an idle task's whole overhead is a few milliseconds).
         tracing::info!(
@@ -617,10 +612,12 @@ impl Worker {
         outcome
     }
 
+    /// `lane`: the tenant's, for its turn at the language's pool.
     async fn execute_task(
         &self,
         id: TaskId,
         tenant: Option<&str>,
+        lane: &model::Lane,
         request: &ExecutionRequest,
         delivery: Delivery,
     ) -> Outcome {
@@ -637,7 +634,7 @@ impl Worker {
         }
         tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
         let result = loop {
-            let e = match self.run_sandboxed(id, request).await {
+            let e = match self.run_sandboxed(id, lane, request).await {
                 Ok(result) => break result,
                 Err(e) => e,
             };
@@ -832,6 +829,7 @@ impl Worker {
     async fn run_sandboxed(
         &self,
         id: TaskId,
+        lane: &model::Lane,
         request: &ExecutionRequest,
     ) -> Result<ExecutionResult, sandbox::Error> {
         let language = request.language.as_str();
@@ -839,7 +837,7 @@ impl Worker {
         loop {
             let started = Instant::now();
             let turn = match &self.sandbox_turns {
-                Some(turns) => turns.enter(request).await,
+                Some(turns) => turns.enter(request, lane).await,
                 None => None,
             };
             let outcome = self.sandbox.run(request).await;

@@ -5,12 +5,13 @@
 //! tasks wait for a container; in arrival order, one tenant's batch would keep another
 //! tenant's single job waiting behind its whole backlog here, after fair scheduling started
 //! the job's task at once. So each language's pooled runs pass a [`Turnstile`] with the pool's
-//! size as permits, in the task's lane (`model::with_lane`, set around every task): the same
+//! size as permits, in the task's lane (its tenant and weight, given by the caller): the same
 //! stride scheduling as the lanes and the model's turn. Runs in a fresh container of their own
 //! do not wait for the pool and do not pass it.
 
 use std::collections::HashMap;
 
+use model::Lane;
 use model::turnstile::{Turn, Turnstile};
 use proto::{ExecutionRequest, Language};
 
@@ -33,15 +34,15 @@ impl SandboxTurns {
 
     /// Waits for `request`'s turn at its language's pool; `None` when it takes none (a fresh
     /// container).
-    pub async fn enter(&self, request: &ExecutionRequest) -> Option<Turn<'_>> {
+    pub async fn enter(&self, request: &ExecutionRequest, lane: &Lane) -> Option<Turn<'_>> {
         if request.fresh_container {
             return None;
         }
-        self.enter_language(request.language).await
+        self.enter_language(request.language, lane).await
     }
 
     /// Waits for a turn at `language`'s pool; `None` when it has none.
-    pub async fn enter_language(&self, language: Language) -> Option<Turn<'_>> {
-        Some(self.turns.get(&language)?.enter().await)
+    pub async fn enter_language(&self, language: Language, lane: &Lane) -> Option<Turn<'_>> {
+        Some(self.turns.get(&language)?.enter(lane).await)
     }
 }

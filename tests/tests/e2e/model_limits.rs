@@ -533,7 +533,7 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
             .await
     };
 
-    let mut seat = a.seat().await;
+    let mut seat = a.seat(&model::Lane::default()).await;
     assert!(
         tokio::time::timeout(Duration::from_millis(300), other())
             .await
@@ -541,9 +541,16 @@ async fn a_seat_keeps_its_place_between_calls_and_gives_it_back_when_dropped() {
         "another worker called while the only place was taken"
     );
     for _ in 0..2 {
-        a.generate_in::<Implementation>(&mut seat, Phase::Implement, Some("f"), &prompt, deadline)
-            .await
-            .unwrap();
+        a.generate_in::<Implementation>(
+            &model::Call::default(),
+            &mut seat,
+            Phase::Implement,
+            Some("f"),
+            &prompt,
+            deadline,
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(server.calls(), 2);
     assert!(
@@ -568,7 +575,14 @@ async fn call_in(model: &Model, seat: &mut model::Seat) {
     };
     let far = Instant::now() + Duration::from_secs(60);
     model
-        .generate_in::<Implementation>(seat, Phase::Implement, Some("f"), &prompt, far)
+        .generate_in::<Implementation>(
+            &model::Call::default(),
+            seat,
+            Phase::Implement,
+            Some("f"),
+            &prompt,
+            far,
+        )
         .await
         .unwrap();
 }
@@ -583,7 +597,7 @@ async fn a_kept_seat_pauses_when_another_worker_is_throttled() {
     let server = counting(usize::MAX);
     let (model, limits_here) = client(&server, here, 4);
     let scope = model.limits_scope();
-    let mut seat = model.seat().await;
+    let mut seat = model.seat(&model::Lane::default()).await;
     call_in(&model, &mut seat).await;
 
     // The pause begins after t0, so a call that honours it ends `pause` after t0 at the
@@ -622,7 +636,7 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
     let server = counting(usize::MAX);
     let (model, limits_here) = client(&server, here, 4);
     let scope = model.limits_scope();
-    let mut seat = model.seat().await;
+    let mut seat = model.seat(&model::Lane::default()).await;
     call_in(&model, &mut seat).await;
     assert!(
         limits_here.pause_known(),

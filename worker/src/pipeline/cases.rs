@@ -53,7 +53,7 @@ impl Pipeline {
             let started = Instant::now();
             let turn = match (held.take(), self.sandbox_turns.as_deref()) {
                 (Some(turn), _) => Some(turn),
-                (None, Some(turns)) => turns.enter_language(run.language).await,
+                (None, Some(turns)) => turns.enter_language(run.language, &ctx.call.lane).await,
                 (None, None) => None,
             };
             let outcome = self.sandbox.run_harness(run).await;
@@ -168,7 +168,7 @@ impl Pipeline {
                 drop(waiting);
                 return self.followed(ctx, shared, started, module, function, cases, run).await;
             }
-            turn = turns.enter_language(Language::Python) => turn,
+            turn = turns.enter_language(Language::Python, &ctx.call.lane) => turn,
         };
         let Some((mine, others)) = waiting.lead() else {
             // Taken by another run of the job just before this one's turn came.

@@ -1,5 +1,6 @@
 //! What a pipeline task carries through its step, as an argument: its job, when it last saw
-//! the job unfinished, and the time its sandbox runs took. Nothing of it is implicit (no
+//! the job unfinished, the time its sandbox runs took, and its model calls' context (its
+//! tenant's lane, the time of its exchanges). Nothing of it is implicit (no
 //! task-local), so a function that checks the job or counts sandbox time says so in its
 //! signature, and one called outside a task cannot skip the check unnoticed.
 
@@ -28,14 +29,18 @@ pub struct TaskCtx {
     status_seen: Mutex<Option<Instant>>,
     /// Microseconds the task spent in sandbox runs, for its `task finished` log line.
     sandbox_us: AtomicU64,
+    /// Its model calls' context: the task's tenant's lane (also its turn at a sandbox pool),
+    /// and the time of its model exchanges.
+    pub call: model::Call,
 }
 
 impl TaskCtx {
-    pub fn new(job: TaskId) -> Self {
+    pub fn new(job: TaskId, lane: model::Lane) -> Self {
         Self {
             job,
             status_seen: Mutex::new(None),
             sandbox_us: AtomicU64::new(0),
+            call: model::Call::new(lane),
         }
     }
 
@@ -77,7 +82,7 @@ mod tests {
 
     #[test]
     fn a_final_status_ends_the_task_and_an_unfinished_one_is_fresh_for_a_while() {
-        let ctx = TaskCtx::new(TaskId::new());
+        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
         assert!(!ctx.fresh(), "nothing read yet");
         ctx.seen(Some(JobStatus::Running)).unwrap();
         assert!(ctx.fresh());
@@ -91,7 +96,7 @@ mod tests {
 
     #[test]
     fn sandbox_time_adds_up() {
-        let ctx = TaskCtx::new(TaskId::new());
+        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
         let started = Instant::now() - Duration::from_millis(5);
         ctx.add_sandbox_time(started);
         ctx.add_sandbox_time(started);

@@ -44,7 +44,7 @@ impl Pipeline {
         let job = task.job_id;
         let function = task.function.clone();
         // The tests' call waits for the model's limit while the job is read.
-        let mut seat = self.seat_ahead();
+        let mut seat = self.seat_ahead(ctx);
         let view = seat.alongside(self.view(ctx, Some(&function))).await?;
         let meta = view.meta.expect("view checks the meta");
         let plan = view
@@ -213,6 +213,7 @@ impl Pipeline {
             let mut seat = seat.take().await;
             let tests = model
                 .generate_in::<TestCases>(
+                    &ctx.call,
                     &mut seat,
                     Phase::Tests,
                     Some(&spec.name),
@@ -286,6 +287,7 @@ impl Pipeline {
             let generating = async {
                 model
                     .generate_in::<Implementation>(
+                        &ctx.call,
                         &mut seat,
                         phase,
                         Some(&spec.name),

@@ -327,8 +327,8 @@ impl Pipeline {
 
     /// A seat for the task's first model call, taken from now on (none when
     /// [`Pipeline::model`] has no model to give).
-    fn seat_ahead(&self) -> seat_ahead::SeatAhead<'_> {
-        seat_ahead::SeatAhead::new(self.model().ok())
+    fn seat_ahead<'a>(&'a self, ctx: &'a TaskCtx) -> seat_ahead::SeatAhead<'a> {
+        seat_ahead::SeatAhead::new(self.model().ok(), &ctx.call.lane)
     }
 
     /// The model, unless there is none or it has been unreachable for `model_wait`.

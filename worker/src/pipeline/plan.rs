@@ -13,7 +13,7 @@ impl Pipeline {
     /// Asks the model for function specifications and stores them.
     pub async fn plan(&self, ctx: &TaskCtx, task: &PlanTask) -> Result<(), Error> {
         let job = task.job_id;
-        let mut seat = self.seat_ahead();
+        let mut seat = self.seat_ahead(ctx);
         let view = seat.alongside(self.view(ctx, None)).await?;
         let mut meta = view.meta.expect("view checks the meta");
         if view.plan.is_some() {
@@ -49,6 +49,7 @@ impl Pipeline {
             let mut seat = seat.take().await;
             model
                 .generate_in::<FunctionSpecs>(
+                    &ctx.call,
                     &mut seat,
                     Phase::Plan,
                     None,

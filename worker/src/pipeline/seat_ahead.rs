@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use futures::future::{BoxFuture, MaybeDone, maybe_done};
-use model::{Model, Seat};
+use model::{Lane, Model, Seat};
 
 /// A [`Seat`] being taken alongside a task's first steps. Dropped before it is taken (the
 /// task found nothing to generate: a cached function, a redelivery of finished work), the
@@ -13,9 +13,14 @@ use model::{Model, Seat};
 pub(crate) struct SeatAhead<'a>(Option<Pin<Box<MaybeDone<BoxFuture<'a, Seat>>>>>);
 
 impl<'a> SeatAhead<'a> {
-    /// Starts taking a seat of `model` (none without a model: the task fails at its call).
-    pub(crate) fn new(model: Option<&'a Model>) -> Self {
-        Self(model.map(|model| Box::pin(maybe_done(Box::pin(model.seat()) as BoxFuture<'a, Seat>))))
+    /// Starts taking a seat of `model` in `lane` (none without a model: the task fails at its
+    /// call).
+    pub(crate) fn new(model: Option<&'a Model>, lane: &'a Lane) -> Self {
+        Self(
+            model.map(|model| {
+                Box::pin(maybe_done(Box::pin(model.seat(lane)) as BoxFuture<'a, Seat>))
+            }),
+        )
     }
 
     /// Runs `work` while the seat is taken alongside.
