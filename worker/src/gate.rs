@@ -241,6 +241,13 @@ impl Gate {
         }
     }
 
+    /// [`Gate::outage`] of a sandbox run's failure (on Docker).
+    pub async fn sandbox_outage(&self, error: &sandbox::Error, wait: Duration) -> Outage {
+        let reason = error.to_string();
+        self.outage(Dependency::Docker, &reason, error.is_retryable(), &[], wait)
+            .await
+    }
+
     /// Waits until none of `needs` is down, at most `timeout`; `Err` lists what is still down.
     pub async fn wait_up(
         &self,

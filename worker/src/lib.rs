@@ -638,15 +638,7 @@ impl Worker {
                 Ok(result) => break result,
                 Err(e) => e,
             };
-            let reason = e.to_string();
-            let outage = self.gate.outage(
-                Dependency::Docker,
-                &reason,
-                e.is_retryable(),
-                &[],
-                self.options.outage_wait,
-            );
-            match outage.await {
+            match self.gate.sandbox_outage(&e, self.options.outage_wait).await {
                 Outage::Back => {}
                 Outage::Still(missing) => {
                     return self.hand_back(delivery, "execute", &missing).await;

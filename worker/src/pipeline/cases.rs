@@ -66,22 +66,18 @@ impl Pipeline {
                 }
                 Err(e) => e,
             };
-            let reason = e.to_string();
-            let outage = self.gate.outage(
-                Dependency::Docker,
-                &reason,
-                e.is_retryable(),
-                &[],
-                self.options.sandbox_wait,
-            );
-            if let Outage::Back = outage.await {
+            if let Outage::Back = self
+                .gate
+                .sandbox_outage(&e, self.options.sandbox_wait)
+                .await
+            {
                 continue;
             }
             // The task's own failure, or Docker is still down: the task decides (it waits for
             // Docker, or is handed back).
             return Err(Error::Retry {
                 dependency: Dependency::Docker,
-                reason,
+                reason: e.to_string(),
             });
         }
     }
