@@ -82,18 +82,8 @@ impl Coordinator {
         let tenant = proto::Envelope::decode(&delivery.body)
             .ok()
             .and_then(|e| e.tenant);
-        match self
-            .store
-            .complete_execution(id, tenant.as_deref(), &result)
-            .await
-        {
-            Ok(stored) => {
-                if stored {
-                    self.metrics.usage.charge(
-                        tenant.as_deref(),
-                        &proto::api::UsageTotals::of_execution(&result).fields(),
-                    );
-                }
+        match self.finish_execution(id, tenant.as_deref(), &result).await {
+            Ok(_) => {
                 let _ = delivery.ack().await;
             }
             Err(e) => {

@@ -705,16 +705,7 @@ pub(crate) async fn enqueue(
     if let Err(e) = published {
         let reason = format!("not queued: {e}");
         let result = ExecutionResult::error(Status::Error, reason.clone());
-        if let Ok(true) = c
-            .store
-            .complete_execution(id, tenant.0.as_deref(), &result)
-            .await
-        {
-            c.metrics.usage.charge(
-                tenant.0.as_deref(),
-                &proto::api::UsageTotals::of_execution(&result).fields(),
-            );
-        }
+        let _ = c.finish_execution(id, tenant.0.as_deref(), &result).await;
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
     }
     Ok(())

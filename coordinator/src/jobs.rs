@@ -301,16 +301,9 @@ async fn answer_from_cache(
     )
     .await?;
     c.jobs.create_job(&meta).await.map_err(unavailable)?;
-    if c.jobs
-        .finish_job(id, meta.tenant.as_deref(), &result)
+    c.finish_job(meta.tenant.as_deref(), &result)
         .await
-        .map_err(unavailable)?
-    {
-        c.metrics.usage.charge(
-            meta.tenant.as_deref(),
-            &proto::api::UsageTotals::of_job(&result).fields(),
-        );
-    }
+        .map_err(unavailable)?;
     c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
     Ok(result)
 }

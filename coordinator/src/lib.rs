@@ -18,6 +18,7 @@ mod body;
 mod cache;
 mod cancel;
 mod dead_letters;
+mod ending;
 mod error;
 mod executions;
 mod fusion;

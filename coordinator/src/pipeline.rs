@@ -130,15 +130,8 @@ impl Coordinator {
             reason: reason.to_owned(),
         };
         let result = JobResult::assemble(meta, &specs, &outcomes, ending, now_ms());
-        let finished = self
-            .jobs
-            .finish_job(meta.id, meta.tenant.as_deref(), &result)
-            .await?;
+        let finished = self.finish_job(meta.tenant.as_deref(), &result).await?;
         if finished {
-            self.metrics.usage.charge(
-                meta.tenant.as_deref(),
-                &proto::api::UsageTotals::of_job(&result).fields(),
-            );
             self.metrics
                 .jobs
                 .with_label_values(&[status.as_str()])
