@@ -929,6 +929,8 @@ struct MemoryState {
     results: HashMap<TaskId, JobResult>,
     events: HashMap<TaskId, Vec<Progress>>,
     batches: HashMap<TaskId, Batch>,
+    /// What finished jobs cost, by tenant and hour (the charge of Redis's finishing script).
+    usage: HashMap<(Option<String>, u64), proto::api::UsageTotals>,
 }
 
 impl MemoryJobs {
@@ -1087,7 +1089,7 @@ impl JobStore for MemoryJobs {
     async fn finish_job(
         &self,
         id: TaskId,
-        _tenant: Option<&str>,
+        tenant: Option<&str>,
         result: &JobResult,
     ) -> Result<bool, Error> {
         let mut s = self.state();
@@ -1096,6 +1098,15 @@ impl JobStore for MemoryJobs {
             return Ok(false);
         }
         s.results.insert(id, result.clone());
+        let now = proto::now_ms();
+        let hour = now - now % crate::usage::BUCKET_MS;
+        let charged = s
+            .usage
+            .entry((tenant.map(str::to_owned), hour))
+            .or_default();
+        for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
+            charged.add(field, value);
+        }
         s.events
             .entry(id)
             .or_default()
@@ -1146,3 +1157,24 @@ impl JobStore for MemoryJobs {
 
 /// How long job state is kept by default.
 pub const DEFAULT_JOB_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+#[async_trait]
+impl crate::usage::Usage for MemoryJobs {
+    async fn usage(
+        &self,
+        tenant: Option<&str>,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> Result<proto::api::UsageTotals, Error> {
+        let s = self.state();
+        let mut totals = proto::api::UsageTotals::default();
+        for hour in crate::usage::hours(from_ms, to_ms) {
+            if let Some(charged) = s.usage.get(&(tenant.map(str::to_owned), hour)) {
+                for (field, value) in charged.fields() {
+                    totals.add(field, value);
+                }
+            }
+        }
+        Ok(totals)
+    }
+}

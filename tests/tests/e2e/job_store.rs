@@ -9,7 +9,7 @@ use std::time::Duration;
 use proto::generation::{Complexity, FunctionSpec, Output};
 use proto::job::{Event, JobResult, JobStatus, Plan};
 use proto::{ExecutionResult, Progress, Status, TaskId};
-use store::{InboxEntry, JobStore, PipelineEvents, RedisStore, Store};
+use store::{InboxEntry, JobStore, PipelineEvents, RedisStore, Store, Usage};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
     FunctionSpec {
@@ -306,17 +306,41 @@ async fn published_functions_are_remembered<S: JobStore + Clone>(store: S) {
     assert!(store.unpublished(job, vec![]).await.unwrap().is_empty());
 }
 
-async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<S: JobStore + Clone>(
+async fn a_job_finishes_once_with_its_event_and_status_and_stays_finished<
+    S: JobStore + Usage + Clone,
+>(
     store: S,
 ) {
     let job = TaskId::new();
     store.set_status(job, JobStatus::Integrating).await.unwrap();
     let mut result = succeeded(job);
+    result.metrics.model_calls = 3;
+    result.metrics.execution_ms = 40;
+    let charge = proto::api::UsageTotals::of_job(&result);
     let finished = Progress::finished(&result);
-    assert!(store.finish_job(job, None, &result).await.unwrap());
-    // A late failure (a dead letter, a duplicate integration) changes nothing.
+    assert!(store.finish_job(job, Some("acme"), &result).await.unwrap());
+    // A late failure (a dead letter, a duplicate integration) changes nothing, and is not
+    // charged again.
     result.status = JobStatus::Failed;
-    assert!(!store.finish_job(job, None, &result).await.unwrap());
+    assert!(!store.finish_job(job, Some("acme"), &result).await.unwrap());
+    let now = proto::now_ms();
+    let hour = store::usage::BUCKET_MS;
+    assert_eq!(
+        store
+            .usage(Some("acme"), now - hour, now + hour)
+            .await
+            .unwrap(),
+        charge,
+        "charged once, with the result's figures"
+    );
+    assert_eq!(
+        store
+            .usage(Some("other"), now - hour, now + hour)
+            .await
+            .unwrap(),
+        proto::api::UsageTotals::default(),
+        "another tenant's totals are its own"
+    );
     store.set_status(job, JobStatus::Running).await.unwrap();
     assert_eq!(
         store.status(job).await.unwrap(),
