@@ -57,10 +57,15 @@ impl TaskCtx {
 
     /// Whether the job was seen unfinished within [`STATUS_FRESH`]: no need to read it again.
     pub(crate) fn fresh(&self) -> bool {
+        self.fresh_at(Instant::now())
+    }
+
+    /// [`TaskCtx::fresh`] as of `now`.
+    fn fresh_at(&self, now: Instant) -> bool {
         self.status_seen
             .lock()
             .expect("poisoned")
-            .is_some_and(|at| at.elapsed() < STATUS_FRESH)
+            .is_some_and(|at| now.saturating_duration_since(at) < STATUS_FRESH)
     }
 
     /// Checks a status the task has just read (with its job's state, or as a write's answer):
@@ -85,9 +90,15 @@ mod tests {
         let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
         assert!(!ctx.fresh(), "nothing read yet");
         ctx.seen(Some(JobStatus::Running)).unwrap();
-        assert!(ctx.fresh());
-        *ctx.status_seen.lock().unwrap() = Some(Instant::now() - 2 * STATUS_FRESH);
-        assert!(!ctx.fresh(), "an old read must be made again");
+        // Judged as of the read's own instant and just past the window: no race with the
+        // machine's speed.
+        let read = ctx.status_seen.lock().unwrap().expect("a read recorded");
+        assert!(ctx.fresh_at(read));
+        assert!(ctx.fresh_at(read + STATUS_FRESH / 2));
+        assert!(
+            !ctx.fresh_at(read + STATUS_FRESH),
+            "an old read must be made again"
+        );
         assert!(matches!(
             ctx.seen(Some(JobStatus::Cancelled)),
             Err(Error::Ended(JobStatus::Cancelled))
