@@ -6,6 +6,9 @@ orchestration: Redis reads and writes, prompt rendering, the loopback model roun
 the ack. A second table splits the model's HTTP exchanges (request sent to answer decoded, on
 loopback to the FAKE server) out of it, as the sandbox's runs are: the model server's own share
 (its wake-up, its parsing) is then not counted as the cluster's orchestration.
+A last line per job: its total (submission to result, the result's `total_ms`) minus every
+task's sandbox and model time: the orchestration a job pays, including what passes between its
+tasks (publishes, and on earlier versions the coordinators' hops), which no task's figure holds.
 Usage: tasks_report.py RESULTS.jsonl WORKER.log...
 """
 import json
@@ -21,10 +24,13 @@ def pct(values, p):
 
 
 jobs = set()
+totals = {}
 for line in open(sys.argv[1], encoding="utf-8"):
     result = json.loads(line)
     assert result["status"] == "succeeded", result.get("failure")
     jobs.add(result["job_id"])
+    totals[result["job_id"]] = result["metrics"]["total_ms"]
+spent = {job: 0.0 for job in jobs}
 
 rows = {"plan": [], "implement": [], "integrate": []}
 for path in sys.argv[2:]:
@@ -36,6 +42,7 @@ for path in sys.argv[2:]:
             continue
         queue, run, sandbox = (int(f[k]) / 1000 for k in ("queue_us", "run_us", "sandbox_us"))
         model = int(f.get("model_us", 0)) / 1000
+        spent[f["job"]] += sandbox + model
         rows[f["kind"]].append(
             (queue, run - sandbox, queue + run - sandbox, model, queue + run - sandbox - model)
         )
@@ -58,3 +65,6 @@ def table(columns):
 
 table([("queue wait p50/p99", 20, 0), ("handling - sandbox p50/p99", 28, 1), ("overhead p50/p99", 18, 2)])
 table([("model exchanges p50/p99", 24, 3), ("overhead - model p50/p99", 26, 4)])
+per_job = [totals[job] - spent[job] for job in jobs]
+print(f"per job (total - sandbox - model), {len(per_job)} jobs: p50 {pct(per_job, 50):.2f} ms, "
+      f"p99 {pct(per_job, 99):.2f} ms")

@@ -291,7 +291,6 @@ async fn connect(url: &str, options: &Options, topology: &Topology) -> Result<Li
     let declared = [
         &topology.tasks,
         &topology.executions,
-        &topology.events,
         &topology.dead_letters,
     ]
     .into_iter()
@@ -359,14 +358,6 @@ async fn declare(
         .queue_declare(
             ShortString::from(topology.executions.clone()),
             durable,
-            task_args.clone(),
-        )
-        .await?;
-    // Events get the same guarantees: a poison event is dead-lettered, not looped on.
-    channel
-        .queue_declare(
-            ShortString::from(topology.events.clone()),
-            durable,
             task_args,
         )
         .await?;
@@ -393,7 +384,7 @@ async fn declare_lane(
     Ok(())
 }
 
-/// The arguments of every work queue (tasks, executions, their lanes, events).
+/// The arguments of every work queue (tasks, executions, their lanes).
 fn work_queue_args(options: &Options, topology: &Topology) -> FieldTable {
     let mut task_args = FieldTable::default();
     task_args.insert(
@@ -517,11 +508,6 @@ impl Broker for AmqpBroker {
         self.publish_to(&queue, message).await
     }
 
-    async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
-        let queue = self.inner.topology.events.clone();
-        self.publish_to(&queue, message).await
-    }
-
     fn consume_lane(
         &self,
         queue: Queue,
@@ -536,7 +522,6 @@ impl Broker for AmqpBroker {
             Queue::Tasks => Topology::lane(&topology.tasks, lane.as_deref()),
             Queue::Executions => Topology::lane(&topology.executions, lane.as_deref()),
             Queue::DeadLetters => topology.dead_letters.clone(),
-            Queue::Events => topology.events.clone(),
         };
         tokio::spawn(async move {
             let mut live_rx = broker.inner.live.subscribe();

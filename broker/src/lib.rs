@@ -86,8 +86,6 @@ pub enum Queue {
     /// Plain executions.
     Executions,
     DeadLetters,
-    /// Pipeline events from workers to coordinators.
-    Events,
 }
 
 /// A message to publish on the task queue.
@@ -97,7 +95,7 @@ pub struct Outgoing {
     pub message_id: String,
     pub body: Vec<u8>,
     /// The tenant whose lane of the tasks or executions queue it goes to (`None`: work of no
-    /// tenant; ignored for events).
+    /// tenant).
     pub lane: Option<String>,
 }
 
@@ -256,9 +254,6 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Publishes one plain execution durably (confirmed) to the executions queue.
     async fn publish_execution(&self, message: Outgoing) -> Result<(), Error>;
-
-    /// Publishes one pipeline event durably (confirmed) to the events queue.
-    async fn publish_event(&self, message: Outgoing) -> Result<(), Error>;
 
     /// Consumes `queue` with at most `prefetch` unsettled deliveries. The stream waits through
     /// broker outages and ends once `cancel` fires (the broker stops sending at that point;

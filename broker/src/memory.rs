@@ -95,7 +95,7 @@ impl MemoryBroker {
     fn publish_on(&self, queue: Queue, message: Outgoing) -> Result<(), Error> {
         let lane = match queue {
             Queue::Tasks | Queue::Executions => message.lane,
-            Queue::DeadLetters | Queue::Events => None,
+            Queue::DeadLetters => None,
         };
         if let Some(reason) = &self.state.lock().expect("poisoned").down {
             return Err(Error::Unavailable(reason.clone()));
@@ -167,10 +167,6 @@ impl Broker for MemoryBroker {
 
     async fn publish_execution(&self, message: Outgoing) -> Result<(), Error> {
         self.publish_on(Queue::Executions, message)
-    }
-
-    async fn publish_event(&self, message: Outgoing) -> Result<(), Error> {
-        self.publish_on(Queue::Events, message)
     }
 
     fn consume_lane(

@@ -160,14 +160,8 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let (broker, supervisor) = broker::AmqpBroker::build(settings.broker.clone());
     tokio::spawn(supervisor.run(infra.clone()));
     let (store, listener) = store::RedisStore::build(settings.store.clone())?;
-    // The coordinator serves event streams (it wants the notice of every new event) and reads
-    // the pipeline's inbox (it wakes on the notice of each sent event).
-    tokio::spawn(
-        listener
-            .with_job_events()
-            .with_pipeline_events()
-            .run(infra.clone()),
-    );
+    // The coordinator serves event streams: it wants the notice of every new event.
+    tokio::spawn(listener.with_job_events().run(infra.clone()));
 
     let readiness = {
         let store = store.clone();
@@ -332,9 +326,11 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let ops_cancel = infra.clone();
     let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
 
+    let broker: Arc<dyn broker::Broker> = Arc::new(broker);
     let mut pipeline = worker::Pipeline::new(
         settings.worker.pipeline.clone(),
         Arc::new(store.clone()),
+        Arc::clone(&broker),
         model,
         sandbox.clone(),
     )
@@ -347,7 +343,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let tenants = store.clone();
     let worker = worker::Worker::build(
         settings.worker.clone(),
-        Arc::new(broker),
+        broker,
         Arc::new(store),
         sandbox,
         &registry,

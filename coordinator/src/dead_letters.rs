@@ -56,7 +56,7 @@ impl Coordinator {
             other => format!("task dead-lettered ({other})"),
         };
         tracing::warn!(%id, %reason, "task dead-lettered");
-        // A pipeline task or event: its job cannot go on, so it fails with the reason.
+        // A pipeline task: its job cannot go on, so it fails with the reason.
         if let Some((job, what)) = pipeline_job(&delivery.body) {
             let recorded = match self.jobs.job_meta(job).await {
                 Ok(Some(meta)) => {
@@ -95,17 +95,12 @@ impl Coordinator {
     }
 }
 
-/// The job a dead-lettered pipeline task or event belongs to, and what it was.
+/// The job a dead-lettered pipeline task belongs to, and what it was.
 fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
-    if let Ok(envelope) = proto::Envelope::decode(body) {
-        return match envelope.task {
-            proto::Task::Execute(_) => None,
-            proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
-            proto::Task::Implement(t) => Some((t.job_id, format!("implementing {}", t.function))),
-            proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
-        };
+    match proto::Envelope::decode(body).ok()?.task {
+        proto::Task::Execute(_) => None,
+        proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
+        proto::Task::Implement(t) => Some((t.job_id, format!("implementing {}", t.function))),
+        proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
     }
-    proto::job::Event::decode(body)
-        .ok()
-        .map(|event| (event.job_id(), "a pipeline event".into()))
 }

@@ -1,29 +1,57 @@
-//! How work ends in the coordinator: the store's one finishing operation for a job or an
-//! execution, and this process's usage counter charged once, by the call that ended it.
+//! How work ends in the coordinator: a job through [`flow::Flow`] (the one way a job ends,
+//! shared with the workers), an execution through the store's one finishing operation; this
+//! process's usage counter charged once, by the call that ended it.
 
-use proto::job::JobResult;
+use proto::job::{JobMeta, JobResult, JobStatus};
 use proto::{ExecutionResult, TaskId};
 
 use crate::Coordinator;
 
 impl Coordinator {
-    /// Ends a job with `result` (the store's one finishing operation), and counts the tenant's
-    /// usage in this process's metrics when this call is the one that ended it.
+    /// Ends a job with `result` ([`flow::Flow::finish`]); whether this call ended it.
     pub(crate) async fn finish_job(
         &self,
         tenant: Option<&str>,
         result: &JobResult,
     ) -> Result<bool, store::Error> {
-        let finished = self.jobs.finish_job(result.job_id, tenant, result).await?;
+        let finished = self.flow.finish(tenant, result).await?;
         if finished {
             self.metrics
-                .usage
-                .charge(tenant, &proto::api::UsageTotals::of_job(result).fields());
+                .jobs
+                .with_label_values(&[result.status.as_str()])
+                .inc();
         }
         Ok(finished)
     }
 
-    /// Ends an execution with `result`, as [`Coordinator::finish_job`] ends a job.
+    /// Ends a job before its integration with `status` (`failed`, `cancelled`) and `reason`,
+    /// keeping what it produced. Returns the job's result: this one, or the one it had
+    /// finished with already.
+    pub(crate) async fn end_job(
+        &self,
+        meta: &JobMeta,
+        status: JobStatus,
+        reason: &str,
+    ) -> Result<JobResult, store::Error> {
+        let ended = self.flow.end_early(meta, status, reason, &[]).await?;
+        if ended.now {
+            self.metrics
+                .jobs
+                .with_label_values(&[status.as_str()])
+                .inc();
+        }
+        Ok(ended.result)
+    }
+
+    /// Ends a job as failed with `reason`; a job that already finished keeps its result.
+    pub(crate) async fn fail_job(&self, meta: &JobMeta, reason: &str) -> Result<(), store::Error> {
+        self.end_job(meta, JobStatus::Failed, reason)
+            .await
+            .map(drop)
+    }
+
+    /// Ends an execution with `result` (the store's one finishing operation), and counts the
+    /// tenant's usage in this process's metrics when this call is the one that ended it.
     pub(crate) async fn finish_execution(
         &self,
         id: TaskId,

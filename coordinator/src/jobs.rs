@@ -230,6 +230,7 @@ pub(crate) async fn create_job(
         plan_tokens: Default::default(),
         plan_model_calls: 0,
         cache_key,
+        max_functions: u32::try_from(c.options.max_functions).unwrap_or(u32::MAX),
     };
     c.list(
         Kind::Jobs,
@@ -244,7 +245,8 @@ pub(crate) async fn create_job(
         .push_event(id, &Progress::Queued { job_id: id })
         .await;
     if let Err(e) = c
-        .publish_task(
+        .flow
+        .publish(
             Task::Plan(proto::job::PlanTask {
                 job_id: id,
                 problem: None,
@@ -291,6 +293,7 @@ async fn answer_from_cache(
         plan_tokens: Default::default(),
         plan_model_calls: 0,
         cache_key: None,
+        max_functions: u32::try_from(c.options.max_functions).unwrap_or(u32::MAX),
     };
     let result = JobResult::from_cache(cached, id);
     c.list(

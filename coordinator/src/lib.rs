@@ -24,14 +24,12 @@ mod executions;
 mod fusion;
 mod generators;
 mod idempotency;
-mod inbox;
 mod jobs;
 mod languages;
 mod listing;
 mod metrics;
-mod pipeline;
-pub mod planning;
 mod quotas;
+mod reaper;
 pub mod tenants;
 mod usage;
 mod webhooks;
@@ -103,10 +101,6 @@ pub struct Options {
     /// (a safety net: a job waiting for a model, a sandbox or a lost task ends, never hangs).
     #[serde(with = "humantime_serde")]
     pub job_deadline: Duration,
-    /// How long an event or dead letter waits (retrying) for Redis or the broker before it
-    /// goes back to its queue; it is not counted towards the delivery limit either way.
-    #[serde(with = "humantime_serde")]
-    pub outage_wait: Duration,
     /// Settings per tenant (`coordinator.tenants.<name>.weight`); a tenant with an API key and
     /// no entry here has the defaults.
     pub tenants: std::collections::BTreeMap<String, TenantOptions>,
@@ -166,7 +160,6 @@ impl Default for Options {
             max_batch_body_bytes: 64 << 20,
             drain_timeout: Duration::from_secs(30),
             job_deadline: Duration::from_secs(6 * 3600),
-            outage_wait: Duration::from_secs(300),
             tenants: Default::default(),
             tenant_defaults: TenantOptions::default(),
             quota_period: Duration::from_secs(24 * 3600),
@@ -195,6 +188,8 @@ pub struct Coordinator {
     pub(crate) broker: Arc<dyn Broker>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) jobs: Arc<dyn JobStore>,
+    /// Publishes a job's plan task and ends jobs, as the workers do (`flow`).
+    pub(crate) flow: flow::Flow,
     pub(crate) metrics: Metrics,
     /// The solution cache and the identity of the model answering (provider/model@prompts).
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
@@ -265,11 +260,16 @@ impl Coordinator {
         }
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         metrics.usage.know(options.weights().into_keys());
+        let flow = flow::Flow::new(Arc::clone(&jobs), Arc::clone(&broker)).with_ends(flow::Ends {
+            usage: metrics.usage.clone(),
+            job_seconds: metrics.job_seconds.clone(),
+        });
         Ok(Self {
             options: Arc::new(options),
             broker,
             store,
             jobs,
+            flow,
             metrics,
             cache: None,
             generators: None,
@@ -406,7 +406,6 @@ impl Coordinator {
         })?;
         tracing::info!(%addr, "coordinator listening");
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
-        let events = tokio::spawn(self.clone().consume_events(cancel.clone()));
         let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
         let hooks = tokio::spawn(self.clone().deliver_webhooks(cancel.clone()));
         if let Some(register) = self.tenants.clone() {
@@ -425,7 +424,6 @@ impl Coordinator {
             _ = async { cancel.cancelled().await; tokio::time::sleep(drain).await } => Ok(()),
         };
         let _ = dead_letters.await;
-        let _ = events.await;
         let _ = reaper.await;
         let _ = hooks.await;
         result.map_err(|source| Error::Listen { addr, source })

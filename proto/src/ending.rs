@@ -238,6 +238,7 @@ mod tests {
             },
             plan_model_calls: 1,
             cache_key: None,
+            max_functions: crate::job::DEFAULT_MAX_FUNCTIONS,
         }
     }
 

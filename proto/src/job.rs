@@ -117,6 +117,17 @@ pub struct JobMeta {
     /// Solution-cache key of the request, when caching is on.
     #[serde(default)]
     pub cache_key: Option<String>,
+    /// Most functions its plan may have (the coordinator's `max_functions` when it accepted
+    /// the job): the worker that checks the plan applies it.
+    #[serde(default = "default_max_functions")]
+    pub max_functions: u32,
+}
+
+/// [`JobMeta::max_functions`] of a job accepted before it was recorded.
+pub const DEFAULT_MAX_FUNCTIONS: u32 = 16;
+
+fn default_max_functions() -> u32 {
+    DEFAULT_MAX_FUNCTIONS
 }
 
 /// Whitespace-insensitive form of a text for cache keys.
@@ -352,43 +363,6 @@ pub struct ImplementTask {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntegrateTask {
     pub job_id: TaskId,
-}
-
-/// What workers tell coordinators (on the events queue). The state itself is already in
-/// Redis when an event is published; events only say "look now".
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    /// The plan task stored the model's specs (or failed: `failure`).
-    Planned {
-        job_id: TaskId,
-        #[serde(default)]
-        failure: Option<String>,
-    },
-    /// A function is final (passed or not).
-    FunctionDone { job_id: TaskId, function: String },
-    /// Integration stored the final result. No longer sent (the finish script ends the job
-    /// and a coordinator had nothing to do on it: a broker message per job for nothing);
-    /// still read, from workers of earlier versions during an upgrade.
-    Integrated { job_id: TaskId },
-}
-
-impl Event {
-    pub fn job_id(&self) -> TaskId {
-        match self {
-            Event::Planned { job_id, .. }
-            | Event::FunctionDone { job_id, .. }
-            | Event::Integrated { job_id } => *job_id,
-        }
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        crate::codec::encode(self)
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<Self, crate::codec::DecodeError> {
-        crate::codec::decode(bytes)
-    }
 }
 
 /// The quality report of a finished job.

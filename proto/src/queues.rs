@@ -13,8 +13,6 @@ pub struct Topology {
     pub dead_letter_exchange: String,
     /// Durable quorum queue bound to the dead-letter exchange.
     pub dead_letters: String,
-    /// Durable quorum queue of pipeline events (workers → coordinators).
-    pub events: String,
 }
 
 impl Topology {
@@ -24,7 +22,6 @@ impl Topology {
             executions: format!("{prefix}.executions"),
             dead_letter_exchange: format!("{prefix}.dlx"),
             dead_letters: format!("{prefix}.tasks.dead"),
-            events: format!("{prefix}.events"),
         }
     }
 

@@ -3,24 +3,24 @@
 //! Keys: a job's under `{p}:job:{id}:` ([`crate::keys::JobKeys`]), a batch's
 //! ([`crate::keys::batch`]), the unfinished jobs ([`crate::keys::unfinished_jobs`]).
 //!
-//! Invariant: completing a function is one Lua script: the function joins `done` and each
-//! dependant's counter drops by one; the dependants that reach zero are returned to exactly
-//! one caller. A repeated completion (a redelivered event) changes nothing and returns the
-//! dependants that are ready but not done, so a caller that crashed before publishing them
-//! can publish them again (workers skip a function whose outcome is final).
+//! Invariant: a function's final outcome is stored and the function completed in one Lua
+//! script: the function joins `done` and each dependant's counter drops by one; the
+//! dependants that reach zero are returned to exactly one caller. A repeated completion (a
+//! task taken again after its run stored the outcome) changes nothing and returns the
+//! dependants that are ready but not done, so a caller that stopped before publishing them is
+//! followed by one that publishes them (workers skip a function whose outcome is final).
 //!
-//! Storing the plan and its dependency counters is one script too, so a crash cannot leave a
-//! plan without counters. A function's final outcome is written once: whichever run of a
-//! (redelivered, duplicated) task finishes first is the outcome its dependants were built on,
-//! and a later run cannot replace it.
+//! Starting a job (its plan, dependency counters, meta and `running` status) is one script
+//! too, so a crash cannot leave a plan without counters. A function's final outcome is
+//! written once: whichever run of a (redelivered, duplicated) task finishes first is the
+//! outcome its dependants were built on, and a later run cannot replace it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::generation::FunctionSpec;
-use proto::job::{Batch, Event, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
@@ -61,6 +61,28 @@ pub struct IntegrationView {
     pub functions: HashMap<String, FunctionOutcome>,
 }
 
+/// What starting a job did ([`JobStore::start_job`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// False when a plan was stored already (a task taken again), which then stands.
+    pub first: bool,
+    /// The job's status after it: `running`, or the final one it had.
+    pub status: Option<JobStatus>,
+}
+
+/// What finishing a function did ([`JobStore::finish_function`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// False when a final outcome was stored already (which then stands, and whose run
+    /// completes it).
+    pub stored: bool,
+    /// The job's status as the write saw it.
+    pub status: Option<JobStatus>,
+    /// What completing the function made ready; `None` when nothing was completed (not
+    /// stored, or the job had ended).
+    pub completion: Option<Completion>,
+}
+
 /// What storing an outcome did ([`JobStore::save_function`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Saved {
@@ -79,7 +101,7 @@ pub struct StoredEvent {
 }
 
 #[async_trait]
-pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
+pub trait JobStore: Send + Sync + 'static {
     /// Records a new job, `queued`, among the unfinished ones.
     async fn create_job(&self, meta: &JobMeta) -> Result<(), Error>;
     /// Unfinished jobs submitted before `before_ms`, oldest first, at most `limit`.
@@ -100,57 +122,37 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
         }
         Ok(statuses)
     }
-    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error>;
-    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error>;
-    /// [`JobStore::put_job_meta`] and [`JobStore::put_specs`], then `announce` for the
-    /// coordinators (Redis: one transaction).
-    async fn save_specs_and_announce(
+    /// Starts a planned job, once: stores `plan` and its dependency counters with `meta`
+    /// (what planning spent), sets the status `running` unless it is final, and records the
+    /// progress event `event` (Redis: one script). A plan stored already stands.
+    async fn start_job(
         &self,
         meta: &JobMeta,
-        specs: &[FunctionSpec],
-        announce: &Event,
-    ) -> Result<(), Error> {
-        let (put_meta, put_specs) =
-            tokio::join!(self.put_job_meta(meta), self.put_specs(meta.id, specs));
-        put_meta?;
-        put_specs?;
-        self.send_pipeline_event(announce).await
-    }
-    /// Stores the plan and the dependency counters, once; returns false if a plan existed.
-    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error>;
+        plan: &Plan,
+        event: Option<&Progress>,
+    ) -> Result<Started, Error>;
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error>;
-    /// Stores a (partial or final) outcome unless a final one is stored already; returns
-    /// whether it was stored.
-    async fn put_function(&self, id: TaskId, outcome: &FunctionOutcome) -> Result<bool, Error> {
-        Ok(self.save_function(id, outcome, None).await?.stored)
-    }
-    /// [`JobStore::put_function`], and when stored, the progress event `event` with it;
-    /// answers the job's status too (Redis: one script).
+    /// Stores a partial outcome (a function's attempts so far) unless its final one is stored
+    /// already, with the progress event `event`; answers the job's status too (Redis: one
+    /// script). A final outcome goes through [`JobStore::finish_function`].
     async fn save_function(
         &self,
         id: TaskId,
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error>;
-    /// [`JobStore::save_function`] of a final outcome, and with it `announce` for the
-    /// coordinators (their inbox, [`PipelineEvents::send_pipeline_event`]) unless the job has
-    /// ended, whether this
-    /// outcome was stored or another run's stands: one step (Redis: one script), so the event
-    /// never waits for a round trip of its own and a stored outcome is never left unannounced.
-    async fn save_function_and_announce(
+    /// Stores a function's final outcome (unless one stands) with `attempt`, its last
+    /// attempt's progress event, and completes the function in `plan` in the same step, as
+    /// [`JobStore::complete_function`] does with `done` (Redis: one script). Nothing is
+    /// completed when another outcome stood (its run completes it) or the job has ended.
+    async fn finish_function(
         &self,
         id: TaskId,
+        plan: &Plan,
         outcome: &FunctionOutcome,
-        event: Option<&Progress>,
-        announce: &Event,
-    ) -> Result<Saved, Error> {
-        debug_assert!(outcome.done, "only a final outcome is announced");
-        let saved = self.save_function(id, outcome, event).await?;
-        if !saved.status.is_some_and(JobStatus::is_final) {
-            self.send_pipeline_event(announce).await?;
-        }
-        Ok(saved)
-    }
+        attempt: Option<&Progress>,
+        done: Option<&Progress>,
+    ) -> Result<Finished, Error>;
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error>;
     /// The outcomes of `names`, in order (Redis: one `MGET`).
     async fn functions(
@@ -196,7 +198,8 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
         })
     }
     /// Marks `name` of `plan` done and returns what became ready (see the module docs); on
-    /// the first completion, records the progress event `event` with it.
+    /// the first completion, records the progress event `event` with it. For a function whose
+    /// final outcome is stored ([`JobStore::finish_function`] completed it the first time).
     async fn complete_function(
         &self,
         id: TaskId,
@@ -206,7 +209,8 @@ pub trait JobStore: crate::inbox::PipelineEvents + Send + Sync + 'static {
     ) -> Result<Completion, Error>;
     /// Records that the tasks of `names` were published (after the broker confirmed them).
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error>;
-    /// Of `names`, those not recorded as published: what a repeated event may publish again.
+    /// Of `names`, those not recorded as published: what a repeated completion may publish
+    /// again.
     async fn unpublished(&self, id: TaskId, names: Vec<String>) -> Result<Vec<String>, Error>;
     /// Finishes the job, atomically: stores `result` unless one exists, and with it appends
     /// its `finished` progress event, sets the final status and charges `tenant`'s usage with
@@ -265,10 +269,25 @@ const EVENTS_SAFETY_POLL: Duration = Duration::from_secs(5);
 /// is far shorter, so nothing is lost but a runaway writer is bounded.
 const EVENTS_MAX_LEN: usize = 1000;
 
-/// Marks a function done and decrements its dependants, atomically; on the first completion
-/// appends the progress event (if any) and announces it (through [`complete_function_call`]).
-static COMPLETE_FUNCTION: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("lua/job_complete_function.lua")));
+/// `complete(k, a, dependants)`: marking a function done, in the scripts that do it (the one
+/// place where the dependants' counters go down).
+const COMPLETION: &str = include_str!("lua/job_completion.lua");
+
+/// Completes a function whose final outcome is stored (through [`complete_function_call`]).
+static COMPLETE_FUNCTION: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        "{COMPLETION}{}",
+        include_str!("lua/job_complete_function.lua")
+    ))
+});
+
+/// Stores a final outcome and completes its function (through [`finish_function_call`]).
+static FINISH_FUNCTION: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        "{COMPLETION}{}",
+        include_str!("lua/job_finish_function.lua")
+    ))
+});
 
 /// The integration's reads: meta, status, plan, result, then (function, outcome) for every
 /// function of the plan (`pending` has one field per function, kept once its counter is
@@ -277,8 +296,7 @@ static COMPLETE_FUNCTION: LazyLock<redis::Script> =
 static INTEGRATION_VIEW: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/job_integration_view.lua")));
 
-/// Stores the plan and its dependency counters, once.
-/// KEYS: plan, pending, done. ARGV: plan bytes, ttl, (function, counter)...
+/// Starts a planned job, once (through [`start_job_call`]).
 static PUT_PLAN: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/job_put_plan.lua")));
 
@@ -293,9 +311,8 @@ static SET_STATUS: LazyLock<redis::Script> =
 static FINISH_JOB: LazyLock<redis::Script> =
     LazyLock::new(|| crate::usage::charging(include_str!("lua/job_finish.lua")));
 
-/// Stores an outcome unless the final one is stored, with its progress event if any; answers
-/// whether it stored it and the job's status; may announce a pipeline event with it (through
-/// [`put_function_call`]).
+/// Stores a partial outcome unless the final one is stored, with its progress event if any;
+/// answers whether it stored it and the job's status.
 static PUT_FUNCTION: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/job_put_function.lua")));
 
@@ -328,41 +345,80 @@ fn complete_function_call(
     invocation
 }
 
-/// [`PUT_FUNCTION`] of `outcome`, announcing `announce` with it when given, its arguments in
-/// the script's order.
-/// KEYS: outcome, final marker, status, events, [the coordinators' inbox]. ARGV: outcome
-/// bytes, ttl, "1" when this outcome is final, event JSON or "", [`EVENTS_MAX_LEN`], the job
-/// events channel, job id, [pipeline event bytes, the inbox's notice channel, the final
-/// statuses...]: with the last ones, the pipeline event goes to the inbox (stored or not)
-/// unless the job's status is final.
-fn put_function_call(
+/// [`FINISH_FUNCTION`] of `outcome` of `plan`, its arguments in the script's order.
+/// KEYS: outcome, final marker, status, events, done, pending. ARGV: outcome bytes, ttl,
+/// attempt event JSON or "", done event JSON or "", [`EVENTS_MAX_LEN`], the job events
+/// channel, job id, function, the plan's size, how many final statuses follow, the final
+/// statuses..., dependants...
+fn finish_function_call(
     store: &RedisStore,
     id: TaskId,
+    plan: &Plan,
     outcome: &FunctionOutcome,
-    event: Option<&Progress>,
-    announce: Option<&Event>,
+    attempt: Option<&Progress>,
+    done: Option<&Progress>,
 ) -> redis::ScriptInvocation<'static> {
     let prefix = store.prefix();
     let keys = JobKeys::new(prefix, id);
-    let mut invocation = PUT_FUNCTION.prepare_invoke();
+    let name = &outcome.name;
+    let mut invocation = FINISH_FUNCTION.prepare_invoke();
     invocation
-        .key(keys.function(&outcome.name))
-        .key(keys.function_final(&outcome.name))
+        .key(keys.function(name))
+        .key(keys.function_final(name))
         .key(keys.status())
         .key(keys.events())
+        .key(keys.done())
+        .key(keys.pending())
         .arg(proto::codec::encode(outcome))
         .arg(store.ttl_secs())
-        .arg(if outcome.done { "1" } else { "0" })
+        .arg(attempt.map(Progress::to_json).unwrap_or_default())
+        .arg(done.map(Progress::to_json).unwrap_or_default())
+        .arg(EVENTS_MAX_LEN)
+        .arg(keys::job_events_channel(prefix))
+        .arg(id.to_string())
+        .arg(name)
+        .arg(plan.specs.len())
+        .arg(JobStatus::FINAL.len())
+        .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
+    for dependant in plan.dependants.get(name).into_iter().flatten() {
+        invocation.arg(dependant);
+    }
+    invocation
+}
+
+/// [`PUT_PLAN`] of `plan` for the job of `meta`, its arguments in the script's order.
+/// KEYS: plan, pending, done, meta, status, events. ARGV: plan bytes, ttl, meta bytes, event
+/// JSON or "", [`EVENTS_MAX_LEN`], the job events channel, job id, the running status, how
+/// many final statuses follow, the final statuses..., then (function, dependency count)...
+fn start_job_call(
+    store: &RedisStore,
+    meta: &JobMeta,
+    plan: &Plan,
+    event: Option<&Progress>,
+) -> redis::ScriptInvocation<'static> {
+    let prefix = store.prefix();
+    let keys = JobKeys::new(prefix, meta.id);
+    let mut invocation = PUT_PLAN.prepare_invoke();
+    invocation
+        .key(keys.plan())
+        .key(keys.pending())
+        .key(keys.done())
+        .key(keys.meta())
+        .key(keys.status())
+        .key(keys.events())
+        .arg(proto::codec::encode(plan))
+        .arg(store.ttl_secs())
+        .arg(proto::codec::encode(meta))
         .arg(event.map(Progress::to_json).unwrap_or_default())
         .arg(EVENTS_MAX_LEN)
         .arg(keys::job_events_channel(prefix))
-        .arg(id.to_string());
-    if let Some(announce) = announce {
-        invocation
-            .key(keys::pipeline_events(prefix))
-            .arg(announce.encode())
-            .arg(keys::pipeline_notice_channel(prefix))
-            .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
+        .arg(meta.id.to_string())
+        .arg(JobStatus::Running.as_str())
+        .arg(JobStatus::FINAL.len())
+        .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
+    for spec in &plan.specs {
+        let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
+        invocation.arg(&spec.name).arg(unique.len());
     }
     invocation
 }
@@ -455,27 +511,6 @@ fn parse_msgpack<T: serde::de::DeserializeOwned>(
     bytes
         .map(|b| proto::codec::decode(&b).map_err(|e| corrupt(key, e)))
         .transpose()
-}
-
-impl RedisStore {
-    /// [`put_function_call`]'s script, and what it answers.
-    async fn save_function_announcing(
-        &self,
-        id: TaskId,
-        outcome: &FunctionOutcome,
-        event: Option<&Progress>,
-        announce: Option<&Event>,
-    ) -> Result<Saved, Error> {
-        let (stored, status): (i64, Option<String>) =
-            put_function_call(self, id, outcome, event, announce)
-                .invoke_async(&mut self.connection())
-                .await
-                .map_err(backend)?;
-        Ok(Saved {
-            stored: stored == 1,
-            status: parse_status(&JobKeys::new(self.prefix(), id).status(), status)?,
-        })
-    }
 }
 
 #[async_trait]
@@ -579,59 +614,20 @@ impl JobStore for RedisStore {
             .collect()
     }
 
-    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
-        let key = JobKeys::new(self.prefix(), id).specs();
-        self.set_msgpack(&key, &specs).await
-    }
-
-    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
-        let key = JobKeys::new(self.prefix(), id).specs();
-        self.get_msgpack(&key).await
-    }
-
-    async fn save_specs_and_announce(
+    async fn start_job(
         &self,
         meta: &JobMeta,
-        specs: &[FunctionSpec],
-        announce: &Event,
-    ) -> Result<(), Error> {
-        let keys = JobKeys::new(self.prefix(), meta.id);
-        let ttl = self.ttl_secs();
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .set_ex(keys.meta(), proto::codec::encode(meta), ttl)
-            .ignore()
-            .set_ex(keys.specs(), proto::codec::encode(specs), ttl)
-            .ignore();
-        crate::inbox::append(
-            &mut pipe,
-            &keys::pipeline_events(self.prefix()),
-            &keys::pipeline_notice_channel(self.prefix()),
-            &announce.encode(),
-        )
-        .query_async::<()>(&mut self.connection())
-        .await
-        .map_err(backend)
-    }
-
-    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
-        let keys = JobKeys::new(self.prefix(), id);
-        let mut invocation = PUT_PLAN.prepare_invoke();
-        invocation
-            .key(keys.plan())
-            .key(keys.pending())
-            .key(keys.done())
-            .arg(proto::codec::encode(plan))
-            .arg(self.ttl_secs());
-        for spec in &plan.specs {
-            let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
-            invocation.arg(&spec.name).arg(unique.len());
-        }
-        let stored: i64 = invocation
+        plan: &Plan,
+        event: Option<&Progress>,
+    ) -> Result<Started, Error> {
+        let (first, status): (i64, Option<String>) = start_job_call(self, meta, plan, event)
             .invoke_async(&mut self.connection())
             .await
             .map_err(backend)?;
-        Ok(stored == 1)
+        Ok(Started {
+            first: first == 1,
+            status: parse_status(&JobKeys::new(self.prefix(), meta.id).status(), status)?,
+        })
     }
 
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
@@ -645,20 +641,50 @@ impl JobStore for RedisStore {
         outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Saved, Error> {
-        self.save_function_announcing(id, outcome, event, None)
+        let keys = JobKeys::new(self.prefix(), id);
+        let (stored, status): (i64, Option<String>) = PUT_FUNCTION
+            .key(keys.function(&outcome.name))
+            .key(keys.function_final(&outcome.name))
+            .key(keys.status())
+            .key(keys.events())
+            .arg(proto::codec::encode(outcome))
+            .arg(self.ttl_secs())
+            .arg(event.map(Progress::to_json).unwrap_or_default())
+            .arg(EVENTS_MAX_LEN)
+            .arg(keys::job_events_channel(self.prefix()))
+            .arg(id.to_string())
+            .invoke_async(&mut self.connection())
             .await
+            .map_err(backend)?;
+        Ok(Saved {
+            stored: stored == 1,
+            status: parse_status(&keys.status(), status)?,
+        })
     }
 
-    async fn save_function_and_announce(
+    async fn finish_function(
         &self,
         id: TaskId,
+        plan: &Plan,
         outcome: &FunctionOutcome,
-        event: Option<&Progress>,
-        announce: &Event,
-    ) -> Result<Saved, Error> {
-        debug_assert!(outcome.done, "only a final outcome is announced");
-        self.save_function_announcing(id, outcome, event, Some(announce))
-            .await
+        attempt: Option<&Progress>,
+        done: Option<&Progress>,
+    ) -> Result<Finished, Error> {
+        debug_assert!(outcome.done, "only a final outcome finishes a function");
+        let (stored, status, first, all, ready): (i64, Option<String>, i64, i64, Vec<String>) =
+            finish_function_call(self, id, plan, outcome, attempt, done)
+                .invoke_async(&mut self.connection())
+                .await
+                .map_err(backend)?;
+        Ok(Finished {
+            stored: stored == 1,
+            status: parse_status(&JobKeys::new(self.prefix(), id).status(), status)?,
+            completion: (first >= 0).then_some(Completion {
+                ready,
+                all_done: all == 1,
+                first: first == 1,
+            }),
+        })
     }
 
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
@@ -912,14 +938,12 @@ impl JobStore for RedisStore {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryJobs {
     state: Arc<Mutex<MemoryState>>,
-    inbox: Arc<crate::inbox::MemoryInbox>,
 }
 
 #[derive(Debug, Default)]
 struct MemoryState {
     meta: HashMap<TaskId, JobMeta>,
     status: HashMap<TaskId, JobStatus>,
-    specs: HashMap<TaskId, Vec<FunctionSpec>>,
     plans: HashMap<TaskId, Plan>,
     pending: HashMap<(TaskId, String), i64>,
     done: HashMap<TaskId, std::collections::BTreeSet<String>>,
@@ -933,6 +957,41 @@ struct MemoryState {
     usage: HashMap<(Option<String>, u64), proto::api::UsageTotals>,
 }
 
+impl MemoryState {
+    /// The completion script's semantics (`lua/job_completion.lua`).
+    fn complete(
+        &mut self,
+        id: TaskId,
+        plan: &Plan,
+        name: &str,
+        event: Option<&Progress>,
+    ) -> Completion {
+        let first = self.done.entry(id).or_default().insert(name.to_owned());
+        if let (true, Some(event)) = (first, event) {
+            self.events.entry(id).or_default().push(event.clone());
+        }
+        let mut ready = Vec::new();
+        for d in plan.dependants.get(name).cloned().unwrap_or_default() {
+            let done = self.done.get(&id).is_some_and(|set| set.contains(&d));
+            let counter = self.pending.entry((id, d.clone())).or_insert(1);
+            if first {
+                *counter -= 1;
+                if *counter == 0 {
+                    ready.push(d);
+                }
+            } else if *counter <= 0 && !done {
+                ready.push(d);
+            }
+        }
+        let all_done = self.done.get(&id).map_or(0, |d| d.len()) >= plan.specs.len();
+        Completion {
+            ready,
+            all_done,
+            first,
+        }
+    }
+}
+
 impl MemoryJobs {
     pub fn new() -> Self {
         Self::default()
@@ -940,10 +999,6 @@ impl MemoryJobs {
 
     fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
         self.state.lock().expect("poisoned")
-    }
-
-    pub(crate) fn inbox(&self) -> Arc<crate::inbox::MemoryInbox> {
-        Arc::clone(&self.inbox)
     }
 }
 
@@ -988,25 +1043,38 @@ impl JobStore for MemoryJobs {
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
         Ok(self.state().status.get(&id).copied())
     }
-    async fn put_specs(&self, id: TaskId, specs: &[FunctionSpec]) -> Result<(), Error> {
-        self.state().specs.insert(id, specs.to_vec());
-        Ok(())
-    }
-    async fn specs(&self, id: TaskId) -> Result<Option<Vec<FunctionSpec>>, Error> {
-        Ok(self.state().specs.get(&id).cloned())
-    }
-    async fn put_plan(&self, id: TaskId, plan: &Plan) -> Result<bool, Error> {
+    async fn start_job(
+        &self,
+        meta: &JobMeta,
+        plan: &Plan,
+        event: Option<&Progress>,
+    ) -> Result<Started, Error> {
         let mut s = self.state();
+        let id = meta.id;
         if s.plans.contains_key(&id) {
-            return Ok(false);
+            return Ok(Started {
+                first: false,
+                status: s.status.get(&id).copied(),
+            });
         }
         s.plans.insert(id, plan.clone());
+        s.done.remove(&id);
         for spec in &plan.specs {
             let unique: std::collections::BTreeSet<&String> = spec.dependencies.iter().collect();
             s.pending
                 .insert((id, spec.name.clone()), unique.len() as i64);
         }
-        Ok(true)
+        s.meta.insert(id, meta.clone());
+        if !s.status.get(&id).is_some_and(|status| status.is_final()) {
+            s.status.insert(id, JobStatus::Running);
+        }
+        if let Some(event) = event {
+            s.events.entry(id).or_default().push(event.clone());
+        }
+        Ok(Started {
+            first: true,
+            status: s.status.get(&id).copied(),
+        })
     }
     async fn plan(&self, id: TaskId) -> Result<Option<Plan>, Error> {
         Ok(self.state().plans.get(&id).cloned())
@@ -1038,6 +1106,36 @@ impl JobStore for MemoryJobs {
     async fn function(&self, id: TaskId, name: &str) -> Result<Option<FunctionOutcome>, Error> {
         Ok(self.state().functions.get(&(id, name.to_owned())).cloned())
     }
+    async fn finish_function(
+        &self,
+        id: TaskId,
+        plan: &Plan,
+        outcome: &FunctionOutcome,
+        attempt: Option<&Progress>,
+        done: Option<&Progress>,
+    ) -> Result<Finished, Error> {
+        let mut s = self.state();
+        let status = s.status.get(&id).copied();
+        let key = (id, outcome.name.clone());
+        if s.functions.get(&key).is_some_and(|o| o.done) {
+            return Ok(Finished {
+                stored: false,
+                status,
+                completion: None,
+            });
+        }
+        s.functions.insert(key, outcome.clone());
+        if let Some(attempt) = attempt {
+            s.events.entry(id).or_default().push(attempt.clone());
+        }
+        let completion = (!status.is_some_and(JobStatus::is_final))
+            .then(|| s.complete(id, plan, &outcome.name, done));
+        Ok(Finished {
+            stored: true,
+            status,
+            completion,
+        })
+    }
     async fn complete_function(
         &self,
         id: TaskId,
@@ -1045,30 +1143,7 @@ impl JobStore for MemoryJobs {
         name: &str,
         event: Option<&Progress>,
     ) -> Result<Completion, Error> {
-        let mut s = self.state();
-        let first = s.done.entry(id).or_default().insert(name.to_owned());
-        if let (true, Some(event)) = (first, event) {
-            s.events.entry(id).or_default().push(event.clone());
-        }
-        let mut ready = Vec::new();
-        for d in plan.dependants.get(name).cloned().unwrap_or_default() {
-            let done = s.done.get(&id).is_some_and(|set| set.contains(&d));
-            let counter = s.pending.entry((id, d.clone())).or_insert(1);
-            if first {
-                *counter -= 1;
-                if *counter == 0 {
-                    ready.push(d);
-                }
-            } else if *counter <= 0 && !done {
-                ready.push(d);
-            }
-        }
-        let all_done = s.done.get(&id).map_or(0, |d| d.len()) >= plan.specs.len();
-        Ok(Completion {
-            ready,
-            all_done,
-            first,
-        })
+        Ok(self.state().complete(id, plan, name, event))
     }
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error> {
         self.state()

@@ -78,12 +78,6 @@ impl JobKeys {
         self.part("status")
     }
 
-    /// `{p}:job:{id}:specs`, string: MessagePack `Vec<FunctionSpec>` as the model proposed
-    /// them.
-    pub fn specs(&self) -> String {
-        self.part("specs")
-    }
-
     /// `{p}:job:{id}:plan`, string: MessagePack `Plan` (validated, ordered).
     pub fn plan(&self) -> String {
         self.part("plan")
@@ -160,20 +154,6 @@ pub fn job_events_channel(prefix: &str) -> String {
 /// `{p}:batch:finished`, channel: the id of a batch one of whose jobs has just finished.
 pub fn batch_finished_channel(prefix: &str) -> String {
     format!("{prefix}:batch:finished")
-}
-
-// The coordinators' inbox.
-
-/// `{p}:pipeline:events`, stream: `data` = MessagePack pipeline `Event`; consumer group
-/// `coordinators`.
-pub fn pipeline_events(prefix: &str) -> String {
-    format!("{prefix}:pipeline:events")
-}
-
-/// `{p}:pipeline:notice`, channel: `1`, published with every pipeline event so readers wake
-/// at once.
-pub fn pipeline_notice_channel(prefix: &str) -> String {
-    format!("{prefix}:pipeline:notice")
 }
 
 // Caches.
@@ -391,8 +371,6 @@ mod tests {
             (unfinished_jobs(p), "codegen:jobs:unfinished".into()),
             (job_events_channel(p), "codegen:job:events".into()),
             (batch_finished_channel(p), "codegen:batch:finished".into()),
-            (pipeline_events(p), "codegen:pipeline:events".into()),
-            (pipeline_notice_channel(p), "codegen:pipeline:notice".into()),
             (
                 cache_solution(p, "ab12"),
                 "codegen:cache:solution:ab12".into(),
@@ -469,7 +447,6 @@ mod tests {
         let pinned = [
             (keys.meta(), "meta"),
             (keys.status(), "status"),
-            (keys.specs(), "specs"),
             (keys.plan(), "plan"),
             (keys.pending(), "pending"),
             (keys.done(), "done"),

@@ -18,7 +18,6 @@
 pub mod cache;
 mod executions;
 pub mod idempotency;
-pub mod inbox;
 pub mod index;
 pub mod jobs;
 pub mod keys;
@@ -41,9 +40,11 @@ use serde::{Deserialize, Serialize};
 pub use crate::redis::RedisStore;
 pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
-pub use inbox::{InboxEntry, PipelineEvents};
 pub use index::{Index, MemoryIndex};
-pub use jobs::{Completion, IntegrationView, JobStore, JobView, MemoryJobs, Saved, StoredEvent};
+pub use jobs::{
+    Completion, Finished, IntegrationView, JobStore, JobView, MemoryJobs, Saved, Started,
+    StoredEvent,
+};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};

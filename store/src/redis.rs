@@ -30,8 +30,6 @@ struct Inner {
     watchers: Arc<DashMap<TaskId, Vec<Arc<Notify>>>>,
     /// Woken when a model limit's lease is released anywhere (`limits::RedisLimits::freed`).
     lease_freed: Arc<Notify>,
-    /// Woken when a pipeline event is sent (`inbox`), with [`Listener::with_pipeline_events`].
-    pipeline_notice: Arc<Notify>,
     /// Pauses of the model's limits heard of (`limits::RedisLimits::paused_until`), and
     /// whether that is all there is to know.
     pauses: Pauses,
@@ -55,8 +53,6 @@ pub struct Listener {
     job_events: bool,
     /// Also wake waiters for a model limit's lease (`limits::RedisLimits::freed`).
     lease_notices: bool,
-    /// Also wake readers of the coordinators' inbox (`inbox::PipelineEvents`).
-    pipeline_events: bool,
     /// Wake waiters for executions' verdicts (the default; a worker waits for none).
     execution_notices: bool,
 }
@@ -101,7 +97,6 @@ impl RedisStore {
                 watchers: Arc::default(),
                 lease_freed: Arc::default(),
                 pauses: Pauses::default(),
-                pipeline_notice: Arc::default(),
             }),
         };
         Ok((
@@ -111,7 +106,6 @@ impl RedisStore {
                 pushes,
                 job_events: false,
                 lease_notices: false,
-                pipeline_events: false,
                 execution_notices: true,
             },
         ))
@@ -202,12 +196,6 @@ impl RedisStore {
         &self.inner.pauses
     }
 
-    /// Woken by the notice each pipeline event publishes (with the listener's
-    /// [`Listener::with_pipeline_events`]; without it a reader waits out its timeout).
-    pub(crate) fn pipeline_notice(&self) -> &Arc<Notify> {
-        &self.inner.pipeline_notice
-    }
-
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
     }
@@ -280,13 +268,6 @@ impl Listener {
         self
     }
 
-    /// Also subscribes to the notices of pipeline events, for a process that reads the
-    /// coordinators' inbox (a coordinator).
-    pub fn with_pipeline_events(mut self) -> Self {
-        self.pipeline_events = true;
-        self
-    }
-
     /// Leaves out the notices of finished executions: a process that waits for no verdict (a
     /// worker) would receive one for every execution of the cluster.
     pub fn without_execution_notices(mut self) -> Self {
@@ -311,10 +292,6 @@ impl Listener {
         if self.lease_notices {
             channels.push(lease_freed.clone());
             channels.push(paused.clone());
-        }
-        let pipeline_notice = keys::pipeline_notice_channel(prefix);
-        if self.pipeline_events {
-            channels.push(pipeline_notice.clone());
         }
         if channels.is_empty() {
             return; // nothing to wait for
@@ -365,12 +342,6 @@ impl Listener {
                         self.store.inner.pauses.hear(scope, until);
                     }
                 }
-                PushKind::Message
-                    if push.data.first().and_then(value_str).as_deref()
-                        == Some(pipeline_notice.as_str()) =>
-                {
-                    self.store.inner.pipeline_notice.notify_waiters();
-                }
                 PushKind::Message => {
                     let id: Option<TaskId> = push
                         .data
@@ -407,7 +378,6 @@ impl Listener {
                             .for_each(|notify| notify.notify_waiters());
                     }
                     self.store.inner.lease_freed.notify_waiters();
-                    self.store.inner.pipeline_notice.notify_waiters();
                 }
                 _ => {}
             }

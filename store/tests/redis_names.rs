@@ -20,8 +20,8 @@ use store::limits::{LeaseDecision, SlowDown};
 use store::quotas::Limits;
 use store::webhooks::HookKind;
 use store::{
-    CacheStore, Idempotency, JobStore, Meters, PipelineEvents, Presence, Quotas, RedisLimits,
-    RedisStore, Store, Tenants, Usage, Webhooks,
+    CacheStore, Idempotency, JobStore, Meters, Presence, Quotas, RedisLimits, RedisStore, Store,
+    Tenants, Usage, Webhooks,
 };
 
 fn redis_url() -> String {
@@ -87,6 +87,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
         plan_tokens: Default::default(),
         plan_model_calls: 0,
         cache_key: None,
+        max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
     }
 }
 
@@ -358,23 +359,26 @@ async fn a_jobs_state_is_under_its_names_and_read_back_whole() {
         dependants: BTreeMap::from([("a".into(), vec!["b".into()]), ("b".into(), vec![])]),
     };
     store.create_job(&meta(job, None)).await.unwrap();
-    store.put_specs(job, &plan.specs).await.unwrap();
-    assert!(store.put_plan(job, &plan).await.unwrap());
-    store.set_status(job, JobStatus::Running).await.unwrap();
+    let started = store
+        .start_job(&meta(job, None), &plan, None)
+        .await
+        .unwrap();
+    assert_eq!(started.status, Some(JobStatus::Running));
     let mut outcome = FunctionOutcome::new("a");
     outcome.done = true;
-    let saved = store.save_function(job, &outcome, None).await.unwrap();
-    assert!(saved.stored);
-    assert_eq!(saved.status, Some(JobStatus::Running));
+    outcome.passed = true;
     let done = Progress::FunctionDone {
         function: "a".into(),
         passed: true,
         attempts: 1,
     };
-    let completion = store
-        .complete_function(job, &plan, "a", Some(&done))
+    let finished = store
+        .finish_function(job, &plan, &outcome, None, Some(&done))
         .await
         .unwrap();
+    assert!(finished.stored);
+    assert_eq!(finished.status, Some(JobStatus::Running));
+    let completion = finished.completion.unwrap();
     assert_eq!(
         (completion.ready, completion.first),
         (vec!["b".into()], true)
@@ -383,7 +387,6 @@ async fn a_jobs_state_is_under_its_names_and_read_back_whole() {
     for part in [
         "meta",
         "status",
-        "specs",
         "plan",
         "pending",
         "done",
@@ -461,18 +464,6 @@ async fn the_rest_of_the_state_is_under_its_names() {
     store.record(Kind::Jobs, None, 1_000, &[id]).await.unwrap();
     assert_eq!(
         raw.zcard::<_, u64>(format!("{p}:index:jobs:#"))
-            .await
-            .unwrap(),
-        1
-    );
-
-    let event = proto::job::Event::FunctionDone {
-        job_id: id,
-        function: "a".into(),
-    };
-    store.send_pipeline_event(&event).await.unwrap();
-    assert_eq!(
-        raw.xlen::<_, u64>(format!("{p}:pipeline:events"))
             .await
             .unwrap(),
         1

@@ -84,6 +84,7 @@ impl InProcess {
             let pipeline = worker::Pipeline::new(
                 worker::pipeline::Options::default(),
                 Arc::new(jobs.clone()),
+                Arc::new(broker.clone()),
                 Some(model.clone()),
                 Arc::new(sandbox.clone()),
             );

@@ -283,9 +283,11 @@ impl Worker {
     pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
         pipeline.sandbox_turns = self.sandbox_turns.clone();
         pipeline.gate = self.gate.clone();
-        pipeline.job_seconds = Some(self.metrics.job_seconds.clone());
         pipeline.shared_cases = Some(self.metrics.shared_cases.clone());
-        pipeline.usage = Some(self.metrics.usage.clone());
+        pipeline.flow = pipeline.flow.with_ends(flow::Ends {
+            usage: self.metrics.usage.clone(),
+            job_seconds: self.metrics.job_seconds.clone(),
+        });
         self.pipeline = Some(pipeline);
         self
     }

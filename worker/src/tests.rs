@@ -369,6 +369,7 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
     let pipeline = Pipeline::new(
         pipeline::Options::default(),
         Arc::new(store::MemoryJobs::default()),
+        Arc::new(broker.clone()),
         None,
         Arc::new(ScriptedSandbox::new(passing)),
     )

@@ -655,7 +655,8 @@ async fn the_api_answers_as_documented() {
         specs: vec![serde_json::from_value(spec.clone()).unwrap()],
         dependants: Default::default(),
     };
-    jobs.put_plan(job, &plan).await.unwrap();
+    let meta = jobs.job_meta(job).await.unwrap().unwrap();
+    jobs.start_job(&meta, &plan, None).await.unwrap();
     let (status, answer) = call(&c, "GET", &format!("/v1/jobs/{job}"), "").await;
     assert_eq!(answer["functions"]["sieve"]["attempts"], 0);
     conforms(&doc, "GET", "/v1/jobs/{id}", status, &answer);

@@ -134,7 +134,7 @@ async fn a_plan_with_a_cycle_is_rejected_after_one_replan_with_the_cycle_named()
     let mut cluster = Cluster::new();
     let _model = cluster.scripted_model(&script).await;
     let _coordinator = cluster.coordinator().await;
-    let (_worker, _) = cluster.worker("worker").await;
+    let (_worker, worker) = cluster.worker("worker").await;
     let (_, body) = cluster
         .submit_job(json!({"instruction": "two functions that call each other"}))
         .await;
@@ -146,11 +146,13 @@ async fn a_plan_with_a_cycle_is_rejected_after_one_replan_with_the_cycle_named()
         failure.contains("dependency cycle: a -> b -> a"),
         "{failure}"
     );
-    // The coordinator failed it, and timed it under its final status.
+    // The worker that planned it asked again once, then failed it and timed it under its
+    // final status.
+    assert_eq!(result["metrics"]["model_calls"], 2, "{result:#}");
     assert_eq!(
         metric(
             &cluster.http,
-            &cluster.url(),
+            &worker,
             "codegen_job_seconds_count{status=\"failed\"}"
         )
         .await,

@@ -8,7 +8,7 @@ use model::prompts::{self, Attempt, DependencyCode, Failure};
 use model::{Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
-    Event, FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, TestResult, Validation,
+    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, TestResult, Validation,
 };
 use proto::{ErrorKind, Progress};
 
@@ -16,7 +16,7 @@ use crate::gate::Dependency;
 
 use super::cases::CaseRun;
 use super::seat_ahead::SeatAhead;
-use super::{Error, Pipeline, TaskCtx, model_error, redis};
+use super::{Error, Pipeline, TaskCtx, advancing, model_error, redis};
 
 impl Pipeline {
     /// Dependencies of `function`, transitively, in plan order (each before its users).
@@ -57,14 +57,14 @@ impl Pipeline {
         if let Some(existing) = view.function
             && existing.done
         {
-            // Its place under the model's limit goes back before anything else is written.
+            // Taken again after its outcome was stored: publish what the run that stored it did
+            // not. Its place under the model's limit goes back before anything else is written.
             drop(seat);
             return self
-                .emit(Event::FunctionDone {
-                    job_id: job,
-                    function,
-                })
-                .await;
+                .flow
+                .resume_function(&meta, &plan, &existing, view.status)
+                .await
+                .map_err(advancing);
         }
         // Verified code of the dependencies, in plan order.
         let mut dependency_code = Vec::new();
@@ -77,21 +77,15 @@ impl Pipeline {
             match outcome.and_then(|o| o.code.filter(|_| o.passed)) {
                 Some(code) => dependency_code.push((dep, code)),
                 None => {
-                    // Never by the coordinator's ordering; if it happens, the job fails with
-                    // the reason instead of waiting for this function forever.
+                    // Never by the plan's ordering; if it happens, the job fails with the
+                    // reason instead of waiting for this function forever.
                     drop(seat);
                     let reason =
                         format!("{function} was started before its dependency {dep} passed");
                     let mut failed = FunctionOutcome::new(&function);
                     failed.done = true;
                     failed.failure = Some(reason);
-                    self.jobs.put_function(job, &failed).await.map_err(redis)?;
-                    return self
-                        .emit(Event::FunctionDone {
-                            job_id: job,
-                            function,
-                        })
-                        .await;
+                    return self.finished(ctx, &meta, &plan, &failed, None).await;
                 }
             }
         }
@@ -105,19 +99,11 @@ impl Pipeline {
                     cached.cached = true;
                     cached.name = function.clone();
                     // Not stored when another run finished first: that outcome stands.
-                    self.jobs.put_function(job, &cached).await.map_err(redis)?;
-                    self.progress(
-                        job,
-                        Progress::FunctionCached {
-                            function: function.clone(),
-                        },
-                    )
-                    .await;
+                    let event = Progress::FunctionCached {
+                        function: function.clone(),
+                    };
                     return self
-                        .emit(Event::FunctionDone {
-                            job_id: job,
-                            function,
-                        })
+                        .finished(ctx, &meta, &plan, &cached, Some(&event))
                         .await;
                 }
                 Ok(None) => {}
@@ -155,26 +141,38 @@ impl Pipeline {
                 tracing::warn!(error = %e, "cannot cache a verified function");
             }
         };
-        // The passing attempt's event goes with the final outcome, and the coordinators'
-        // event with both: one write.
-        let done = Event::FunctionDone {
-            job_id: job,
-            function: function.clone(),
-        };
-        let saving =
-            self.jobs
-                .save_function_and_announce(job, &outcome, last_attempt.as_ref(), &done);
-        let saved = tokio::join!(cached, saving).1.map_err(redis)?;
-        if !saved.stored {
-            tracing::info!(%job, function = %function, "another run of this function finished first; its outcome stands");
+        // The passing attempt's event goes with the final outcome, and the function's
+        // completion with both: one write, then the publish of what it made ready.
+        let finishing = self.finished(ctx, &meta, &plan, &outcome, last_attempt.as_ref());
+        tokio::join!(cached, finishing).1
+    }
+
+    /// Stores `outcome`, the function's final one, with `attempt`, completes the function and
+    /// publishes what that made ready (`flow::Flow::finish_function`).
+    async fn finished(
+        &self,
+        ctx: &TaskCtx,
+        meta: &JobMeta,
+        plan: &Plan,
+        outcome: &FunctionOutcome,
+        attempt: Option<&Progress>,
+    ) -> Result<(), Error> {
+        let (job, function) = (meta.id, &outcome.name);
+        let finished = self
+            .flow
+            .finish_function(meta, plan, outcome, attempt)
+            .await
+            .map_err(advancing)?;
+        if !finished.stored {
+            tracing::info!(%job, %function, "another run of this function finished first; its outcome stands");
             return Ok(());
         }
-        ctx.seen(saved.status)?;
-        tracing::info!(%job, function = %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
+        ctx.seen(finished.status)?;
+        tracing::info!(%job, %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
         Ok(())
     }
 
-    /// Fills `outcome`; `Err(Drop)` carries a failure reason for the record. `Ok` carries
+    /// Fills `outcome`; `Err(Failed)` carries a failure reason for the record. `Ok` carries
     /// the passing attempt's progress event, not yet stored: it is stored with the final
     /// outcome (failed attempts are stored as they happen).
     async fn implement_loop(

@@ -92,7 +92,7 @@ impl Pipeline {
         // run, a duplicate of it, or a coordinator failing the job) is the job's end. A
         // succeeded result is cached in the same round trip (if a duplicate finished first,
         // the cache holds this run's result: verified as well, for the same request).
-        let finishing = self.jobs.finish_job(job, meta.tenant.as_deref(), &result);
+        let finishing = self.flow.finish(meta.tenant.as_deref(), &result);
         let cached = async {
             if let (Some((cache, _)), Some(key), JobStatus::Succeeded, false) =
                 (&self.cache, &meta.cache_key, status, static_only)
@@ -106,19 +106,6 @@ impl Pipeline {
             tracing::info!(%job, "the job had finished already; its result stands");
             return Ok(());
         }
-        if let Some(usage) = &self.usage {
-            usage.charge(
-                meta.tenant.as_deref(),
-                &proto::api::UsageTotals::of_job(&result).fields(),
-            );
-        }
-        if let Some(histogram) = &self.job_seconds {
-            histogram
-                .with_label_values(&[status.as_str()])
-                .observe(result.metrics.total_ms as f64 / 1000.0);
-        }
-        // The finish script ended the job: no event is needed, the coordinators have nothing
-        // left to do for it.
         tracing::info!(%job, status = status.as_str(), "job finished");
         Ok(())
     }

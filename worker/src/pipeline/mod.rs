@@ -1,12 +1,12 @@
-//! The worker's side of the generation pipeline: plan, implement (tests → code → run →
-//! repair), integrate. Every step reads its inputs from Redis, writes its outputs there, and
-//! only then publishes an event for the coordinators.
+//! The generation pipeline: plan, implement (tests → code → run → repair), integrate. Every
+//! step reads its inputs from Redis, writes its outputs there, and publishes the tasks it
+//! made ready (`flow`) before its task is acked.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use model::Model;
-use proto::job::{Event, FunctionOutcome, ImplementTask, IntegrateTask, PlanTask};
+use proto::job::{FunctionOutcome, ImplementTask, IntegrateTask, PlanTask};
 use proto::{Progress, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
@@ -104,6 +104,18 @@ fn redis(e: impl std::fmt::Display) -> Error {
     }
 }
 
+/// A failure to store a step's outcome or publish what it made ready: the task is taken again
+/// once the dependency answers, and publishes what was not (`flow`'s invariant).
+fn advancing(e: flow::Error) -> Error {
+    match e {
+        flow::Error::Store(e) => redis(e),
+        flow::Error::Broker(e) => Error::Retry {
+            dependency: Dependency::Broker,
+            reason: e.to_string(),
+        },
+    }
+}
+
 /// A model that is unreachable (or too slow) may answer later: the task is handed back and
 /// the broker's delivery limit bounds how long the job waits. Anything else fails for good.
 fn model_error(what: Option<&str>, e: &model::Error) -> Error {
@@ -161,16 +173,14 @@ impl Step {
 pub struct Pipeline {
     pub(crate) options: Options,
     pub(crate) jobs: Arc<dyn JobStore>,
+    /// Stores each step's end and publishes what it made ready; ends jobs.
+    pub(crate) flow: flow::Flow,
     pub(crate) model: Option<Model>,
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The function-level and solution caches, and the model identity that keys them.
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
     /// Which dependencies are down; shared with the worker.
     pub(crate) gate: Gate,
-    /// `codegen_job_seconds`, once the pipeline belongs to a worker.
-    pub(crate) job_seconds: Option<prometheus::HistogramVec>,
-    /// `codegen_usage_total`, once the pipeline belongs to a worker.
-    pub(crate) usage: Option<telemetry::TenantUsage>,
     /// Whose pooled sandbox run goes next, once the pipeline belongs to a worker.
     pub(crate) sandbox_turns: Option<Arc<crate::sandbox_turns::SandboxTurns>>,
     /// Why there is no model (when there is none), for `/readyz`, presence and failures.
@@ -193,19 +203,19 @@ impl Pipeline {
     pub fn new(
         options: Options,
         jobs: Arc<dyn JobStore>,
+        broker: Arc<dyn broker::Broker>,
         model: Option<Model>,
         sandbox: Arc<dyn Sandbox>,
     ) -> Self {
         let run_timeout_ms = options.run_timeout_ms;
         Self {
             options,
+            flow: flow::Flow::new(Arc::clone(&jobs), broker),
             jobs,
             model,
             sandbox,
             cache: None,
             gate: Gate::default(),
-            job_seconds: None,
-            usage: None,
             sandbox_turns: None,
             shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
@@ -289,11 +299,6 @@ impl Pipeline {
         }
         ctx.seen(view.status)?;
         Ok(view)
-    }
-
-    /// Tells the coordinators (their inbox in Redis, beside the state the event points at).
-    async fn emit(&self, event: Event) -> Result<(), Error> {
-        self.jobs.send_pipeline_event(&event).await.map_err(redis)
     }
 
     async fn progress(&self, job: TaskId, event: Progress) {

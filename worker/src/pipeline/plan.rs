@@ -1,30 +1,27 @@
-//! Plan: the model splits the request into function specifications, stored for the
-//! coordinator to check and order.
+//! Plan: the model splits the request into function specifications; the worker checks and
+//! orders them (`flow::plan`), asks again in place when they are refused, then starts the job:
+//! the plan stored and its first functions published.
 
 use model::Phase;
 use model::prompts::{self};
 use proto::Progress;
 use proto::generation::FunctionSpecs;
-use proto::job::{Event, JobStatus, PlanTask};
+use proto::job::{JobStatus, PlanTask};
 
-use super::{Error, Pipeline, TaskCtx, model_error, redis};
+use super::{Error, Pipeline, TaskCtx, advancing, model_error};
 
 impl Pipeline {
-    /// Asks the model for function specifications and stores them.
+    /// Asks the model for function specifications until a plan is accepted (or refused
+    /// [`flow::MAX_REPLANS`] times more), then starts the job on it.
     pub async fn plan(&self, ctx: &TaskCtx, task: &PlanTask) -> Result<(), Error> {
         let job = task.job_id;
         let mut seat = self.seat_ahead(ctx);
         let view = seat.alongside(self.view(ctx, None)).await?;
         let mut meta = view.meta.expect("view checks the meta");
-        if view.plan.is_some() {
-            // Already planned (a redelivery): just say so again.
+        if let Some(plan) = view.plan {
+            // Taken again after the plan was stored: publish what the first run did not.
             drop(seat);
-            return self
-                .emit(Event::Planned {
-                    job_id: job,
-                    failure: None,
-                })
-                .await;
+            return self.started(ctx, &meta, &plan).await;
         }
         // The status and the event are written while the model plans: both are stored before
         // anything that follows the plan (the join waits for them). The call is polled first,
@@ -32,61 +29,120 @@ impl Pipeline {
         let planning = async {
             let _ = self.jobs.set_status(job, JobStatus::Planning).await;
         };
-        let outcome = async {
-            let model = self.model().map_err(Error::Failed)?;
-            let mut prompt = prompts::plan(&prompts::PlanContext {
-                instruction: &meta.request.instruction,
-                language: meta.request.language.as_str(),
-                constraints: meta.request.constraints.as_deref(),
-            })
-            .map_err(|e| Error::Failed(e.to_string()))?;
-            if let Some(problem) = &task.problem {
-                prompt.user.push_str(&format!(
-                    "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
-                ));
-            }
+        let model = self.model();
+        let mut problem = task.problem.clone();
+        let first_answer = async {
+            let model = model.clone().map_err(Error::Failed)?;
             seat.alongside(self.go_on(ctx)).await?;
             let mut seat = seat.take().await;
-            model
-                .generate_in::<FunctionSpecs>(
-                    &ctx.call,
-                    &mut seat,
-                    Phase::Plan,
-                    None,
-                    &prompt,
-                    self.deadline(),
-                )
+            self.ask_plan(ctx, model, &mut seat, &meta, problem.as_deref())
                 .await
-                .map_err(|e| model_error(None, &e))
         };
-        let (outcome, (), ()) =
-            tokio::join!(outcome, planning, self.progress(job, Progress::Planning));
-        match outcome {
-            Ok(generated) => {
-                meta.plan_tokens.prompt += generated.usage.prompt_tokens;
-                meta.plan_tokens.completion += generated.usage.completion_tokens;
-                meta.plan_model_calls += generated.calls;
-                self.jobs
-                    .save_specs_and_announce(
-                        &meta,
-                        &generated.value.functions,
-                        &Event::Planned {
-                            job_id: job,
-                            failure: None,
-                        },
-                    )
-                    .await
-                    .map_err(redis)
-            }
-            // The model is down: hand the task back; the delivery limit bounds the waiting.
-            Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => Err(e),
-            Err(Error::Failed(reason)) => {
-                self.emit(Event::Planned {
-                    job_id: job,
-                    failure: Some(reason),
-                })
-                .await
+        let (mut answer, (), ()) = tokio::join!(
+            first_answer,
+            planning,
+            self.progress(job, Progress::Planning)
+        );
+        loop {
+            let generated = match answer {
+                Ok(generated) => generated,
+                // The model is down: hand the task back; the delivery limit bounds the waiting.
+                Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => {
+                    return Err(e);
+                }
+                Err(Error::Failed(reason)) => {
+                    return self
+                        .refuse(&meta, &format!("planning failed: {reason}"), &[])
+                        .await;
+                }
+            };
+            meta.plan_tokens.prompt += generated.usage.prompt_tokens;
+            meta.plan_tokens.completion += generated.usage.completion_tokens;
+            meta.plan_model_calls += generated.calls;
+            let specs = generated.value.functions;
+            match flow::plan(specs.clone(), meta.max_functions as usize) {
+                Ok(plan) => return self.started(ctx, &meta, &plan).await,
+                Err(refused) if meta.replans < flow::MAX_REPLANS => {
+                    meta.replans += 1;
+                    tracing::info!(%job, problem = %refused, "plan refused; asking for another");
+                    let replanning = Progress::Replanning {
+                        problem: refused.to_string(),
+                    };
+                    self.progress(job, replanning).await;
+                    problem = Some(refused.to_string());
+                    answer = match model.clone() {
+                        Ok(model) => {
+                            self.go_on(ctx).await?;
+                            let mut seat = self.seat_ahead(ctx).take().await;
+                            self.ask_plan(ctx, model, &mut seat, &meta, problem.as_deref())
+                                .await
+                        }
+                        Err(e) => Err(Error::Failed(e)),
+                    };
+                }
+                Err(refused) => {
+                    let reason = format!("the plan was rejected: {refused}");
+                    return self.refuse(&meta, &reason, &specs).await;
+                }
             }
         }
+    }
+
+    /// One call for a plan; `problem`: why the one before was refused.
+    async fn ask_plan(
+        &self,
+        ctx: &TaskCtx,
+        model: &model::Model,
+        seat: &mut model::Seat,
+        meta: &proto::job::JobMeta,
+        problem: Option<&str>,
+    ) -> Result<model::Generated<FunctionSpecs>, Error> {
+        let mut prompt = prompts::plan(&prompts::PlanContext {
+            instruction: &meta.request.instruction,
+            language: meta.request.language.as_str(),
+            constraints: meta.request.constraints.as_deref(),
+        })
+        .map_err(|e| Error::Failed(e.to_string()))?;
+        if let Some(problem) = problem {
+            prompt.user.push_str(&format!(
+                "\n\nAn earlier plan for this request was rejected: {problem}. Fix that."
+            ));
+        }
+        model
+            .generate_in::<FunctionSpecs>(
+                &ctx.call,
+                seat,
+                Phase::Plan,
+                None,
+                &prompt,
+                self.deadline(),
+            )
+            .await
+            .map_err(|e| model_error(None, &e))
+    }
+
+    /// Starts the job on `plan`: stored, its first functions published.
+    async fn started(
+        &self,
+        ctx: &TaskCtx,
+        meta: &proto::job::JobMeta,
+        plan: &proto::job::Plan,
+    ) -> Result<(), Error> {
+        let status = self.flow.start(meta, plan).await.map_err(advancing)?;
+        ctx.seen(status)
+    }
+
+    /// Ends the job failed with `reason`, before any function ran; `specs`: the plan refused.
+    async fn refuse(
+        &self,
+        meta: &proto::job::JobMeta,
+        reason: &str,
+        specs: &[proto::generation::FunctionSpec],
+    ) -> Result<(), Error> {
+        self.flow
+            .end_early(meta, JobStatus::Failed, reason, specs)
+            .await
+            .map_err(super::redis)?;
+        Ok(())
     }
 }

@@ -7,6 +7,10 @@ use petgraph::graph::DiGraph;
 use proto::generation::FunctionSpec;
 use proto::job::Plan;
 
+/// Times a refused plan (a cycle, a missing dependency) is asked for again, in the same plan
+/// task, before the job fails with the problem.
+pub const MAX_REPLANS: u32 = 1;
+
 /// Why a plan cannot be used; the message is quoted to the model on a re-plan.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {

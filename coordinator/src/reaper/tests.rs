@@ -1,0 +1,133 @@
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+//! The coordinator's endings with in-memory fakes: overdue jobs, dead-lettered tasks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::{Broker, MemoryBroker, Queue};
+use futures::StreamExt;
+use proto::job::{JobStatus, Tokens};
+use proto::{Task, TaskId};
+use store::{JobStore, MemoryJobs, MemoryStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Coordinator, Options};
+
+fn coordinator(options: Options, broker: &MemoryBroker, jobs: &MemoryJobs) -> Coordinator {
+    Coordinator::build(
+        options,
+        Arc::new(broker.clone()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(jobs.clone()),
+        &prometheus::Registry::new(),
+    )
+    .unwrap()
+}
+
+async fn submit(c: &Coordinator) -> TaskId {
+    let meta = proto::job::JobMeta {
+        id: TaskId::new(),
+        tenant: None,
+        request: crate::jobs::validate(
+            &c.options,
+            serde_json::from_value(serde_json::json!({"instruction": "x"})).unwrap(),
+        )
+        .unwrap(),
+        submitted_at_ms: 0,
+        replans: 0,
+        plan_tokens: Tokens::default(),
+        plan_model_calls: 0,
+        cache_key: None,
+        max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
+    };
+    c.jobs.create_job(&meta).await.unwrap();
+    meta.id
+}
+
+#[tokio::test]
+async fn a_dead_lettered_pipeline_task_fails_its_job_with_the_reason() {
+    let (broker, jobs) = (MemoryBroker::new(1), MemoryJobs::new());
+    let c = coordinator(Options::default(), &broker, &jobs);
+    let job = submit(&c).await;
+    c.flow
+        .publish(
+            Task::Implement(proto::job::ImplementTask {
+                job_id: job,
+                function: "sieve".into(),
+            }),
+            None,
+        )
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let mut tasks = broker.consume(Queue::Tasks, 1, cancel.clone());
+    // A task that kills every worker that takes it: it comes back until the limit.
+    tasks.next().await.unwrap().requeue().await.unwrap();
+    tasks.next().await.unwrap().requeue().await.unwrap();
+    let dead = broker
+        .consume(Queue::DeadLetters, 1, cancel)
+        .next()
+        .await
+        .unwrap();
+    c.dead_letter(dead).await;
+    let result = jobs.result(job).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(
+        failure.contains("implementing sieve") && failure.contains("delivery limit"),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_alone() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let options = Options {
+        job_deadline: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let c = coordinator(options, &broker, &jobs);
+    let overdue = submit(&c).await; // submitted at 0 ms: long past the deadline
+    let mut fresh = jobs.job_meta(submit(&c).await).await.unwrap().unwrap();
+    fresh.submitted_at_ms = crate::now_ms();
+    let fresh_id = fresh.id;
+    jobs.forget_job(fresh_id).await.unwrap();
+    jobs.create_job(&fresh).await.unwrap();
+
+    assert_eq!(c.reap_overdue_once().await.unwrap(), 1);
+    let result = jobs.result(overdue).await.unwrap().unwrap();
+    assert_eq!(result.status, JobStatus::Failed);
+    let failure = result.failure.unwrap();
+    assert!(
+        failure.contains("deadline exceeded") && failure.contains("1m"),
+        "{failure}"
+    );
+    assert_eq!(
+        jobs.status(fresh_id).await.unwrap(),
+        Some(JobStatus::Queued)
+    );
+    // Finished jobs are no longer candidates.
+    assert_eq!(c.reap_overdue_once().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn generation_jobs_take_only_languages_the_pipeline_supports() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(Options::default(), &broker, &jobs);
+    for language in ["javascript", "bash", "sh"] {
+        let submission =
+            serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
+                .unwrap();
+        let error = crate::jobs::validate(&c.options, submission).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            error.message().starts_with("language: ") && error.message().contains("python only"),
+            "{}",
+            error.message()
+        );
+    }
+    let submission =
+        serde_json::from_value(serde_json::json!({"instruction": "x", "language": "py"})).unwrap();
+    assert!(crate::jobs::validate(&c.options, submission).is_ok());
+}

@@ -1,0 +1,77 @@
+//! How a job ends, whoever ends it: the worker that integrates it, the worker whose plan was
+//! refused, a coordinator cancelling it, failing an overdue one or reading a dead letter.
+
+use std::collections::BTreeMap;
+
+use proto::ending::Ending;
+use proto::generation::FunctionSpec;
+use proto::job::{JobMeta, JobResult, JobStatus};
+
+use crate::Flow;
+
+/// A job's result, and whether this call ended the job with it (false: it had ended already,
+/// and `result` is the one it ended with).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    pub result: JobResult,
+    pub now: bool,
+}
+
+impl Flow {
+    /// Ends a job with `result` (the store's one finishing operation); when this call is the
+    /// one that ended it, counts the tenant's usage and the job's time in this process's
+    /// metrics.
+    pub async fn finish(
+        &self,
+        tenant: Option<&str>,
+        result: &JobResult,
+    ) -> Result<bool, store::Error> {
+        let finished = self.jobs.finish_job(result.job_id, tenant, result).await?;
+        if finished && let Some(ends) = &self.ends {
+            ends.usage
+                .charge(tenant, &proto::api::UsageTotals::of_job(result).fields());
+            ends.job_seconds
+                .with_label_values(&[result.status.as_str()])
+                .observe(result.metrics.total_ms as f64 / 1000.0);
+        }
+        Ok(finished)
+    }
+
+    /// Ends a job before its integration with `status` (`failed`, `cancelled`) and `reason`,
+    /// keeping what it produced: the functions finished so far, their tests and their
+    /// history. `specs`: the plan the job was refused with, when it has no stored plan.
+    pub async fn end_early(
+        &self,
+        meta: &JobMeta,
+        status: JobStatus,
+        reason: &str,
+        specs: &[FunctionSpec],
+    ) -> Result<Ended, store::Error> {
+        let plan = self.jobs.plan(meta.id).await?;
+        let specs = plan.as_ref().map_or(specs, |plan| &plan.specs[..]);
+        let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        let outcomes: BTreeMap<_, _> = match &plan {
+            Some(_) => names
+                .iter()
+                .cloned()
+                .zip(self.jobs.functions(meta.id, &names).await?)
+                .filter_map(|(name, outcome)| Some((name, outcome?)))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        let ending = Ending::Early {
+            status,
+            reason: reason.to_owned(),
+        };
+        let result = JobResult::assemble(meta, specs, &outcomes, ending, proto::now_ms());
+        if self.finish(meta.tenant.as_deref(), &result).await? {
+            tracing::info!(job = %meta.id, status = status.as_str(), %reason, "job ended");
+            return Ok(Ended { result, now: true });
+        }
+        tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");
+        Ok(Ended {
+            result: self.jobs.result(meta.id).await?.unwrap_or(result),
+            now: false,
+        })
+    }
+}
