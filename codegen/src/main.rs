@@ -175,8 +175,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let coordinator = coordinator::Coordinator::build(
         settings.coordinator.clone(),
         Arc::new(broker),
-        Arc::new(store.clone()),
-        Arc::new(store.clone()),
+        store::Stores::redis(&store),
         &registry,
     )?
     .with_images(
@@ -184,15 +183,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
             .iter()
             .map(|l| (*l, settings.sandbox.image(*l))),
     )
-    .with_cache(Arc::new(store.clone()), model::identity(&settings.model))
-    .with_tenants(Arc::new(store.clone()))
-    .with_meters(Arc::new(store.clone()))
-    .with_idempotency(Arc::new(store.clone()), settings.store.result_ttl)
-    .with_index(Arc::new(store.clone()))
-    .with_usage(Arc::new(store.clone()), settings.store.usage_retention)
-    .with_quotas(Arc::new(store.clone()), settings.store.result_ttl)
-    .with_webhooks(Arc::new(store.clone()))?
-    .with_presence(Arc::new(store));
+    .with_model(model::identity(&settings.model));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.coordinator.listen))?;
@@ -327,32 +318,25 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let ops_server = tokio::spawn(telemetry::serve(tcp, ops, ops_cancel));
 
     let broker: Arc<dyn broker::Broker> = Arc::new(broker);
+    let stores = store::Stores::redis(&store);
     let mut pipeline = worker::Pipeline::new(
         settings.worker.pipeline.clone(),
-        Arc::new(store.clone()),
+        &stores,
         Arc::clone(&broker),
         model,
         sandbox.clone(),
     )
-    .with_cache(Arc::new(store.clone()), model::identity(&settings.model));
+    .with_model(model::identity(&settings.model));
     if let Some((reason, _)) = no_model {
         pipeline = pipeline.without_model_because(reason);
     }
     let id = format!("{}-{}", hostname(), std::process::id());
-    let presence = store.clone();
-    let tenants = store.clone();
-    let worker = worker::Worker::build(
-        settings.worker.clone(),
-        broker,
-        Arc::new(store),
-        sandbox,
-        &registry,
-    )?
-    .with_pipeline(pipeline)
-    .with_sandbox_turns(|language| settings.sandbox.pool_size_of(language))
-    .with_gate(gate)
-    .with_presence(Arc::new(presence), id)
-    .with_tenants(Arc::new(tenants));
+    let worker =
+        worker::Worker::build(settings.worker.clone(), broker, &stores, sandbox, &registry)?
+            .with_pipeline(pipeline)
+            .with_sandbox_turns(|language| settings.sandbox.pool_size_of(language))
+            .with_gate(gate)
+            .named(id);
     worker.run(shutdown).await;
     infra.cancel();
     let _ = ops_server.await;

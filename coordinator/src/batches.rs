@@ -144,7 +144,7 @@ pub(crate) async fn submit(
     crate::quotas::admit(&c, Kind::Jobs, &tenant, &ids).await?;
     let batch_id = TaskId::new();
     // Before any job exists: a job answered from the cache ends as it is created.
-    if let (Some(url), Some((store, _))) = (&params.callback_url, &c.webhooks)
+    if let (Some(url), Some((store, _))) = (&params.callback_url, c.webhooks())
         && let Err(e) = store
             .register_batch(batch_id, &ids, url, tenant.0.as_deref())
             .await
@@ -206,7 +206,7 @@ pub(crate) async fn submit(
             "batch not stored; its {total} jobs were created and run on: "
         ))
     })?;
-    c.jobs.put_batch(&batch).await.map_err(|e| {
+    c.stores.jobs.put_batch(&batch).await.map_err(|e| {
         unavailable(format!(
             "batch not stored ({e}); its {total} jobs were created and run on"
         ))
@@ -298,7 +298,7 @@ pub(crate) async fn fetch(
         return Ok(axum::Json(view(&c, &batch).await?).into_response());
     }
     let deadline = tokio::time::Instant::now() + wait;
-    let watch = c.jobs.watch_batch(batch.id);
+    let watch = c.stores.jobs.watch_batch(batch.id);
     loop {
         // Enabled before the read: a job finishing between the read and the wait wakes it.
         let notified = watch.as_ref().map(|w| {
@@ -324,7 +324,12 @@ pub(crate) async fn fetch(
 
 /// The batch's jobs with their statuses, read in one round trip (clients poll this).
 pub(crate) async fn view(c: &Coordinator, batch: &Batch) -> Result<BatchView, ApiError> {
-    let statuses = c.jobs.statuses(&batch.jobs).await.map_err(unavailable)?;
+    let statuses = c
+        .stores
+        .jobs
+        .statuses(&batch.jobs)
+        .await
+        .map_err(unavailable)?;
     let mut counts = BTreeMap::new();
     let mut done = true;
     let mut jobs = Vec::with_capacity(batch.jobs.len());
@@ -356,7 +361,7 @@ pub(crate) async fn visible(
     tenant: &Tenant,
     id: TaskId,
 ) -> Result<Batch, ApiError> {
-    let batch = c.jobs.batch(id).await.map_err(unavailable)?;
+    let batch = c.stores.jobs.batch(id).await.map_err(unavailable)?;
     batch
         .filter(|b| tenant.sees(&b.tenant))
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no batch {id}")))

@@ -48,12 +48,12 @@ pub(crate) struct CacheCleared {
     )
 )]
 pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response, ApiError> {
-    let Some((cache, model)) = &c.cache else {
+    let Some((cache, model)) = c.cache() else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
     };
     let stats = cache.cache_stats().await.map_err(unavailable)?;
     Ok(axum::Json(CacheStats {
-        model: model.clone(),
+        model: model.to_owned(),
         solutions: stats.solutions,
         functions: stats.functions,
         counters: stats.counters,
@@ -85,7 +85,7 @@ pub(crate) async fn cache_clear(
             "the caches are shared by every tenant: only coordinator.admin_tenants may empty them",
         ));
     }
-    let Some((cache, _)) = &c.cache else {
+    let Some((cache, _)) = c.cache() else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
     };
     let removed = cache.clear_cache().await.map_err(unavailable)?;

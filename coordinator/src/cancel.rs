@@ -26,6 +26,7 @@ const PARALLEL: usize = 16;
 /// cancelled (now or before); `Err(status)` when it had ended otherwise.
 async fn cancel(c: &Coordinator, id: TaskId, reason: &str) -> Result<JobResult, CancelError> {
     let meta = c
+        .stores
         .jobs
         .job_meta(id)
         .await
@@ -116,7 +117,12 @@ pub(crate) async fn cancel_batch(
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
     let batch = crate::batches::visible(&c, &tenant, crate::batches::parse_id(&id)?).await?;
-    let statuses = c.jobs.statuses(&batch.jobs).await.map_err(unavailable)?;
+    let statuses = c
+        .stores
+        .jobs
+        .statuses(&batch.jobs)
+        .await
+        .map_err(unavailable)?;
     let running: Vec<TaskId> = batch
         .jobs
         .iter()

@@ -58,7 +58,7 @@ impl Coordinator {
         tracing::warn!(%id, %reason, "task dead-lettered");
         // A pipeline task: its job cannot go on, so it fails with the reason.
         if let Some((job, what)) = pipeline_job(&delivery.body) {
-            let recorded = match self.jobs.job_meta(job).await {
+            let recorded = match self.stores.jobs.job_meta(job).await {
                 Ok(Some(meta)) => {
                     self.fail_job(&meta, &format!("{what}: {explanation}"))
                         .await

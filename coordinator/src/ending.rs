@@ -58,7 +58,11 @@ impl Coordinator {
         tenant: Option<&str>,
         result: &ExecutionResult,
     ) -> Result<bool, store::Error> {
-        let stored = self.store.complete_execution(id, tenant, result).await?;
+        let stored = self
+            .stores
+            .executions
+            .complete_execution(id, tenant, result)
+            .await?;
         if stored {
             self.metrics.usage.charge(
                 tenant,

@@ -232,7 +232,7 @@ pub(crate) async fn submit(
     tracing::debug!(%id, %language, "execution queued");
 
     let result = if params.wait {
-        match c.store.wait_execution(id, c.options.wait).await {
+        match c.stores.executions.wait_execution(id, c.options.wait).await {
             Ok(result) => result,
             Err(e) => {
                 tracing::warn!(%id, error = %e, "cannot wait for the result; answering 202");
@@ -341,7 +341,7 @@ pub(crate) async fn submit_batch(
         c.list(Kind::Executions, tenant.0.as_deref(), submitted_at_ms, &ids)
             .await?;
         // Before anything is queued: the last verdict must find the webhook waiting.
-        if let (Some(id), Some(url), Some((store, _))) = (batch_id, &callback, &c.webhooks) {
+        if let (Some(id), Some(url), Some((store, _))) = (batch_id, &callback, c.webhooks()) {
             let record = ExecutionBatchRecord {
                 id,
                 tenant: tenant.0.clone(),
@@ -397,7 +397,7 @@ pub(crate) async fn submit_batch(
     let mut results: Vec<Option<ExecutionResult>> = vec![None; total];
     if params.wait {
         let deadline = tokio::time::Instant::now() + c.options.wait;
-        let watch = c.store.watch(&ids);
+        let watch = c.stores.executions.watch(&ids);
         let mut nap = POLL_FIRST;
         loop {
             let notified = enabled(watch.as_ref());
@@ -448,7 +448,7 @@ async fn poll_results(
         return pending;
     }
     let pending_ids: Vec<TaskId> = pending.iter().map(|i| items[*i].1).collect();
-    let found = match c.store.execution_results(&pending_ids).await {
+    let found = match c.stores.executions.execution_results(&pending_ids).await {
         Ok(found) => found,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read batch results yet");
@@ -476,7 +476,7 @@ pub(crate) async fn execution_batch_view(
     record: &ExecutionBatchRecord,
 ) -> Result<ExecutionBatchView, store::Error> {
     let ids: Vec<TaskId> = record.items.iter().map(|(_, id)| *id).collect();
-    let results = c.store.execution_results(&ids).await?;
+    let results = c.stores.executions.execution_results(&ids).await?;
     let done = results.iter().filter(|r| r.is_some()).count();
     Ok(ExecutionBatchView {
         done,
@@ -521,7 +521,7 @@ pub(crate) async fn fetch_batch(
             format!("no execution batch {id}"),
         ));
     };
-    let record = match &c.webhooks {
+    let record = match c.webhooks() {
         Some((store, _)) => store.execution_batch(id).await.map_err(unavailable)?,
         None => None,
     };
@@ -600,7 +600,7 @@ fn stream_batch(c: Coordinator, items: Vec<(String, TaskId, Language)>) -> Respo
         let mut results: Vec<Option<ExecutionResult>> = vec![None; items.len()];
         let mut idle_until = tokio::time::Instant::now() + c.options.wait;
         let ids: Vec<TaskId> = items.iter().map(|(_, id, _)| *id).collect();
-        let watch = c.store.watch(&ids);
+        let watch = c.stores.executions.watch(&ids);
         let mut nap = POLL_FIRST;
         while results.iter().any(Option::is_none) && tokio::time::Instant::now() < idle_until {
             let notified = enabled(watch.as_ref());
@@ -684,7 +684,8 @@ pub(crate) async fn enqueue(
         submitted_at_ms,
         language: request.language,
     };
-    c.store
+    c.stores
+        .executions
         .create_execution(id, &meta)
         .await
         .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
@@ -741,7 +742,12 @@ pub(crate) async fn fetch(
     let unavailable =
         |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     // Another tenant's execution is as unknown as a missing one.
-    let owner = c.store.execution_meta(id).await.map_err(unavailable)?;
+    let owner = c
+        .stores
+        .executions
+        .execution_meta(id)
+        .await
+        .map_err(unavailable)?;
     let hidden = match &owner {
         Some(meta) => !tenant.sees(&meta.tenant),
         None => tenant.0.is_some(),
@@ -752,10 +758,22 @@ pub(crate) async fn fetch(
             format!("no execution {id}"),
         ));
     }
-    if let Some(result) = c.store.execution_result(id).await.map_err(unavailable)? {
+    if let Some(result) = c
+        .stores
+        .executions
+        .execution_result(id)
+        .await
+        .map_err(unavailable)?
+    {
         return Ok(view(id, Outcome::Done(result)).into_response());
     }
-    match c.store.execution_meta(id).await.map_err(unavailable)? {
+    match c
+        .stores
+        .executions
+        .execution_meta(id)
+        .await
+        .map_err(unavailable)?
+    {
         Some(_) => Ok(view(
             id,
             Outcome::Pending {

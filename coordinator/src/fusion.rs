@@ -141,7 +141,7 @@ pub(crate) async fn run_code(
     accept(&c, &tenant, id, execution).await?;
     // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
     let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
-    let result = match c.store.wait_execution(id, wait).await {
+    let result = match c.stores.executions.wait_execution(id, wait).await {
         Ok(Some(result)) => result,
         Ok(None) => ExecutionResult::error(
             Status::SandboxError,

@@ -26,7 +26,7 @@ const IN_PROGRESS_MARGIN: std::time::Duration = std::time::Duration::from_secs(3
 
 /// Middleware on the routes that create work.
 pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: Next) -> Response {
-    let (Some((keys, ttl)), Some(key)) = (&c.idempotency, request.headers().get(HEADER)) else {
+    let (Some((keys, ttl)), Some(key)) = (c.idempotency(), request.headers().get(HEADER)) else {
         return next.run(request).await;
     };
     if request.method() != Method::POST {
@@ -77,7 +77,6 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
     hasher.update(&bytes);
     let hash = format!("{:x}", hasher.finalize());
     let scope = format!("{}:{path}:{key}", tenant.0.as_deref().unwrap_or("-"));
-    let ttl = *ttl;
     // A claim whose coordinator died mid-request must not block its retries for a whole
     // `ttl`: it lives as long as a request can take, and the answer gets the full `ttl`.
     let claim_ttl = (c.options.wait + IN_PROGRESS_MARGIN).min(ttl);

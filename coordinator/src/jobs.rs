@@ -167,7 +167,7 @@ pub(crate) async fn register_callback(
     tenant: &Tenant,
     url: Option<&str>,
 ) -> Result<(), ApiError> {
-    match (url, &c.webhooks) {
+    match (url, c.webhooks()) {
         (Some(url), Some((store, _))) => store
             .register_job(id, url, tenant.0.as_deref())
             .await
@@ -204,10 +204,10 @@ pub(crate) async fn create_job(
     tenant: Option<String>,
 ) -> Result<Created, ApiError> {
     let cache_key = c
-        .cache
+        .cache()
         .as_ref()
         .map(|(_, model)| proto::job::solution_cache_key(&request, model));
-    if let (Some((cache, _)), Some(key)) = (&c.cache, &cache_key) {
+    if let (Some((cache, _)), Some(key)) = (c.cache(), &cache_key) {
         match cache.cached_solution(key).await {
             Ok(Some(cached)) => {
                 let _ = cache.count_lookup("solution", true).await;
@@ -239,8 +239,9 @@ pub(crate) async fn create_job(
         &[id],
     )
     .await?;
-    c.jobs.create_job(&meta).await.map_err(unavailable)?;
+    c.stores.jobs.create_job(&meta).await.map_err(unavailable)?;
     let _ = c
+        .stores
         .jobs
         .push_event(id, &Progress::Queued { job_id: id })
         .await;
@@ -303,7 +304,7 @@ async fn answer_from_cache(
         &[id],
     )
     .await?;
-    c.jobs.create_job(&meta).await.map_err(unavailable)?;
+    c.stores.jobs.create_job(&meta).await.map_err(unavailable)?;
     c.finish_job(meta.tenant.as_deref(), &result)
         .await
         .map_err(unavailable)?;
@@ -317,7 +318,7 @@ pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {
 
 /// 404 unless the job exists and belongs to `tenant`.
 pub(crate) async fn visible(c: &Coordinator, tenant: &Tenant, id: TaskId) -> Result<(), ApiError> {
-    match c.jobs.job_meta(id).await.map_err(unavailable)? {
+    match c.stores.jobs.job_meta(id).await.map_err(unavailable)? {
         Some(meta) if tenant.sees(&meta.tenant) => Ok(()),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}"))),
     }
@@ -349,8 +350,8 @@ pub(crate) async fn fetch(
     // The status before the result: a job finishes atomically (result and final status
     // together), so a final status read here always finds its result below, and a job that
     // finishes in between is answered with its result, never as a final status without one.
-    let status = c.jobs.status(id).await.map_err(unavailable)?;
-    if let Some(mut result) = c.jobs.result(id).await.map_err(unavailable)? {
+    let status = c.stores.jobs.status(id).await.map_err(unavailable)?;
+    if let Some(mut result) = c.stores.jobs.result(id).await.map_err(unavailable)? {
         result.webhook = c.webhook_view(HookKind::Job, id).await;
         return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
     }
@@ -358,9 +359,14 @@ pub(crate) async fn fetch(
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     };
     let mut functions = BTreeMap::new();
-    if let Some(plan) = c.jobs.plan(id).await.map_err(unavailable)? {
+    if let Some(plan) = c.stores.jobs.plan(id).await.map_err(unavailable)? {
         for spec in &plan.specs {
-            let outcome = c.jobs.function(id, &spec.name).await.map_err(unavailable)?;
+            let outcome = c
+                .stores
+                .jobs
+                .function(id, &spec.name)
+                .await
+                .map_err(unavailable)?;
             functions.insert(
                 spec.name.clone(),
                 match outcome {
@@ -463,7 +469,13 @@ pub(crate) async fn events(
     let id = parse_id(&id)?;
     let after = last_event_id(&headers)?;
     visible(&c, &tenant, id).await?;
-    if c.jobs.status(id).await.map_err(unavailable)?.is_none() {
+    if c.stores
+        .jobs
+        .status(id)
+        .await
+        .map_err(unavailable)?
+        .is_none()
+    {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
     }
     struct Cursor {
@@ -491,6 +503,7 @@ pub(crate) async fn events(
             }
             // Woken by each new event's notice; `finished` is always the last event.
             match c
+                .stores
                 .jobs
                 .wait_events(id, cursor.after.as_deref(), EVENTS_WAIT)
                 .await
@@ -505,11 +518,12 @@ pub(crate) async fn events(
                 // (expired state) ends the stream; the status is read before the events, so
                 // the last events are not missed.
                 _ => {
-                    let status = c.jobs.status(id).await;
+                    let status = c.stores.jobs.status(id).await;
                     if let Ok(status) = status
                         && status.is_none_or(JobStatus::is_final)
                     {
-                        if let Ok(events) = c.jobs.events(id, cursor.after.as_deref()).await {
+                        if let Ok(events) = c.stores.jobs.events(id, cursor.after.as_deref()).await
+                        {
                             cursor.pending.extend(events);
                         }
                         cursor.finished = true;

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use broker::Broker;
 use serde::{Deserialize, Serialize};
-use store::{CacheStore, JobStore, Store};
+use store::Stores;
 use tokio_util::sync::CancellationToken;
 
 pub use api::{ApiDoc, openapi_document, router, routes};
@@ -186,33 +186,20 @@ pub enum Error {
 pub struct Coordinator {
     pub(crate) options: Arc<Options>,
     pub(crate) broker: Arc<dyn Broker>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) jobs: Arc<dyn JobStore>,
+    /// Everything kept in Redis; a part left out is a feature this coordinator goes without
+    /// (listing routes answer 503 without the index, no quotas without their store, ...).
+    pub(crate) stores: Stores,
     /// Publishes a job's plan task and ends jobs, as the workers do (`flow`).
     pub(crate) flow: flow::Flow,
     pub(crate) metrics: Metrics,
-    /// The solution cache and the identity of the model answering (provider/model@prompts).
-    pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
-    /// Whether any worker can generate (jobs are refused while none can).
+    /// The identity of the model answering (provider/model@prompts), which keys the solution
+    /// cache; without it, the cache is not used.
+    pub(crate) model: Option<String>,
+    /// Whether any worker can generate (jobs are refused while none can), from
+    /// `stores.presence`.
     pub(crate) generators: Option<Arc<generators::Generators>>,
-    /// Where the tenants are registered for the workers.
-    pub(crate) tenants: Option<Arc<dyn store::Tenants>>,
-    /// Where tenants' request rates are metered (cluster-wide); without it, no rate limits.
-    pub(crate) meters: Option<Arc<dyn store::Meters>>,
-    /// Where `Idempotency-Key`s are kept and for how long (as long as results); without it,
-    /// the header is ignored.
-    pub(crate) idempotency: Option<(Arc<dyn store::Idempotency>, Duration)>,
-    /// Each tenant's jobs, batches and executions, for the listing routes.
-    pub(crate) index: Option<Arc<dyn store::Index>>,
-    /// Each tenant's hourly usage totals, for `GET /v1/usage`.
-    pub(crate) usage: Option<Arc<dyn store::Usage>>,
-    /// How long those totals are kept (`store.usage_retention`).
-    pub(crate) usage_retention: Duration,
-    /// Where tenants' quotas are kept, and how long an execution may wait for its verdict
-    /// (`store.result_ttl`); without it, no quotas.
-    pub(crate) quotas: Option<(Arc<dyn store::Quotas>, Duration)>,
-    /// Where webhooks wait and are recorded, and the client that delivers them.
-    pub(crate) webhooks: Option<(Arc<dyn store::Webhooks>, reqwest::Client)>,
+    /// The client that delivers webhooks (`stores.webhooks`).
+    pub(crate) webhook_client: reqwest::Client,
     /// The workers' sandbox image of each language, for `GET /v1/languages`.
     pub(crate) images: Arc<std::collections::BTreeMap<proto::Language, String>>,
 }
@@ -229,8 +216,7 @@ impl Coordinator {
     pub fn build(
         options: Options,
         broker: Arc<dyn Broker>,
-        store: Arc<dyn Store>,
-        jobs: Arc<dyn JobStore>,
+        stores: Stores,
         registry: &prometheus::Registry,
     ) -> Result<Self, Error> {
         if options.default_timeout_ms > options.max_timeout_ms {
@@ -260,34 +246,35 @@ impl Coordinator {
         }
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         metrics.usage.know(options.weights().into_keys());
-        let flow = flow::Flow::new(Arc::clone(&jobs), Arc::clone(&broker)).with_ends(flow::Ends {
-            usage: metrics.usage.clone(),
-            job_seconds: metrics.job_seconds.clone(),
-        });
+        let flow =
+            flow::Flow::new(Arc::clone(&stores.jobs), Arc::clone(&broker)).with_ends(flow::Ends {
+                usage: metrics.usage.clone(),
+                job_seconds: metrics.job_seconds.clone(),
+            });
+        let webhook_client = reqwest::Client::builder()
+            .timeout(options.webhook_timeout)
+            // An allowed host must not send the cluster on to one that is not.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("codegen-cluster/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Config(format!("webhook client: {e}")))?;
+        let generators = stores
+            .presence
+            .clone()
+            .map(|presence| Arc::new(generators::Generators::new(presence)));
         Ok(Self {
             options: Arc::new(options),
             broker,
-            store,
-            jobs,
+            stores,
             flow,
             metrics,
-            cache: None,
-            generators: None,
-            tenants: None,
-            meters: None,
-            idempotency: None,
-            index: None,
-            usage: None,
-            usage_retention: store::usage::DEFAULT_RETENTION,
-            quotas: None,
-            webhooks: None,
+            model: None,
+            generators,
+            webhook_client,
             images: Arc::default(),
         })
     }
 
-    /// Enforces the tenants' quotas (`jobs_in_flight`, `executions_in_flight`,
-    /// `model_tokens_per_period`, `sandbox_cpu_seconds_per_period`) across every coordinator
-    /// sharing `quotas`; `result_ttl` bounds how long an execution may count as in flight.
     /// The sandbox image of each language (`sandbox::Options::image`), for
     /// `GET /v1/languages`; without it, the default names (`codegen-sandbox-<name>:latest`).
     pub fn with_images(
@@ -305,38 +292,23 @@ impl Coordinator {
             .unwrap_or_else(|| format!("codegen-sandbox-{language}:latest"))
     }
 
-    pub fn with_quotas(mut self, quotas: Arc<dyn store::Quotas>, result_ttl: Duration) -> Self {
-        self.quotas = Some((quotas, result_ttl));
-        self
+    /// The solution cache (`stores.cache`), the tenants' quotas with how long an execution may
+    /// count as in flight, `Idempotency-Key`s with how long they are kept, and webhooks with
+    /// their client: each where its store is there.
+    pub(crate) fn cache(&self) -> Option<(&Arc<dyn store::CacheStore>, &str)> {
+        Some((self.stores.cache.as_ref()?, self.model.as_deref()?))
     }
 
-    /// Accepts `callback_url`s and delivers their webhooks (every coordinator sharing
-    /// `webhooks` takes part).
-    pub fn with_webhooks(mut self, webhooks: Arc<dyn store::Webhooks>) -> Result<Self, Error> {
-        let client = reqwest::Client::builder()
-            .timeout(self.options.webhook_timeout)
-            // An allowed host must not send the cluster on to one that is not.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("codegen-cluster/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::Config(format!("webhook client: {e}")))?;
-        self.webhooks = Some((webhooks, client));
-        Ok(self)
+    pub(crate) fn quotas(&self) -> Option<(&Arc<dyn store::Quotas>, Duration)> {
+        Some((self.stores.quotas.as_ref()?, self.stores.result_ttl))
     }
 
-    /// Answers `GET /v1/usage` from `usage`, which keeps totals for `retention`; without it
-    /// that route answers 503.
-    pub fn with_usage(mut self, usage: Arc<dyn store::Usage>, retention: Duration) -> Self {
-        self.usage = Some(usage);
-        self.usage_retention = retention;
-        self
+    pub(crate) fn idempotency(&self) -> Option<(&Arc<dyn store::Idempotency>, Duration)> {
+        Some((self.stores.idempotency.as_ref()?, self.stores.result_ttl))
     }
 
-    /// Keeps each tenant's work listed in `index` (`GET /v1/jobs`, `/v1/batches`,
-    /// `/v1/executions`); without it those routes answer 503.
-    pub fn with_index(mut self, index: Arc<dyn store::Index>) -> Self {
-        self.index = Some(index);
-        self
+    pub(crate) fn webhooks(&self) -> Option<(&Arc<dyn store::Webhooks>, &reqwest::Client)> {
+        Some((self.stores.webhooks.as_ref()?, &self.webhook_client))
     }
 
     /// Lists `ids` among `tenant`'s `kind`, before they are created: an id listed whose
@@ -349,7 +321,7 @@ impl Coordinator {
         at_ms: u64,
         ids: &[proto::TaskId],
     ) -> Result<(), error::ApiError> {
-        match &self.index {
+        match &self.stores.index {
             Some(index) => index
                 .record(kind, tenant, at_ms, ids)
                 .await
@@ -358,37 +330,10 @@ impl Coordinator {
         }
     }
 
-    /// Enforces the tenants' request rates (`requests_per_second`) across every coordinator
-    /// sharing `meters`.
-    pub fn with_meters(mut self, meters: Arc<dyn store::Meters>) -> Self {
-        self.meters = Some(meters);
-        self
-    }
-
-    /// Honours `Idempotency-Key` on the routes that create work, keys kept in `keys` for
-    /// `ttl` (give it `store.result_ttl`: a key outliving its results would answer ids that
-    /// are gone).
-    pub fn with_idempotency(mut self, keys: Arc<dyn store::Idempotency>, ttl: Duration) -> Self {
-        self.idempotency = Some((keys, ttl));
-        self
-    }
-
-    /// Registers this coordinator's tenants for the workers (see [`tenants`]) while it runs.
-    pub fn with_tenants(mut self, register: Arc<dyn store::Tenants>) -> Self {
-        self.tenants = Some(register);
-        self
-    }
-
-    /// Refuses jobs (503, naming why) while workers are alive and none can generate.
-    pub fn with_presence(mut self, presence: Arc<dyn store::Presence>) -> Self {
-        self.generators = Some(Arc::new(generators::Generators::new(presence)));
-        self
-    }
-
-    /// Answers repeated requests from the solution cache. `model` identifies the model
-    /// configuration (`model::identity`): a new model or prompt version misses.
-    pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
-        self.cache = Some((cache, model));
+    /// Answers repeated requests from the solution cache (`stores.cache`). `model` identifies
+    /// the model configuration (`model::identity`): a new model or prompt version misses.
+    pub fn with_model(mut self, model: String) -> Self {
+        self.model = Some(model);
         self
     }
 
@@ -408,7 +353,7 @@ impl Coordinator {
         let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
         let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
         let hooks = tokio::spawn(self.clone().deliver_webhooks(cancel.clone()));
-        if let Some(register) = self.tenants.clone() {
+        if let Some(register) = self.stores.tenants.clone() {
             tokio::spawn(tenants::register(
                 register,
                 self.options.weights(),

@@ -130,7 +130,7 @@ where
     F: Fn(Entry) -> Fut,
     Fut: Future<Output = Result<Option<T>, ApiError>>,
 {
-    let Some(index) = &c.index else {
+    let Some(index) = &c.stores.index else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "this coordinator keeps no index of submitted work (it runs without Redis)",
@@ -191,8 +191,13 @@ pub(crate) async fn jobs(
     let (jobs, next_cursor) = scan(&c, Kind::Jobs, query, limit, |entry| {
         let c = c.clone();
         async move {
-            let meta = c.jobs.job_meta(entry.id).await.map_err(unavailable)?;
-            let status = c.jobs.status(entry.id).await.map_err(unavailable)?;
+            let meta = c
+                .stores
+                .jobs
+                .job_meta(entry.id)
+                .await
+                .map_err(unavailable)?;
+            let status = c.stores.jobs.status(entry.id).await.map_err(unavailable)?;
             let (Some(meta), Some(status)) = (meta, status) else {
                 return Ok(None);
             };
@@ -245,7 +250,7 @@ pub(crate) async fn batches(
     let (batches, next_cursor) = scan(&c, Kind::Batches, query, limit, |entry| {
         let c = c.clone();
         async move {
-            let Some(batch) = c.jobs.batch(entry.id).await.map_err(unavailable)? else {
+            let Some(batch) = c.stores.jobs.batch(entry.id).await.map_err(unavailable)? else {
                 return Ok(None);
             };
             let view = crate::batches::view(&c, &batch).await?;
@@ -297,7 +302,8 @@ pub(crate) async fn executions(
         let c = c.clone();
         async move {
             let Some(meta) = c
-                .store
+                .stores
+                .executions
                 .execution_meta(entry.id)
                 .await
                 .map_err(unavailable)?
@@ -305,7 +311,8 @@ pub(crate) async fn executions(
                 return Ok(None);
             };
             let result = c
-                .store
+                .stores
+                .executions
                 .execution_result(entry.id)
                 .await
                 .map_err(unavailable)?;

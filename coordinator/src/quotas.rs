@@ -36,7 +36,7 @@ pub(crate) async fn admit(
     tenant: &Tenant,
     ids: &[TaskId],
 ) -> Result<(), ApiError> {
-    let Some((quotas, result_ttl)) = &c.quotas else {
+    let Some((quotas, result_ttl)) = c.quotas() else {
         return Ok(());
     };
     let name = tenant.0.as_deref();
@@ -49,7 +49,7 @@ pub(crate) async fn admit(
             own.jobs_in_flight,
             millis(c.options.job_deadline) + DEADLINE_MARGIN_MS,
         ),
-        _ => (own.executions_in_flight, millis(*result_ttl)),
+        _ => (own.executions_in_flight, millis(result_ttl)),
     };
     let limits = Limits {
         in_flight: nonzero(in_flight),
@@ -119,7 +119,7 @@ pub(crate) async fn admit(
 
 /// Gives back the quota places of `ids` that were admitted but not created.
 pub(crate) async fn release(c: &Coordinator, kind: Kind, tenant: &Tenant, ids: &[TaskId]) {
-    if let Some((quotas, _)) = &c.quotas
+    if let Some((quotas, _)) = c.quotas()
         && let Err(e) = quotas.release(kind, tenant.0.as_deref(), ids).await
     {
         tracing::warn!(error = %e, "cannot give back quota places; they expire by themselves");
@@ -136,7 +136,7 @@ pub(crate) async fn rate_limit(
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(meters) = &c.meters else {
+    let Some(meters) = &c.stores.meters else {
         return next.run(request).await;
     };
     let tenant = request

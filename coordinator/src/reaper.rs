@@ -34,8 +34,8 @@ impl Coordinator {
         let cutoff =
             now_ms().saturating_sub(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX));
         let mut failed = 0;
-        for id in self.jobs.unfinished_before(cutoff, 100).await? {
-            match self.jobs.job_meta(id).await? {
+        for id in self.stores.jobs.unfinished_before(cutoff, 100).await? {
+            match self.stores.jobs.job_meta(id).await? {
                 Some(meta) => {
                     let reason = format!(
                         "deadline exceeded: not finished within {} of its submission \
@@ -45,7 +45,7 @@ impl Coordinator {
                     self.fail_job(&meta, &reason).await?;
                     failed += 1;
                 }
-                None => self.jobs.forget_job(id).await?,
+                None => self.stores.jobs.forget_job(id).await?,
             }
         }
         Ok(failed)

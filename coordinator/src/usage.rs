@@ -82,7 +82,7 @@ pub(crate) async fn usage(
         }
         _ => caller.0.clone(),
     };
-    let Some(store) = &c.usage else {
+    let Some(store) = &c.stores.usage else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "this coordinator keeps no usage (it runs without Redis)",
@@ -99,7 +99,7 @@ pub(crate) async fn usage(
     // Nothing older than the retention is kept, nothing later than now recorded: the window
     // says what the totals cover, and it is never more hours than the retention has.
     let now = now_ms();
-    let kept = now.saturating_sub(millis(c.usage_retention));
+    let kept = now.saturating_sub(millis(c.stores.usage_retention));
     let from_ms = from_ms.max(kept);
     let from_ms = from_ms - from_ms % store::usage::BUCKET_MS;
     let to_ms = to_ms.min(now + 1).max(from_ms);

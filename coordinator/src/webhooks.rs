@@ -104,7 +104,7 @@ impl Coordinator {
         tenant: Option<&str>,
         url: &str,
     ) -> Result<(), ApiError> {
-        if self.webhooks.is_none() {
+        if self.webhooks().is_none() {
             return Err(ApiError::invalid(
                 field,
                 "this coordinator delivers no webhooks (it runs without Redis)",
@@ -128,7 +128,7 @@ impl Coordinator {
 
     /// The webhook of a job or batch, for its view.
     pub(crate) async fn webhook_view(&self, kind: HookKind, id: TaskId) -> Option<Webhook> {
-        let (store, _) = self.webhooks.as_ref()?;
+        let (store, _) = self.webhooks()?;
         match store.hook(kind, id).await {
             Ok(hook) => hook.map(|h| h.view),
             Err(e) => {
@@ -140,7 +140,10 @@ impl Coordinator {
 
     /// Delivers due webhooks until `cancel` fires.
     pub(crate) async fn deliver_webhooks(self, cancel: CancellationToken) {
-        let Some((store, _)) = self.webhooks.clone() else {
+        let Some((store, _)) = self
+            .webhooks()
+            .map(|(store, client)| (store.clone(), client.clone()))
+        else {
             return;
         };
         // Past the lease a webhook is due again: longer than one attempt can take.
@@ -170,7 +173,7 @@ impl Coordinator {
 
     /// One attempt of the webhook of `kind` `id`, recorded.
     async fn deliver(&self, kind: HookKind, id: TaskId) {
-        let Some((store, client)) = &self.webhooks else {
+        let Some((store, client)) = self.webhooks() else {
             return;
         };
         let hook = match store.hook(kind, id).await {
@@ -268,11 +271,11 @@ impl Coordinator {
         id: TaskId,
     ) -> Result<Option<Vec<u8>>, store::Error> {
         let body = match kind {
-            HookKind::Job => match self.jobs.result(id).await? {
+            HookKind::Job => match self.stores.jobs.result(id).await? {
                 Some(result) => json!({"event": "job.finished", "job": result}),
                 None => return Ok(None),
             },
-            HookKind::Batch => match self.jobs.batch(id).await? {
+            HookKind::Batch => match self.stores.jobs.batch(id).await? {
                 Some(batch) => match crate::batches::view(self, &batch).await {
                     Ok(view) => json!({"event": "batch.finished", "batch": view}),
                     Err(e) => {
@@ -281,7 +284,7 @@ impl Coordinator {
                 },
                 None => return Ok(None),
             },
-            HookKind::ExecutionBatch => match self.webhooks.as_ref() {
+            HookKind::ExecutionBatch => match self.webhooks() {
                 Some((store, _)) => match store.execution_batch(id).await? {
                     Some(record) => {
                         let view = crate::executions::execution_batch_view(self, &record).await?;

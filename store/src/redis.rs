@@ -196,6 +196,11 @@ impl RedisStore {
         &self.inner.pauses
     }
 
+    /// The settings it was built with.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
     pub(crate) fn prefix(&self) -> &str {
         &self.inner.options.prefix
     }

@@ -62,12 +62,13 @@ impl InProcess {
         );
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
+        // One set of in-memory stores for every process, as one Redis is for a real cluster.
+        let stores = store::Stores::memory(store.clone(), jobs.clone());
 
         let coordinator = coordinator::Coordinator::build(
             coordinator::Options::default(),
             Arc::new(broker.clone()),
-            Arc::new(store.clone()),
-            Arc::new(jobs.clone()),
+            stores.clone(),
             &prometheus::Registry::new(),
         )
         .expect("a coordinator");
@@ -83,7 +84,7 @@ impl InProcess {
         for _ in 0..workers {
             let pipeline = worker::Pipeline::new(
                 worker::pipeline::Options::default(),
-                Arc::new(jobs.clone()),
+                &stores,
                 Arc::new(broker.clone()),
                 Some(model.clone()),
                 Arc::new(sandbox.clone()),
@@ -91,7 +92,7 @@ impl InProcess {
             let worker = worker::Worker::build(
                 worker::Options::default(),
                 Arc::new(broker.clone()),
-                Arc::new(store.clone()),
+                &stores,
                 Arc::new(sandbox.clone()),
                 &prometheus::Registry::new(),
             )

@@ -36,7 +36,7 @@ use gate::{Dependency, Down, Gate, Outage};
 use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
-use store::{Presence, Store, Tenants};
+use store::{Presence, Store, Stores, Tenants};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -166,10 +166,14 @@ impl Outcome {
 }
 
 impl Worker {
+    /// A worker on `stores`: executions' verdicts go to `stores.executions`; with
+    /// `stores.tenants` it consumes every registered tenant's lane by weight ([`fair`], looking
+    /// for new tenants every [`TENANTS_REFRESH`]); with `stores.presence` it announces itself
+    /// (as [`Worker::named`]).
     pub fn build(
         options: Options,
         broker: Arc<dyn Broker>,
-        store: Arc<dyn Store>,
+        stores: &Stores,
         sandbox: Arc<dyn Sandbox>,
         registry: &prometheus::Registry,
     ) -> Result<Self, Error> {
@@ -182,23 +186,19 @@ impl Worker {
         Ok(Self {
             options,
             broker,
-            store,
+            store: Arc::clone(&stores.executions),
             sandbox,
             metrics,
             pipeline: None,
             gate: Gate::default(),
-            presence: None,
-            tenants: None,
+            presence: stores
+                .presence
+                .clone()
+                .map(|presence| (presence, format!("worker-{}", std::process::id()))),
+            tenants: stores.tenants.clone(),
             weights: Default::default(),
             sandbox_turns: None,
         })
-    }
-
-    /// Consumes the lane of every tenant in `tenants` as well, by weight ([`fair`]), looking
-    /// for new tenants every [`TENANTS_REFRESH`].
-    pub fn with_tenants(mut self, tenants: Arc<dyn Tenants>) -> Self {
-        self.tenants = Some(tenants);
-        self
     }
 
     /// Adds a lane for each registered tenant `fair` does not have yet, and applies weights.
@@ -254,9 +254,12 @@ impl Worker {
     }
 
     /// Announces this worker as `id` (alive, and whether it can generate) every
-    /// [`PRESENCE_PERIOD`] while it runs, so coordinators refuse jobs nobody can generate.
-    pub fn with_presence(mut self, presence: Arc<dyn Presence>, id: String) -> Self {
-        self.presence = Some((presence, id));
+    /// [`PRESENCE_PERIOD`] while it runs, so coordinators refuse jobs nobody can generate
+    /// (with `stores.presence`; the default name is `worker-<pid>`).
+    pub fn named(mut self, id: String) -> Self {
+        if let Some((_, name)) = &mut self.presence {
+            *name = id;
+        }
         self
     }
 

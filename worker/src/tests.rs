@@ -6,7 +6,7 @@ use std::time::Duration;
 use broker::{Broker, MemoryBroker, Outgoing, Queue};
 use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
 use sandbox::ScriptedSandbox;
-use store::{MemoryStore, Store};
+use store::{MemoryStore, Store, Stores};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
@@ -66,10 +66,24 @@ fn worker(
     sandbox: ScriptedSandbox,
     options: Options,
 ) -> Worker {
+    worker_on(broker, stores(store), sandbox, options)
+}
+
+/// Executions on `store`, jobs in memory, nothing else.
+fn stores(store: &MemoryStore) -> Stores {
+    Stores::bare(Arc::new(store.clone()), Arc::new(store::MemoryJobs::new()))
+}
+
+fn worker_on(
+    broker: &MemoryBroker,
+    stores: Stores,
+    sandbox: ScriptedSandbox,
+    options: Options,
+) -> Worker {
     Worker::build(
         options,
         Arc::new(broker.clone()),
-        Arc::new(store.clone()),
+        &stores,
         Arc::new(sandbox),
         &prometheus::Registry::new(),
     )
@@ -366,22 +380,26 @@ async fn a_worker_takes_no_work_while_a_dependency_is_down_and_resumes_by_itself
 async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
     let presence = store::MemoryPresence::default();
+    let stores = Stores {
+        presence: Some(Arc::new(presence.clone())),
+        ..stores(&store)
+    };
     let pipeline = Pipeline::new(
         pipeline::Options::default(),
-        Arc::new(store::MemoryJobs::default()),
+        &stores,
         Arc::new(broker.clone()),
         None,
         Arc::new(ScriptedSandbox::new(passing)),
     )
     .without_model_because("model not configured: no base url".into());
-    let w = worker(
+    let w = worker_on(
         &broker,
-        &store,
+        stores,
         ScriptedSandbox::new(passing),
         Options::default(),
     )
     .with_pipeline(pipeline)
-    .with_presence(Arc::new(presence.clone()), "w1".into());
+    .named("w1".into());
     let job = proto::job::PlanTask {
         job_id: TaskId::new(),
         problem: None,

@@ -26,8 +26,7 @@ fn coordinator(broker: &MemoryBroker, store: &MemoryStore) -> Coordinator {
     Coordinator::build(
         options,
         Arc::new(broker.clone()),
-        Arc::new(store.clone()),
-        Arc::new(store::MemoryJobs::new()),
+        store::Stores::bare(Arc::new(store.clone()), Arc::new(store::MemoryJobs::new())),
         &prometheus::Registry::new(),
     )
     .unwrap()
@@ -590,8 +589,7 @@ async fn the_api_answers_as_documented() {
             ..Options::default()
         },
         Arc::new(broker.clone()),
-        Arc::new(store.clone()),
-        Arc::new(jobs.clone()),
+        store::Stores::bare(Arc::new(store.clone()), Arc::new(jobs.clone())),
         &prometheus::Registry::new(),
     )
     .unwrap();

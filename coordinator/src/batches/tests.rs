@@ -22,8 +22,7 @@ fn coordinator(broker: &MemoryBroker, jobs: &MemoryJobs, options: Options) -> Co
     Coordinator::build(
         options,
         Arc::new(broker.clone()),
-        Arc::new(MemoryStore::new()),
-        Arc::new(jobs.clone()),
+        store::Stores::bare(Arc::new(MemoryStore::new()), Arc::new(jobs.clone())),
         &prometheus::Registry::new(),
     )
     .unwrap()

@@ -18,8 +18,7 @@ fn coordinator(options: Options, broker: &MemoryBroker, jobs: &MemoryJobs) -> Co
     Coordinator::build(
         options,
         Arc::new(broker.clone()),
-        Arc::new(MemoryStore::new()),
-        Arc::new(jobs.clone()),
+        store::Stores::bare(Arc::new(MemoryStore::new()), Arc::new(jobs.clone())),
         &prometheus::Registry::new(),
     )
     .unwrap()
@@ -41,7 +40,7 @@ async fn submit(c: &Coordinator) -> TaskId {
         cache_key: None,
         max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
     };
-    c.jobs.create_job(&meta).await.unwrap();
+    c.stores.jobs.create_job(&meta).await.unwrap();
     meta.id
 }
 

@@ -179,6 +179,8 @@ pub struct Pipeline {
     pub(crate) sandbox: Arc<dyn Sandbox>,
     /// The function-level and solution caches, and the model identity that keys them.
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
+    /// The caches, before the model identity is known.
+    caches: Option<Arc<dyn CacheStore>>,
     /// Which dependencies are down; shared with the worker.
     pub(crate) gate: Gate,
     /// Whose pooled sandbox run goes next, once the pipeline belongs to a worker.
@@ -200,17 +202,21 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
+    /// A pipeline on `stores.jobs`, reusing verified work from `stores.cache` once it knows
+    /// the model's identity ([`Pipeline::with_model`]).
     pub fn new(
         options: Options,
-        jobs: Arc<dyn JobStore>,
+        stores: &store::Stores,
         broker: Arc<dyn broker::Broker>,
         model: Option<Model>,
         sandbox: Arc<dyn Sandbox>,
     ) -> Self {
         let run_timeout_ms = options.run_timeout_ms;
+        let jobs = Arc::clone(&stores.jobs);
         Self {
             options,
             flow: flow::Flow::new(Arc::clone(&jobs), broker),
+            caches: stores.cache.clone(),
             jobs,
             model,
             sandbox,
@@ -253,10 +259,10 @@ impl Pipeline {
         })
     }
 
-    /// Reuses verified functions and stores finished solutions, keyed by `model`
-    /// (`model::identity`).
-    pub fn with_cache(mut self, cache: Arc<dyn CacheStore>, model: String) -> Self {
-        self.cache = Some((cache, model));
+    /// Reuses verified functions and stores finished solutions (`stores.cache`), keyed by
+    /// `model` (`model::identity`).
+    pub fn with_model(mut self, model: String) -> Self {
+        self.cache = self.caches.clone().map(|cache| (cache, model));
         self
     }
 
