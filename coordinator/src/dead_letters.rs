@@ -15,17 +15,34 @@ const DEAD_LETTERS_PREFETCH: u16 = 8;
 /// Before a dead letter whose outcome could not be recorded goes back to its queue.
 const RECORD_RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-impl Coordinator {
-    /// Turns every dead letter into an `error` result for its execution.
-    pub(crate) async fn consume_dead_letters(self, cancel: CancellationToken) {
-        let mut deliveries =
-            self.broker
-                .consume(Queue::DeadLetters, DEAD_LETTERS_PREFETCH, cancel.clone());
-        while let Some(delivery) = deliveries.next().await {
-            self.dead_letter(delivery).await;
+/// Consumes the dead-letter queue: each dead letter becomes its execution's `error` result, or
+/// fails its job, with the reason.
+pub(crate) struct DeadLetters {
+    coordinator: Coordinator,
+}
+
+impl DeadLetters {
+    pub(crate) fn build(coordinator: &Coordinator) -> Self {
+        Self {
+            coordinator: coordinator.clone(),
         }
     }
 
+    /// Until `cancel` fires.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut deliveries = self.coordinator.broker.consume(
+            Queue::DeadLetters,
+            DEAD_LETTERS_PREFETCH,
+            cancel.clone(),
+        );
+        while let Some(delivery) = deliveries.next().await {
+            self.coordinator.dead_letter(delivery).await;
+        }
+    }
+}
+
+impl Coordinator {
+    /// Answers for one dead letter, then settles it.
     pub(crate) async fn dead_letter(&self, delivery: Delivery) {
         let reason = delivery
             .death_reason

@@ -338,7 +338,7 @@ impl Coordinator {
     }
 
     /// Serves the API on `listener` (merged with `ops`, the health and metrics routes) and
-    /// consumes dead letters until `cancel` fires.
+    /// runs the background services until `cancel` fires.
     pub async fn run(
         self,
         listener: tokio::net::TcpListener,
@@ -350,15 +350,19 @@ impl Coordinator {
             source,
         })?;
         tracing::info!(%addr, "coordinator listening");
-        let dead_letters = tokio::spawn(self.clone().consume_dead_letters(cancel.clone()));
-        let reaper = tokio::spawn(self.clone().reap_overdue_jobs(cancel.clone()));
-        let hooks = tokio::spawn(self.clone().deliver_webhooks(cancel.clone()));
-        if let Some(register) = self.stores.tenants.clone() {
-            tokio::spawn(tenants::register(
-                register,
-                self.options.weights(),
-                cancel.clone(),
-            ));
+        // The background services, each on its own loop until `cancel`: what nobody else
+        // answers for (dead letters, overdue jobs), webhooks, and the tenants' registration.
+        let mut services = vec![
+            tokio::spawn(dead_letters::DeadLetters::build(&self).run(cancel.clone())),
+            tokio::spawn(reaper::Reaper::build(&self).run(cancel.clone())),
+        ];
+        if let Some(deliverer) = webhooks::Deliverer::build(&self) {
+            services.push(tokio::spawn(deliverer.run(cancel.clone())));
+        }
+        if let Some(registration) =
+            tenants::Registration::build(&self.options, self.stores.tenants.clone())
+        {
+            services.push(tokio::spawn(registration.run(cancel.clone())));
         }
         let app = router(self.clone()).merge(ops);
         let drain = self.options.drain_timeout;
@@ -368,9 +372,9 @@ impl Coordinator {
             // Open requests may wait up to `wait`; do not let them hold the shutdown forever.
             _ = async { cancel.cancelled().await; tokio::time::sleep(drain).await } => Ok(()),
         };
-        let _ = dead_letters.await;
-        let _ = reaper.await;
-        let _ = hooks.await;
+        for service in services {
+            let _ = service.await;
+        }
         result.map_err(|source| Error::Listen { addr, source })
     }
 }

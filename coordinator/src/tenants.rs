@@ -151,37 +151,48 @@ pub(crate) fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Registers `weights` now and every [`REGISTER_PERIOD`] until `cancel`.
-pub(crate) async fn register(
+/// Registers the tenants this coordinator knows, with their weights, for the workers.
+pub(crate) struct Registration {
     register: Arc<dyn Tenants>,
     weights: BTreeMap<String, u32>,
-    cancel: CancellationToken,
-) {
-    if weights.is_empty() {
-        return;
+}
+
+impl Registration {
+    /// `None` without a register (`stores.tenants`) or without tenants.
+    pub(crate) fn build(options: &Options, register: Option<Arc<dyn Tenants>>) -> Option<Self> {
+        let weights = options.weights();
+        (!weights.is_empty()).then_some(Self {
+            register: register?,
+            weights,
+        })
     }
-    let mut registered = false;
-    loop {
-        match register.register(&weights).await {
-            Ok(()) if !registered => {
-                tracing::info!(
-                    tenants = weights.len(),
-                    "tenants registered for the workers"
-                );
-                registered = true;
+
+    /// Registers the weights now and every [`REGISTER_PERIOD`] until `cancel`.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let Self { register, weights } = self;
+        let mut registered = false;
+        loop {
+            match register.register(&weights).await {
+                Ok(()) if !registered => {
+                    tracing::info!(
+                        tenants = weights.len(),
+                        "tenants registered for the workers"
+                    );
+                    registered = true;
+                }
+                Ok(()) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot register the tenants; retrying"),
             }
-            Ok(()) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot register the tenants; retrying"),
-        }
-        // Until the first success, retry soon: a tenant's work waits unconsumed until then.
-        let period = if registered {
-            REGISTER_PERIOD
-        } else {
-            Duration::from_secs(1)
-        };
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
+            // Until the first success, retry soon: a tenant's work waits unconsumed until then.
+            let period = if registered {
+                REGISTER_PERIOD
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
         }
     }
 }

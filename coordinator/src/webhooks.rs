@@ -14,6 +14,7 @@
 //! `coordinator.webhook_retry_for` after the end. Every attempt is kept and shown on the
 //! resource (`webhook.attempts`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -134,39 +135,6 @@ impl Coordinator {
             Err(e) => {
                 tracing::debug!(%id, error = %e, "cannot read a webhook");
                 None
-            }
-        }
-    }
-
-    /// Delivers due webhooks until `cancel` fires.
-    pub(crate) async fn deliver_webhooks(self, cancel: CancellationToken) {
-        let Some((store, _)) = self
-            .webhooks()
-            .map(|(store, client)| (store.clone(), client.clone()))
-        else {
-            return;
-        };
-        // Past the lease a webhook is due again: longer than one attempt can take.
-        let lease = self.options.webhook_timeout + Duration::from_secs(5);
-        loop {
-            let due = match store.claim_due(lease, CLAIM).await {
-                Ok(due) => due,
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot look for due webhooks now");
-                    Vec::new()
-                }
-            };
-            if due.is_empty() {
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(POLL) => continue,
-                }
-            }
-            futures::stream::iter(due)
-                .for_each_concurrent(CLAIM, |(kind, id)| self.deliver(kind, id))
-                .await;
-            if cancel.is_cancelled() {
-                return;
             }
         }
     }
@@ -296,6 +264,50 @@ impl Coordinator {
             },
         };
         Ok(Some(body.to_string().into_bytes()))
+    }
+}
+
+/// Delivers due webhooks; every coordinator runs one, each webhook taken with a lease.
+pub(crate) struct Deliverer {
+    coordinator: Coordinator,
+    store: Arc<dyn store::Webhooks>,
+    /// Past it a webhook is due again: longer than one attempt can take.
+    lease: Duration,
+}
+
+impl Deliverer {
+    /// `None` without a webhook store (`stores.webhooks`).
+    pub(crate) fn build(coordinator: &Coordinator) -> Option<Self> {
+        Some(Self {
+            store: coordinator.stores.webhooks.clone()?,
+            lease: coordinator.options.webhook_timeout + Duration::from_secs(5),
+            coordinator: coordinator.clone(),
+        })
+    }
+
+    /// Until `cancel` fires.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        loop {
+            let due = match self.store.claim_due(self.lease, CLAIM).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot look for due webhooks now");
+                    Vec::new()
+                }
+            };
+            if due.is_empty() {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(POLL) => continue,
+                }
+            }
+            futures::stream::iter(due)
+                .for_each_concurrent(CLAIM, |(kind, id)| self.coordinator.deliver(kind, id))
+                .await;
+            if cancel.is_cancelled() {
+                return;
+            }
+        }
     }
 }
 

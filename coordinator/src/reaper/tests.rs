@@ -94,7 +94,7 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
     jobs.forget_job(fresh_id).await.unwrap();
     jobs.create_job(&fresh).await.unwrap();
 
-    assert_eq!(c.reap_overdue_once().await.unwrap(), 1);
+    assert_eq!(crate::reaper::Reaper::build(&c).once().await.unwrap(), 1);
     let result = jobs.result(overdue).await.unwrap().unwrap();
     assert_eq!(result.status, JobStatus::Failed);
     let failure = result.failure.unwrap();
@@ -107,7 +107,7 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
         Some(JobStatus::Queued)
     );
     // Finished jobs are no longer candidates.
-    assert_eq!(c.reap_overdue_once().await.unwrap(), 0);
+    assert_eq!(crate::reaper::Reaper::build(&c).once().await.unwrap(), 0);
 }
 
 #[tokio::test]
