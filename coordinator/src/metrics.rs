@@ -47,7 +47,7 @@ impl Metrics {
             jobs: IntCounterVec::new(
                 Opts::new(
                     "codegen_jobs_total",
-                    "Jobs accepted and finished, by outcome",
+                    "Jobs accepted, answered from the cache, and ended by this coordinator (cancelled, overdue, dead-lettered, not queued), by outcome",
                 ),
                 &["outcome"],
             )?,
