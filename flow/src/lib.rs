@@ -114,8 +114,9 @@ impl Flow {
     }
 
     /// Starts the job of `meta` on `plan` (checked by [`plan`]): stores it with `meta`, once,
-    /// and publishes the functions without dependencies. Called again for a plan stored
-    /// already, it publishes the roots the first call did not. Answers the job's status: a
+    /// and publishes the functions without dependencies. Called again once a plan is stored
+    /// (this task taken again, or a second run of it that planned alongside), it publishes the
+    /// roots of the stored plan that the first call did not. Answers the job's status: a
     /// final one means the job had ended and nothing was published.
     pub async fn start(&self, meta: &JobMeta, plan: &Plan) -> Result<Option<JobStatus>, Error> {
         let planned = Progress::Planned {
@@ -125,6 +126,15 @@ impl Flow {
         if started.status.is_some_and(JobStatus::is_final) {
             return Ok(started.status);
         }
+        // The plan that stands is the first one stored, which may not be this one.
+        let stored;
+        let plan = match started.first {
+            true => plan,
+            false => {
+                stored = self.jobs.plan(meta.id).await?;
+                stored.as_ref().unwrap_or(plan)
+            }
+        };
         let roots = plan
             .specs
             .iter()
@@ -171,6 +181,9 @@ impl Flow {
         outcome: &FunctionOutcome,
         status: Option<JobStatus>,
     ) -> Result<(), Error> {
+        if status.is_some_and(JobStatus::is_final) {
+            return Ok(());
+        }
         let done = Self::done_event(outcome);
         let completion = self
             .jobs
@@ -203,8 +216,9 @@ impl Flow {
             return self.publish_integrate(meta).await;
         }
         if !passed || completion.all_done {
-            // The status says what is under way; the published set, not the status, says
-            // whether the integrate task went out.
+            // The store set `integrating` with the first completion; this is a repeat of one
+            // that found the job ended meanwhile, or of an older writer's. The published set,
+            // not the status, says whether the integrate task went out.
             let _ = self.jobs.set_status(meta.id, JobStatus::Integrating).await;
             return self.publish_integrate(meta).await;
         }

@@ -185,6 +185,21 @@ async fn a_step_taken_again_publishes_only_what_a_stopped_run_left_unpublished()
     assert!(published(&broker).await.is_empty());
 }
 
+/// Two runs of one plan task (its first worker stalled, its delivery went to another) plan
+/// differently: the plan stored first stands, and the second run publishes its roots, not its
+/// own.
+#[tokio::test]
+async fn a_second_plan_for_a_started_job_publishes_the_stored_plans_roots() {
+    let (broker, jobs, flow, meta, first) = job(vec![spec("a", &[]), spec("b", &["a"])]).await;
+    let second = crate::plan(vec![spec("b", &[]), spec("x", &[])], 16).unwrap();
+    broker.set_down("the first run's publish fails");
+    assert!(flow.start(&meta, &first).await.is_err());
+    broker.set_up();
+    flow.start(&meta, &second).await.unwrap();
+    assert_eq!(published(&broker).await, vec!["a"]);
+    assert_eq!(jobs.plan(meta.id).await.unwrap(), Some(first));
+}
+
 /// Point 0 of the shape issue: a status written before the publish it announces must not be
 /// read back by a retry as proof of that publish.
 #[tokio::test]

@@ -144,7 +144,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// Stores a function's final outcome (unless one stands) with `attempt`, its last
     /// attempt's progress event, and completes the function in `plan` in the same step, as
     /// [`JobStore::complete_function`] does with `done` (Redis: one script). Nothing is
-    /// completed when another outcome stood (its run completes it) or the job has ended.
+    /// completed when another outcome stood (its run completes it) or the job has ended. A
+    /// failed function releases none of its dependants, and once a function failed (the
+    /// status `integrating`) none releases any; a failed or last function sets `integrating`
+    /// in the same step. `Finished::status` is the status after it.
     async fn finish_function(
         &self,
         id: TaskId,
@@ -348,8 +351,8 @@ fn complete_function_call(
 /// [`FINISH_FUNCTION`] of `outcome` of `plan`, its arguments in the script's order.
 /// KEYS: outcome, final marker, status, events, done, pending. ARGV: outcome bytes, ttl,
 /// attempt event JSON or "", done event JSON or "", [`EVENTS_MAX_LEN`], the job events
-/// channel, job id, function, the plan's size, how many final statuses follow, the final
-/// statuses..., dependants...
+/// channel, job id, function, the plan's size, "1" when it passed, the integrating status, how
+/// many final statuses follow, the final statuses..., the dependants it releases...
 fn finish_function_call(
     store: &RedisStore,
     id: TaskId,
@@ -378,12 +381,23 @@ fn finish_function_call(
         .arg(id.to_string())
         .arg(name)
         .arg(plan.specs.len())
+        .arg(if outcome.passed { "1" } else { "0" })
+        .arg(JobStatus::Integrating.as_str())
         .arg(JobStatus::FINAL.len())
         .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
-    for dependant in plan.dependants.get(name).into_iter().flatten() {
+    for dependant in released(plan, outcome) {
         invocation.arg(dependant);
     }
     invocation
+}
+
+/// The dependants whose counters the completion of `outcome` takes down: none when it failed
+/// (they cannot be built on it).
+fn released<'a>(plan: &'a Plan, outcome: &FunctionOutcome) -> &'a [String] {
+    match plan.dependants.get(&outcome.name) {
+        Some(dependants) if outcome.passed => dependants,
+        _ => &[],
+    }
 }
 
 /// [`PUT_PLAN`] of `plan` for the job of `meta`, its arguments in the script's order.
@@ -958,12 +972,14 @@ struct MemoryState {
 }
 
 impl MemoryState {
-    /// The completion script's semantics (`lua/job_completion.lua`).
+    /// The completion script's semantics (`lua/job_completion.lua`): `name` of a plan of
+    /// `size` functions done, `dependants` the ones its completion takes down.
     fn complete(
         &mut self,
         id: TaskId,
-        plan: &Plan,
+        size: usize,
         name: &str,
+        dependants: &[String],
         event: Option<&Progress>,
     ) -> Completion {
         let first = self.done.entry(id).or_default().insert(name.to_owned());
@@ -971,19 +987,21 @@ impl MemoryState {
             self.events.entry(id).or_default().push(event.clone());
         }
         let mut ready = Vec::new();
-        for d in plan.dependants.get(name).cloned().unwrap_or_default() {
-            let done = self.done.get(&id).is_some_and(|set| set.contains(&d));
-            let counter = self.pending.entry((id, d.clone())).or_insert(1);
+        for d in dependants {
+            let done = self.done.get(&id).is_some_and(|set| set.contains(d));
             if first {
+                // HINCRBY on a missing counter starts from 0.
+                let counter = self.pending.entry((id, d.clone())).or_insert(0);
                 *counter -= 1;
                 if *counter == 0 {
-                    ready.push(d);
+                    ready.push(d.clone());
                 }
-            } else if *counter <= 0 && !done {
-                ready.push(d);
+            } else if self.pending.get(&(id, d.clone())).is_some_and(|n| *n <= 0) && !done {
+                // A missing counter reads as 1: not ready.
+                ready.push(d.clone());
             }
         }
-        let all_done = self.done.get(&id).map_or(0, |d| d.len()) >= plan.specs.len();
+        let all_done = self.done.get(&id).map_or(0, |d| d.len()) >= size;
         Completion {
             ready,
             all_done,
@@ -1128,12 +1146,29 @@ impl JobStore for MemoryJobs {
         if let Some(attempt) = attempt {
             s.events.entry(id).or_default().push(attempt.clone());
         }
-        let completion = (!status.is_some_and(JobStatus::is_final))
-            .then(|| s.complete(id, plan, &outcome.name, done));
+        if status.is_some_and(JobStatus::is_final) {
+            return Ok(Finished {
+                stored: true,
+                status,
+                completion: None,
+            });
+        }
+        let integrating = status == Some(JobStatus::Integrating);
+        let released = if integrating {
+            &[][..]
+        } else {
+            released(plan, outcome)
+        };
+        let completion = s.complete(id, plan.specs.len(), &outcome.name, released, done);
+        let mut status = status;
+        if !integrating && (!outcome.passed || completion.all_done) {
+            s.status.insert(id, JobStatus::Integrating);
+            status = Some(JobStatus::Integrating);
+        }
         Ok(Finished {
             stored: true,
             status,
-            completion,
+            completion: Some(completion),
         })
     }
     async fn complete_function(
@@ -1143,7 +1178,10 @@ impl JobStore for MemoryJobs {
         name: &str,
         event: Option<&Progress>,
     ) -> Result<Completion, Error> {
-        Ok(self.state().complete(id, plan, name, event))
+        let dependants = plan.dependants.get(name).cloned().unwrap_or_default();
+        Ok(self
+            .state()
+            .complete(id, plan.specs.len(), name, &dependants, event))
     }
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error> {
         self.state()

@@ -4,6 +4,8 @@
 -- repeat, the dependants whose counters are down and that are not done are answered again, so
 -- a caller that stopped before publishing them is followed by one that publishes what it did
 -- not (the published set tells which).
+-- A function that failed releases none of its dependants (the caller passes none): they cannot
+-- be built on it, and the job goes to its integration instead.
 -- k: done, pending, events (keys). a: name, size (the plan's), ttl, event, max_events,
 -- channel (the job events'), job (its id).
 -- Returns first (1/0), all (1 when every function of the plan is done), ready.
@@ -15,6 +17,7 @@ local function complete(k, a, dependants)
     redis.call('EXPIRE', k.events, a.ttl)
     redis.call('PUBLISH', a.channel, a.job)
   end
+  redis.call('EXPIRE', k.pending, a.ttl)
   local ready = {}
   for _, d in ipairs(dependants) do
     if first == 1 then

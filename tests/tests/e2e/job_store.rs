@@ -255,6 +255,70 @@ async fn writes_carry_their_events_and_answer_the_status<S: JobStore + Clone>(st
     );
 }
 
+/// A failed function releases none of its dependants and starts the integration in the same
+/// step, whichever of the dependants' dependencies finishes first; after it, a passing one
+/// releases nothing either.
+async fn a_failed_function_releases_nothing_and_starts_the_integration<S: JobStore + Clone>(
+    store: S,
+) {
+    for failed_first in [true, false] {
+        let m = meta(0);
+        let job = m.id;
+        // d depends on a and b; c depends on b alone.
+        let plan = Plan {
+            specs: vec![
+                spec("a", &[]),
+                spec("b", &[]),
+                spec("c", &["b"]),
+                spec("d", &["a", "b"]),
+            ],
+            dependants: BTreeMap::from([
+                ("a".into(), vec!["d".into()]),
+                ("b".into(), vec!["c".into(), "d".into()]),
+                ("c".into(), vec![]),
+                ("d".into(), vec![]),
+            ]),
+        };
+        store.start_job(&m, &plan, None).await.unwrap();
+        let mut a = final_outcome("a");
+        a.passed = false;
+        let b = final_outcome("b");
+        let (first, second) = if failed_first { (&a, &b) } else { (&b, &a) };
+        let one = store
+            .finish_function(job, &plan, first, None, None)
+            .await
+            .unwrap();
+        let two = store
+            .finish_function(job, &plan, second, None, None)
+            .await
+            .unwrap();
+        let released: Vec<String> = [&one, &two]
+            .iter()
+            .flat_map(|f| f.completion.clone().unwrap().ready)
+            .collect();
+        if failed_first {
+            assert_eq!(one.status, Some(JobStatus::Integrating));
+            assert!(released.is_empty(), "{released:?}");
+        } else {
+            assert_eq!(released, vec!["c".to_string()], "b passed before a failed");
+            assert_eq!(two.status, Some(JobStatus::Integrating));
+        }
+        assert_eq!(
+            store.status(job).await.unwrap(),
+            Some(JobStatus::Integrating)
+        );
+        // A's task taken again names nothing either.
+        assert!(
+            store
+                .complete_function(job, &plan, "a", None)
+                .await
+                .unwrap()
+                .ready
+                .is_empty()
+        );
+    }
+}
+
 async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) {
     let job = TaskId::new();
     for i in 0..3 {
@@ -549,6 +613,7 @@ against_both_stores!(
     events_are_read_in_order_after_a_cursor,
     writes_carry_their_events_and_answer_the_status,
     a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it,
+    a_failed_function_releases_nothing_and_starts_the_integration,
     published_functions_are_remembered,
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,
     unfinished_jobs_are_listed_oldest_first_until_they_finish,

@@ -117,9 +117,14 @@ impl Pipeline {
             .await
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
-            // Or the job ended, or another run of the task finished the function: nothing more
-            // is stored by this one.
-            Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => return Err(e),
+            // Or the job ended: nothing more is stored by this one.
+            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => return Err(e),
+            // Another run of the task finished the function: nothing more is stored by this
+            // one, which publishes what that run may not have.
+            Err(stale @ Error::Stale(_)) => {
+                self.resume_standing(&meta, &plan, &function).await?;
+                return Err(stale);
+            }
             Err(Error::Failed(reason)) => {
                 outcome.failure = Some(reason);
                 None
@@ -165,11 +170,36 @@ impl Pipeline {
             .map_err(advancing)?;
         if !finished.stored {
             tracing::info!(%job, %function, "another run of this function finished first; its outcome stands");
-            return Ok(());
+            return self.resume_standing(meta, plan, function).await;
         }
         ctx.seen(finished.status)?;
         tracing::info!(%job, %function, passed = outcome.passed, attempts = outcome.attempts, "function finished");
         Ok(())
+    }
+
+    /// Publishes what the completion of `function` released, when another run of its task
+    /// stored its final outcome first: that run may have stopped before publishing, with its
+    /// delivery already handed to this one, so nobody else would (`flow`'s published set
+    /// keeps it to what is missing).
+    async fn resume_standing(
+        &self,
+        meta: &JobMeta,
+        plan: &Plan,
+        function: &str,
+    ) -> Result<(), Error> {
+        let view = self
+            .jobs
+            .view(meta.id, Some(function))
+            .await
+            .map_err(redis)?;
+        match view.function {
+            Some(standing) if standing.done => self
+                .flow
+                .resume_function(meta, plan, &standing, view.status)
+                .await
+                .map_err(advancing),
+            _ => Ok(()),
+        }
     }
 
     /// Fills `outcome`; `Err(Failed)` carries a failure reason for the record. `Ok` carries

@@ -26,8 +26,13 @@ impl Pipeline {
         // The status and the event are written while the model plans: both are stored before
         // anything that follows the plan (the join waits for them). The call is polled first,
         // so its request leaves before the writes: the longer wait starts first.
+        // Only over `queued`: a second run of this task (its first worker stalled) must not
+        // write `planning` over a job the first one started meanwhile.
+        let queued = matches!(view.status, None | Some(JobStatus::Queued));
         let planning = async {
-            let _ = self.jobs.set_status(job, JobStatus::Planning).await;
+            if queued {
+                let _ = self.jobs.set_status(job, JobStatus::Planning).await;
+            }
         };
         let model = self.model();
         let mut problem = task.problem.clone();
@@ -64,6 +69,9 @@ impl Pipeline {
                 Ok(plan) => return self.started(ctx, &meta, &plan).await,
                 Err(refused) if meta.replans < flow::MAX_REPLANS => {
                     meta.replans += 1;
+                    // Kept before the next call: a retry of this task counts this replan and
+                    // charges what planning spent so far.
+                    self.jobs.put_job_meta(&meta).await.map_err(super::redis)?;
                     tracing::info!(%job, problem = %refused, "plan refused; asking for another");
                     let replanning = Progress::Replanning {
                         problem: refused.to_string(),
@@ -133,12 +141,19 @@ impl Pipeline {
     }
 
     /// Ends the job failed with `reason`, before any function ran; `specs`: the plan refused.
+    /// Unless a plan is stored: a second run of this task (its first worker stalled) planned
+    /// alongside and started the job, which goes on.
     async fn refuse(
         &self,
         meta: &proto::job::JobMeta,
         reason: &str,
         specs: &[proto::generation::FunctionSpec],
     ) -> Result<(), Error> {
+        if let Some(plan) = self.jobs.plan(meta.id).await.map_err(super::redis)? {
+            tracing::info!(job = %meta.id, %reason, "another run of this plan task started the job; it goes on");
+            self.flow.start(meta, &plan).await.map_err(advancing)?;
+            return Ok(());
+        }
         self.flow
             .end_early(meta, JobStatus::Failed, reason, specs)
             .await
