@@ -955,7 +955,7 @@ pub struct MemoryJobs {
 }
 
 #[derive(Debug, Default)]
-struct MemoryState {
+pub(crate) struct MemoryState {
     meta: HashMap<TaskId, JobMeta>,
     status: HashMap<TaskId, JobStatus>,
     plans: HashMap<TaskId, Plan>,
@@ -967,11 +967,26 @@ struct MemoryState {
     results: HashMap<TaskId, JobResult>,
     events: HashMap<TaskId, Vec<Progress>>,
     batches: HashMap<TaskId, Batch>,
-    /// What finished jobs cost, by tenant and hour (the charge of Redis's finishing script).
+    /// What finished jobs and executions cost, by tenant and hour (the charge of Redis's
+    /// finishing scripts).
     usage: HashMap<(Option<String>, u64), proto::api::UsageTotals>,
+    /// Quotas and webhooks (`crate::memory_tenancy`).
+    pub(crate) tenancy: crate::memory_tenancy::Tenancy,
 }
 
 impl MemoryState {
+    /// `tenant`'s charge of `totals` in the hour of `now` (`lua/usage_charge.lua`).
+    fn charge(&mut self, tenant: Option<&str>, now: u64, totals: &proto::api::UsageTotals) {
+        let hour = now - now % crate::usage::BUCKET_MS;
+        let charged = self
+            .usage
+            .entry((tenant.map(str::to_owned), hour))
+            .or_default();
+        for (field, value) in crate::usage::increments(totals) {
+            charged.add(field, value);
+        }
+    }
+
     /// The completion script's semantics (`lua/job_completion.lua`): `name` of a plan of
     /// `size` functions done, `dependants` the ones its completion takes down.
     fn complete(
@@ -1015,7 +1030,7 @@ impl MemoryJobs {
         Self::default()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, MemoryState> {
         self.state.lock().expect("poisoned")
     }
 }
@@ -1206,20 +1221,15 @@ impl JobStore for MemoryJobs {
         result: &JobResult,
     ) -> Result<bool, Error> {
         let mut s = self.state();
+        let now = proto::now_ms();
         s.unfinished.remove(&id);
         if s.results.contains_key(&id) {
+            s.tenancy.job_ended(id, tenant, false, now);
             return Ok(false);
         }
         s.results.insert(id, result.clone());
-        let now = proto::now_ms();
-        let hour = now - now % crate::usage::BUCKET_MS;
-        let charged = s
-            .usage
-            .entry((tenant.map(str::to_owned), hour))
-            .or_default();
-        for (field, value) in crate::usage::increments(&proto::api::UsageTotals::of_job(result)) {
-            charged.add(field, value);
-        }
+        s.charge(tenant, now, &proto::api::UsageTotals::of_job(result));
+        s.tenancy.job_ended(id, tenant, true, now);
         s.events
             .entry(id)
             .or_default()
@@ -1279,6 +1289,18 @@ impl crate::usage::Usage for MemoryJobs {
         from_ms: u64,
         to_ms: u64,
     ) -> Result<proto::api::UsageTotals, Error> {
+        Ok(self.usage_of(tenant, from_ms, to_ms))
+    }
+}
+
+impl MemoryJobs {
+    /// `tenant`'s totals over the hours that overlap `[from_ms, to_ms)`.
+    pub(crate) fn usage_of(
+        &self,
+        tenant: Option<&str>,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> proto::api::UsageTotals {
         let s = self.state();
         let mut totals = proto::api::UsageTotals::default();
         for hour in crate::usage::hours(from_ms, to_ms) {
@@ -1288,6 +1310,23 @@ impl crate::usage::Usage for MemoryJobs {
                 }
             }
         }
-        Ok(totals)
+        totals
+    }
+
+    /// What an execution's verdict does beside storing it (`lua/execution_complete.lua`):
+    /// its place back and, when `stored`, its tenant charged and its batch one item closer.
+    pub(crate) fn execution_ended(
+        &self,
+        id: TaskId,
+        tenant: Option<&str>,
+        result: &proto::ExecutionResult,
+        stored: bool,
+    ) {
+        let now = proto::now_ms();
+        let mut s = self.state();
+        if stored {
+            s.charge(tenant, now, &proto::api::UsageTotals::of_execution(result));
+        }
+        s.tenancy.execution_ended(id, tenant, stored, now);
     }
 }

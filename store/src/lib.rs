@@ -23,6 +23,7 @@ pub mod jobs;
 pub mod keys;
 pub mod limits;
 pub mod memory;
+mod memory_tenancy;
 mod pauses;
 pub mod presence;
 pub mod quotas;

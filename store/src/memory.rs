@@ -22,11 +22,21 @@ struct State {
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// Where a verdict's other effects go (usage, quotas, its batch's webhook), as Redis's
+    /// one script has them; without it, a verdict has none.
+    jobs: Option<crate::MemoryJobs>,
 }
 
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A verdict stored here also charges its tenant, gives its quota place back and brings
+    /// its batch's webhook one item closer, in `jobs` (which keeps usage, quotas and webhooks).
+    pub fn with_jobs(mut self, jobs: &crate::MemoryJobs) -> Self {
+        self.jobs = Some(jobs.clone());
+        self
     }
 
     /// Simulates an outage until `set_up`.
@@ -65,7 +75,7 @@ impl Store for MemoryStore {
     async fn complete_execution(
         &self,
         id: TaskId,
-        _tenant: Option<&str>,
+        tenant: Option<&str>,
         result: &ExecutionResult,
     ) -> Result<bool, Error> {
         let stored = {
@@ -78,6 +88,9 @@ impl Store for MemoryStore {
                 }
             }
         };
+        if let Some(jobs) = &self.jobs {
+            jobs.execution_ended(id, tenant, result, stored);
+        }
         self.notify.notify_waiters();
         Ok(stored)
     }

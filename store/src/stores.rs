@@ -72,21 +72,22 @@ impl Stores {
         }
     }
 
-    /// The in-process fakes: executions, jobs (with the usage their ends charge), caches,
-    /// tenants, idempotency keys, the index and presence. No meters, quotas or webhooks.
+    /// The in-process fakes: executions and jobs (whose ends charge usage, give quota places
+    /// back and make webhooks due, as Redis's scripts do), caches, tenants, idempotency keys,
+    /// the index, presence, quotas and webhooks. No meters (request rates).
     pub fn memory(executions: MemoryStore, jobs: MemoryJobs) -> Self {
         let options = crate::Options::default();
         Self {
-            executions: Arc::new(executions),
+            executions: Arc::new(executions.with_jobs(&jobs)),
             jobs: Arc::new(jobs.clone()),
             cache: Some(Arc::new(MemoryCache::new())),
             tenants: Some(Arc::new(MemoryTenants::default())),
             meters: None,
             idempotency: Some(Arc::new(MemoryIdempotency::default())),
             index: Some(Arc::new(MemoryIndex::default())),
-            usage: Some(Arc::new(jobs)),
-            quotas: None,
-            webhooks: None,
+            usage: Some(Arc::new(jobs.clone())),
+            quotas: Some(Arc::new(jobs.clone())),
+            webhooks: Some(Arc::new(jobs)),
             presence: Some(Arc::new(MemoryPresence::default())),
             result_ttl: options.result_ttl,
             usage_retention: options.usage_retention,

@@ -1,7 +1,7 @@
 //! The whole generation pipeline in one process, without Docker, RabbitMQ or Redis: a real
-//! coordinator (HTTP API, pipeline half) and real workers (pipeline) on the in-memory broker
-//! and job store, a scripted model (a FAKE answering from a script) and a FAKE sandbox that
-//! runs nothing. It checks the logic — the DAG, repair, partial failure, re-planning — in a
+//! coordinator (HTTP API) and real workers (pipeline) on the in-memory broker and one set of
+//! in-memory stores (`store::Stores::memory`: jobs, usage, quotas, webhooks, the index), a
+//! scripted model (a FAKE answering from a script) and a FAKE sandbox that runs nothing. It checks the logic — the DAG, repair, partial failure, re-planning — in a
 //! second; the end-to-end tests check the same against the real services.
 //!
 //! The FAKE sandbox answers the pipeline's harness runs (`proto::harness`): every case of a
@@ -50,6 +50,33 @@ impl InProcess {
         sandbox: ScriptedSandbox,
         pool_size: usize,
     ) -> Self {
+        Self::launch(
+            script,
+            workers,
+            sandbox,
+            pool_size,
+            coordinator::Options::default(),
+        )
+        .await
+    }
+
+    /// [`InProcess::start`] with the coordinator's `options` (tenants and their keys and
+    /// quotas, webhook targets, ...).
+    pub async fn start_with_options(
+        script: Value,
+        workers: usize,
+        options: coordinator::Options,
+    ) -> Self {
+        Self::launch(script, workers, fake_sandbox(), 0, options).await
+    }
+
+    async fn launch(
+        script: Value,
+        workers: usize,
+        sandbox: ScriptedSandbox,
+        pool_size: usize,
+        options: coordinator::Options,
+    ) -> Self {
         let broker = broker::MemoryBroker::new(5);
         let store = MemoryStore::new();
         let jobs = MemoryJobs::new();
@@ -66,7 +93,7 @@ impl InProcess {
         let stores = store::Stores::memory(store.clone(), jobs.clone());
 
         let coordinator = coordinator::Coordinator::build(
-            coordinator::Options::default(),
+            options,
             Arc::new(broker.clone()),
             stores.clone(),
             &prometheus::Registry::new(),

@@ -9,7 +9,9 @@ use std::time::Duration;
 use proto::generation::{Complexity, FunctionSpec, Output};
 use proto::job::{FunctionOutcome, JobResult, JobStatus, Plan};
 use proto::{ExecutionResult, Progress, Status, TaskId};
-use store::{JobStore, RedisStore, Store, Usage};
+use store::index::Kind;
+use store::webhooks::{AttemptOutcome, HookKind};
+use store::{JobStore, Quotas, RedisStore, Store, Usage, Webhooks};
 
 fn spec(name: &str, deps: &[&str]) -> FunctionSpec {
     FunctionSpec {
@@ -319,6 +321,102 @@ async fn a_failed_function_releases_nothing_and_starts_the_integration<S: JobSto
     }
 }
 
+/// A job's end, in the one store operation that ends it, gives its quota place back, makes its
+/// webhook due and brings its batch's webhook one job closer (due after the last): on both
+/// stores alike. A repeated end does none of it again.
+async fn a_jobs_end_gives_its_place_back_and_makes_its_webhooks_due<
+    S: JobStore + Quotas + Webhooks + Clone,
+>(
+    store: S,
+) {
+    let tenant = Some("acme");
+    let (first, second) = (meta(0), meta(0));
+    let limits = store::quotas::Limits {
+        in_flight: Some(1),
+        ..Default::default()
+    };
+    let admit = |m: &proto::job::JobMeta| {
+        let (store, id) = (store.clone(), m.id);
+        async move {
+            store
+                .admit(Kind::Jobs, tenant, &[id], &limits)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(admit(&first).await, Ok(()));
+    assert_eq!(
+        admit(&second).await,
+        Err(store::quotas::Refusal::InFlight { current: 1 })
+    );
+    let batch = TaskId::new();
+    store
+        .register_job(first.id, "https://hooks.test/job", tenant)
+        .await
+        .unwrap();
+    store
+        .register_batch(
+            batch,
+            &[first.id, second.id],
+            "https://hooks.test/batch",
+            tenant,
+        )
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    assert!(store.claim_due(lease, 10).await.unwrap().is_empty());
+
+    assert!(
+        store
+            .finish_job(first.id, tenant, &succeeded(first.id))
+            .await
+            .unwrap()
+    );
+    assert_eq!(admit(&second).await, Ok(()), "the place came back");
+    assert_eq!(
+        store.claim_due(lease, 10).await.unwrap(),
+        vec![(HookKind::Job, first.id)],
+        "the job's webhook, not yet its batch's"
+    );
+    let hook = store.hook(HookKind::Job, first.id).await.unwrap().unwrap();
+    assert_eq!(hook.view.state, proto::api::WebhookState::Pending);
+    assert_eq!(hook.tenant.as_deref(), tenant);
+    assert!(
+        store.claim_due(lease, 10).await.unwrap().is_empty(),
+        "leased"
+    );
+    assert!(
+        !store
+            .finish_job(first.id, tenant, &succeeded(first.id))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .finish_job(second.id, tenant, &succeeded(second.id))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.claim_due(lease, 10).await.unwrap(),
+        vec![(HookKind::Batch, batch)],
+        "after the batch's last job, its webhook; the repeated end made nothing due again"
+    );
+    let attempt = proto::api::WebhookAttempt {
+        at_ms: 1,
+        status: Some(200),
+        error: None,
+        duration_ms: 3,
+    };
+    store
+        .record_attempt(HookKind::Batch, batch, &attempt, AttemptOutcome::Delivered)
+        .await
+        .unwrap();
+    let hook = store.hook(HookKind::Batch, batch).await.unwrap().unwrap();
+    assert_eq!(hook.view.state, proto::api::WebhookState::Delivered);
+    assert_eq!(hook.view.attempts, vec![attempt]);
+}
+
 async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) {
     let job = TaskId::new();
     for i in 0..3 {
@@ -586,6 +684,104 @@ async fn an_integration_reads_the_job_its_result_and_every_outcome_at_once<S: Jo
     );
 }
 
+/// An execution's verdict, in the one store operation that stores it, charges its tenant once,
+/// gives its quota place back and brings its batch's webhook one verdict closer (due after the
+/// last): on Redis and on the in-memory stores (`MemoryStore` linked to `MemoryJobs`) alike.
+async fn a_verdict_charges_once_gives_its_place_back_and_makes_its_batch_due<
+    E: Store,
+    T: Quotas + Webhooks + Usage,
+>(
+    executions: E,
+    rest: T,
+) {
+    let tenant = Some("acme");
+    let (one, two, three) = (TaskId::new(), TaskId::new(), TaskId::new());
+    let limits = store::quotas::Limits {
+        in_flight: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(
+        rest.admit(Kind::Executions, tenant, &[one, two], &limits)
+            .await
+            .unwrap(),
+        Ok(())
+    );
+    assert!(
+        rest.admit(Kind::Executions, tenant, &[three], &limits)
+            .await
+            .unwrap()
+            .is_err()
+    );
+    let record = proto::api::ExecutionBatchRecord {
+        id: TaskId::new(),
+        tenant: tenant.map(str::to_owned),
+        items: vec![("a".into(), one), ("b".into(), two)],
+    };
+    rest.register_execution_batch(&record, "https://hooks.test/executions")
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.execution_batch(record.id).await.unwrap(),
+        Some(record.clone())
+    );
+    let started = proto::now_ms();
+    let mut verdict = ExecutionResult::error(Status::Passed, "");
+    verdict.cpu_ms = Some(7);
+    assert!(
+        executions
+            .complete_execution(one, tenant, &verdict)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !executions
+            .complete_execution(one, tenant, &verdict)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        rest.admit(Kind::Executions, tenant, &[three], &limits)
+            .await
+            .unwrap(),
+        Ok(()),
+        "one place came back"
+    );
+    let lease = Duration::from_secs(60);
+    assert!(rest.claim_due(lease, 10).await.unwrap().is_empty());
+    assert!(
+        executions
+            .complete_execution(two, tenant, &verdict)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        rest.claim_due(lease, 10).await.unwrap(),
+        vec![(HookKind::ExecutionBatch, record.id)]
+    );
+    let usage = rest
+        .usage(tenant, started, proto::now_ms() + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (usage.executions, usage.sandbox_cpu_ms),
+        (2, 14),
+        "charged once each"
+    );
+}
+
+#[tokio::test]
+async fn a_verdict_ends_alike_on_redis() {
+    let store = redis_store();
+    a_verdict_charges_once_gives_its_place_back_and_makes_its_batch_due(store.clone(), store).await;
+}
+
+#[tokio::test]
+async fn a_verdict_ends_alike_in_memory() {
+    let jobs = store::MemoryJobs::new();
+    let executions = store::MemoryStore::new().with_jobs(&jobs);
+    a_verdict_charges_once_gives_its_place_back_and_makes_its_batch_due(executions, jobs).await;
+}
+
 /// Every case, once against each store.
 macro_rules! against_both_stores {
     ($($case:ident),* $(,)?) => {
@@ -614,6 +810,7 @@ against_both_stores!(
     writes_carry_their_events_and_answer_the_status,
     a_final_function_outcome_is_written_once_and_partial_writes_stop_after_it,
     a_failed_function_releases_nothing_and_starts_the_integration,
+    a_jobs_end_gives_its_place_back_and_makes_its_webhooks_due,
     published_functions_are_remembered,
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,
     unfinished_jobs_are_listed_oldest_first_until_they_finish,

@@ -267,3 +267,90 @@ async fn an_integration_the_image_cannot_run_ends_the_job_failed_saying_why() {
     assert_eq!(finished, 1, "exactly one end");
     cluster.stop().await;
 }
+
+/// Tenancy on the in-memory stores, as on Redis: a tenant's jobs, listing and usage are its
+/// own, and a quota refuses a batch that would pass it, naming the limit.
+#[tokio::test]
+async fn tenants_see_only_their_own_work_and_their_quotas_hold() {
+    let script = json!({"answers": [plan(vec![spec("one", &[])]), tests_answer(),
+        implement("one", &code("one"))]});
+    let mut options = coordinator::Options::default();
+    options.api_keys.insert("acme".into(), "key-acme".into());
+    options
+        .api_keys
+        .insert("globex".into(), "key-globex".into());
+    options.tenants.insert(
+        "acme".into(),
+        coordinator::TenantOptions {
+            jobs_in_flight: Some(1),
+            ..Default::default()
+        },
+    );
+    let cluster = InProcess::start_with_options(script, 1, options).await;
+    let call = |method: reqwest::Method, path: &str, key: &str, body: Option<Value>| {
+        let request = cluster
+            .http
+            .request(method, format!("{}{path}", cluster.url))
+            .bearer_auth(key);
+        let request = match body {
+            Some(body) => request.json(&body),
+            None => request,
+        };
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, answer) = call(
+        reqwest::Method::POST,
+        "/v1/jobs",
+        "key-acme",
+        Some(json!({"instruction": "one thing"})),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let job: proto::TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
+    let result = cluster.result(job, Duration::from_secs(60)).await;
+    assert_eq!(result.status, JobStatus::Succeeded);
+
+    // Two jobs at once would pass acme's one in flight: the whole batch is refused.
+    let response = cluster
+        .http
+        .post(format!("{}/v1/batches", cluster.url))
+        .bearer_auth("key-acme")
+        .body("{\"instruction\": \"a\"}\n{\"instruction\": \"b\"}\n")
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(status, 429, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("jobs_in_flight"),
+        "{answer}"
+    );
+
+    let (status, _) = call(
+        reqwest::Method::GET,
+        &format!("/v1/jobs/{job}"),
+        "key-globex",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "another tenant's job is not there for globex");
+    let (_, listed) = call(reqwest::Method::GET, "/v1/jobs", "key-globex", None).await;
+    assert_eq!(listed["jobs"].as_array().map(Vec::len), Some(0), "{listed}");
+    let (_, listed) = call(reqwest::Method::GET, "/v1/jobs", "key-acme", None).await;
+    assert_eq!(listed["jobs"][0]["job_id"], job.to_string(), "{listed}");
+    let (status, usage) = call(reqwest::Method::GET, "/v1/usage", "key-acme", None).await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["jobs"], 1, "{usage}");
+    assert_eq!(usage["model_calls"], result.metrics.model_calls, "{usage}");
+    let (_, usage) = call(reqwest::Method::GET, "/v1/usage", "key-globex", None).await;
+    assert_eq!(usage["jobs"], 0, "{usage}");
+    cluster.stop().await;
+}
