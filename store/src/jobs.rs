@@ -952,6 +952,8 @@ impl JobStore for RedisStore {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryJobs {
     state: Arc<Mutex<MemoryState>>,
+    /// Watches of batches (`JobStore::watch_batch`), woken when one of their jobs ends.
+    watchers: Arc<dashmap::DashMap<TaskId, Vec<Arc<tokio::sync::Notify>>>>,
 }
 
 #[derive(Debug, Default)]
@@ -1230,6 +1232,12 @@ impl JobStore for MemoryJobs {
         s.results.insert(id, result.clone());
         s.charge(tenant, now, &proto::api::UsageTotals::of_job(result));
         s.tenancy.job_ended(id, tenant, true, now);
+        // The batch notice (Redis: published on the batches' channel).
+        if let Some(batch) = s.tenancy.batch_of_job.get(&id)
+            && let Some(watches) = self.watchers.get(batch)
+        {
+            watches.iter().for_each(|notify| notify.notify_waiters());
+        }
         s.events
             .entry(id)
             .or_default()
@@ -1270,8 +1278,24 @@ impl JobStore for MemoryJobs {
             .unwrap_or_default())
     }
     async fn put_batch(&self, batch: &Batch) -> Result<(), Error> {
-        self.state().batches.insert(batch.id, batch.clone());
+        let mut s = self.state();
+        s.batches.insert(batch.id, batch.clone());
+        for job in &batch.jobs {
+            s.tenancy.batch_of_job.insert(*job, batch.id);
+        }
         Ok(())
+    }
+    fn watch_batch(&self, id: TaskId) -> Option<crate::Watch> {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        self.watchers
+            .entry(id)
+            .or_default()
+            .push(Arc::clone(&notify));
+        Some(crate::Watch {
+            notify,
+            ids: vec![id],
+            watchers: Arc::clone(&self.watchers),
+        })
     }
     async fn batch(&self, id: TaskId) -> Result<Option<Batch>, Error> {
         Ok(self.state().batches.get(&id).cloned())

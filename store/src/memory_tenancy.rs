@@ -23,7 +23,7 @@ pub(crate) struct Tenancy {
     /// Due webhooks: when each is due (ms; a claimed one, when its lease ends).
     due: HashMap<(&'static str, TaskId), u64>,
     /// A job's batch, an execution's batch (for their batches' webhooks).
-    batch_of_job: HashMap<TaskId, TaskId>,
+    pub(crate) batch_of_job: HashMap<TaskId, TaskId>,
     batch_of_execution: HashMap<TaskId, TaskId>,
     execution_batches: HashMap<TaskId, ExecutionBatchRecord>,
 }

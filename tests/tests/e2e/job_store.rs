@@ -894,6 +894,35 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
     writer.put_batch(&ours).await.unwrap();
     writer.put_batch(&theirs).await.unwrap();
     subscribed(&watcher, &writer).await;
+    batch_watches_wake(&watcher, &writer, &ours, &theirs).await;
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_batch_watch_wakes_in_memory_too() {
+    let jobs = store::MemoryJobs::new();
+    let batch = |jobs: Vec<TaskId>| proto::job::Batch {
+        id: TaskId::new(),
+        tenant: None,
+        jobs,
+        submitted_at_ms: proto::now_ms(),
+    };
+    let (ours, theirs) = (
+        batch(vec![TaskId::new(), TaskId::new()]),
+        batch(vec![TaskId::new()]),
+    );
+    jobs.put_batch(&ours).await.unwrap();
+    jobs.put_batch(&theirs).await.unwrap();
+    batch_watches_wake(&jobs, &jobs, &ours, &theirs).await;
+}
+
+/// Two watches of one batch wake when one of its jobs finishes; a watch of another does not.
+async fn batch_watches_wake<S: JobStore>(
+    watcher: &S,
+    writer: &S,
+    ours: &proto::job::Batch,
+    theirs: &proto::job::Batch,
+) {
     let first = watcher.watch_batch(ours.id).unwrap();
     let second = watcher.watch_batch(ours.id).unwrap();
     let other = watcher.watch_batch(theirs.id).unwrap();
@@ -933,5 +962,4 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
             .is_err(),
         "a repeated finish announced nothing"
     );
-    cancel.cancel();
 }
