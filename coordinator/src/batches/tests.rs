@@ -198,17 +198,30 @@ async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
     assert_eq!(view["counts"], json!({"queued": 3}));
     assert!(waited >= std::time::Duration::from_secs(3), "{waited:?}");
 
-    // A job finishes while the poll waits: the answer comes then, with it.
+    // A job ends while the poll waits (through the store's one ending, which sends the
+    // batch's notice): the answer comes then, with it.
     let finisher = {
         let jobs = jobs.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            jobs.set_status(ids[1], JobStatus::Succeeded).await.unwrap();
+            let meta = jobs.job_meta(ids[1]).await.unwrap().unwrap();
+            let ending = proto::ending::Ending::Early {
+                status: JobStatus::Failed,
+                reason: "the test ended it".into(),
+            };
+            let result = proto::job::JobResult::assemble(
+                &meta,
+                &[],
+                &Default::default(),
+                ending,
+                proto::now_ms(),
+            );
+            assert!(jobs.finish_job(ids[1], None, &result).await.unwrap());
         })
     };
     let (view, waited) = poll(0, 30_000).await;
     finisher.await.unwrap();
-    assert_eq!(view["counts"], json!({"queued": 2, "succeeded": 1}));
+    assert_eq!(view["counts"], json!({"queued": 2, "failed": 1}));
     assert!(
         waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(3),
         "answered {waited:?} after the poll began, the job finished after 2 s"
@@ -216,7 +229,7 @@ async fn a_long_poll_of_a_batch_answers_when_another_job_finishes() {
 
     // The caller saw none finished, one has: at once.
     let (view, waited) = poll(0, 30_000).await;
-    assert_eq!(view["counts"], json!({"queued": 2, "succeeded": 1}));
+    assert_eq!(view["counts"], json!({"queued": 2, "failed": 1}));
     assert!(waited < std::time::Duration::from_millis(10), "{waited:?}");
 
     // A wait past `coordinator.wait` is held to it.
