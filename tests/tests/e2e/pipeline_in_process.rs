@@ -354,3 +354,71 @@ async fn tenants_see_only_their_own_work_and_their_quotas_hold() {
     assert_eq!(usage["jobs"], 0, "{usage}");
     cluster.stop().await;
 }
+
+/// Webhooks on the in-memory stores, as on Redis: a job's end is POSTed once to its
+/// `callback_url`, signed with its tenant's secret, and the delivery is shown on the job.
+#[tokio::test]
+async fn a_jobs_webhook_is_delivered_once_signed() {
+    let (port, received) = super::webhooks::receiver().await;
+    let script = json!({"answers": [plan(vec![spec("one", &[])]), tests_answer(),
+        implement("one", &code("one"))]});
+    let mut options = coordinator::Options::default();
+    options.api_keys.insert("acme".into(), "key-acme".into());
+    options.webhook_allow = format!("127.0.0.1:{port}");
+    options.tenants.insert(
+        "acme".into(),
+        coordinator::TenantOptions {
+            webhook_secret: Some(super::webhooks::SECRET.into()),
+            ..Default::default()
+        },
+    );
+    let cluster = InProcess::start_with_options(script, 1, options).await;
+    let response = cluster
+        .http
+        .post(format!("{}/v1/jobs", cluster.url))
+        .bearer_auth("key-acme")
+        .json(&json!({"instruction": "one thing",
+                      "callback_url": format!("http://127.0.0.1:{port}/job")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let answer: Value = response.json().await.unwrap();
+    let job: proto::TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        cluster.result(job, Duration::from_secs(60)).await.status,
+        JobStatus::Succeeded
+    );
+    // Only bounds a failure: the deliverer looks for due webhooks four times a second.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while received.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no webhook arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let view = loop {
+        let view: Value = cluster
+            .http
+            .get(format!("{}/v1/jobs/{job}", cluster.url))
+            .bearer_auth("key-acme")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if view["webhook"]["state"] == "delivered" {
+            break view;
+        }
+        assert!(std::time::Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(view["webhook"]["attempts"].as_array().unwrap().len(), 1);
+    let received = received.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "delivered once");
+    let (path, headers, body, _) = &received[0];
+    assert_eq!(path, "/job");
+    super::webhooks::verify(headers);
+    assert_eq!(body["event"], "job.finished");
+    assert_eq!(body["job"]["job_id"], job.to_string());
+    cluster.stop().await;
+}

@@ -17,13 +17,13 @@ use serde_json::{Value, json};
 use tests::Cluster;
 use tests::faults::{ModelServer, distinct_job, distinct_jobs_script};
 
-const SECRET: &str = "acme-webhook-secret";
+pub(super) const SECRET: &str = "acme-webhook-secret";
 
 /// What the receiver got: path, headers, body, and the status it answered.
-type Received = Arc<Mutex<Vec<(String, HeaderMap, Value, u16)>>>;
+pub(super) type Received = Arc<Mutex<Vec<(String, HeaderMap, Value, u16)>>>;
 
 /// A webhook receiver on loopback: the first POST to `/flaky` answers 500, everything else 200.
-async fn receiver() -> (u16, Received) {
+pub(super) async fn receiver() -> (u16, Received) {
     async fn receive(
         State(received): State<Received>,
         uri: Uri,
@@ -63,7 +63,7 @@ async fn receiver() -> (u16, Received) {
 }
 
 /// Checks a delivery's signature (`t=…,v1=…` over `"<t>.<body>"`) and its freshness.
-fn verify(headers: &HeaderMap) {
+pub(super) fn verify(headers: &HeaderMap) {
     let signature = headers["codegen-signature"].to_str().unwrap();
     let (t, v1) = signature.split_once(',').unwrap();
     let t: u64 = t.strip_prefix("t=").unwrap().parse().unwrap();
