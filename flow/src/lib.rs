@@ -113,16 +113,19 @@ impl Flow {
             .await
     }
 
-    /// Starts the job of `meta` on `plan` (checked by [`plan`]): stores it with `meta`, once,
-    /// and publishes the functions without dependencies. Called again once a plan is stored
-    /// (this task taken again, or a second run of it that planned alongside), it publishes the
-    /// roots of the stored plan that the first call did not. Answers the job's status: a
-    /// final one means the job had ended and nothing was published.
+    /// Starts the job of `meta` on `plan` (checked by [`plan`], or refused: `Plan::refused`):
+    /// stores it with `meta`, once, and publishes the functions without dependencies. Called
+    /// again once a plan is stored (this task taken again, or a second run of it that planned
+    /// alongside), it goes on with the stored plan, not `plan`: it publishes the roots the
+    /// first call did not. A stored refused plan ends the job failed with its reason instead,
+    /// so whichever run stored first decides. Answers the job's status: a final one means the
+    /// job has ended and nothing was published.
     pub async fn start(&self, meta: &JobMeta, plan: &Plan) -> Result<Option<JobStatus>, Error> {
         let planned = Progress::Planned {
             functions: plan.specs.iter().map(|s| s.name.clone()).collect(),
         };
-        let started = self.jobs.start_job(meta, plan, Some(&planned)).await?;
+        let event = plan.refused.is_none().then_some(&planned);
+        let started = self.jobs.start_job(meta, plan, event).await?;
         if started.status.is_some_and(JobStatus::is_final) {
             return Ok(started.status);
         }
@@ -135,6 +138,12 @@ impl Flow {
                 stored.as_ref().unwrap_or(plan)
             }
         };
+        if let Some(reason) = &plan.refused {
+            let ended = self
+                .end_early(meta, JobStatus::Failed, reason, &plan.specs)
+                .await?;
+            return Ok(Some(ended.result.status));
+        }
         let roots = plan
             .specs
             .iter()

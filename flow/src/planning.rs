@@ -124,7 +124,11 @@ pub fn plan(specs: Vec<FunctionSpec>, max_functions: usize) -> Result<Plan, Plan
         .into_iter()
         .map(|n| ordered[graph[n]].take().expect("each node once"))
         .collect();
-    Ok(Plan { specs, dependants })
+    Ok(Plan {
+        specs,
+        dependants,
+        refused: None,
+    })
 }
 
 #[cfg(test)]

@@ -200,6 +200,50 @@ async fn a_second_plan_for_a_started_job_publishes_the_stored_plans_roots() {
     assert_eq!(jobs.plan(meta.id).await.unwrap(), Some(first));
 }
 
+/// A refused plan is stored like an accepted one, so of two runs of one plan task the one that
+/// stores first decides: a refusal first ends the job (and a later accepted plan starts
+/// nothing); an accepted plan first stands (and a later refusal fails nothing).
+#[tokio::test]
+async fn whichever_run_stores_its_plan_first_decides_refused_or_started() {
+    let refused = |reason: &str| {
+        Plan::refused(
+            vec![spec("x", &["y"]), spec("y", &["x"])],
+            reason.to_owned(),
+        )
+    };
+    let (broker, jobs, flow, meta, accepted) = job(vec![spec("a", &[])]).await;
+    let status = flow
+        .start(&meta, &refused("the plan was rejected: a cycle"))
+        .await
+        .unwrap();
+    assert_eq!(status, Some(JobStatus::Failed));
+    let result = jobs.result(meta.id).await.unwrap().unwrap();
+    assert_eq!(
+        result.failure.as_deref(),
+        Some("the plan was rejected: a cycle")
+    );
+    assert_eq!(
+        result.function_specs.len(),
+        2,
+        "the refused specs are shown"
+    );
+    assert_eq!(
+        flow.start(&meta, &accepted).await.unwrap(),
+        Some(JobStatus::Failed)
+    );
+    assert!(published(&broker).await.is_empty());
+
+    let (broker, jobs, flow, meta, accepted) = job(vec![spec("a", &[])]).await;
+    flow.start(&meta, &accepted).await.unwrap();
+    assert_eq!(published(&broker).await, vec!["a"]);
+    assert_eq!(
+        flow.start(&meta, &refused("too late")).await.unwrap(),
+        Some(JobStatus::Running)
+    );
+    assert!(published(&broker).await.is_empty());
+    assert!(jobs.result(meta.id).await.unwrap().is_none());
+}
+
 /// Point 0 of the shape issue: a status written before the publish it announces must not be
 /// read back by a retry as proof of that publish.
 #[tokio::test]

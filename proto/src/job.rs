@@ -182,9 +182,23 @@ pub struct Plan {
     pub specs: Vec<FunctionSpec>,
     /// For each function, the functions that depend on it.
     pub dependants: BTreeMap<String, Vec<String>>,
+    /// Why the model's plan was refused, when it was: such a plan starts nothing and ends its
+    /// job failed. Stored like a plan so that of two runs of one plan task (a stalled worker's
+    /// delivery handed on) the one that stores first decides, refused or started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 impl Plan {
+    /// The plan `specs` stand for, refused for `reason`.
+    pub fn refused(specs: Vec<FunctionSpec>, reason: String) -> Self {
+        Self {
+            specs,
+            dependants: BTreeMap::new(),
+            refused: Some(reason),
+        }
+    }
+
     pub fn spec(&self, name: &str) -> Option<&FunctionSpec> {
         self.specs.iter().find(|s| s.name == name)
     }

@@ -357,6 +357,7 @@ async fn a_jobs_state_is_under_its_names_and_read_back_whole() {
     let plan = Plan {
         specs: vec![spec("a", &[]), spec("b", &["a"])],
         dependants: BTreeMap::from([("a".into(), vec!["b".into()]), ("b".into(), vec![])]),
+        refused: None,
     };
     store.create_job(&meta(job, None)).await.unwrap();
     let started = store

@@ -652,6 +652,7 @@ async fn the_api_answers_as_documented() {
     let plan = proto::job::Plan {
         specs: vec![serde_json::from_value(spec.clone()).unwrap()],
         dependants: Default::default(),
+        refused: None,
     };
     let meta = jobs.job_meta(job).await.unwrap().unwrap();
     jobs.start_job(&meta, &plan, None).await.unwrap();

@@ -40,7 +40,11 @@ fn fan_in() -> Plan {
         dependants.insert(m.clone(), vec!["z".into()]);
     }
     dependants.insert("z".into(), vec![]);
-    Plan { specs, dependants }
+    Plan {
+        specs,
+        dependants,
+        refused: None,
+    }
 }
 
 fn succeeded(job: TaskId) -> JobResult {
@@ -280,6 +284,7 @@ async fn a_failed_function_releases_nothing_and_starts_the_integration<S: JobSto
                 ("c".into(), vec![]),
                 ("d".into(), vec![]),
             ]),
+            refused: None,
         };
         store.start_job(&m, &plan, None).await.unwrap();
         let mut a = final_outcome("a");

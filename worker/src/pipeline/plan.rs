@@ -141,23 +141,17 @@ impl Pipeline {
     }
 
     /// Ends the job failed with `reason`, before any function ran; `specs`: the plan refused.
-    /// Unless a plan is stored: a second run of this task (its first worker stalled) planned
-    /// alongside and started the job, which goes on.
+    /// The refusal is stored as the job's plan (`Plan::refused`): should a second run of this
+    /// task (its first worker stalled) have stored an accepted plan first, that one stands and
+    /// the job goes on; should the second run come later, it finds this refusal.
     async fn refuse(
         &self,
         meta: &proto::job::JobMeta,
         reason: &str,
         specs: &[proto::generation::FunctionSpec],
     ) -> Result<(), Error> {
-        if let Some(plan) = self.jobs.plan(meta.id).await.map_err(super::redis)? {
-            tracing::info!(job = %meta.id, %reason, "another run of this plan task started the job; it goes on");
-            self.flow.start(meta, &plan).await.map_err(advancing)?;
-            return Ok(());
-        }
-        self.flow
-            .end_early(meta, JobStatus::Failed, reason, specs)
-            .await
-            .map_err(super::redis)?;
+        let refused = proto::job::Plan::refused(specs.to_vec(), reason.to_owned());
+        self.flow.start(meta, &refused).await.map_err(advancing)?;
         Ok(())
     }
 }
