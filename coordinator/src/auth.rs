@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use crate::Coordinator;
 use crate::error::ApiError;
 
-/// The caller's tenant, put into request extensions by [`authenticate`].
+/// The caller's tenant, put into request extensions by the authentication layer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tenant(pub Option<String>);
 

@@ -114,7 +114,7 @@ pub trait SharedLimits: Send + Sync + 'static {
 
     /// Notified when a lease is released anywhere, if the shared state says so: a call that
     /// found the semaphore full waits for it (or [`FREED_SAFETY_NAP`]) instead of asking
-    /// again every [`MAX_NAP`].
+    /// again every `MAX_NAP` (20 ms).
     fn freed(&self) -> Option<Arc<tokio::sync::Notify>> {
         None
     }

@@ -86,7 +86,7 @@ pub fn cursor_after(entry: &Entry) -> String {
     member(entry.submitted_at_ms, entry.id)
 }
 
-/// Whether `cursor` is a member as [`member`] writes them (a cursor from a page).
+/// Whether `cursor` is a member as the index writes them (a cursor from a page).
 pub fn valid_cursor(cursor: &str) -> bool {
     parse(cursor).is_some()
 }

@@ -254,7 +254,7 @@ impl Worker {
     }
 
     /// Announces this worker as `id` (alive, and whether it can generate) every
-    /// [`PRESENCE_PERIOD`] while it runs, so coordinators refuse jobs nobody can generate
+    /// `PRESENCE_PERIOD` (5 s) while it runs, so coordinators refuse jobs nobody can generate
     /// (with `stores.presence`; the default name is `worker-<pid>`).
     pub fn named(mut self, id: String) -> Self {
         if let Some((_, name)) = &mut self.presence {
