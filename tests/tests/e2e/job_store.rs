@@ -886,16 +886,7 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(listener.with_job_events().run(cancel.clone()));
     let writer = RedisStore::build(options).unwrap().0;
-    let batch = |jobs: Vec<TaskId>| proto::job::Batch {
-        id: TaskId::new(),
-        tenant: None,
-        jobs,
-        submitted_at_ms: proto::now_ms(),
-    };
-    let (ours, theirs) = (
-        batch(vec![TaskId::new(), TaskId::new()]),
-        batch(vec![TaskId::new()]),
-    );
+    let (ours, theirs) = two_batches();
     writer.put_batch(&ours).await.unwrap();
     writer.put_batch(&theirs).await.unwrap();
     subscribed(&watcher, &writer).await;
@@ -906,19 +897,24 @@ async fn a_batch_watch_wakes_when_one_of_its_jobs_finishes() {
 #[tokio::test]
 async fn a_batch_watch_wakes_in_memory_too() {
     let jobs = store::MemoryJobs::new();
+    let (ours, theirs) = two_batches();
+    jobs.put_batch(&ours).await.unwrap();
+    jobs.put_batch(&theirs).await.unwrap();
+    batch_watches_wake(&jobs, &jobs, &ours, &theirs).await;
+}
+
+/// A batch of two jobs, and another of one.
+fn two_batches() -> (proto::job::Batch, proto::job::Batch) {
     let batch = |jobs: Vec<TaskId>| proto::job::Batch {
         id: TaskId::new(),
         tenant: None,
         jobs,
         submitted_at_ms: proto::now_ms(),
     };
-    let (ours, theirs) = (
+    (
         batch(vec![TaskId::new(), TaskId::new()]),
         batch(vec![TaskId::new()]),
-    );
-    jobs.put_batch(&ours).await.unwrap();
-    jobs.put_batch(&theirs).await.unwrap();
-    batch_watches_wake(&jobs, &jobs, &ours, &theirs).await;
+    )
 }
 
 /// Two watches of one batch wake when one of its jobs finishes; a watch of another does not.

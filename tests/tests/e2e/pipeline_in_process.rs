@@ -314,7 +314,7 @@ async fn tenants_see_only_their_own_work_and_their_quotas_hold() {
     .await;
     assert_eq!(status, 202, "{answer}");
     let job: proto::TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
-    let result = cluster.result(job, Duration::from_secs(60)).await;
+    let result = cluster.result(job, WITHIN).await;
     assert_eq!(result.status, JobStatus::Succeeded);
 
     // Two jobs at once would pass acme's one in flight: the whole batch is refused.
@@ -386,11 +386,11 @@ async fn a_jobs_webhook_is_delivered_once_signed() {
     let answer: Value = response.json().await.unwrap();
     let job: proto::TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
     assert_eq!(
-        cluster.result(job, Duration::from_secs(60)).await.status,
+        cluster.result(job, WITHIN).await.status,
         JobStatus::Succeeded
     );
     // Only bounds a failure: the deliverer looks for due webhooks four times a second.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + WITHIN;
     while received.lock().unwrap().is_empty() {
         assert!(std::time::Instant::now() < deadline, "no webhook arrived");
         tokio::time::sleep(Duration::from_millis(50)).await;
