@@ -1,11 +1,11 @@
-"""Tests for runner.py (benign programs only; the hostile suite is tests/tests/e2e/sandbox_*.rs).
+"""Tests for the runner (benign programs only; the hostile suite is tests/tests/e2e/sandbox_*.rs).
 
 Run from the repository root:
     python3 -m unittest discover -s sandbox-images/common -p 'test_*.py'
 
 Pure functions are tested on the host. The protocol and the process model are tested in a
 real hardened container of the Python sandbox image (sandbox-images/build) with the working
-tree's runner.py, harness.py and language.json mounted over the image's (testlib.py). Those
+tree's runner modules, harness.py and language.json mounted over the image's (testlib.py). Those
 tests are skipped when Docker or the image is missing. What each language image does with
 "test" is tested in the language folders (test_<language>.py).
 """
@@ -22,7 +22,11 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runner  # noqa: E402
+import codegen_exec  # noqa: E402
+import codegen_guard  # noqa: E402
+import codegen_in_process  # noqa: E402
+import codegen_languages as languages  # noqa: E402
+import codegen_protocol as protocol  # noqa: E402
 from testlib import HARDENING, IMAGES, Container, frame, skip_without_image  # noqa: E402
 
 # What the Python image's runner announces: its harness's modes (harness.IN_PROCESS_MODES).
@@ -32,9 +36,22 @@ HARNESS_MODES = ["cases", "program_test", "integrate", "many_cases"]
 # ------------------------------------------------------------------------------- host
 
 
+PYTHON = languages.Language(languages.DEFAULT_LANGUAGE)
+JAVASCRIPT = languages.Language({"name": "javascript", "main": "main.js", "test": "test.js",
+                                 "mode": "exec", "command": ["/usr/bin/node", "h.js"]})
+
+
+def parse(raw, language=PYTHON):
+    return protocol.parse_request(raw, language)
+
+
+def check(path, language=PYTHON):
+    return protocol.check_relpath(path, language)
+
+
 class PureFunctionTest(unittest.TestCase):
     def test_requests_are_validated(self):
-        ok = runner.parse_request(json.dumps(
+        ok = parse(json.dumps(
             {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}).encode())
         self.assertEqual(ok["stdin"], "")
         self.assertEqual(ok["output_limit_bytes"], 100 << 20)
@@ -57,45 +74,39 @@ class PureFunctionTest(unittest.TestCase):
                     b'"files": {"a": {"base64": "QQ==", "more": 1}}}',
                     b'{"code": "x", "timeout_ms": 1, "max_output_bytes": 1, "cpu_time_ms": 0}'):
             with self.subTest(payload=bad):
-                with self.assertRaises(runner.RequestError):
-                    runner.parse_request(bad)
+                with self.assertRaises(protocol.RequestError):
+                    parse(bad)
 
     def test_a_test_is_optional_text_and_excludes_the_harness(self):
         base = {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}
-        self.assertIsNone(runner.parse_request(json.dumps(base).encode())["test"])
-        ok = runner.parse_request(json.dumps(dict(base, test="assert x")).encode())
+        self.assertIsNone(parse(json.dumps(base).encode())["test"])
+        ok = parse(json.dumps(dict(base, test="assert x")).encode())
         self.assertEqual(ok["test"], "assert x")
         for bad in ({"test": 5}, {"test": "\ud800"},
                     {"test": "t", "harness": {"mode": "cases"}},
                     {"files": {"test.py": ""}}, {"return_files": ["main.py"]}):
-            with self.subTest(bad=bad), self.assertRaises(runner.RequestError):
-                runner.parse_request(json.dumps(dict(base, **bad)).encode())
+            with self.subTest(bad=bad), self.assertRaises(protocol.RequestError):
+                parse(json.dumps(dict(base, **bad)).encode())
 
     def test_exec_languages_reserve_their_own_names_and_have_no_harness(self):
-        saved = dict(runner.LANGUAGE)
-        runner.LANGUAGE.update({"name": "javascript", "main": "main.js", "test": "test.js",
-                                "mode": "exec", "command": ["/usr/bin/node", "h.js"]})
-        try:
-            base = {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}
-            runner.check_relpath("main.py")
-            for name in ("main.js", "test.js"):
-                with self.subTest(name=name), self.assertRaises(runner.RequestError):
-                    runner.check_relpath(name)
-            with self.assertRaises(runner.RequestError):
-                runner.parse_request(json.dumps(dict(base, harness={"mode": "cases"})).encode())
-        finally:
-            runner.LANGUAGE.clear()
-            runner.LANGUAGE.update(saved)
+        base = {"code": "x", "timeout_ms": 5, "max_output_bytes": 10}
+        check("main.py", JAVASCRIPT)
+        for name in ("main.js", "test.js"):
+            with self.subTest(name=name), self.assertRaises(protocol.RequestError):
+                check(name, JAVASCRIPT)
+        with self.assertRaises(protocol.RequestError):
+            parse(json.dumps(dict(base, harness={"mode": "cases"})).encode(), JAVASCRIPT)
+        parse(json.dumps(dict(base, harness={"mode": "cases"})).encode())
 
     def test_language_config_is_validated(self):
-        self.assertEqual(runner.load_language("/nonexistent/language.json"),
-                         (runner.DEFAULT_LANGUAGE, []))
+        self.assertEqual(languages.load_language("/nonexistent/language.json"),
+                         (languages.DEFAULT_LANGUAGE, []))
         shipped = {}
         for lang in ("python", "javascript", "bash"):
             path = os.path.join(IMAGES, lang, "language.json")
             with open(path) as f:
                 shipped[lang] = json.load(f)
-        self.assertEqual(shipped["python"], runner.DEFAULT_LANGUAGE)
+        self.assertEqual(shipped["python"], languages.DEFAULT_LANGUAGE)
         good = {"name": "sh", "main": "main.sh", "test": "test.sh", "mode": "exec",
                 "command": ["/bin/sh", "/opt/codegen/harness.sh"]}
         bad = [
@@ -108,7 +119,7 @@ class PureFunctionTest(unittest.TestCase):
             for cfg in [good, dict(shipped["bash"], command=["/bin/sh"])] + bad:
                 with open(path, "w") as f:
                     f.write(cfg if isinstance(cfg, str) else json.dumps(cfg))
-                loaded, problems = runner.load_language(path)
+                loaded, problems = languages.load_language(path)
                 with self.subTest(cfg=cfg):
                     if cfg is good or cfg not in bad:
                         self.assertEqual((loaded, problems), (cfg, []))
@@ -117,14 +128,14 @@ class PureFunctionTest(unittest.TestCase):
                         self.assertTrue(problems)
 
     def test_harness_reports_are_read_defensively(self):
-        parse = runner.parse_harness_report
+        parse = codegen_exec.parse_harness_report
         self.assertEqual(parse(b'noise\n{"test_finished": true}\n\n'), {"test_finished": True})
         self.assertEqual(parse(b'{"test_finished": true}\nnot json'), {})
         self.assertEqual(parse(b"[1]\n"), {})
         self.assertEqual(parse(b""), {})
         self.assertEqual(parse(b'{"m": "\xff"}')["m"], "\ufffd")
-        self.assertIsNone(runner.harness_exception("boom"))
-        self.assertEqual(runner.harness_exception({"type": 5, "kind": "odd", "message": "m" * 3000}),
+        self.assertIsNone(codegen_exec.harness_exception("boom"))
+        self.assertEqual(codegen_exec.harness_exception({"type": 5, "kind": "odd", "message": "m" * 3000}),
                          {"type": "Error", "module": "", "message": "m" * 2000, "kind": "runtime"})
 
     def test_the_report_is_read_until_the_child_exits_even_if_a_grandchild_holds_it(self):
@@ -142,13 +153,13 @@ class PureFunctionTest(unittest.TestCase):
                 os.pidfd_open = refuse
             try:
                 t = time.monotonic()
-                data, status = runner.read_report(r, pid)
+                data, status = codegen_exec.read_report(r, pid)
                 elapsed = time.monotonic() - t
             finally:
                 os.close(r)
                 if without_pidfd and saved is not None:
                     os.pidfd_open = saved
-            report = runner.parse_harness_report(data)
+            report = codegen_exec.parse_harness_report(data)
             os.kill(report["sleeper"], 9)
             # Far below the 30 s the sleeper holds the pipe, far above the read itself.
             self.assertLess(elapsed, 20)
@@ -159,44 +170,38 @@ class PureFunctionTest(unittest.TestCase):
 
     def test_paths_stay_below_the_work_directory_or_the_data_directory(self):
         for good in ("a.txt", "pkg/mod.py", ".hidden", "/mnt/data/a.txt", "/mnt/data/d/b.csv"):
-            runner.check_relpath(good)
+            check(good)
         for bad in ("", "/a", "../a", "a/../b", "a//b", "./a", "a/", "main.py", "a\0b",
                     "/mnt/data", "/mnt/data/", "/mnt/data/../x", "/mnt/data//x", "/mnt/datax/y",
                     "/mnt/other", "/etc/passwd", "/mnt/data/./x"):
-            with self.subTest(path=bad), self.assertRaises(runner.RequestError):
-                runner.check_relpath(bad)
-        self.assertEqual(runner.file_place("/mnt/data/d/b.csv"), ("/mnt/data", "d/b.csv"))
-        self.assertEqual(runner.file_place("d/b.csv"), ("/work", "d/b.csv"))
+            with self.subTest(path=bad), self.assertRaises(protocol.RequestError):
+                check(bad)
+        self.assertEqual(protocol.file_place("/mnt/data/d/b.csv"), ("/mnt/data", "d/b.csv"))
+        self.assertEqual(protocol.file_place("d/b.csv"), ("/work", "d/b.csv"))
 
     def test_an_assertion_is_found_in_the_stderr_of_a_report_less_language(self):
         java = (r'^Exception in thread "main" java\.lang\.AssertionError'
                 r'(?:: (?P<message>.*))?$')
-        saved = dict(runner.LANGUAGE)
-        try:
-            runner.LANGUAGE["assertion"] = java
-            found = runner.stderr_assertion(
-                'Exception in thread "main" java.lang.AssertionError: sum\n\tat Main.main\n')
-            self.assertEqual((found["kind"], found["message"]), ("assertion", "sum"))
-            self.assertIsNone(runner.stderr_assertion(
-                'Exception in thread "main" java.lang.RuntimeException: boom\n'))
-            del runner.LANGUAGE["assertion"]
-            self.assertIsNone(runner.stderr_assertion("anything: Assertion `x' failed."))
-        finally:
-            runner.LANGUAGE.clear()
-            runner.LANGUAGE.update(saved)
+        with_pattern = languages.Language(dict(JAVASCRIPT.config, assertion=java))
+        found = with_pattern.stderr_assertion(
+            'Exception in thread "main" java.lang.AssertionError: sum\n\tat Main.main\n')
+        self.assertEqual((found["kind"], found["message"]), ("assertion", "sum"))
+        self.assertIsNone(with_pattern.stderr_assertion(
+            'Exception in thread "main" java.lang.RuntimeException: boom\n'))
+        self.assertIsNone(JAVASCRIPT.stderr_assertion("anything: Assertion `x' failed."))
 
     def test_exceptions_are_classified_along_the_mro(self):
         class Mine(AssertionError):
             pass
 
-        self.assertEqual(runner.classify(SyntaxError), "syntax")
-        self.assertEqual(runner.classify(IndentationError), "syntax")
-        self.assertEqual(runner.classify(ModuleNotFoundError), "import")
-        self.assertEqual(runner.classify(Mine), "assertion")
-        self.assertEqual(runner.classify(KeyError), "runtime")
+        self.assertEqual(codegen_in_process.classify(SyntaxError), "syntax")
+        self.assertEqual(codegen_in_process.classify(IndentationError), "syntax")
+        self.assertEqual(codegen_in_process.classify(ModuleNotFoundError), "import")
+        self.assertEqual(codegen_in_process.classify(Mine), "assertion")
+        self.assertEqual(codegen_in_process.classify(KeyError), "runtime")
 
     def test_frames_reassemble_from_chunks(self):
-        reader = runner.FrameReader(1 << 10)
+        reader = protocol.FrameReader(1 << 10)
         data = frame({"a": 1}) + frame({"b": 2})
         got = []
         for i in range(len(data)):
@@ -208,7 +213,7 @@ class PureFunctionTest(unittest.TestCase):
         self.assertTrue(reader.overflow)
 
     def test_capture_keeps_the_head_and_counts_everything(self):
-        c = runner.Capture(5)
+        c = codegen_guard.Capture(5)
         c.feed(b"abc")
         c.feed(b"defg")
         self.assertEqual((c.text(), c.truncated, c.total), ("abcde", True, 7))
@@ -223,7 +228,7 @@ class RunnerInContainerTest(unittest.TestCase):
     def setUpClass(cls):
         cls.c = Container()
         ready = cls.c.recv()
-        assert ready == {"type": "ready", "protocol": runner.PROTOCOL, "runs": 0,
+        assert ready == {"type": "ready", "protocol": protocol.PROTOCOL, "runs": 0,
                          "harness": HARNESS_MODES}, ready
 
     @classmethod
@@ -249,10 +254,10 @@ class RunnerInContainerTest(unittest.TestCase):
         self.assertEqual(r["exception"]["kind"], "runtime")
         self.assertTrue(r["stderr"].startswith("Traceback (most recent call last):\n"
                                                "  File \"/work/main.py\", line 3"), r["stderr"])
-        self.assertNotIn("runner.py", r["stderr"])
+        self.assertNotIn("/opt/codegen/", r["stderr"])
         r = self.run_code("def (:")
         self.assertEqual(r["exception"]["kind"], "syntax")
-        self.assertNotIn("runner.py", r["stderr"])
+        self.assertNotIn("/opt/codegen/", r["stderr"])
 
     def test_the_program_looks_like_a_fresh_python3(self):
         r = self.run_code(
@@ -265,6 +270,19 @@ class RunnerInContainerTest(unittest.TestCase):
             "__main__", "/work/main.py", ["/work/main.py"], "/work", "/work",
             ["HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE"], 10002, 10002, [],
             [0, 1, 2], True, "1000"])
+
+    def test_the_runners_modules_are_off_the_path_and_cannot_be_shadowed(self):
+        # A program's own file named as a module of the runner's is not what the runner uses
+        # (already imported), and the runner's folder is not where a program's imports look.
+        r = self.run_code(
+            "import sys, builtins\n"
+            "print('/opt/codegen' in sys.path, __builtins__ is builtins)\n"
+            "import codegen_guard\n"
+            "print(codegen_guard.__file__)",
+            files={"codegen_guard.py": "raise SystemExit('shadowed')\n"})
+        self.assertEqual(r["stdout"], "False True\n/opt/codegen/codegen_guard.py\n", r)
+        r = self.run_code("print('next run is clean')")
+        self.assertEqual(r["stdout"], "next run is clean\n", r)
 
     def test_atexit_threads_and_flush_run_like_at_interpreter_exit(self):
         r = self.run_code(
@@ -446,7 +464,7 @@ class PrepareOnRequestTest(unittest.TestCase):
         time.sleep(0.3)
         self.assertEqual(self.pids(), prepared - 1, "the next program was forked unasked")
         self.c.send({"type": "prepare"})
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1,
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": protocol.PROTOCOL, "runs": 1,
                                           "harness": HARNESS_MODES})
         self.assertEqual(self.pids(), prepared)
         self.assertEqual(self.c.run("print(2)")["stdout"], "2\n")
@@ -455,7 +473,7 @@ class PrepareOnRequestTest(unittest.TestCase):
         prepared = self.pids()
         self.c.send(self.c.request("print(1)"))
         self.assertEqual(self.c.recv()["stdout"], "1\n")
-        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": runner.PROTOCOL, "runs": 1,
+        self.assertEqual(self.c.recv(), {"type": "ready", "protocol": protocol.PROTOCOL, "runs": 1,
                                           "harness": HARNESS_MODES})
         self.assertEqual(self.pids(), prepared)
 

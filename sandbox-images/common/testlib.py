@@ -1,9 +1,9 @@
 """Helpers for the host-side container tests of the sandbox images (not part of any image).
 
 Container(language) starts codegen-sandbox-<language>:latest hardened as the worker does, with
-the working tree's common/runner.py and the language folder's harness and language.json
-mounted over the image's, so the tests follow the working tree. LanguageContract is the
-behaviour every language image must show; each language's test module mixes it into a
+the working tree's files of /opt/codegen (what the Dockerfile COPYs: the runner's modules,
+the harness, language.json) mounted over the image's, so the tests follow the working tree.
+LanguageContract is the behaviour every language image must show; each language's test module mixes it into a
 unittest.TestCase with its own snippets.
 """
 
@@ -58,18 +58,26 @@ def frame(obj):
     return struct.pack(">I", len(body)) + body
 
 
-def working_tree_mounts(language):
-    mounts = ["-v", "%s:/opt/codegen/runner.py:ro" % os.path.join(COMMON, "runner.py")]
+def copied_files(language):
+    """The files the language's Dockerfile COPYs into /opt/codegen/, as sandbox-images/build
+    reads them: (name, path in the working tree), from the language folder, else common/."""
     folder = os.path.join(IMAGES, language)
-    for name in sorted(os.listdir(folder)):
-        if name == "language.json" or name.startswith("harness."):
-            mounts += ["-v", "%s:/opt/codegen/%s:ro" % (os.path.join(folder, name), name)]
-    # A shared harness (JavaScript's, which TypeScript runs too) lives in common/.
     with open(os.path.join(folder, "Dockerfile")) as f:
-        copied = f.read()
-    for name in sorted(os.listdir(COMMON)):
-        if name.startswith("harness.") and " %s " % name in copied:
-            mounts += ["-v", "%s:/opt/codegen/%s:ro" % (os.path.join(COMMON, name), name)]
+        text = f.read().replace("\\\n", " ")
+    names = []
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"]:
+            names += [w for w in words[1:-1] if not w.startswith("--")]
+    return [(name, os.path.join(folder, name) if os.path.exists(os.path.join(folder, name))
+             else os.path.join(COMMON, name)) for name in names]
+
+
+def working_tree_mounts(language):
+    """The working tree's runner, harness and language files over the image's."""
+    mounts = []
+    for name, path in copied_files(language):
+        mounts += ["-v", "%s:/opt/codegen/%s:ro" % (path, name)]
     return mounts
 
 

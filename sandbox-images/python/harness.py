@@ -60,7 +60,7 @@ Mode "cases" - request:
     "runtime"; wrong value, or expected_error given but nothing raised ->
     "wrong_output" (error "WrongOutput: expected X, got Y"); the case ran longer than
     case_timeout_ms -> "timeout". A passed case has error/error_kind null.
-  Comparison rules: see _equal(). Rendering rules: see _render().
+  Comparison rules: see equal(). Rendering rules: see _render().
 
 Mode "program_test" (HumanEval style) - request:
     {"code": str, "test": str, "entry_point": str|null, "nonce": str|null,
@@ -108,7 +108,6 @@ import json
 import linecache
 import math
 import os
-import re
 import select
 import signal
 import sys
@@ -117,23 +116,25 @@ import time
 import traceback
 import types
 
+if __name__ == "__main__":  # the CLI, run with -I: this file's folder is not on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import codegen_values  # noqa: E402
+from codegen_values import (  # noqa: E402
+    DEFAULT_FLOAT_TOLERANCE, JSON_ENCODER, CaseTimeout, equal, exception_matches,
+    render_value, safe_str, sanitize, type_name,
+)
+
 MARKER = "@@codegen-harness@@ "
 MODES = ("cases", "program_test")
 # In-process only (run_in_process): not a CLI mode.
 IN_PROCESS_MODES = MODES + ("integrate", "many_cases")
 DEFAULT_MAX_OUTPUT = 1 << 20
 MAX_OUTPUT_LIMIT = 1 << 30
-DEFAULT_FLOAT_TOLERANCE = 1e-6
 MAX_CASE_TIMEOUT_MS = 24 * 3600 * 1000
 # Re-raise the timeout every this many seconds while a case keeps swallowing it.
 TIMEOUT_REFIRE_S = 0.05
 
-# Limits for rendering actual values into the result ("actual_output").
-RENDER_MAX_NODES = 10000
-RENDER_MAX_DEPTH = 64
-RENDER_MAX_STR = 10000
 # Limits for error texts.
-MAX_ERROR_MESSAGE = 4000
 MAX_TRACEBACK_LINES = 40
 MAX_TRACEBACK_CHARS = 6000
 
@@ -141,10 +142,11 @@ SOLUTION_FILE = "<solution>"
 TEST_FILE = "<test>"
 SETUP_FILE = "<setup>"
 
-_THIS_FILE = (lambda: None).__code__.co_filename
-_JSON_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+# Frames of these files are the harness's own: a timeout does not fire in them, and the
+# traceback of a case leaves them out.
+_HARNESS_FILES = frozenset({(lambda: None).__code__.co_filename,
+                            codegen_values.equal.__code__.co_filename})
 _os_write = os.write
-_SURROGATES = re.compile("[\ud800-\udfff]")
 _MIN_RECURSION_LIMIT = max(sys.getrecursionlimit(), 1000)
 
 
@@ -412,10 +414,6 @@ def _set_output(result, cap_tuple, prefix=""):
 # --------------------------------------------------------------------------- timeout
 
 
-class _CaseTimeout(BaseException):
-    """Raised into user code when a case exceeds case_timeout_ms."""
-
-
 class _Alarm:
     """Per-case deadline via setitimer(ITIMER_REAL)/SIGALRM.
 
@@ -437,8 +435,8 @@ class _Alarm:
         if not self.armed:
             return
         self.fired = True
-        if frame is not None and frame.f_code.co_filename != _THIS_FILE:
-            raise _CaseTimeout()
+        if frame is not None and frame.f_code.co_filename not in _HARNESS_FILES:
+            raise CaseTimeout()
 
     def install(self):
         if self.seconds is None:
@@ -479,33 +477,10 @@ class _Alarm:
 # ------------------------------------------------------------------- error rendering
 
 
-def _safe_str(x, limit=MAX_ERROR_MESSAGE):
-    try:
-        s = str(x)
-    except BaseException:
-        try:
-            s = "<unprintable %s>" % type(x).__name__
-        except BaseException:
-            s = "<unprintable>"
-    if not isinstance(s, str):
-        s = "<unprintable>"
-    if len(s) > limit:
-        s = s[:limit] + "...(%d more chars)" % (len(s) - limit)
-    return s
-
-
-def _type_name(x):
-    try:
-        n = type(x).__name__
-        return n if isinstance(n, str) else "object"
-    except BaseException:
-        return "object"
-
-
 def _exc_line(e):
     """'Type: message' (just 'Type' when the message is empty)."""
-    msg = _safe_str(e)
-    name = _type_name(e)
+    msg = safe_str(e)
+    name = type_name(e)
     return "%s: %s" % (name, msg) if msg else name
 
 
@@ -514,7 +489,7 @@ def _filter_tbe(te, seen):
         return
     seen.add(id(te))
     try:
-        frames = [f for f in te.stack if f.filename != _THIS_FILE]
+        frames = [f for f in te.stack if f.filename not in _HARNESS_FILES]
         te.stack = traceback.StackSummary.from_list(frames)
     except Exception:
         pass
@@ -537,490 +512,6 @@ def _format_tb(e):
     if len(text) > MAX_TRACEBACK_CHARS:
         text = "..." + text[-MAX_TRACEBACK_CHARS:]
     return text
-
-
-# ------------------------------------------------------------------ value rendering
-
-
-class _Budget:
-    def __init__(self):
-        self.nodes = RENDER_MAX_NODES
-        self.truncated = False
-
-
-_PLAIN_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-                    types.ModuleType, type)
-
-
-def _render_str(s, budget):
-    s = str.__str__(s)
-    if len(s) > RENDER_MAX_STR:
-        budget.truncated = True
-        s = s[:RENDER_MAX_STR] + "...(%d more chars)" % (len(s) - RENDER_MAX_STR)
-    return s
-
-
-def _safe_repr(x, budget):
-    try:
-        r = repr(x)
-        if not isinstance(r, str):
-            raise TypeError
-    except BaseException as e:
-        if isinstance(e, _CaseTimeout):
-            raise
-        r = "<unrepresentable %s object>" % _type_name(x)
-    return _render_str(r, budget)
-
-
-def _key_str(k):
-    """How json.dumps would spell a dict key (None for keys it cannot spell)."""
-    if isinstance(k, str):
-        return str.__str__(k)
-    if k is True:
-        return "true"
-    if k is False:
-        return "false"
-    if k is None:
-        return "null"
-    if isinstance(k, int):
-        try:
-            return str(int.__index__(k))
-        except ValueError:
-            return None
-    if isinstance(k, float):
-        return float.__repr__(k) if math.isfinite(k) else (
-            "NaN" if math.isnan(k) else ("Infinity" if k > 0 else "-Infinity"))
-    return None
-
-
-def _object_fields(a):
-    """Attribute dict of a user object (dataclass fields, namedtuple fields, __dict__
-    plus __slots__), or None if it has none of these."""
-    cls = type(a)
-    try:
-        if isinstance(a, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
-            return dict(zip(cls._fields, tuple.__iter__(a)))
-        if isinstance(getattr(cls, "__dataclass_fields__", None), dict):
-            dc = sys.modules.get("dataclasses")
-            if dc is not None:
-                return {f.name: getattr(a, f.name) for f in dc.fields(a)}
-        if isinstance(a, _PLAIN_CALLABLES):
-            return None
-        fields = None
-        d = getattr(a, "__dict__", None)
-        if isinstance(d, dict):
-            fields = dict(d)
-        for klass in cls.__mro__:
-            slots = klass.__dict__.get("__slots__", ())
-            if isinstance(slots, str):
-                slots = (slots,)
-            for name in slots:
-                if name in ("__dict__", "__weakref__"):
-                    continue
-                try:
-                    v = getattr(a, name)
-                except AttributeError:
-                    continue
-                if fields is None:
-                    fields = {}
-                fields.setdefault(name, v)
-        return fields
-    except _CaseTimeout:
-        raise
-    except Exception:
-        return None
-
-
-def _render(x, budget, depth=0, active=None):
-    """JSON-safe rendering of an arbitrary value, for display. Tuples -> lists,
-    sets -> sorted lists (when sortable), objects -> their fields (else repr),
-    non-finite floats -> "NaN"/"Infinity"/"-Infinity", ints outside the 64-bit range
-    -> decimal strings, bytes -> their repr."""
-    if active is None:
-        active = set()
-    if x is None or x is True or x is False:
-        return x
-    if isinstance(x, bool):
-        return bool(x)
-    if isinstance(x, int):
-        try:
-            v = int.__index__(x)
-        except BaseException:
-            return _safe_repr(x, budget)
-        if -(1 << 63) <= v < (1 << 64):
-            return v
-        try:
-            return str(v)
-        except ValueError:  # int_max_str_digits
-            return "<int with %d bits>" % v.bit_length()
-    if isinstance(x, float):
-        v = float.__float__(x)
-        if math.isfinite(v):
-            return v
-        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-    if isinstance(x, str):
-        return _render_str(x, budget)
-    if isinstance(x, (bytes, bytearray, memoryview)):
-        try:
-            return _render_str(repr(bytes(x)), budget)
-        except BaseException:
-            return _safe_repr(x, budget)
-    dec = sys.modules.get("decimal")
-    frac = sys.modules.get("fractions")
-    if (dec is not None and isinstance(x, dec.Decimal)) or (
-            frac is not None and isinstance(x, frac.Fraction)):
-        try:
-            f = float(x)
-            if math.isfinite(f):
-                return f
-        except (OverflowError, ValueError):
-            pass
-        return _safe_repr(x, budget)
-    enum = sys.modules.get("enum")
-    if enum is not None and isinstance(x, enum.Enum):
-        return _safe_repr(x, budget)
-
-    if budget.nodes <= 0:
-        budget.truncated = True
-        return "..."
-    budget.nodes -= 1
-    if depth >= RENDER_MAX_DEPTH:
-        budget.truncated = True
-        return "<too deep>"
-    if id(x) in active:
-        return "<recursion>"
-    active.add(id(x))
-    try:
-        if isinstance(x, dict):
-            return _render_mapping(list(dict.items(x)), budget, depth, active)
-        if isinstance(x, (set, frozenset)):
-            items = list(set.__iter__(x)) if isinstance(x, set) else list(frozenset.__iter__(x))
-            try:
-                items = sorted(items)
-                sortable = True
-            except _CaseTimeout:
-                raise
-            except Exception:  # mixed types: order by the rendered JSON instead
-                sortable = False
-            rendered = _render_items(items, budget, depth, active)
-            if not sortable:
-                try:
-                    rendered.sort(key=_JSON_ENCODER.encode)
-                except Exception:
-                    pass
-            return rendered
-        if isinstance(x, (list, tuple)):  # namedtuples included
-            items = list.__getitem__(x, slice(None)) if isinstance(x, list) else list(tuple.__iter__(x))
-            return _render_items(items, budget, depth, active)
-        import collections.abc as cabc  # cheap: already imported at startup
-        if isinstance(x, (range, cabc.Sequence)) and not isinstance(x, _PLAIN_CALLABLES):
-            try:
-                return _render_items(list(x), budget, depth, active)
-            except _CaseTimeout:
-                raise
-            except Exception:
-                return _safe_repr(x, budget)
-        if isinstance(x, cabc.Mapping):
-            try:
-                return _render_mapping(list(x.items()), budget, depth, active)
-            except _CaseTimeout:
-                raise
-            except Exception:
-                return _safe_repr(x, budget)
-        fields = _object_fields(x)
-        if fields:
-            return _render_mapping(list(fields.items()), budget, depth, active)
-        return _safe_repr(x, budget)
-    finally:
-        active.discard(id(x))
-
-
-def _render_items(items, budget, depth, active):
-    out = []
-    for i, item in enumerate(items):
-        if budget.nodes <= 0:
-            budget.truncated = True
-            out.append("...(%d more items)" % (len(items) - i))
-            break
-        budget.nodes -= 1
-        out.append(_render(item, budget, depth + 1, active))
-    return out
-
-
-def _render_mapping(pairs, budget, depth, active):
-    out = {}
-    for i, (k, v) in enumerate(pairs):
-        if budget.nodes <= 0:
-            budget.truncated = True
-            out["..."] = "(%d more keys)" % (len(pairs) - i)
-            break
-        budget.nodes -= 1
-        ks = _key_str(k)
-        if ks is None:
-            ks = _safe_repr(k, budget)
-        out[ks] = _render(v, budget, depth + 1, active)
-    return out
-
-
-def render_value(x):
-    """(JSON-safe rendering, truncated flag)."""
-    budget = _Budget()
-    try:
-        r = _render(x, budget)
-    except _CaseTimeout:
-        raise
-    except BaseException:  # RecursionError, MemoryError, anything odd
-        r, budget.truncated = _safe_repr(x, budget), True
-    return r, budget.truncated
-
-
-def _sanitize(x):
-    """Final pass over a result: strings without lone surrogates (strict JSON
-    parsers reject them), dict keys as strings."""
-    if isinstance(x, str):
-        try:
-            x.encode("utf-8")
-            return x
-        except UnicodeEncodeError:
-            return _SURROGATES.sub("\ufffd", x)
-    if isinstance(x, dict):
-        return {_sanitize(k if isinstance(k, str) else str(k)): _sanitize(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_sanitize(v) for v in x]
-    return x
-
-
-# ------------------------------------------------------------------------ comparison
-
-
-def _real_value(x):
-    """Plain int/float for a real number (not bool), else None. Base-class methods,
-    so numeric subclasses cannot lie about their value."""
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return int.__index__(x)
-    if isinstance(x, float):
-        return float.__float__(x)
-    dec = sys.modules.get("decimal")
-    frac = sys.modules.get("fractions")
-    if dec is not None and isinstance(x, dec.Decimal):
-        return x  # stdlib type, trusted
-    if frac is not None and isinstance(x, frac.Fraction):
-        return x
-    return None
-
-
-def _numbers_equal(a, e, tol):
-    if isinstance(a, int) and isinstance(e, int):
-        return a == e
-    try:
-        fa, fe = float(a), float(e)
-    except (OverflowError, ValueError, TypeError):
-        return a == e
-    if math.isnan(fa) or math.isnan(fe):
-        return math.isnan(fa) and math.isnan(fe)
-    return math.isclose(fa, fe, rel_tol=tol, abs_tol=tol)
-
-
-def _as_sequence(a):
-    """The items of a list/tuple/other Sequence (not str/bytes), else None."""
-    if isinstance(a, list):
-        return list.__getitem__(a, slice(None))
-    if isinstance(a, tuple):
-        return list(tuple.__iter__(a))
-    if isinstance(a, (str, bytes, bytearray, memoryview)):
-        return None
-    import collections.abc as cabc
-    if isinstance(a, (range, cabc.Sequence)):
-        return list(a)
-    return None
-
-
-def _as_set_items(a):
-    if isinstance(a, set):
-        return list(set.__iter__(a))
-    if isinstance(a, frozenset):
-        return list(frozenset.__iter__(a))
-    return None
-
-
-def _hash_key(x):
-    """Exact, type-tagged hashable key for simple values (no floats: those need the
-    tolerance), or raise TypeError."""
-    if x is None or isinstance(x, bool):
-        return ("b", x)
-    if isinstance(x, int):
-        return ("i", int.__index__(x))
-    if isinstance(x, str):
-        return ("s", str.__str__(x))
-    if isinstance(x, (bytes, bytearray)):
-        return ("y", bytes(x))
-    if isinstance(x, (list, tuple)):
-        return ("l", tuple(_hash_key(v) for v in x))
-    raise TypeError
-
-
-def _sets_equal(actual_items, expected_items, tol, depth):
-    try:  # fast path: simple hashable elements
-        ak = {_hash_key(v) for v in actual_items}
-        ek = {_hash_key(v) for v in expected_items}
-        return ak == ek
-    except TypeError:
-        pass
-    uniq = []
-    for e in expected_items:
-        if not any(_equal(u, e, tol, depth + 1) for u in uniq):
-            uniq.append(e)
-    if len(uniq) != len(actual_items):
-        return False
-    remaining = list(actual_items)
-    for e in uniq:
-        for i, a in enumerate(remaining):
-            if _equal(a, e, tol, depth + 1):
-                del remaining[i]
-                break
-        else:
-            return False
-    return True
-
-
-def _mapping_pairs(a):
-    if isinstance(a, dict):
-        return list(dict.items(a))
-    import collections.abc as cabc
-    if isinstance(a, cabc.Mapping):
-        return list(a.items())
-    return None
-
-
-def _dicts_equal(pairs, expected, tol, depth):
-    if len(pairs) != len(expected):
-        return False
-    exp_pairs = list(dict.items(expected)) if isinstance(expected, dict) else list(expected.items())
-    # 1. exact keys (str keys via str.__eq__ semantics: compare plain copies)
-    try:
-        amap = {(_hash_key(k) if _hashable_simple(k) else k): v for k, v in pairs}
-        emap = {(_hash_key(k) if _hashable_simple(k) else k): v for k, v in exp_pairs}
-        if len(amap) == len(pairs) and amap.keys() == emap.keys():
-            return all(_equal(amap[k], emap[k], tol, depth + 1) for k in emap)
-    except TypeError:
-        pass
-    # 2. JSON can only spell string keys: match the actual keys as json.dumps would
-    #    spell them ({1: "a"} equals {"1": "a"}), if that is a bijection.
-    amap = {}
-    for k, v in pairs:
-        ks = _key_str(k)
-        if ks is None or ks in amap:
-            return False
-        amap[ks] = v
-    emap = {}
-    for k, v in exp_pairs:
-        ks = _key_str(k)
-        if ks is None or ks in emap:
-            return False
-        emap[ks] = v
-    if amap.keys() != emap.keys():
-        return False
-    return all(_equal(amap[k], emap[k], tol, depth + 1) for k in emap)
-
-
-def _hashable_simple(k):
-    return k is None or isinstance(k, (bool, int, str, bytes))
-
-
-def _fields_match(fields, expected, tol, depth):
-    if set(fields) != set(expected):
-        # ignore private attributes the expected value does not mention
-        fields = {k: v for k, v in fields.items()
-                  if k in expected or not (isinstance(k, str) and k.startswith("_"))}
-    return _dicts_equal(list(fields.items()), expected, tol, depth)
-
-
-def _equal(a, e, tol, depth=0):
-    """Deep comparison of an actual value against an expected value.
-
-    For JSON-shaped expected values (None/bool/int/float/str/list/dict) the
-    comparison is structural and never calls the actual value's own __eq__:
-      None == None only; bool only equals bool; int/float within tolerance
-      (math.isclose rel+abs, NaN == NaN, int vs int exact); str only equals str
-      (bytes never equal str); list equals list/tuple/other Sequence element-wise,
-      or a set/frozenset as a set; dict equals a Mapping (key order irrelevant,
-      non-str actual keys matched by their JSON spelling) or an object with the same
-      fields (dataclass, namedtuple, __dict__/__slots__; private fields the expected
-      dict does not mention are ignored).
-    Any other expected value (in-process callers) is compared with the expected
-    value's __eq__, then field by field for objects of the same type."""
-    if depth > 500:
-        raise RecursionError("values nested too deeply to compare")
-    if e is None:
-        return a is None
-    if isinstance(e, bool):
-        return isinstance(a, bool) and bool(a) == bool(e)
-    ev = _real_value(e)
-    if ev is not None:
-        av = _real_value(a)
-        return av is not None and _numbers_equal(av, ev, tol)
-    if isinstance(e, str):
-        return isinstance(a, str) and str.__eq__(str.__str__(a), str.__str__(e))
-    if isinstance(e, (bytes, bytearray)):
-        return isinstance(a, (bytes, bytearray)) and bytes(a) == bytes(e)
-    if isinstance(e, (list, tuple)):
-        items = _as_set_items(a)
-        if items is not None:
-            return _sets_equal(items, _as_sequence(e), tol, depth)
-        items = _as_sequence(a)
-        exp = _as_sequence(e)
-        if items is None or len(items) != len(exp):
-            return False
-        return all(_equal(x, y, tol, depth + 1) for x, y in zip(items, exp))
-    if isinstance(e, (set, frozenset)):
-        items = _as_set_items(a)
-        return items is not None and _sets_equal(items, _as_set_items(e), tol, depth)
-    if isinstance(e, dict):
-        pairs = _mapping_pairs(a)
-        if pairs is not None:
-            return _dicts_equal(pairs, e, tol, depth)
-        fields = _object_fields(a)
-        if fields is None:
-            return False
-        return _fields_match(fields, e, tol, depth)
-    # expected is some other object (in-process callers only)
-    try:
-        r = e == a
-        if r is True:
-            return True
-    except _CaseTimeout:
-        raise
-    except Exception:
-        pass
-    if type(a) is type(e):
-        fa, fe = _object_fields(a), _object_fields(e)
-        if fa is not None and fe is not None:
-            return _fields_match(fa, fe, tol, depth)
-    return False
-
-
-def deep_equal(actual, expected, float_tolerance=DEFAULT_FLOAT_TOLERANCE):
-    """Public helper (see _equal)."""
-    return _equal(actual, expected, float_tolerance)
-
-
-def _exception_matches(exc, name):
-    """`name` ("ValueError", "json.JSONDecodeError", "builtins.ValueError", ...) is the
-    class of `exc` or one of its bases."""
-    try:
-        mro = type(exc).__mro__
-    except Exception:
-        return False
-    for cls in mro:
-        try:
-            names = {cls.__name__, cls.__qualname__, "%s.%s" % (cls.__module__, cls.__qualname__)}
-        except Exception:
-            continue
-        if name in names:
-            return True
-    return False
 
 
 # ----------------------------------------------------------------------- code loading
@@ -1085,7 +576,7 @@ def run_cases(request, _restore=True, _namespace=None):
     req = _parse_cases_request(request)
     cap = _Capture(req["max_output_bytes"], restore=_restore)
     try:
-        return _sanitize(_run_cases(req, cap, _namespace))
+        return sanitize(_run_cases(req, cap, _namespace))
     finally:
         cap.stop()
 
@@ -1109,7 +600,7 @@ def run_many_cases(requests, shared=False):
     try:
         for req in parsed:
             try:
-                results.append(_sanitize(_run_cases(req, cap, compiled=compiled)))
+                results.append(sanitize(_run_cases(req, cap, compiled=compiled)))
             finally:
                 intact = state.restore() if state is not None else True
             if not intact:
@@ -1235,7 +726,7 @@ def _run_cases(req, cap, namespace=None, compiled=None):
                     "name %r is not defined by the solution" % req["function"]))
             elif not callable(fn):
                 load_error = ("runtime", TypeError(
-                    "%r is not callable (it is a %s)" % (req["function"], _type_name(fn))))
+                    "%r is not callable (it is a %s)" % (req["function"], type_name(fn))))
         cap.reset_streams()
         _recursion_floor()
         _set_output(result, cap.take())
@@ -1305,9 +796,9 @@ def _run_one_case(case, module_ns, req, alarm):
         phase = "compare"
         _recursion_floor()
         if expected_error is None:
-            ok = _equal(actual, case["expected_output"], tol)
+            ok = equal(actual, case["expected_output"], tol)
         render = render_value(actual)
-    except _CaseTimeout as e:
+    except CaseTimeout as e:
         timed_out = True
         raised = e
     except BaseException as e:
@@ -1334,7 +825,7 @@ def _run_one_case(case, module_ns, req, alarm):
         cr["error"] = "WrongOutput: the output could not be compared (%s)" % _exc_line(raised)
         return cr
     if raised is not None:
-        if phase == "call" and expected_error is not None and _exception_matches(raised, expected_error):
+        if phase == "call" and expected_error is not None and exception_matches(raised, expected_error):
             cr["passed"] = True
             return cr
         cr["error_kind"] = "assertion" if isinstance(raised, AssertionError) else "runtime"
@@ -1366,7 +857,7 @@ def _is_awaitable(x):
 
 def _short_json(r, limit=500):
     try:
-        s = _JSON_ENCODER.encode(_sanitize(r))
+        s = JSON_ENCODER.encode(sanitize(r))
     except Exception:
         s = "<unrenderable>"
     return s if len(s) <= limit else s[:limit] + "..."
@@ -1382,7 +873,7 @@ def run_program_test(request, _restore=True, _namespace=None):
     req = _parse_program_test_request(request)
     cap = _Capture(req["max_output_bytes"], restore=_restore)
     try:
-        return _sanitize(_run_program_test(req, cap, _namespace))
+        return sanitize(_run_program_test(req, cap, _namespace))
     finally:
         cap.stop()
 
@@ -1591,7 +1082,7 @@ def run_integration(request):
         "docstrings": documented / len(functions) if functions else 1.0,
         "dangerous_calls": sorted(dangerous),
     }
-    return _sanitize({"functions": verdicts, "quality": quality})
+    return sanitize({"functions": verdicts, "quality": quality})
 
 
 def _coverage(source, cases, limit_s):
@@ -1650,11 +1141,11 @@ def _coverage(source, cases, limit_s):
 def _emit(fd, result):
     _recursion_floor()
     try:
-        line = MARKER + _JSON_ENCODER.encode(_sanitize(result)) + "\n"
+        line = MARKER + JSON_ENCODER.encode(sanitize(result)) + "\n"
     except Exception as e:  # cannot happen for results built here; still one line
-        line = MARKER + _JSON_ENCODER.encode({
+        line = MARKER + JSON_ENCODER.encode({
             "mode": result.get("mode"), "nonce": result.get("nonce"), "passed": False,
-            "harness_error": "result not serializable: %s" % _safe_str(e)}) + "\n"
+            "harness_error": "result not serializable: %s" % safe_str(e)}) + "\n"
     data = line.encode("ascii")
     while data:
         n = _os_write(fd, data)

@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import codegen_values  # noqa: E402
 import harness  # noqa: E402
 
 HARNESS = os.path.join(HERE, "harness.py")
@@ -106,7 +107,7 @@ class LyingStr(str):
 
 class DeepEqualTest(unittest.TestCase):
     def eq(self, actual, expected, tol=1e-6):
-        return harness.deep_equal(actual, expected, tol)
+        return codegen_values.deep_equal(actual, expected, tol)
 
     def test_nested(self):
         self.assertTrue(self.eq({"a": [1, {"b": [2, 3]}], "c": None}, {"c": None, "a": [1, {"b": [2, 3]}]}))
@@ -469,6 +470,7 @@ class CasesModeTest(unittest.TestCase):
         self.assertIn('File "<solution>", line 4, in f', c[0]["traceback"])
         self.assertIn("assert x > 0", c[0]["traceback"])
         self.assertNotIn("harness.py", c[0]["traceback"])
+        self.assertNotIn("codegen_values.py", c[0]["traceback"])
         self.assertEqual(c[1]["error_kind"], "runtime")
         self.assertEqual(c[1]["error"], "ZeroDivisionError: division by zero")
         self.assertIsNone(c[1]["actual_output"])
