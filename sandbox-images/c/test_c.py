@@ -1,5 +1,5 @@
 """The C image through the runner protocol: the compile phase every compiled language shares
-(common/runner.py's compile_program and the supervisor's "compiled" word). Real hardened
+(common/codegen_exec.py's compile_program and the supervisor's "compiled" word). Real hardened
 containers; skipped without Docker or the image (sandbox-images/build c). The verdicts of
 every compiled language are in tests/tests/e2e/languages.rs.
 
@@ -11,7 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from runner import COMPILE_GRACE_S  # noqa: E402
+from codegen_guard import COMPILE_GRACE_S  # noqa: E402
 from testlib import Container, skip_without_image  # noqa: E402
 
 BUILD = ["--tmpfs", "/build:rw,nosuid,nodev,exec,size=64m,uid=10002,gid=10002,mode=0700"]
