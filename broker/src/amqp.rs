@@ -22,6 +22,7 @@ use lapin::options::{
     QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use proto::queues::Topology;
 use tokio::sync::{mpsc, watch};
@@ -52,13 +53,27 @@ struct Inner {
     topology: Topology,
     live: watch::Sender<Option<Arc<Live>>>,
     last_error: Mutex<Option<String>>,
+    /// `false` once the broker is known unreachable: every node refused or timed out in one
+    /// round, or the connection fell silent. A publish then fails at once instead of waiting
+    /// for a connection that is not coming; `true` again with the next connection.
+    reachable: watch::Sender<bool>,
 }
 
 struct Live {
     connection: Connection,
     publisher: Channel,
+    /// The channel of the supervisor's probes (`basic.qos`, answered by the node itself).
+    probe: Channel,
+    /// When the node last answered a probe (or the connection was made).
+    answered: Mutex<Instant>,
     /// Queues declared on this connection: the fixed ones, and tenants' lanes once first used.
     declared: Mutex<HashSet<String>>,
+}
+
+impl Live {
+    fn silent_for(&self) -> Duration {
+        self.answered.lock().expect("poisoned").elapsed()
+    }
 }
 
 /// Keeps the connection up; run it for as long as the handle is used.
@@ -72,12 +87,14 @@ impl AmqpBroker {
     pub fn build(options: Options) -> (Self, Supervisor) {
         let topology = Topology::new(&options.prefix);
         let (live, _) = watch::channel(None);
+        let (reachable, _) = watch::channel(true);
         let broker = Self {
             inner: Arc::new(Inner {
                 options,
                 topology,
                 live,
                 last_error: Mutex::new(Some("not connected yet".into())),
+                reachable,
             }),
         };
         (
@@ -94,6 +111,12 @@ impl AmqpBroker {
 
     fn set_error(&self, error: impl Into<String>) {
         *self.inner.last_error.lock().expect("poisoned") = Some(error.into());
+    }
+
+    /// The broker is known unreachable (`why`), until the next connection.
+    fn set_unreachable(&self, why: String) {
+        self.set_error(why);
+        self.inner.reachable.send_replace(false);
     }
 
     /// Waits until a connection is up (or `cancel` fires).
@@ -190,14 +213,34 @@ impl Supervisor {
             }
             let url = &urls[next % urls.len()];
             next += 1;
-            match connect(url, options, &broker.inner.topology).await {
+            let connected = tokio::time::timeout(
+                options.connect_timeout,
+                connect(url, options, &broker.inner.topology),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(lapin::Error::from(lapin::ErrorKind::IOError(Arc::new(
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {:?}", options.connect_timeout),
+                    ),
+                ))))
+            });
+            match connected {
                 Ok(live) => {
                     tracing::info!(url = %redact(url), "connected to broker");
                     failed_in_round = 0;
                     delays = backoff(options.reconnect_max_delay).build();
                     *broker.inner.last_error.lock().expect("poisoned") = None;
                     let live = Arc::new(live);
+                    broker.inner.reachable.send_replace(true);
                     broker.inner.live.send_replace(Some(live.clone()));
+                    let prober = tokio::spawn(probe(
+                        broker.clone(),
+                        live.clone(),
+                        options.probe_interval,
+                        options.silence_limit,
+                    ));
                     // A failed connection stays failed (no automatic recovery): replace it. A
                     // connection that is neither up nor failed for long is replaced as well.
                     let mut away_since: Option<Instant> = None;
@@ -222,6 +265,20 @@ impl Supervisor {
                             tracing::warn!("publisher channel closed by the broker; reconnecting");
                             break;
                         }
+                        // Packets dropped without an error leave the connection "connected" until
+                        // the heartbeats run out (twice `heartbeat`: then lapin fails it and it is
+                        // replaced); the probes see the silence sooner. The connection is kept
+                        // meanwhile: a short silence costs no redelivery.
+                        let silent = live.silent_for();
+                        let reachable = *broker.inner.reachable.borrow();
+                        if status.connected() && silent >= options.silence_limit && reachable {
+                            tracing::warn!(url = %redact(url), silent = ?silent, "broker node silent: taking no work that needs it");
+                            broker.set_unreachable(format!(
+                                "{}: no answer for {:.1}s",
+                                redact(url),
+                                silent.as_secs_f64()
+                            ));
+                        }
                         if status.connected() {
                             away_since = None;
                         } else if away_since.get_or_insert_with(Instant::now).elapsed()
@@ -231,6 +288,7 @@ impl Supervisor {
                             break;
                         }
                     }
+                    prober.abort();
                     broker.inner.live.send_replace(None);
                     if cancel.is_cancelled() {
                         let _ = live.connection.close(200, "shutdown".into()).await;
@@ -245,7 +303,9 @@ impl Supervisor {
                         )
                         .await;
                     });
-                    broker.set_error(format!("{}: connection lost", redact(url)));
+                    if *broker.inner.reachable.borrow() {
+                        broker.set_error(format!("{}: connection lost", redact(url)));
+                    }
                     tracing::warn!(url = %redact(url), "broker connection lost for good; reconnecting");
                 }
                 Err(e) => {
@@ -256,6 +316,7 @@ impl Supervisor {
                         continue;
                     }
                     failed_in_round = 0;
+                    broker.set_unreachable(format!("{}: {e}", redact(url)));
                     let delay = delays.next().unwrap_or(options.reconnect_max_delay);
                     tracing::warn!(url = %redact(url), error = %e, retry_in = ?delay, "cannot connect to broker");
                     tokio::select! {
@@ -279,11 +340,45 @@ fn backoff(max_delay: Duration) -> ExponentialBuilder {
 /// How long a connection may be neither connected nor failed before the supervisor replaces it.
 const CONNECTION_AWAY_LIMIT: Duration = Duration::from_secs(3);
 
+/// Probes `live` every `every` with a round trip its node answers itself (`basic.qos` on a
+/// channel of its own: no queue, no quorum, only the connection and the node), and records
+/// each answer. The supervisor judges the silence; an answer after one ends it.
+async fn probe(broker: AmqpBroker, live: Arc<Live>, every: Duration, limit: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let asked = live.probe.basic_qos(0, BasicQosOptions::default());
+        match tokio::time::timeout(limit, asked).await {
+            Ok(Ok(())) => {
+                *live.answered.lock().expect("poisoned") = Instant::now();
+                if !*broker.inner.reachable.borrow() {
+                    tracing::info!("broker node answers again");
+                    *broker.inner.last_error.lock().expect("poisoned") = None;
+                    broker.inner.reachable.send_replace(true);
+                }
+            }
+            // The channel or its connection failed: the supervisor sees that in their status.
+            Ok(Err(_)) => return,
+            Err(_) => {} // no answer yet: the silence grows
+        }
+    }
+}
+
 async fn connect(url: &str, options: &Options, topology: &Topology) -> Result<Live, lapin::Error> {
     // No automatic recovery and no retry inside lapin: the supervisor owns both.
     let properties = ConnectionProperties::default().with_connection_name("codegen-cluster".into());
-    let connection = Connection::connect(url, properties).await?;
+    let mut uri: AMQPUri = url.parse().map_err(|e: String| {
+        lapin::Error::from(lapin::ErrorKind::IOError(Arc::new(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            e,
+        ))))
+    })?;
+    if uri.query.heartbeat.is_none() {
+        let seconds = options.heartbeat.as_secs().clamp(1, u64::from(u16::MAX));
+        uri.query.heartbeat = Some(u16::try_from(seconds).unwrap_or(u16::MAX));
+    }
+    let connection = Connection::connect_uri(uri, properties).await?;
     let channel = connection.create_channel().await?;
+    let probe = connection.create_channel().await?;
     declare(&channel, options, topology).await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
@@ -299,6 +394,8 @@ async fn connect(url: &str, options: &Options, topology: &Topology) -> Result<Li
     Ok(Live {
         connection,
         publisher: channel,
+        probe,
+        answered: Mutex::new(Instant::now()),
         declared: Mutex::new(declared),
     })
 }
@@ -452,10 +549,20 @@ impl AmqpBroker {
         message: Outgoing,
         headers: FieldTable,
     ) -> Result<(), Error> {
+        let unreachable =
+            || Error::Unavailable(self.health().err().unwrap_or_else(|| "unreachable".into()));
         let attempt = async {
             let never = CancellationToken::new();
             loop {
-                let Some(live) = self.wait_live(&never).await else {
+                // A broker known unreachable: no waiting for a connection that is not coming,
+                // nor for the confirm of one that fell silent (the message may still arrive:
+                // a failed publish is one that may have happened).
+                let mut reachable = self.inner.reachable.subscribe();
+                let live = tokio::select! {
+                    live = self.wait_live(&never) => live,
+                    _ = reachable.wait_for(|r| !*r) => return Err(unreachable()),
+                };
+                let Some(live) = live else {
                     continue;
                 };
                 // A connection the supervisor gave up on may never answer again: whatever
@@ -480,6 +587,7 @@ impl AmqpBroker {
                 tokio::select! {
                     published = once => if published { return Ok(()) },
                     _ = replaced => {}
+                    _ = reachable.wait_for(|r| !*r) => return Err(unreachable()),
                 }
             }
         };
@@ -652,7 +760,18 @@ impl Broker for AmqpBroker {
     fn health(&self) -> Result<(), String> {
         let live = self.inner.live.borrow().clone();
         match live {
-            Some(live) if live.connection.status().connected() => Ok(()),
+            Some(live) if live.connection.status().connected() => {
+                let silent = live.silent_for();
+                if silent >= self.inner.options.silence_limit || !*self.inner.reachable.borrow() {
+                    Err(format!(
+                        "rabbitmq at {}: no answer for {:.1}s",
+                        redact_all(&self.inner.options.url),
+                        silent.as_secs_f64()
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
             Some(_) => Err(format!(
                 "rabbitmq at {}: reconnecting",
                 redact_all(&self.inner.options.url)

@@ -46,12 +46,31 @@ pub struct Options {
     pub prefix: String,
     /// Deliveries of one task before it is dead-lettered (`x-delivery-limit`).
     pub delivery_limit: u32,
-    /// How long `publish` waits for a connection and a confirm before it gives up.
+    /// How long `publish` waits for a connection and a confirm before it gives up. It stops
+    /// waiting sooner once the broker is known unreachable (see `silence_limit`).
     #[serde(with = "humantime_serde")]
     pub publish_timeout: Duration,
     /// Upper bound of the reconnect backoff.
     #[serde(with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+    /// Bound of one connection attempt (TCP, AMQP handshake, topology): a node whose packets
+    /// are dropped costs this, not the operating system's minutes-long TCP timeout.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// AMQP heartbeat asked of the broker (unless the URL sets `heartbeat`, whole seconds): a
+    /// connection silent for twice this is closed by both ends, so the deliveries a cut-off
+    /// process held go back to the queue for the others.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// How often the connection is probed with a round trip to its node.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+    /// A connection whose node has answered nothing for this long is taken for cut off, as a
+    /// silent partition (packets dropped, no error) leaves it: `/readyz` says so and publishes
+    /// fail at once, until the node answers again. The connection itself is kept until the
+    /// heartbeats run out (twice `heartbeat`), so a shorter silence redelivers nothing.
+    #[serde(with = "humantime_serde")]
+    pub silence_limit: Duration,
 }
 
 impl Options {
@@ -74,6 +93,10 @@ impl Default for Options {
             delivery_limit: 5,
             publish_timeout: Duration::from_secs(10),
             reconnect_max_delay: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            heartbeat: Duration::from_secs(10),
+            probe_interval: Duration::from_secs(1),
+            silence_limit: Duration::from_secs(3),
         }
     }
 }

@@ -94,10 +94,10 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
     };
     let api = Api::new(&args.url, args.api_key.as_deref())?;
     let response = api
-        .send(idempotent(
+        .send_creating(
             api.http.post(api.url("/v1/executions")).json(&submission),
             args.idempotency_key.as_deref(),
-        ))
+        )
         .await?;
     let mut view = read_view(response).await?;
     // The coordinator answers 202 when the verdict takes longer than its wait; keep polling.
@@ -344,10 +344,11 @@ async fn run_chunk(
 ) -> anyhow::Result<()> {
     let body = serde_json::json!({ "items": chunk });
     let mut response = api
-        .send(
+        .send_creating(
             api.http
                 .post(api.url("/v1/executions/batch?stream=true"))
                 .json(&body),
+            None,
         )
         .await?;
     if !response.status().is_success() {
@@ -636,6 +637,75 @@ impl Api {
         format!("{}{path}", self.base)
     }
 
+    /// Sends a request that creates work with `Idempotency-Key` (`key`, else one made here)
+    /// and sends it again, with the same key, while the coordinator says to try later (503,
+    /// 429: after its `Retry-After` at least) or cannot be reached: the key makes a retry of a
+    /// request that did get through create nothing twice. Returns the last answer.
+    pub(crate) async fn send_creating(
+        &self,
+        request: reqwest::RequestBuilder,
+        key: Option<&str>,
+    ) -> anyhow::Result<reqwest::Response> {
+        use backon::Retryable;
+
+        let key = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+        let request = request.header("Idempotency-Key", key);
+        let once = || async {
+            let Some(again) = request.try_clone() else {
+                unreachable!("a request that creates work has a body in memory");
+            };
+            match again.send().await {
+                Ok(response)
+                    if matches!(
+                        response.status(),
+                        reqwest::StatusCode::SERVICE_UNAVAILABLE
+                            | reqwest::StatusCode::TOO_MANY_REQUESTS
+                    ) =>
+                {
+                    let retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(std::time::Duration::from_secs);
+                    Err(Try::Later {
+                        response,
+                        retry_after,
+                    })
+                }
+                Ok(response) => Ok(response),
+                Err(e) => Err(Try::Unanswered(e)),
+            }
+        };
+        let answered = once
+            .retry(creating_backoff())
+            .when(|t| !matches!(t, Try::Unanswered(e) if e.is_builder()))
+            .adjust(|t, delay| match t {
+                Try::Later {
+                    retry_after: Some(after),
+                    ..
+                } => delay.map(|d| d.max(*after)),
+                _ => delay,
+            })
+            .notify(|t, delay| match t {
+                Try::Later { response, .. } => eprintln!(
+                    "the coordinator answered {}; trying again in {delay:.1?}",
+                    response.status()
+                ),
+                Try::Unanswered(e) => eprintln!(
+                    "no answer from the coordinator at {} ({e}); trying again in {delay:.1?}",
+                    self.base
+                ),
+            })
+            .await;
+        match answered {
+            Ok(response) | Err(Try::Later { response, .. }) => Ok(response),
+            Err(Try::Unanswered(e)) => {
+                Err(e).with_context(|| format!("cannot reach the coordinator at {}", self.base))
+            }
+        }
+    }
+
     pub(crate) async fn send(
         &self,
         request: reqwest::RequestBuilder,
@@ -728,10 +798,10 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         callback_url: args.callback_url.clone(),
     };
     let response = api
-        .send(idempotent(
+        .send_creating(
             api.http.post(api.url("/v1/jobs")).json(&submission),
             args.idempotency_key.as_deref(),
-        ))
+        )
         .await?;
     let (status, answer) = read_json(response).await?;
     // 202 with the job's id; a solution-cache hit answers 200 with the finished result.
@@ -823,11 +893,12 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     };
     let api = Api::new(&args.url, args.api_key.as_deref())?;
     let response = api
-        .send(
+        .send_creating(
             api.http
                 .post(api.url("/v1/batches"))
                 .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
                 .body(body),
+            None,
         )
         .await?;
     let (_, answer) = read_json(response).await?;
@@ -952,10 +1023,23 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
     Ok(if all_succeeded { 0 } else { 1 })
 }
 
-/// Adds `Idempotency-Key` when one was given.
-fn idempotent(request: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
-    match key {
-        Some(key) => request.header("Idempotency-Key", key),
-        None => request,
-    }
+/// Why one try of a request that creates work did not end it.
+enum Try {
+    /// The coordinator said to try later (503, 429), after `Retry-After` when it gave one.
+    Later {
+        response: reqwest::Response,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// No answer: not reached, or the connection ended before the answer.
+    Unanswered(reqwest::Error),
+}
+
+/// Delays between the tries of a request that creates work (with jitter), about 45 s in all:
+/// long enough for a proxy to take a coordinator out of rotation, or a broker to come back.
+fn creating_backoff() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(500))
+        .with_max_delay(std::time::Duration::from_secs(10))
+        .with_max_times(8)
+        .with_jitter()
 }

@@ -137,6 +137,7 @@ pub(crate) async fn submit(
     if let Some(url) = &params.callback_url {
         c.check_callback("callback_url", tenant.0.as_deref(), url)?;
     }
+    c.refuse_without_broker()?;
     refuse_without_generators(&c).await?;
     let total = requests.len();
     let ids: Vec<TaskId> = (0..total).map(|_| TaskId::new()).collect();

@@ -14,6 +14,8 @@ use crate::Coordinator;
 const DEAD_LETTERS_PREFETCH: u16 = 8;
 /// Before a dead letter whose outcome could not be recorded goes back to its queue.
 const RECORD_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// How often Redis is asked again while it does not answer.
+const STORE_RECHECK: Duration = Duration::from_millis(500);
 
 /// Consumes the dead-letter queue: each dead letter becomes its execution's `error` result, or
 /// fails its job, with the reason.
@@ -36,7 +38,38 @@ impl DeadLetters {
             cancel.clone(),
         );
         while let Some(delivery) = deliveries.next().await {
+            // A dead letter's answer is recorded in Redis: while Redis does not answer, this
+            // coordinator takes no more of them (it holds at most its prefetch, which goes back
+            // to the queue if it stops) rather than take each and hand it back.
+            if !self.store_answers(&cancel).await {
+                break;
+            }
             self.coordinator.dead_letter(delivery).await;
+        }
+    }
+
+    /// Waits until Redis answers; `false` when `cancel` fired first.
+    async fn store_answers(&self, cancel: &CancellationToken) -> bool {
+        let mut down = false;
+        loop {
+            match self.coordinator.stores.executions.health().await {
+                Ok(()) => {
+                    if down {
+                        tracing::info!("redis answers again; taking dead letters");
+                    }
+                    return true;
+                }
+                Err(reason) => {
+                    if !down {
+                        tracing::warn!(%reason, "redis does not answer; taking no dead letters until it does");
+                        down = true;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(STORE_RECHECK) => {}
+            }
         }
     }
 }

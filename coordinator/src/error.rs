@@ -4,7 +4,7 @@
 use axum::extract::rejection::PathRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use proto::api::ErrorBody;
+use proto::api::{ErrorBody, ErrorCode};
 
 /// An API error: a status and a message for the caller.
 #[derive(Debug)]
@@ -13,6 +13,7 @@ pub(crate) struct ApiError {
     pub(crate) message: String,
     /// `Retry-After`, in seconds (a 429's).
     retry_after: Option<u64>,
+    code: Option<ErrorCode>,
 }
 
 impl ApiError {
@@ -21,6 +22,7 @@ impl ApiError {
             status,
             message: message.into(),
             retry_after: None,
+            code: None,
         }
     }
 
@@ -45,6 +47,7 @@ impl ApiError {
             status: self.status,
             message: format!("{prefix}{}", self.message),
             retry_after: self.retry_after,
+            code: self.code,
         }
     }
 
@@ -62,6 +65,7 @@ impl IntoResponse for ApiError {
             self.status,
             axum::Json(ErrorBody {
                 error: self.message,
+                code: self.code,
             }),
         )
             .into_response();
@@ -72,6 +76,24 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// How long a client is asked to wait before sending again a request refused because the broker
+/// is unreachable from here: the broker's probes would have seen it come back by then (or the
+/// proxy has another coordinator).
+const BROKER_RETRY_AFTER_S: u64 = 1;
+
+/// 503 `broker_unavailable` while the broker is unreachable from this coordinator (its
+/// `/readyz` says the same), before anything of the request was recorded: refused at once
+/// rather than after a publish timeout, and safe to send again anywhere.
+pub(crate) fn broker_unavailable(reason: &str) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("not accepted: the broker is unreachable from this coordinator ({reason})"),
+    )
+    .with_retry_after(BROKER_RETRY_AFTER_S);
+    e.code = Some(ErrorCode::BrokerUnavailable);
+    e
 }
 
 /// A dependency (Redis, the broker) did not answer: 503 with what it said.

@@ -335,6 +335,7 @@ pub(crate) async fn submit_batch(
     }
     let submitted_at_ms = now_ms();
     let ids: Vec<TaskId> = prepared.iter().map(|(_, id, _)| *id).collect();
+    c.refuse_without_broker()?;
     crate::quotas::admit(&c, Kind::Executions, &tenant, &ids).await?;
     let batch_id = callback.as_ref().map(|_| TaskId::new());
     let recorded = async {
@@ -656,6 +657,7 @@ pub(crate) async fn accept(
     request: ExecutionRequest,
 ) -> Result<(), ApiError> {
     let at = now_ms();
+    c.refuse_without_broker()?;
     crate::quotas::admit(c, Kind::Executions, tenant, &[id]).await?;
     let queued = async {
         c.list(Kind::Executions, tenant.0.as_deref(), at, &[id])

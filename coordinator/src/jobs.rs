@@ -220,6 +220,7 @@ pub(crate) async fn create_job(
             Err(e) => tracing::warn!(error = %e, "solution cache unavailable; generating"),
         }
     }
+    c.refuse_without_broker()?;
     refuse_without_generators(c).await?;
     let meta = JobMeta {
         id,

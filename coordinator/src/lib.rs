@@ -285,6 +285,14 @@ impl Coordinator {
         self
     }
 
+    /// Refuses work that needs a task published while the broker is unreachable from here
+    /// (`broker_unavailable`), before anything of it is recorded.
+    pub(crate) fn refuse_without_broker(&self) -> Result<(), error::ApiError> {
+        self.broker
+            .health()
+            .map_err(|reason| error::broker_unavailable(&reason))
+    }
+
     pub(crate) fn image(&self, language: proto::Language) -> String {
         self.images
             .get(&language)

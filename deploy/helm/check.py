@@ -76,6 +76,9 @@ def check(label, values):
     coordinator = by_kind(objects, "Deployment", "-coordinator")
     cspec = coordinator["spec"]["template"]["spec"]
     assert cspec["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Out of the Service within seconds of a silent dependency (docs/configuration.md).
+    probe = cspec["containers"][0]["readinessProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] <= 2, probe
     assert by_kind(objects, "PodDisruptionBudget", "-worker")["spec"]["maxUnavailable"] >= 1
     assert by_kind(objects, "PodDisruptionBudget", "-coordinator")["spec"]["minAvailable"] >= 1
     config = by_kind(objects, "ConfigMap", "-config")["data"]["codegen.toml"]

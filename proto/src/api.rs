@@ -151,6 +151,19 @@ pub struct ExecutionBatchRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: String,
+    /// Why, for a program to act on, where the answer has a reason of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+}
+
+/// A machine-readable reason of an error answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 503: this coordinator cannot reach RabbitMQ. Nothing was recorded or queued: the same
+    /// request may be sent again at once, to this coordinator after `Retry-After` or to
+    /// another.
+    BrokerUnavailable,
 }
 
 #[cfg(test)]

@@ -1189,15 +1189,38 @@ impl PrivateRabbit {
         report
     }
 
+    fn vm_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pid_file())
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+    }
+
+    /// Freezes the node (SIGSTOP to the Erlang VM): its connections stay open and every packet
+    /// sent to it is taken by the kernel, but nothing answers, as in a partition that drops
+    /// packets without an error. [`Self::thaw`] lets it go on.
+    pub fn freeze(&self) {
+        let pid = self.vm_pid().expect("the node's pid");
+        let status = Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "cannot stop {pid}");
+    }
+
+    pub fn thaw(&self) {
+        if let Some(pid) = self.vm_pid() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+
     /// Stops the node gracefully (SIGTERM to the Erlang VM) and waits for it to exit.
     pub fn stop(&mut self) {
         let Some(mut launcher) = self.launcher.take() else {
             return;
         };
-        if let Some(pid) = std::fs::read_to_string(self.pid_file())
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok())
-        {
+        self.thaw(); // a frozen node would take SIGTERM only once thawed
+        if let Some(pid) = self.vm_pid() {
             let _ = Command::new("kill").arg(pid.to_string()).status();
         }
         // A graceful stop takes seconds; past this the node is killed.

@@ -129,6 +129,49 @@ impl Stack {
     }
 
     /// The health docker reports for `service` ("healthy", "starting", ...).
+    /// The service's address on the stack's network (the host reaches it: the network is the
+    /// test's own bridge).
+    pub fn address(&self, service: &str) -> String {
+        self.docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &self.container(service),
+        ])
+        .trim()
+        .to_owned()
+    }
+
+    fn netns(&self, service: &str, args: &[&str]) {
+        let pid = self.docker(&["inspect", "-f", "{{.State.Pid}}", &self.container(service)]);
+        let out = Command::new("nsenter")
+            .args(["-t", pid.trim(), "-n", "iptables", "-w"])
+            .args(args)
+            .output()
+            .expect("nsenter runs");
+        assert!(
+            out.status.success(),
+            "iptables {args:?} in {service}: {}",
+            text(&out)
+        );
+    }
+
+    /// Drops every packet between `service` and each of `peers`, both ways, in `service`'s
+    /// network namespace: no connection is refused or reset, nothing answers (a lost route, a
+    /// firewall change, a dead switch port). [`Self::restore_packets`] ends it.
+    pub fn drop_packets(&self, service: &str, peers: &[&str]) {
+        for peer in peers {
+            let address = self.address(peer);
+            self.netns(service, &["-I", "OUTPUT", "-d", &address, "-j", "DROP"]);
+            self.netns(service, &["-I", "INPUT", "-s", &address, "-j", "DROP"]);
+        }
+    }
+
+    pub fn restore_packets(&self, service: &str) {
+        self.netns(service, &["-F", "OUTPUT"]);
+        self.netns(service, &["-F", "INPUT"]);
+    }
+
     pub fn health(&self, service: &str) -> String {
         let out = Command::new("docker")
             .args([

@@ -278,19 +278,37 @@ async fn outages_answer_503_and_leave_no_phantom_queued_execution() {
     assert!(body["error"].as_str().unwrap().contains("redis"));
     store.set_up();
 
+    // A broker this coordinator cannot reach: refused before anything is recorded, with a
+    // reason a client acts on (send it again, here or elsewhere).
     broker.set_down("broker stopped");
-    let (status, body) = call(
+    for (uri, body) in [
+        ("/v1/executions", r#"{"language":"python","code":"1"}"#),
+        (
+            "/v1/executions/batch",
+            r#"{"items":[{"language":"python","code":"1"}]}"#,
+        ),
+        ("/v1/jobs", r#"{"instruction":"add two numbers"}"#),
+    ] {
+        let (status, answer) = call(&c, "POST", uri, body).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{uri}: {answer}");
+        assert_eq!(answer["code"], "broker_unavailable", "{uri}: {answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains("broker stopped"),
+            "{answer}"
+        );
+    }
+    // Nothing of them was queued: the first task the broker holds is the next submission's.
+    broker.set_up();
+    let (_, accepted) = call(
         &c,
         "POST",
-        "/v1/executions",
-        r#"{"language":"python","code":"1"}"#,
+        "/v1/executions?wait=false",
+        r#"{"language":"python","code":"2"}"#,
     )
     .await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        body["error"].as_str().unwrap().contains("not queued"),
-        "{body}"
-    );
+    let mut tasks = broker.consume(Queue::Executions, 1, CancellationToken::new());
+    let first = Envelope::decode(&tasks.next().await.unwrap().body).unwrap();
+    assert_eq!(first.task_id.to_string(), accepted["id"].as_str().unwrap());
 }
 
 #[tokio::test]

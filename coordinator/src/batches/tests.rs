@@ -350,11 +350,18 @@ async fn a_batch_that_cannot_be_queued_answers_503_and_stores_no_batch() {
     let c = coordinator(&broker, &jobs, Options::default());
     let (status, answer) = call(&c, "POST", "/v1/batches", THREE).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
-    let message = answer["error"].as_str().unwrap();
+    assert_eq!(answer["code"], "broker_unavailable", "{answer}");
     assert!(
-        message.contains("batch not created: 0 of 3 jobs were accepted"),
-        "{message}"
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("test: broker down")
     );
+    // Refused before anything: the same batch, once the broker answers, is the only one.
+    broker.set_up();
+    let (status, answer) = call(&c, "POST", "/v1/batches", THREE).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    assert_eq!(broker.len(Queue::Tasks), 3);
 }
 
 #[tokio::test]

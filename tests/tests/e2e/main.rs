@@ -27,6 +27,7 @@ mod quotas;
 mod sandbox_hostile;
 mod sandbox_images;
 mod sandbox_pool;
+mod silent_partitions;
 mod stack_faults;
 mod tenants;
 mod usage;

@@ -18,6 +18,9 @@ use tests::faults::{distinct_job, distinct_jobs_script};
 use tests::stack::Stack;
 
 const LATENCY_MS: u64 = 300;
+/// Jobs the trickling client may submit during a fault, beyond the batch (the scripted model
+/// has answers for them).
+const TRICKLE_MAX: usize = 200;
 
 fn sized(var: &str, default: usize) -> usize {
     std::env::var(var)
@@ -40,7 +43,7 @@ impl Run {
     async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let jobs = sized("STACK_JOBS", 200);
-        let script = distinct_jobs_script(dir.path(), jobs, LATENCY_MS);
+        let script = distinct_jobs_script(dir.path(), jobs + TRICKLE_MAX, LATENCY_MS);
         let stack = tokio::task::block_in_place(|| Stack::up(&script));
         let client = stack.client();
         let started = Instant::now();
@@ -192,6 +195,157 @@ impl Run {
             parts.join(",")
         }
     }
+}
+
+/// A client that submits one job through the proxy every 1.3 s while a fault lasts, each with
+/// an `Idempotency-Key` of its own (as the CLI does, so the proxy may send it to the other
+/// coordinator), and keeps every answer: each must be accepted (and then finish like the
+/// batch's) or refused with a reason.
+struct Trickle {
+    stop: tokio_util::sync::CancellationToken,
+    answers: tokio::task::JoinHandle<Vec<(u16, Value)>>,
+}
+
+impl Trickle {
+    fn start(run: &Run) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (client, first, stopped) = (run.client.http.clone(), run.jobs.len(), stop.clone());
+        let url = format!("{}/v1/jobs", run.client.url());
+        let answers = tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for i in first..first + TRICKLE_MAX {
+                let sent = client
+                    .post(&url)
+                    .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+                    .json(&json!({ "instruction": distinct_job(i) }))
+                    .send()
+                    .await;
+                answers.push(match sent {
+                    Ok(response) => {
+                        let status = response.status().as_u16();
+                        (status, response.json().await.unwrap_or(Value::Null))
+                    }
+                    Err(e) => (0, json!({ "error": e.to_string() })),
+                });
+                tokio::select! {
+                    _ = stopped.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(1300)) => {}
+                }
+            }
+            answers
+        });
+        Self { stop, answers }
+    }
+
+    /// Stops submitting; the accepted jobs' ids and a summary ("accepted N, refused M: ...").
+    async fn finish(self) -> (Vec<String>, String) {
+        self.stop.cancel();
+        let answers = self.answers.await.unwrap();
+        let mut accepted = Vec::new();
+        let mut refused = Vec::new();
+        for (status, body) in &answers {
+            match (status, body["job_id"].as_str()) {
+                (202, Some(id)) => accepted.push(id.to_owned()),
+                _ => {
+                    let reason = body["code"]
+                        .as_str()
+                        .or(body["error"].as_str())
+                        .unwrap_or_default();
+                    assert!(
+                        *status >= 400 && !reason.is_empty(),
+                        "an answer that is neither accepted nor a refusal with a reason: {status} {body}"
+                    );
+                    refused.push(format!("{status} {reason}"));
+                }
+            }
+        }
+        let summary = format!(
+            "submitted={} accepted={} refused={} {:?}",
+            answers.len(),
+            accepted.len(),
+            refused.len(),
+            refused.iter().take(3).collect::<Vec<_>>()
+        );
+        (accepted, summary)
+    }
+}
+
+/// Polls `url` (a `/readyz`) every 100 ms until it is not 200; how long that took (`None`:
+/// still ready after `within`).
+async fn unready_after(http: &reqwest::Client, url: &str, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        let ready = http
+            .get(url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        if !ready {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// One silent partition: `service`'s packets to `peers` dropped for `seconds` while the batch
+/// runs and a client trickles jobs in; then everything is accounted for, the trickle's
+/// accepted jobs too. `ops`: the port of `service`'s `/readyz`.
+async fn silent_partition(service: &str, ops: u16, peers: &[&str], seconds: u64) {
+    let mut run = Run::start().await;
+    run.in_flight().await;
+    let readyz = format!("http://{}:{ops}/readyz", run.stack.address(service));
+    let trickle = Trickle::start(&run);
+    tokio::task::block_in_place(|| run.stack.drop_packets(service, peers));
+    let cut = Instant::now();
+    let unready = unready_after(&run.client.http, &readyz, Duration::from_secs(seconds)).await;
+    pause(seconds.saturating_sub(cut.elapsed().as_secs())).await;
+    tokio::task::block_in_place(|| run.stack.restore_packets(service));
+    let (accepted, trickled) = trickle.finish().await;
+    assert!(
+        unready.is_some(),
+        "{service} stayed ready through {seconds} s cut off from {peers:?}"
+    );
+    println!(
+        "STACK-PARTITION service={service} peers={peers:?} seconds={seconds} unready_after_s={:.1} trickle: {trickled}",
+        unready.unwrap_or_default().as_secs_f64()
+    );
+    run.jobs.extend(accepted);
+    run.account(&format!(
+        "{service}'s packets to {peers:?} dropped {seconds} s"
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn a_coordinators_packets_to_rabbitmq_dropped_for_60s_lose_nothing() {
+    silent_partition(
+        "coordinator-1",
+        8080,
+        &["rabbit-1", "rabbit-2", "rabbit-3"],
+        60,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn a_workers_packets_to_rabbitmq_dropped_for_60s_lose_nothing() {
+    silent_partition("worker-2", 9090, &["rabbit-1", "rabbit-2", "rabbit-3"], 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn a_workers_packets_to_redis_dropped_for_40s_lose_nothing() {
+    silent_partition("worker-2", 9090, &["redis"], 40).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn a_coordinators_packets_to_redis_dropped_for_40s_lose_nothing() {
+    silent_partition("coordinator-1", 8080, &["redis"], 40).await;
 }
 
 /// Submits `n` executions (`print(i)`), without waiting; their ids and expected output.
