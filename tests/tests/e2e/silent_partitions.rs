@@ -121,3 +121,38 @@ async fn a_cluster_cut_off_from_rabbitmq_leaves_rotation_and_refuses_at_once_rec
     assert_eq!(executions_listed(&cluster).await, listed + 1);
     drop((coordinator, worker));
 }
+
+/// The CLI sends a request refused for a broker it cannot reach again, with the key it made,
+/// until it is accepted: `codegen exec` started while RabbitMQ is silent ends with the program's
+/// output once RabbitMQ answers again, and one execution was created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_retries_through_a_silent_broker_and_creates_one_execution() {
+    let rabbit = tokio::task::block_in_place(PrivateRabbit::start);
+    let cluster = Cluster::new().with_broker(rabbit.url());
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let program = cluster.dir.path().join("answer.py");
+    std::fs::write(&program, "print(6 * 7)\n").unwrap();
+    let listed = executions_listed(&cluster).await;
+
+    rabbit.freeze();
+    wait_readyz(&cluster, &cluster.url(), false).await;
+    let url = cluster.url();
+    let path = program.display().to_string();
+    let cli = tokio::spawn(async move {
+        tests::codegen_cli(&["exec", &path, "--url", &url], WITHIN).await
+    });
+    // Thawed once the coordinator has refused the CLI at least once.
+    let refused = "codegen_http_requests_total{route=\"/v1/executions\",status=\"503\"}";
+    let deadline = Instant::now() + WITHIN;
+    while tests::metric(&cluster.http, &cluster.url(), refused).await < 1.0 {
+        assert!(Instant::now() < deadline, "the CLI never reached the coordinator");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rabbit.thaw();
+    let run = cli.await.unwrap();
+    assert_eq!(run.code, Some(0), "{run}");
+    assert_eq!(run.stdout, "42\n", "{run}");
+    assert!(run.stderr.contains("trying again"), "{run}");
+    assert_eq!(executions_listed(&cluster).await, listed + 1);
+}
