@@ -139,14 +139,18 @@ async fn the_cli_retries_through_a_silent_broker_and_creates_one_execution() {
     wait_readyz(&cluster, &cluster.url(), false).await;
     let url = cluster.url();
     let path = program.display().to_string();
-    let cli = tokio::spawn(async move {
-        tests::codegen_cli(&["exec", &path, "--url", &url], WITHIN).await
-    });
+    let cli =
+        tokio::spawn(
+            async move { tests::codegen_cli(&["exec", &path, "--url", &url], WITHIN).await },
+        );
     // Thawed once the coordinator has refused the CLI at least once.
     let refused = "codegen_http_requests_total{route=\"/v1/executions\",status=\"503\"}";
     let deadline = Instant::now() + WITHIN;
     while tests::metric(&cluster.http, &cluster.url(), refused).await < 1.0 {
-        assert!(Instant::now() < deadline, "the CLI never reached the coordinator");
+        assert!(
+            Instant::now() < deadline,
+            "the CLI never reached the coordinator"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     rabbit.thaw();
