@@ -135,15 +135,28 @@ impl std::fmt::Debug for GateBuilder {
     }
 }
 
+/// A probe without an answer by then has failed: a dependency cut off without an error (its
+/// packets dropped) leaves its client waiting rather than failing.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl GateBuilder {
-    /// Adds the check for `dependency`.
+    /// Adds the check for `dependency`, bounded by [`PROBE_TIMEOUT`].
     pub fn probe<F, Fut>(mut self, dependency: Dependency, check: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
-        self.probes
-            .insert(dependency, Arc::new(move || Box::pin(check())));
+        self.probes.insert(
+            dependency,
+            Arc::new(move || {
+                let answer = check();
+                Box::pin(async move {
+                    tokio::time::timeout(PROBE_TIMEOUT, answer)
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
+                })
+            }),
+        );
         self
     }
 
@@ -392,6 +405,16 @@ mod tests {
         );
         // Without a probe, nothing is blamed on it.
         assert!(!gate.confirm_down(Dependency::Docker, "gone").await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_never_answers_is_a_failed_one() {
+        let (gate, _service) = GateBuilder::default()
+            .probe(Dependency::Docker, std::future::pending)
+            .build(Intervals::default());
+        assert!(gate.confirm_down(Dependency::Docker, "run timed out").await);
+        let down = gate.down(Dependency::Docker).unwrap();
+        assert!(down.reason.contains("no answer within"), "{}", down.reason);
     }
 
     #[tokio::test]
