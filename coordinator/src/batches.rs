@@ -76,6 +76,7 @@ async fn parse(c: &Coordinator, tenant: &Tenant, body: &[u8]) -> Result<Vec<Line
         let callback = submission.callback_url.take();
         if let Some(url) = &callback {
             c.check_callback("callback_url", tenant.0.as_deref(), url)
+                .await
                 .map_err(|e| e.prefixed(&format!("line {number}: ")))?;
         }
         match validate(&c.options, submission) {
@@ -135,7 +136,8 @@ pub(crate) async fn submit(
     let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
     let requests = parse(&c, &tenant, &body).await?;
     if let Some(url) = &params.callback_url {
-        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+        c.check_callback("callback_url", tenant.0.as_deref(), url)
+            .await?;
     }
     c.refuse_without_broker()?;
     refuse_without_generators(&c).await?;

@@ -302,7 +302,8 @@ pub(crate) async fn submit_batch(
         params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let batch: ExecutionBatch = read_body(body)?;
     if let Some(url) = &batch.callback_url {
-        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+        c.check_callback("callback_url", tenant.0.as_deref(), url)
+            .await?;
     }
     let callback = batch.callback_url;
     let total = batch.items.len();

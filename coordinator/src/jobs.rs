@@ -133,7 +133,8 @@ pub(crate) async fn submit(
     let callback = submission.callback_url.take();
     let request = validate(&c.options, submission)?;
     if let Some(url) = &callback {
-        c.check_callback("callback_url", tenant.0.as_deref(), url)?;
+        c.check_callback("callback_url", tenant.0.as_deref(), url)
+            .await?;
     }
     let id = TaskId::new();
     crate::quotas::admit(&c, Kind::Jobs, &tenant, &[id]).await?;

@@ -18,6 +18,7 @@ mod body;
 mod cache;
 mod cancel;
 mod dead_letters;
+pub mod egress;
 mod ending;
 mod error;
 mod executions;
@@ -120,6 +121,11 @@ pub struct Options {
     /// Limit per webhook attempt.
     #[serde(with = "humantime_serde")]
     pub webhook_timeout: Duration,
+    /// Internal addresses a tenant's outbound call (a webhook) may reach all the same:
+    /// comma-separated CIDRs, e.g. `10.20.0.0/16`. Every other loopback, private, link-local,
+    /// carrier-grade NAT, unique-local, multicast or unspecified address is refused after the
+    /// host is resolved, whatever `webhook_allow` says (`egress`). Empty: none.
+    pub egress_allow_cidrs: String,
 }
 
 impl Options {
@@ -166,6 +172,7 @@ impl Default for Options {
             webhook_allow: String::new(),
             webhook_retry_for: Duration::from_secs(3600),
             webhook_timeout: Duration::from_secs(10),
+            egress_allow_cidrs: String::new(),
         }
     }
 }
@@ -198,7 +205,9 @@ pub struct Coordinator {
     /// Whether any worker can generate (jobs are refused while none can), from
     /// `stores.presence`.
     pub(crate) generators: Option<Arc<generators::Generators>>,
-    /// The client that delivers webhooks (`stores.webhooks`).
+    /// The guard of every call to a target a tenant chose.
+    pub(crate) egress: egress::Egress,
+    /// The client that delivers webhooks (`stores.webhooks`), through `egress`.
     pub(crate) webhook_client: reqwest::Client,
     /// The workers' sandbox image of each language, for `GET /v1/languages`.
     pub(crate) images: Arc<std::collections::BTreeMap<proto::Language, String>>,
@@ -251,13 +260,13 @@ impl Coordinator {
                 usage: metrics.usage.clone(),
                 job_seconds: metrics.job_seconds.clone(),
             });
-        let webhook_client = reqwest::Client::builder()
-            .timeout(options.webhook_timeout)
-            // An allowed host must not send the cluster on to one that is not.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("codegen-cluster/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::Config(format!("webhook client: {e}")))?;
+        let egress = egress::Egress::new(
+            &options.egress_allow_cidrs,
+            Arc::new(egress::SystemLookup),
+            metrics.egress_refused.clone(),
+        )
+        .map_err(Error::Config)?;
+        let webhook_client = webhook_client(&egress, &options)?;
         let generators = stores
             .presence
             .clone()
@@ -270,9 +279,18 @@ impl Coordinator {
             metrics,
             model: None,
             generators,
+            egress,
             webhook_client,
             images: Arc::default(),
         })
+    }
+
+    /// Resolves the hosts of tenants' targets with `lookup` (tests make names resolve to
+    /// addresses of their choosing).
+    pub fn with_lookup(mut self, lookup: Arc<dyn egress::Lookup>) -> Result<Self, Error> {
+        self.egress = self.egress.with_lookup(lookup);
+        self.webhook_client = webhook_client(&self.egress, &self.options)?;
+        Ok(self)
     }
 
     /// The sandbox image of each language (`sandbox::Options::image`), for
@@ -388,3 +406,14 @@ impl Coordinator {
 }
 
 pub(crate) use proto::now_ms;
+
+/// The webhook client: through the egress guard, `webhook_timeout` a call, connecting within
+/// a few seconds of it.
+fn webhook_client(egress: &egress::Egress, options: &Options) -> Result<reqwest::Client, Error> {
+    egress
+        .client(
+            options.webhook_timeout.min(Duration::from_secs(5)),
+            options.webhook_timeout,
+        )
+        .map_err(|e| Error::Config(format!("webhook client: {e}")))
+}

@@ -7,6 +7,8 @@ pub struct Metrics {
     pub http_seconds: HistogramVec,
     pub executions: IntCounterVec,
     pub dead_letters: IntCounterVec,
+    /// Outbound calls to tenants' targets the egress guard refused, by range.
+    pub egress_refused: IntCounterVec,
     pub jobs: IntCounterVec,
     /// Jobs this coordinator failed (planning failed, dead-lettered, overdue, not queued).
     pub job_seconds: HistogramVec,
@@ -44,6 +46,13 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
+            egress_refused: IntCounterVec::new(
+                Opts::new(
+                    "codegen_egress_refused_total",
+                    "Calls to a target a tenant chose (webhooks) refused by the egress guard, by the range of the address (or unresolved)",
+                ),
+                &["reason"],
+            )?,
             jobs: IntCounterVec::new(
                 Opts::new(
                     "codegen_jobs_total",
@@ -60,6 +69,7 @@ impl Metrics {
         registry.register(Box::new(metrics.http_seconds.clone()))?;
         registry.register(Box::new(metrics.executions.clone()))?;
         registry.register(Box::new(metrics.dead_letters.clone()))?;
+        registry.register(Box::new(metrics.egress_refused.clone()))?;
         // The series alerts watch exist from the start, at zero, so the first dead letter or
         // failed job is an increase rather than a new series that increase() cannot see.
         for reason in ["delivery_limit", "rejected"] {

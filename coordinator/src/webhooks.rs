@@ -1,10 +1,12 @@
 //! Webhooks: a job's or batch's end POSTed to the tenant's `callback_url`, signed, retried.
 //!
-//! A `callback_url` is checked when the work is submitted: `http` or `https`, no user info,
-//! and a `host:port` that one of `coordinator.webhook_allow`'s patterns matches (so a tenant
-//! cannot make the cluster call its internal addresses), and the tenant must have a
-//! `webhook_secret`. Redirects are never followed, and the URL is checked again before every
-//! attempt (the operator may have narrowed the list since).
+//! A `callback_url` is checked when the work is submitted: `http` or `https`, no user info, a
+//! `host:port` that one of `coordinator.webhook_allow`'s patterns matches, a host whose every
+//! address the egress guard allows (`egress`: no internal address unless
+//! `coordinator.egress_allow_cidrs` has it), and the tenant must have a `webhook_secret`.
+//! Redirects are never followed, and the URL is checked again at every attempt (the operator
+//! may have narrowed the list since, the name may resolve elsewhere now): the pattern before
+//! it, the addresses as the client connects, to the address it checked.
 //!
 //! Delivery: the script that ends a job makes its webhooks due (`store::webhooks`); every
 //! coordinator takes due ones with a lease and POSTs
@@ -98,8 +100,9 @@ impl Coordinator {
         })
     }
 
-    /// Checks a submitted `callback_url` for `tenant`; the 422 names `field`.
-    pub(crate) fn check_callback(
+    /// Checks a submitted `callback_url` for `tenant`, its host resolved by the egress guard;
+    /// the 422 names `field`.
+    pub(crate) async fn check_callback(
         &self,
         field: &str,
         tenant: Option<&str>,
@@ -113,6 +116,11 @@ impl Coordinator {
         }
         if let Some(why) = self.refuse_target(url) {
             return Err(ApiError::invalid(field, why));
+        }
+        if let Ok(parsed) = url::Url::parse(url)
+            && let Err(refusal) = self.egress.check_url(&parsed).await
+        {
+            return Err(ApiError::invalid(field, refusal));
         }
         if self.webhook_secret(tenant).is_none() {
             let setting = match tenant {
@@ -175,7 +183,24 @@ impl Coordinator {
             duration_ms: 0,
         };
         let secret = self.webhook_secret(hook.tenant.as_deref());
-        match (self.refuse_target(&hook.view.url), secret) {
+        // A name is resolved and checked by the client's resolver as it connects (the address
+        // checked is the one connected to); an address in the URL is checked here.
+        let refused = match self.refuse_target(&hook.view.url) {
+            Some(why) => Some(why),
+            None => match url::Url::parse(&hook.view.url) {
+                Ok(parsed)
+                    if matches!(parsed.host(), Some(url::Host::Ipv4(_) | url::Host::Ipv6(_))) =>
+                {
+                    self.egress
+                        .check_url(&parsed)
+                        .await
+                        .err()
+                        .map(|r| r.to_string())
+                }
+                _ => None,
+            },
+        };
+        match (refused, secret) {
             (Some(why), _) => attempt.error = Some(why),
             (None, None) => {
                 attempt.error = Some("no key to sign webhooks with is configured any more".into());
@@ -312,7 +337,7 @@ impl Deliverer {
 }
 
 /// An error with its causes (reqwest's own message hides the connection's).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {
@@ -325,7 +350,148 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use broker::MemoryBroker;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
     use super::*;
+    use crate::egress::Lookup;
+
+    /// Names that resolve to what the test says, changed whenever it likes.
+    #[derive(Default)]
+    struct Names(Mutex<HashMap<String, std::net::IpAddr>>);
+
+    impl Names {
+        fn set(&self, name: &str, address: &str) {
+            let address = address.parse().unwrap();
+            self.0.lock().unwrap().insert(name.to_owned(), address);
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Lookup for Names {
+        async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+            let found = self.0.lock().unwrap().get(host).copied();
+            found
+                .map(|a| vec![a])
+                .ok_or_else(|| std::io::Error::other("no such name"))
+        }
+    }
+
+    async fn call(
+        c: &Coordinator,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, serde_json::Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = crate::router(c.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or_default())
+    }
+
+    /// The guard at both ends of a webhook: a callback host that resolves to an internal
+    /// address is refused at submission (422 naming the field and the address), and one that
+    /// resolved to a public address then but to an internal one when it is called (rebinding)
+    /// gets a failed attempt on record, nothing sent, a refusal counted.
+    #[tokio::test]
+    async fn a_callback_to_an_internal_address_is_refused_at_submission_and_at_delivery() {
+        let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = received.clone();
+        let app = axum::Router::new().fallback(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { "ok" }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let names = Arc::new(Names::default());
+        names.set("metadata.test", "169.254.169.254");
+        names.set("hooks.test", "93.184.215.14");
+        let options = crate::Options {
+            webhook_allow: "*:*".into(),
+            tenant_defaults: crate::TenantOptions {
+                webhook_secret: Some("secret".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let registry = prometheus::Registry::new();
+        let c = Coordinator::build(
+            options,
+            Arc::new(MemoryBroker::new(5)),
+            store::Stores::memory(store::MemoryStore::new(), store::MemoryJobs::new()),
+            &registry,
+        )
+        .unwrap()
+        .with_lookup(names.clone())
+        .unwrap();
+
+        let (status, answer) = call(
+            &c,
+            "POST",
+            "/v1/jobs",
+            r#"{"instruction": "x", "callback_url": "http://metadata.test/latest/meta-data"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("callback_url: ") && error.contains("169.254.169.254"),
+            "{error}"
+        );
+
+        let url = format!("http://hooks.test:{port}/job");
+        let (status, answer) = call(
+            &c,
+            "POST",
+            "/v1/jobs",
+            &serde_json::json!({"instruction": "x", "callback_url": url}).to_string(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+        let id: TaskId = answer["job_id"].as_str().unwrap().parse().unwrap();
+        let (status, answer) = call(&c, "DELETE", &format!("/v1/jobs/{id}"), "").await;
+        assert!(status.is_success(), "{answer}");
+        // Now the name answers the receiver's loopback address, which is not allowed.
+        names.set("hooks.test", "127.0.0.1");
+        c.deliver(HookKind::Job, id).await;
+        let view = c.webhook_view(HookKind::Job, id).await.unwrap();
+        let attempt = &view.attempts[0];
+        assert_eq!(attempt.status, None, "{view:?}");
+        assert!(
+            attempt
+                .error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("loopback"),
+            "{view:?}"
+        );
+        assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(
+            c.metrics
+                .egress_refused
+                .with_label_values(&["link_local"])
+                .get()
+                + c.metrics
+                    .egress_refused
+                    .with_label_values(&["loopback"])
+                    .get(),
+            2
+        );
+    }
 
     #[test]
     fn a_signature_covers_the_timestamp_and_the_body() {

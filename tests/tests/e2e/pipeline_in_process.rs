@@ -365,6 +365,7 @@ async fn a_jobs_webhook_is_delivered_once_signed() {
     let mut options = coordinator::Options::default();
     options.api_keys.insert("acme".into(), "key-acme".into());
     options.webhook_allow = format!("127.0.0.1:{port}");
+    options.egress_allow_cidrs = "127.0.0.1/32".into(); // the receiver is on loopback
     options.tenants.insert(
         "acme".into(),
         coordinator::TenantOptions {

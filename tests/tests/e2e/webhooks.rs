@@ -119,8 +119,10 @@ async fn webhooks_are_signed_retried_delivered_once_and_shown() {
         )
         .with_env(
             "CODEGEN__COORDINATOR__WEBHOOK_ALLOW",
-            &format!("localhost:1, 127.0.0.1:{port}"),
-        );
+            &format!("localhost:1, 127.0.0.1:{port}, 127.0.0.3:80"),
+        )
+        // The receiver is on loopback, which only this allows; 127.0.0.3 stays refused.
+        .with_env("CODEGEN__COORDINATOR__EGRESS_ALLOW_CIDRS", "127.0.0.1/32");
     let _first = cluster.coordinator().await;
     let (_second, second) = cluster.another_coordinator("coordinator-2").await;
     let (_worker, _) = cluster.worker("worker-1").await;
@@ -138,6 +140,11 @@ async fn webhooks_are_signed_retried_delivered_once_and_shown() {
             "key-acme",
             format!("ftp://127.0.0.1:{port}/job"),
             "http or https",
+        ),
+        (
+            "key-acme",
+            "http://127.0.0.3:80/job".to_owned(),
+            "coordinator.egress_allow_cidrs",
         ),
         (
             "key-acme",
