@@ -430,7 +430,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .collect();
     job["language"] = json!({"type": "string", "enum": generation_languages, "default": "python",
-        "description": "The language of the generated code (generation jobs: Python)."});
+        "description": "The language of the generated code (generation jobs: Python, JavaScript)."});
     limit(
         &mut job["instruction"],
         json!({"pattern": NOT_BLANK_PATTERN}),

@@ -119,6 +119,54 @@ fn environment() -> Environment<'static> {
 static ENVIRONMENT: std::sync::LazyLock<Environment<'static>> =
     std::sync::LazyLock::new(environment);
 
+/// What the templates say in each language's terms (the rest of a template is the same for
+/// all). Part of the templates: a change here is a change of [`PROMPT_VERSION`] for that
+/// language.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Words {
+    /// "a function that {raises} X"
+    raises: &'static str,
+    /// "the purpose says must {raise}"
+    raise: &'static str,
+    /// What `expected_error` holds.
+    error_name: &'static str,
+    /// How the JSON of an expected value stands for what JSON has not.
+    literals: &'static str,
+    /// What documents a function.
+    doc: &'static str,
+    /// What code may bring in.
+    imports: &'static str,
+    /// Said after the answer's shape, about the code (a leading space, or nothing).
+    code_note: &'static str,
+}
+
+const PYTHON_WORDS: Words = Words {
+    raises: "raises",
+    raise: "raise",
+    error_name: "the exception type name",
+    literals: "tuples and sets as lists",
+    doc: "a docstring",
+    imports: "imports (standard library only)",
+    code_note: "",
+};
+
+const JAVASCRIPT_WORDS: Words = Words {
+    raises: "throws",
+    raise: "throw",
+    error_name: "the name of the Error class thrown (Error, RangeError, TypeError, ...)",
+    literals: "Sets as arrays, Maps as objects, undefined as null",
+    doc: "a JSDoc comment (/** ... */) right before it",
+    imports: "`require` calls of Node's built-in modules (lodash is there too)",
+    code_note: " Declare it as `function name(...)`; no `module.exports`, no top-level calls, no `process.exit`.",
+};
+
+fn words(language: &str) -> Words {
+    match language {
+        "javascript" => JAVASCRIPT_WORDS,
+        _ => PYTHON_WORDS,
+    }
+}
+
 fn render(template: &str, language: &str, context: impl Serialize) -> Result<Prompt, Error> {
     let env = &*ENVIRONMENT;
     let render = |name: &str, ctx: minijinja::Value| {
@@ -131,7 +179,10 @@ fn render(template: &str, language: &str, context: impl Serialize) -> Result<Pro
         system: render("system", minijinja::context! { language })?,
         user: render(
             template,
-            minijinja::Value::from(minijinja::value::Serde(&context)),
+            minijinja::context! {
+                words => minijinja::Value::from(minijinja::value::Serde(words(language))),
+                ..minijinja::Value::from(minijinja::value::Serde(&context))
+            },
         )?,
     })
 }
@@ -292,5 +343,41 @@ mod tests {
         );
         assert!(prompt.user.contains("`wrong_output`"));
         insta::assert_snapshot!(snapshot(&prompt));
+    }
+
+    /// The same templates in JavaScript's terms; Python's prompts are the snapshots above,
+    /// unchanged by the words of other languages.
+    #[test]
+    fn javascript_prompts_speak_of_throwing_error_classes_and_jsdoc() {
+        let spec = sieve();
+        let cases = cases();
+        let prompt = tests(&TestsContext {
+            instruction: INSTRUCTION,
+            language: "javascript",
+            spec: &spec,
+            test_requirements: None,
+            min_cases: 5,
+            max_cases: 12,
+        })
+        .unwrap();
+        assert!(prompt.system.contains("senior javascript engineer"));
+        assert!(
+            prompt
+                .user
+                .contains("must throw, with `expected_error` set to the name of the Error class")
+        );
+        assert!(prompt.user.contains("Sets as arrays"));
+        assert!(!prompt.user.contains("exception type name"));
+        let prompt = implement(&ImplementContext {
+            instruction: INSTRUCTION,
+            language: "javascript",
+            spec: &spec,
+            dependencies: vec![],
+            tests: &cases,
+        })
+        .unwrap();
+        assert!(prompt.user.contains("a JSDoc comment"), "{}", prompt.user);
+        assert!(prompt.user.contains("no `module.exports`"));
+        assert!(!prompt.user.contains("docstring"));
     }
 }

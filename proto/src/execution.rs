@@ -116,7 +116,7 @@ impl Language {
                 main_file: "main.js",
                 test_file: "test.js",
                 extension: "js",
-                generation: false,
+                generation: true,
                 compiled: false,
                 sandbox_fusion: Some("nodejs"),
                 version: "20",

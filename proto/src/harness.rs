@@ -177,4 +177,7 @@ pub struct QualityReport {
     /// Share of functions with a docstring, 0–1.
     pub docstrings: f64,
     pub dangerous_calls: Vec<String>,
+    /// Measures the analysis could not take (`coverage`, ...).
+    #[serde(default)]
+    pub unmeasured: Vec<String>,
 }

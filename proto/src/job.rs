@@ -395,6 +395,10 @@ pub struct Quality {
     /// Calls such as `eval`, `subprocess`, `os.system` or sockets found by a scan (reported,
     /// never the security boundary).
     pub dangerous_calls: Vec<String>,
+    /// The measures that could not be taken in this language (e.g. `coverage`): reported as
+    /// 0 and left out of the score, whose other weights then count in proportion.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
 }
 
 /// Timings and spend of a job.

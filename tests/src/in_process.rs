@@ -253,6 +253,7 @@ pub fn fake_harness(run: &HarnessRun) -> Result<HarnessOutcome, sandbox::Error> 
                 .map(|(name, cases)| (name.clone(), cases_report(cases, &run.code)))
                 .collect(),
             quality: QualityReport {
+                unmeasured: vec![],
                 coverage: 1.0,
                 complexity: Default::default(),
                 docstrings: 1.0,

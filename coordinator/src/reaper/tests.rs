@@ -114,19 +114,23 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
 async fn generation_jobs_take_only_languages_the_pipeline_supports() {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(Options::default(), &broker, &jobs);
-    for language in ["javascript", "bash", "sh"] {
+    for language in ["bash", "sh", "go"] {
         let submission =
             serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
                 .unwrap();
         let error = crate::jobs::validate(&c.options, submission).unwrap_err();
         assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(
-            error.message().starts_with("language: ") && error.message().contains("python only"),
+            error.message().starts_with("language: ")
+                && error.message().contains("python, javascript only"),
             "{}",
             error.message()
         );
     }
-    let submission =
-        serde_json::from_value(serde_json::json!({"instruction": "x", "language": "py"})).unwrap();
-    assert!(crate::jobs::validate(&c.options, submission).is_ok());
+    for language in ["py", "javascript", "node"] {
+        let submission =
+            serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
+                .unwrap();
+        assert!(crate::jobs::validate(&c.options, submission).is_ok());
+    }
 }

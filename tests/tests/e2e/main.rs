@@ -12,6 +12,7 @@ mod deploy_files;
 mod executions;
 mod executions_eval;
 mod fairness;
+mod generation_languages;
 mod idempotency;
 mod index_store;
 mod job_store;

@@ -1,10 +1,11 @@
-//! Running a function's cases in the sandbox through the image's harness, and reading the
-//! verdicts back.
+//! Running a function's cases in the sandbox, through the image's harness (Python) or a test
+//! form ([`super::forms`]: the other languages), and reading the verdicts back.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use model::turnstile::Turn;
-use proto::generation::TestCase;
+use proto::generation::{FunctionSpec, TestCase};
 use proto::harness::{
     CasesReport, CasesRequest, HarnessCase, HarnessReport, HarnessRequest, HarnessRun,
 };
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 use crate::gate::{Dependency, Outage};
 
+use super::forms::{self, FunctionCases};
 use super::shared_runs::{Shared, SharedReport};
 use super::{Error, Pipeline, TaskCtx};
 
@@ -117,6 +119,77 @@ impl Pipeline {
         self.sandboxed(ctx, &run, held).await
     }
 
+    /// `functions`' cases run against `module` by `language`'s test form: each function's
+    /// report (none when the run broke before the script wrote them) and the run's result.
+    pub(super) async fn run_form(
+        &self,
+        ctx: &TaskCtx,
+        language: Language,
+        module: &str,
+        functions: &[FunctionCases],
+    ) -> Result<(BTreeMap<String, CasesReport>, proto::ExecutionResult), Error> {
+        let form = forms::of(language)
+            .ok_or_else(|| Error::Failed(format!("{language}: no test form for generated code")))?;
+        let nonce = proto::TaskId::new().to_string();
+        let report = format!(".codegen-cases-{nonce}.json");
+        let request = proto::ExecutionRequest {
+            language,
+            code: module.to_owned(),
+            stdin: None,
+            test: Some((form.render)(
+                functions,
+                self.options.case_timeout_ms,
+                &report,
+                &nonce,
+            )),
+            timeout_ms: self.options.run_timeout_ms,
+            compile_timeout_ms: None,
+            cpu_time_ms: None,
+            memory_mb: self.options.memory_mb,
+            fresh_container: false,
+            files: BTreeMap::new(),
+            return_files: vec![report.clone()],
+        };
+        let result = self.executed(ctx, &request).await?;
+        let reports = forms::read_reports(&result, &report, &nonce).unwrap_or_default();
+        Ok((reports, result))
+    }
+
+    /// A plain sandbox run, its wall time added to the task's sandbox time; Docker's outages
+    /// waited out as [`Pipeline::sandboxed`] does.
+    async fn executed(
+        &self,
+        ctx: &TaskCtx,
+        request: &proto::ExecutionRequest,
+    ) -> Result<proto::ExecutionResult, Error> {
+        loop {
+            self.go_on(ctx).await?;
+            let started = Instant::now();
+            let turn = match self.sandbox_turns.as_deref() {
+                Some(turns) => turns.enter_language(request.language, &ctx.call.lane).await,
+                None => None,
+            };
+            let outcome = self.sandbox.run(request).await;
+            drop(turn);
+            ctx.add_sandbox_time(started);
+            let e = match outcome {
+                Ok(result) => return Ok(result),
+                Err(e) => e,
+            };
+            if let Outage::Back = self
+                .gate
+                .sandbox_outage(&e, self.options.sandbox_wait)
+                .await
+            {
+                continue;
+            }
+            return Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason: e.to_string(),
+            });
+        }
+    }
+
     /// What the harness needs to run `cases` (without the code and the function's name).
     pub(super) fn cases_request(&self, cases: &[TestCase]) -> CasesRequest {
         CasesRequest {
@@ -129,16 +202,27 @@ impl Pipeline {
         }
     }
 
-    /// Runs `function`'s cases against `module` in the sandbox, through the image's harness:
-    /// in one run with other functions of the job that wait for a container beside it
-    /// ([`super::shared_runs`]), or alone.
+    /// Runs `spec`'s cases against `module` (in `language`) in the sandbox: through the
+    /// image's harness, in one run with other functions of the job that wait for a container
+    /// beside it ([`super::shared_runs`]) or alone; or, in a language with a test form, as a
+    /// program and its test.
     pub(super) async fn run_cases(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         module: &str,
-        function: &str,
+        spec: &FunctionSpec,
         cases: &[TestCase],
     ) -> Result<CaseRun, Error> {
+        let function = spec.name.as_str();
+        if forms::of(language).is_some() {
+            let functions = [forms::function_cases(spec, cases)];
+            let (mut reports, result) = self.run_form(ctx, language, module, &functions).await?;
+            let report = reports
+                .remove(function)
+                .or_else(|| forms::load_error(&result));
+            return case_run(function, cases, report, &result);
+        }
         let run = CasesRequest {
             function: Some(function.to_owned()),
             ..self.cases_request(cases)
@@ -362,7 +446,10 @@ pub(super) fn case_run(
                     reason: format!("sandbox: {}", result.reason.clone().unwrap_or_default()),
                 });
             }
-            _ => ErrorKind::Runtime,
+            Status::CompileError => ErrorKind::Syntax,
+            // What the runner classified (a test form's program that failed to load), else a
+            // run that broke.
+            _ => result.error_kind.unwrap_or(ErrorKind::Runtime),
         };
         let error = result
             .reason

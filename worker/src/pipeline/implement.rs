@@ -345,14 +345,18 @@ impl Pipeline {
             outcome.code = Some(code.clone());
             let module = format!("{prelude}{code}");
             let run = match self
-                .run_cases(ctx, &module, &spec.name, &outcome.tests)
+                .run_cases(ctx, meta.request.language, &module, spec, &outcome.tests)
                 .await
             {
                 Ok(run) => run,
                 Err(Error::Retry {
                     dependency: Dependency::Docker,
                     reason,
-                }) if self.options.static_fallback && self.sandbox.health().await.is_err() => {
+                }) if self.options.static_fallback
+                    // The static checks read Python; other languages wait for a sandbox.
+                    && super::forms::of(meta.request.language).is_none()
+                    && self.sandbox.health().await.is_err() =>
+                {
                     tracing::warn!(%job, function = %spec.name, %reason, "no sandbox: static checks only");
                     match crate::static_check::check(&module, Some((&spec.name, spec.inputs.len())))
                     {

@@ -55,7 +55,14 @@ impl Pipeline {
             // One run: every function against the whole module (catches interference between
             // them) when each passed alone, and the quality analysis.
             match self
-                .integration_run(ctx, &module, &outcomes, all_passed_before)
+                .integration_run(
+                    ctx,
+                    meta.request.language,
+                    &module,
+                    &plan.specs,
+                    &outcomes,
+                    all_passed_before,
+                )
                 .await
             {
                 Ok(run) => {

@@ -15,13 +15,7 @@ use store::{CacheStore, JobStore};
 use crate::gate::{Dependency, Gate};
 
 mod cases;
-// Issue 39's first step: the JavaScript form, proven against the image's harness by its own
-// tests; `cases.rs` runs it once JavaScript generates (the next step).
 mod ctx;
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "run by cases.rs once JavaScript generates")
-)]
 mod forms;
 pub use ctx::TaskCtx;
 mod implement;

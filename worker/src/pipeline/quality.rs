@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use proto::Language;
+use proto::generation::FunctionSpec;
 use proto::harness::{
     CasesRequest, CoverageCase, HarnessReport, HarnessRequest, IntegrateRequest, IntegrationReport,
     QualityReport,
@@ -12,6 +14,7 @@ use proto::job::{FunctionOutcome, Quality, TestResult};
 use sandbox::HarnessOutcome;
 
 use super::cases::{CaseRun, case_run};
+use super::forms;
 use super::{Error, Pipeline, TaskCtx};
 
 /// How the quality score weighs its parts, each 0–1 (docs/api.md, "Quality score").
@@ -63,10 +66,17 @@ impl Pipeline {
     pub(super) async fn integration_run(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         module: &str,
+        specs: &[FunctionSpec],
         outcomes: &BTreeMap<String, FunctionOutcome>,
         verdicts: bool,
     ) -> Result<Integration, Error> {
+        if let Some(form) = forms::of(language) {
+            return self
+                .form_integration(ctx, language, form, module, specs, outcomes, verdicts)
+                .await;
+        }
         let cases = outcomes
             .iter()
             .map(|(n, o)| {
@@ -111,6 +121,7 @@ impl Pipeline {
                         complexity: BTreeMap::new(),
                         docstrings: 0.0,
                         dangerous_calls: vec![],
+                        unmeasured: vec![],
                     },
                 )
             }
@@ -128,6 +139,49 @@ impl Pipeline {
             cpu_ms: run.cpu_ms.unwrap_or(0),
         })
     }
+
+    /// [`Pipeline::integration_run`] in a language with a test form: every function's cases
+    /// against the module in one run of the form (their verdicts when asked for), and the
+    /// form's static analysis of the module.
+    #[allow(clippy::too_many_arguments)] // integration_run's, and the form it dispatched on
+    async fn form_integration(
+        &self,
+        ctx: &TaskCtx,
+        language: Language,
+        form: forms::Form,
+        module: &str,
+        specs: &[FunctionSpec],
+        outcomes: &BTreeMap<String, FunctionOutcome>,
+        verdicts: bool,
+    ) -> Result<Integration, Error> {
+        let report = (form.analyse)(module, specs);
+        if !verdicts {
+            return Ok(Integration {
+                verdicts: BTreeMap::new(),
+                report,
+                duration_ms: 0,
+                cpu_ms: 0,
+            });
+        }
+        let functions: Vec<_> = specs
+            .iter()
+            .filter_map(|s| Some(forms::function_cases(s, &outcomes.get(&s.name)?.tests)))
+            .collect();
+        let (mut reports, run) = self.run_form(ctx, language, module, &functions).await?;
+        let load_error = forms::load_error(&run);
+        let mut runs = BTreeMap::new();
+        for f in &functions {
+            let report = reports.remove(&f.name).or_else(|| load_error.clone());
+            let verdict = case_run(&f.name, &outcomes[&f.name].tests, report, &run)?;
+            runs.insert(f.name.clone(), verdict);
+        }
+        Ok(Integration {
+            verdicts: runs,
+            report,
+            duration_ms: run.duration_ms,
+            cpu_ms: run.cpu_ms.unwrap_or(0),
+        })
+    }
 }
 
 /// The score of a module from its analysis and its test results (docs/api.md's weights).
@@ -137,6 +191,7 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
         complexity,
         docstrings,
         dangerous_calls,
+        unmeasured,
     } = report;
     let tests_total = u32::try_from(results.len()).unwrap_or(u32::MAX);
     let tests_passed = u32::try_from(results.iter().filter(|r| r.passed).count()).unwrap_or(0);
@@ -156,11 +211,23 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
         SIMPLE_COMPLEXITY / mean_complexity
     };
     let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
-    let score = WEIGHTS.tests * pass_rate
-        + WEIGHTS.coverage * coverage
-        + WEIGHTS.docstrings * docstrings
-        + WEIGHTS.simplicity * simplicity
-        + WEIGHTS.safety * safety;
+    let measured = |name: &str, weight: f64| {
+        if unmeasured.iter().any(|u| u == name) {
+            0.0
+        } else {
+            weight
+        }
+    };
+    let parts = [
+        (WEIGHTS.tests, pass_rate),
+        (measured("coverage", WEIGHTS.coverage), coverage),
+        (measured("docstrings", WEIGHTS.docstrings), docstrings),
+        (measured("complexity", WEIGHTS.simplicity), simplicity),
+        (measured("dangerous_calls", WEIGHTS.safety), safety),
+    ];
+    // What was not measured is left out; the rest count in proportion.
+    let weight: f64 = parts.iter().map(|(w, _)| w).sum();
+    let score = parts.iter().map(|(w, m)| w * m).sum::<f64>() / weight;
     Quality {
         score: (score * 1000.0).round() / 1000.0,
         tests_passed,
@@ -169,6 +236,7 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
         complexity,
         docstrings,
         dangerous_calls,
+        unmeasured,
     }
 }
 
@@ -200,5 +268,6 @@ pub(super) fn static_quality(
         complexity: BTreeMap::new(),
         docstrings,
         dangerous_calls: report.dangerous_calls.into_iter().collect(),
+        unmeasured: Vec::new(),
     }
 }

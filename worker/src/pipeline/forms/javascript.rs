@@ -1,6 +1,11 @@
 //! Generated JavaScript's cases: a test script (`javascript_cases.js`, the request spliced in
 //! as JSON) that runs after the code in its global scope, as the image runs a program's test.
 
+use std::collections::BTreeMap;
+
+use proto::generation::FunctionSpec;
+use proto::harness::QualityReport;
+
 use super::FunctionCases;
 
 const DRIVER: &str = include_str!("javascript_cases.js");
@@ -28,6 +33,96 @@ pub(crate) fn render(
     // JSON is a JavaScript expression (U+2028 and U+2029 included, since ES2019): the request
     // is data, never code.
     DRIVER.replacen(SLOT, &format!("}})({request});"), 1)
+}
+
+/// Calls a module should not need, found by a scan of its text (reported, never the security
+/// boundary: the sandbox is).
+const RISKY: &[&str] = &[
+    "eval(",
+    "new Function(",
+    "Function(",
+    "child_process",
+    "process.binding",
+    "require('vm')",
+    "require(\"vm\")",
+    "require('net')",
+    "require(\"net\")",
+    "require('http')",
+    "require(\"http\")",
+    "require('https')",
+    "require(\"https\")",
+    "require('dgram')",
+    "require(\"dgram\")",
+    "require('worker_threads')",
+    "require(\"worker_threads\")",
+];
+
+/// Tokens that add a path through a function (a cyclomatic complexity of 1 plus their count).
+const BRANCHES: &[&str] = &[
+    "if (", "if(", "for (", "for(", "while (", "while(", "case ", "catch", "&&", "||", "??", " ? ",
+];
+
+/// The static part of a JavaScript module's quality: each function's cyclomatic complexity
+/// (its text, from its declaration to the next function's, scanned for branches), the share of
+/// functions with a JSDoc comment (`/** ... */` right before the declaration) and the risky
+/// calls. Line coverage is not measured (yet): `unmeasured`.
+pub(crate) fn analyse(module: &str, specs: &[FunctionSpec]) -> QualityReport {
+    let mut starts: Vec<(usize, &str)> = specs
+        .iter()
+        .filter_map(|s| declaration(module, &s.name).map(|at| (at, s.name.as_str())))
+        .collect();
+    starts.sort_unstable();
+    let mut complexity = BTreeMap::new();
+    let mut documented = 0usize;
+    for (i, &(at, name)) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).map_or(module.len(), |(next, _)| *next);
+        let body = &module[at..end];
+        let branches: usize = BRANCHES.iter().map(|b| body.matches(b).count()).sum();
+        complexity.insert(
+            name.to_owned(),
+            u32::try_from(branches + 1).unwrap_or(u32::MAX),
+        );
+        let before = module[..at].trim_end();
+        if before.ends_with("*/")
+            && before
+                .rfind("/*")
+                .is_some_and(|open| before[open..].starts_with("/**"))
+        {
+            documented += 1;
+        }
+    }
+    let docstrings = if specs.is_empty() {
+        0.0
+    } else {
+        documented as f64 / specs.len() as f64
+    };
+    let mut dangerous_calls: Vec<String> = RISKY
+        .iter()
+        .filter(|r| module.contains(*r))
+        .map(|r| r.trim_end_matches('(').to_owned())
+        .collect();
+    dangerous_calls.dedup();
+    QualityReport {
+        coverage: 0.0,
+        complexity,
+        docstrings,
+        dangerous_calls,
+        unmeasured: vec!["coverage".into()],
+    }
+}
+
+/// Where `name` is declared in `module`: `function name(`, `async function name(`, or a
+/// `const`/`let`/`var` binding of it; the start of that line's declaration.
+fn declaration(module: &str, name: &str) -> Option<usize> {
+    let forms = [
+        format!("async function {name}("),
+        format!("function {name}("),
+        format!("function {name} ("),
+        format!("const {name} ="),
+        format!("let {name} ="),
+        format!("var {name} ="),
+    ];
+    forms.iter().filter_map(|f| module.find(f.as_str())).min()
 }
 
 #[cfg(test)]
@@ -73,10 +168,7 @@ mod tests {
     }
 
     /// Runs `code` and the rendered cases the way the image does; the reports, or `None`.
-    fn run(
-        code: &str,
-        functions: &[FunctionCases],
-    ) -> Option<std::collections::BTreeMap<String, CasesReport>> {
+    fn run(code: &str, functions: &[FunctionCases]) -> Option<BTreeMap<String, CasesReport>> {
         let harness =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/common/harness.js");
         let dir = tempfile::tempdir().unwrap();
@@ -224,6 +316,23 @@ function nothing() { return undefined; }
         let missing = &reports["missing"];
         assert!(!missing.passed && missing.cases.is_empty());
         assert_eq!(missing.error_kind, Some(ErrorKind::Runtime));
+    }
+
+    #[test]
+    fn the_static_analysis_counts_branches_jsdoc_and_risky_calls() {
+        let spec = |name: &str| -> FunctionSpec {
+            serde_json::from_value(json!({"name": name, "purpose": "p", "inputs": [],
+                "outputs": {"type": "number", "description": "d"}, "dependencies": [],
+                "complexity": "simple"}))
+            .unwrap()
+        };
+        let module = "/** Documented. */\nfunction a(x) {\n  if (x > 0 && x < 9) return 1;\n  return 2;\n}\n\n\nconst b = (x) => eval(x);\n";
+        let report = analyse(module, &[spec("a"), spec("b")]);
+        assert_eq!(report.complexity["a"], 3);
+        assert_eq!(report.complexity["b"], 1);
+        assert!((report.docstrings - 0.5).abs() < 1e-9);
+        assert_eq!(report.dangerous_calls, ["eval"]);
+        assert_eq!(report.unmeasured, ["coverage"]);
     }
 
     #[test]
