@@ -32,6 +32,8 @@ mod metrics;
 mod quotas;
 mod reaper;
 pub mod tenants;
+#[cfg(test)]
+mod testing;
 mod usage;
 mod webhooks;
 

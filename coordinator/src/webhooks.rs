@@ -350,56 +350,10 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-
-    use axum::body::Body;
-    use axum::http::Request;
     use broker::MemoryBroker;
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
 
     use super::*;
-    use crate::egress::Lookup;
-
-    /// Names that resolve to what the test says, changed whenever it likes.
-    #[derive(Default)]
-    struct Names(Mutex<HashMap<String, std::net::IpAddr>>);
-
-    impl Names {
-        fn set(&self, name: &str, address: &str) {
-            let address = address.parse().unwrap();
-            self.0.lock().unwrap().insert(name.to_owned(), address);
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Lookup for Names {
-        async fn lookup(&self, host: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
-            let found = self.0.lock().unwrap().get(host).copied();
-            found
-                .map(|a| vec![a])
-                .ok_or_else(|| std::io::Error::other("no such name"))
-        }
-    }
-
-    async fn call(
-        c: &Coordinator,
-        method: &str,
-        uri: &str,
-        body: &str,
-    ) -> (StatusCode, serde_json::Value) {
-        let request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_owned()))
-            .unwrap();
-        let response = crate::router(c.clone()).oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or_default())
-    }
+    use crate::testing::{Names, call};
 
     /// The guard at both ends of a webhook: a callback host that resolves to an internal
     /// address is refused at submission (422 naming the field and the address), and one that
@@ -418,8 +372,8 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, app).await });
 
         let names = Arc::new(Names::default());
-        names.set("metadata.test", "169.254.169.254");
-        names.set("hooks.test", "93.184.215.14");
+        names.set("metadata.test", &["169.254.169.254"]);
+        names.set("hooks.test", &["93.184.215.14"]);
         let options = crate::Options {
             webhook_allow: "*:*".into(),
             tenant_defaults: crate::TenantOptions {
@@ -466,7 +420,7 @@ mod tests {
         let (status, answer) = call(&c, "DELETE", &format!("/v1/jobs/{id}"), "").await;
         assert!(status.is_success(), "{answer}");
         // Now the name answers the receiver's loopback address, which is not allowed.
-        names.set("hooks.test", "127.0.0.1");
+        names.set("hooks.test", &["127.0.0.1"]);
         c.deliver(HookKind::Job, id).await;
         let view = c.webhook_view(HookKind::Job, id).await.unwrap();
         let attempt = &view.attempts[0];

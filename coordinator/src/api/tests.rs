@@ -3,16 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use broker::{Broker, MemoryBroker, Queue};
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use proto::{Envelope, ExecutionResult, Status, Task};
 use serde_json::{Value, json};
 use store::{MemoryStore, Store};
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
 
 use store::JobStore;
 
@@ -32,19 +29,7 @@ fn coordinator(broker: &MemoryBroker, store: &MemoryStore) -> Coordinator {
     .unwrap()
 }
 
-async fn call(c: &Coordinator, method: &str, uri: &str, body: &str) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_owned()))
-        .unwrap();
-    let response = crate::router(c.clone()).oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (status, value)
-}
+use crate::testing::call;
 
 /// Plays a worker: takes one task and stores a verdict derived from the code.
 async fn fake_worker(broker: MemoryBroker, store: MemoryStore) {

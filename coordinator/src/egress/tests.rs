@@ -1,8 +1,7 @@
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
+use crate::testing::Names;
 
 fn counter() -> prometheus::IntCounterVec {
     prometheus::IntCounterVec::new(
@@ -10,31 +9,6 @@ fn counter() -> prometheus::IntCounterVec {
         &["reason"],
     )
     .unwrap()
-}
-
-/// Names that resolve to what the test says, changed whenever it likes.
-#[derive(Default)]
-struct Names(Mutex<HashMap<String, Vec<IpAddr>>>);
-
-impl Names {
-    fn set(&self, name: &str, addresses: &[&str]) {
-        self.0.lock().unwrap().insert(
-            name.to_owned(),
-            addresses.iter().map(|a| a.parse().unwrap()).collect(),
-        );
-    }
-}
-
-#[async_trait]
-impl Lookup for Names {
-    async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        self.0
-            .lock()
-            .unwrap()
-            .get(host)
-            .cloned()
-            .ok_or_else(|| std::io::Error::other("no such name"))
-    }
 }
 
 fn guard(allow: &str, names: Arc<Names>) -> Egress {

@@ -44,8 +44,38 @@ impl Pipeline {
         &self,
         ctx: &TaskCtx,
         run: &HarnessRun,
-        mut held: Option<Turn<'_>>,
+        held: Option<Turn<'_>>,
     ) -> Result<Result<HarnessOutcome, sandbox::Error>, Error> {
+        self.in_sandbox(
+            ctx,
+            run.language,
+            held,
+            || self.sandbox.run_harness(run),
+            |e| {
+                matches!(
+                    e,
+                    sandbox::Error::NoHarness(_) | sandbox::Error::HarnessReport { .. }
+                )
+            },
+        )
+        .await
+    }
+
+    /// One sandbox call (`call`, in a turn of `language`'s pool unless `held` is one), retried
+    /// while Docker is down (at most `sandbox_wait`), its wall time added to the task's sandbox
+    /// time. `Ok(Err(_))`: an error `settled` says no later attempt does better.
+    async fn in_sandbox<T, F, Fut>(
+        &self,
+        ctx: &TaskCtx,
+        language: Language,
+        mut held: Option<Turn<'_>>,
+        call: F,
+        settled: fn(&sandbox::Error) -> bool,
+    ) -> Result<Result<T, sandbox::Error>, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, sandbox::Error>>,
+    {
         loop {
             if held.is_none() {
                 self.go_on(ctx).await?;
@@ -55,17 +85,15 @@ impl Pipeline {
             let started = Instant::now();
             let turn = match (held.take(), self.sandbox_turns.as_deref()) {
                 (Some(turn), _) => Some(turn),
-                (None, Some(turns)) => turns.enter_language(run.language, &ctx.call.lane).await,
+                (None, Some(turns)) => turns.enter_language(language, &ctx.call.lane).await,
                 (None, None) => None,
             };
-            let outcome = self.sandbox.run_harness(run).await;
+            let outcome = call().await;
             drop(turn);
             ctx.add_sandbox_time(started);
             let e = match outcome {
-                Ok(outcome) => return Ok(Ok(outcome)),
-                Err(e @ (sandbox::Error::NoHarness(_) | sandbox::Error::HarnessReport { .. })) => {
-                    return Ok(Err(e));
-                }
+                Ok(value) => return Ok(Ok(value)),
+                Err(e) if settled(&e) => return Ok(Err(e)),
                 Err(e) => e,
             };
             if let Outage::Back = self
@@ -155,39 +183,21 @@ impl Pipeline {
         Ok((reports, result))
     }
 
-    /// A plain sandbox run, its wall time added to the task's sandbox time; Docker's outages
-    /// waited out as [`Pipeline::sandboxed`] does.
+    /// A plain sandbox run ([`Pipeline::in_sandbox`]: every error is the sandbox's).
     async fn executed(
         &self,
         ctx: &TaskCtx,
         request: &proto::ExecutionRequest,
     ) -> Result<proto::ExecutionResult, Error> {
-        loop {
-            self.go_on(ctx).await?;
-            let started = Instant::now();
-            let turn = match self.sandbox_turns.as_deref() {
-                Some(turns) => turns.enter_language(request.language, &ctx.call.lane).await,
-                None => None,
-            };
-            let outcome = self.sandbox.run(request).await;
-            drop(turn);
-            ctx.add_sandbox_time(started);
-            let e = match outcome {
-                Ok(result) => return Ok(result),
-                Err(e) => e,
-            };
-            if let Outage::Back = self
-                .gate
-                .sandbox_outage(&e, self.options.sandbox_wait)
-                .await
-            {
-                continue;
-            }
-            return Err(Error::Retry {
-                dependency: Dependency::Docker,
-                reason: e.to_string(),
-            });
-        }
+        self.in_sandbox(
+            ctx,
+            request.language,
+            None,
+            || self.sandbox.run(request),
+            |_| false,
+        )
+        .await?
+        .map_err(|e| Error::Failed(e.to_string()))
     }
 
     /// What the harness needs to run `cases` (without the code and the function's name).
