@@ -500,9 +500,9 @@ pub enum Format {
 pub struct SubmitArgs {
     /// What to build, in plain language.
     pub instruction: String,
-    /// Target language.
-    #[arg(long, default_value = "python")]
-    pub language: String,
+    /// Target language (default: the one the instruction names, else python).
+    #[arg(long)]
+    pub language: Option<String>,
     /// Implementation attempts per function (coordinator default when omitted).
     #[arg(long)]
     pub max_iterations: Option<u32>,

@@ -429,8 +429,8 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         .filter(|l| l.spec().generation)
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .collect();
-    job["language"] = json!({"type": "string", "enum": generation_languages, "default": "python",
-        "description": "The language of the generated code (generation jobs: Python, JavaScript)."});
+    job["language"] = json!({"type": "string", "enum": generation_languages,
+        "description": "The language of the generated code (generation jobs: Python, JavaScript). Absent: the language the instruction or the constraints name (\"a bash script\", \"in Go\", a `.js` file), else Python; the result's `language_reason` says which."});
     limit(
         &mut job["instruction"],
         json!({"pattern": NOT_BLANK_PATTERN}),

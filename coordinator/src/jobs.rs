@@ -46,20 +46,43 @@ pub(crate) fn validate(
             ),
         ));
     }
-    let language: Language = submission
-        .language
-        .parse()
-        .map_err(|e| ApiError::invalid("language", e))?;
+    let (language, language_reason) = match &submission.language {
+        Some(named) => (
+            named
+                .parse::<Language>()
+                .map_err(|e| ApiError::invalid("language", e))?,
+            "named in the request's `language`".to_owned(),
+        ),
+        None => {
+            let texts = [
+                submission.instruction.as_str(),
+                submission.constraints.as_deref().unwrap_or_default(),
+            ];
+            match proto::detect::named_language(&texts) {
+                Some((language, words)) => {
+                    (language, format!("the request names it (\"{words}\")"))
+                }
+                None => (
+                    Language::Python,
+                    "the default: the request names no language".to_owned(),
+                ),
+            }
+        }
+    };
     if !language.spec().generation {
         let supported: Vec<&str> = Language::ALL
             .iter()
             .filter(|l| l.spec().generation)
             .map(|l| l.as_str())
             .collect();
+        let chosen = match &submission.language {
+            Some(_) => language.to_string(),
+            None => format!("{language} ({language_reason}; set `language` to choose another)"),
+        };
         return Err(ApiError::invalid(
             "language",
             format!(
-                "generation jobs are written in {} only; {language} runs as plain executions \
+                "generation jobs are written in {} only; {chosen} runs as plain executions \
                  (POST /v1/executions)",
                 supported.join(", ")
             ),
@@ -91,6 +114,7 @@ pub(crate) fn validate(
     Ok(JobRequest {
         instruction,
         language,
+        language_reason,
         constraints: submission.constraints,
         test_requirements: submission.test_requirements,
         max_iterations,

@@ -49,6 +49,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
         request: JobRequest {
             instruction: "x".into(),
             language: Language::Python,
+            language_reason: String::new(),
             constraints: None,
             test_requirements: None,
             max_iterations: 1,

@@ -70,6 +70,7 @@ impl JobResult {
             status: JobStatus::Failed,
             instruction: meta.request.instruction.clone(),
             language: meta.request.language,
+            language_reason: meta.request.language_reason.clone(),
             function_specs: specs.to_vec(),
             implementations: BTreeMap::new(),
             tests: BTreeMap::new(),
@@ -226,6 +227,7 @@ mod tests {
             request: JobRequest {
                 instruction: "add things".into(),
                 language: Language::Python,
+                language_reason: String::new(),
                 constraints: None,
                 test_requirements: None,
                 max_iterations: 3,

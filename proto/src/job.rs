@@ -18,11 +18,11 @@ use crate::{ErrorKind, Language, TaskId};
 #[serde(deny_unknown_fields)]
 pub struct JobSubmission {
     pub instruction: String,
-    #[serde(default = "default_language")]
     /// The language of the generated code: one whose `Language::spec().generation` is set
-    /// (the served document lists them).
-    #[schema(default = "python")]
-    pub language: String,
+    /// (the served document lists them). Absent: the one the instruction or the constraints
+    /// name ("a bash script", "in Go", a `.js` file), else Python.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,15 +35,14 @@ pub struct JobSubmission {
     pub callback_url: Option<String>,
 }
 
-fn default_language() -> String {
-    "python".into()
-}
-
 /// A validated job request, as stored with the job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRequest {
     pub instruction: String,
     pub language: Language,
+    /// Why this language: named in `language`, named by the request's words, or the default.
+    #[serde(default)]
+    pub language_reason: String,
     #[serde(default)]
     pub constraints: Option<String>,
     #[serde(default)]
@@ -424,6 +423,10 @@ pub struct JobResult {
     pub status: JobStatus,
     pub instruction: String,
     pub language: Language,
+    /// Why this language (named in the request's `language`, found in its words, or the
+    /// default).
+    #[serde(default)]
+    pub language_reason: String,
     pub function_specs: Vec<FunctionSpec>,
     pub implementations: BTreeMap<String, String>,
     pub tests: BTreeMap<String, Vec<TestCase>>,
@@ -455,6 +458,7 @@ mod tests {
         JobRequest {
             instruction: instruction.into(),
             language: Language::Python,
+            language_reason: String::new(),
             constraints: None,
             test_requirements: None,
             max_iterations: 3,

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod clock;
 pub mod codec;
+pub mod detect;
 pub mod ending;
 pub mod execution;
 pub mod file;

@@ -78,6 +78,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
         request: proto::job::JobRequest {
             instruction: "x".into(),
             language: proto::Language::Python,
+            language_reason: String::new(),
             constraints: None,
             test_requirements: None,
             max_iterations: 1,

@@ -133,4 +133,42 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
                 .unwrap();
         assert!(crate::jobs::validate(&c.options, submission).is_ok());
     }
+    // Without `language`: the one the request names, else Python; an explicit one wins.
+    let job = |body: serde_json::Value| {
+        crate::jobs::validate(&c.options, serde_json::from_value(body).unwrap())
+    };
+    let request =
+        job(serde_json::json!({"instruction": "A Node.js helper that slugifies titles"})).unwrap();
+    assert_eq!(request.language, proto::Language::Javascript);
+    assert!(
+        request.language_reason.contains("node.js"),
+        "{}",
+        request.language_reason
+    );
+    let request = job(serde_json::json!({"instruction": "sum a list"})).unwrap();
+    assert_eq!(request.language, proto::Language::Python);
+    assert!(request.language_reason.contains("default"));
+    let request =
+        job(serde_json::json!({"instruction": "sum a list", "constraints": "in JavaScript"}))
+            .unwrap();
+    assert_eq!(request.language, proto::Language::Javascript);
+    let request =
+        job(serde_json::json!({"instruction": "a bash script", "language": "python"})).unwrap();
+    assert_eq!(request.language, proto::Language::Python);
+    assert!(request.language_reason.contains("`language`"));
+    let refused = job(serde_json::json!({
+        "instruction": "Create a bash script that monitors system resources"
+    }))
+    .unwrap_err();
+    assert_eq!(
+        refused.status(),
+        axum::http::StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let message = refused.message();
+    assert!(
+        message.starts_with("language: ")
+            && message.contains("bash (the request names it (\"bash\")")
+            && message.contains("python, javascript only"),
+        "{message}"
+    );
 }

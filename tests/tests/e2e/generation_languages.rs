@@ -76,6 +76,10 @@ async fn a_javascript_request_becomes_tested_javascript_with_a_repair() {
 
     assert_eq!(result["status"], "succeeded", "{result:#}");
     assert_eq!(result["language"], "javascript", "{result:#}");
+    assert_eq!(
+        result["language_reason"], "named in the request's `language`",
+        "{result:#}"
+    );
     assert_eq!(result["all_tests_passed"], true, "{result:#}");
     assert_eq!(result["validation"], "tested", "{result:#}");
     // The first sum_primes left out n itself (7 for n = 7): a wrong output, in the repair's

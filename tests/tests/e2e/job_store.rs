@@ -582,6 +582,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
         request: proto::job::JobRequest {
             instruction: "x".into(),
             language: proto::Language::Python,
+            language_reason: String::new(),
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
