@@ -424,13 +424,16 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         json!({"contentSchema": {"$ref": "#/components/schemas/Progress"}}),
     );
     let job = &mut schemas["JobSubmission"]["properties"];
-    let generation_languages: Vec<&str> = Language::ALL
+    // null, like leaving it out: the language the request names, else Python.
+    let generation_languages: Vec<Value> = Language::ALL
         .iter()
         .filter(|l| l.spec().generation)
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
+        .map(Value::from)
+        .chain(std::iter::once(Value::Null))
         .collect();
-    job["language"] = json!({"type": "string", "enum": generation_languages,
-        "description": "The language of the generated code (generation jobs: Python, JavaScript). Absent: the language the instruction or the constraints name (\"a bash script\", \"in Go\", a `.js` file), else Python; the result's `language_reason` says which."});
+    job["language"] = json!({"type": ["string", "null"], "enum": generation_languages,
+        "description": "The language of the generated code (generation jobs: Python, JavaScript, TypeScript). Absent: the language the instruction or the constraints name (\"a bash script\", \"in Go\", a `.js` file), else Python; the result's `language_reason` says which."});
     limit(
         &mut job["instruction"],
         json!({"pattern": NOT_BLANK_PATTERN}),

@@ -160,9 +160,16 @@ const JAVASCRIPT_WORDS: Words = Words {
     code_note: " Declare it as `function name(...)`; no `module.exports`, no top-level calls, no `process.exit`.",
 };
 
+const TYPESCRIPT_WORDS: Words = Words {
+    imports: "`import` or `require` of Node's built-in modules (lodash is there too)",
+    code_note: " Declare it as `function name(...)` with typed parameters and result; no `export`, no top-level calls, no `process.exit`.",
+    ..JAVASCRIPT_WORDS
+};
+
 fn words(language: &str) -> Words {
     match language {
         "javascript" => JAVASCRIPT_WORDS,
+        "typescript" => TYPESCRIPT_WORDS,
         _ => PYTHON_WORDS,
     }
 }

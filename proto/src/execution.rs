@@ -224,7 +224,7 @@ impl Language {
                 main_file: "main.ts",
                 test_file: "test.ts",
                 extension: "ts",
-                generation: false,
+                generation: true,
                 compiled: true,
                 sandbox_fusion: Some("typescript"),
                 version: "4.9",

@@ -122,7 +122,9 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
         assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(
             error.message().starts_with("language: ")
-                && error.message().contains("python, javascript only"),
+                && error
+                    .message()
+                    .contains("python, javascript, typescript only"),
             "{}",
             error.message()
         );
@@ -168,7 +170,7 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
     assert!(
         message.starts_with("language: ")
             && message.contains("bash (the request names it (\"bash\")")
-            && message.contains("python, javascript only"),
+            && message.contains("python, javascript, typescript only"),
         "{message}"
     );
 }

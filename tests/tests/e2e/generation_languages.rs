@@ -1,4 +1,4 @@
-//! Generation in languages other than Python, end to end: the scripted FAKE model (over the
+//! Generation in languages other than Python (JavaScript, TypeScript), end to end: the scripted FAKE model (over the
 //! real OpenAI-compatible API) answers in the language, the real cluster plans, tests in the
 //! language's test form in its real sandbox image, repairs from the verdicts, integrates and
 //! scores the module.
@@ -13,10 +13,11 @@ use tests::Cluster;
 /// Work of seconds, ten times slower on a slow machine: only a failure waits it out.
 const JOB_DEADLINE: Duration = Duration::from_secs(600);
 
-/// The sieve job in JavaScript: `sum_primes` is wrong at first (it leaves out n itself), and
-/// its repair fixes it. Answers are picked by the prompt's language.
-fn javascript_script(dir: &std::path::Path) -> std::path::PathBuf {
-    let js = "senior javascript engineer";
+/// The sieve job in JavaScript or TypeScript (`language`): `sum_primes` is wrong at first (it
+/// leaves out n itself), and its repair fixes it. Answers are picked by the prompt's language.
+fn script(dir: &std::path::Path, language: &str) -> std::path::PathBuf {
+    let js = format!("senior {language} engineer");
+    let typed = language == "typescript";
     let plan = json!({"functions": [
         {"name": "sieve", "purpose": "Return the sorted array of all primes <= n; [] for n < 2; throw RangeError for negative n.",
          "inputs": [{"name": "n", "type": "number"}],
@@ -32,41 +33,62 @@ fn javascript_script(dir: &std::path::Path) -> std::path::PathBuf {
     };
     let negative = json!({"name": "negative", "kind": "error", "inputs": {"n": -1},
                           "expected_output": null, "expected_error": "RangeError"});
-    let sieve = "/**\n * The primes up to n.\n * @param {number} n\n * @returns {number[]}\n */\nfunction sieve(n) {\n  if (n < 0) throw new RangeError('n must be non-negative');\n  const primes = [];\n  for (let i = 2; i <= n; i++) {\n    if (primes.every((p) => i % p !== 0)) primes.push(i);\n  }\n  return primes;\n}\n";
-    let wrong = "/** The sum of the primes up to n. */\nfunction sum_primes(n) {\n  return sieve(n - 1).reduce((a, b) => a + b, 0);\n}\n";
-    let fixed = "/** The sum of the primes up to n. */\nfunction sum_primes(n) {\n  if (n < 0) throw new RangeError('n must be non-negative');\n  return sieve(n).reduce((a, b) => a + b, 0);\n}\n";
+    let (param, primes, sum) = if typed {
+        ("n: number", ": number[]", ": number")
+    } else {
+        ("n", "", "")
+    };
+    let list = if typed { ": number[]" } else { "" };
+    let sieve = format!(
+        "/**\n * The primes up to n.\n */\nfunction sieve({param}){primes} {{\n  if (n < 0) throw new RangeError('n must be non-negative');\n  const primes{list} = [];\n  for (let i = 2; i <= n; i++) {{\n    if (primes.every((p) => i % p !== 0)) primes.push(i);\n  }}\n  return primes;\n}}\n"
+    );
+    let wrong = format!(
+        "/** The sum of the primes up to n. */\nfunction sum_primes({param}){sum} {{\n  return sieve(n - 1).reduce((a, b) => a + b, 0);\n}}\n"
+    );
+    let fixed = format!(
+        "/** The sum of the primes up to n. */\nfunction sum_primes({param}){sum} {{\n  if (n < 0) throw new RangeError('n must be non-negative');\n  return sieve(n).reduce((a, b) => a + b, 0);\n}}\n"
+    );
     let script = json!({"answers": [
-        {"phase": "plan", "prompt_contains": "Language: javascript", "answer": plan},
-        {"phase": "tests", "function": "sieve", "prompt_contains": js, "answer": {"cases": [
+        {"phase": "plan", "prompt_contains": format!("Language: {language}"), "answer": plan},
+        {"phase": "tests", "function": "sieve", "prompt_contains": &js, "answer": {"cases": [
             case("ten", 10, json!([2, 3, 5, 7])), case("one", 1, json!([])), negative.clone()]}},
-        {"phase": "tests", "function": "sum_primes", "prompt_contains": js, "answer": {"cases": [
+        {"phase": "tests", "function": "sum_primes", "prompt_contains": &js, "answer": {"cases": [
             case("ten", 10, json!(17)), case("seven", 7, json!(17)), case("zero", 0, json!(0)),
             negative]}},
-        {"phase": "implement", "function": "sieve", "prompt_contains": js,
+        {"phase": "implement", "function": "sieve", "prompt_contains": &js,
          "answer": {"code": sieve, "analysis": null}},
-        {"phase": "implement", "function": "sum_primes", "prompt_contains": js,
+        {"phase": "implement", "function": "sum_primes", "prompt_contains": &js,
          "answer": {"code": wrong, "analysis": null}},
-        {"phase": "repair", "function": "sum_primes", "prompt_contains": js,
+        {"phase": "repair", "function": "sum_primes", "prompt_contains": &js,
          "answer": {"code": fixed, "analysis": {"error_kind": "wrong_output",
             "root_cause": "sieve was called with n - 1", "changes": "call sieve(n); throw for negative n"}}}
     ]});
-    let path = dir.join("javascript-model.json");
+    let path = dir.join(format!("{language}-model.json"));
     std::fs::write(&path, script.to_string()).unwrap();
     path
 }
 
 #[tokio::test]
 async fn a_javascript_request_becomes_tested_javascript_with_a_repair() {
+    a_request_becomes_tested_code_with_a_repair_in("javascript").await;
+}
+
+#[tokio::test]
+async fn a_typescript_request_becomes_tested_typescript_with_a_repair() {
+    a_request_becomes_tested_code_with_a_repair_in("typescript").await;
+}
+
+async fn a_request_becomes_tested_code_with_a_repair_in(language: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&javascript_script(dir.path())).await;
+    let _model = cluster.scripted_model(&script(dir.path(), language)).await;
     let _coordinator = cluster.coordinator().await;
     let _worker = cluster.worker("worker-1").await;
 
     let (status, body) = cluster
         .submit_job(json!({
             "instruction": "Find all primes up to n, and sum them.",
-            "language": "javascript",
+            "language": language,
             "max_iterations": 3
         }))
         .await;
@@ -75,7 +97,7 @@ async fn a_javascript_request_becomes_tested_javascript_with_a_repair() {
     let result = cluster.wait_job(&id, JOB_DEADLINE).await;
 
     assert_eq!(result["status"], "succeeded", "{result:#}");
-    assert_eq!(result["language"], "javascript", "{result:#}");
+    assert_eq!(result["language"], language, "{result:#}");
     assert_eq!(
         result["language_reason"], "named in the request's `language`",
         "{result:#}"
@@ -106,7 +128,7 @@ async fn a_javascript_request_becomes_tested_javascript_with_a_repair() {
         result["implementations"]["sieve"]
             .as_str()
             .unwrap()
-            .contains("function sieve(n)"),
+            .contains("function sieve("),
         "{result:#}"
     );
 }

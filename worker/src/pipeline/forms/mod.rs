@@ -25,7 +25,9 @@ pub(crate) struct Form {
 /// The test form of generated code in `language`; `None`: the image's harness runs its cases.
 pub(crate) fn of(language: Language) -> Option<Form> {
     match language {
-        Language::Javascript => Some(Form {
+        // TypeScript's test is appended to the code and the module transpiled (types erased):
+        // the same script then runs in the same global scope.
+        Language::Javascript | Language::Typescript => Some(Form {
             render: javascript::render,
             analyse: javascript::analyse,
         }),
