@@ -147,17 +147,16 @@ impl Pipeline {
         self.sandboxed(ctx, &run, held).await
     }
 
-    /// `functions`' cases run against `module` by `language`'s test form: each function's
+    /// `functions`' cases run against `module` by `language`'s test `form`: each function's
     /// report (none when the run broke before the script wrote them) and the run's result.
     pub(super) async fn run_form(
         &self,
         ctx: &TaskCtx,
         language: Language,
+        form: forms::Form,
         module: &str,
         functions: &[FunctionCases],
     ) -> Result<(BTreeMap<String, CasesReport>, proto::ExecutionResult), Error> {
-        let form = forms::of(language)
-            .ok_or_else(|| Error::Failed(format!("{language}: no test form for generated code")))?;
         let nonce = proto::TaskId::new().to_string();
         let report = format!(".codegen-cases-{nonce}.json");
         let request = proto::ExecutionRequest {
@@ -225,9 +224,11 @@ impl Pipeline {
         cases: &[TestCase],
     ) -> Result<CaseRun, Error> {
         let function = spec.name.as_str();
-        if forms::of(language).is_some() {
+        if let Some(form) = forms::of(language) {
             let functions = [forms::function_cases(spec, cases)];
-            let (mut reports, result) = self.run_form(ctx, language, module, &functions).await?;
+            let (mut reports, result) = self
+                .run_form(ctx, language, form, module, &functions)
+                .await?;
             let report = reports
                 .remove(function)
                 .or_else(|| forms::load_error(&result));

@@ -167,7 +167,9 @@ impl Pipeline {
             .iter()
             .filter_map(|s| Some(forms::function_cases(s, &outcomes.get(&s.name)?.tests)))
             .collect();
-        let (mut reports, run) = self.run_form(ctx, language, module, &functions).await?;
+        let (mut reports, run) = self
+            .run_form(ctx, language, form, module, &functions)
+            .await?;
         let load_error = forms::load_error(&run);
         let mut runs = BTreeMap::new();
         for f in &functions {

@@ -167,6 +167,10 @@ mod tests {
         }
     }
 
+    /// Each case's limit: the cases that pass take microseconds (a machine many times slower
+    /// stays far below it); only `forever` reaches it.
+    const CASE_TIMEOUT_MS: u64 = 2000;
+
     /// Runs `code` and the rendered cases the way the image does; the reports, or `None`.
     fn run(code: &str, functions: &[FunctionCases]) -> Option<BTreeMap<String, CasesReport>> {
         let harness =
@@ -176,7 +180,7 @@ mod tests {
         std::fs::write(dir.path().join("main.js"), code).unwrap();
         std::fs::write(
             dir.path().join("test.js"),
-            render(functions, 300, report, nonce),
+            render(functions, CASE_TIMEOUT_MS, report, nonce),
         )
         .unwrap();
         let output = Command::new("node")
