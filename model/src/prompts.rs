@@ -138,6 +138,8 @@ struct Words {
     imports: &'static str,
     /// Said after the answer's shape, about the code (a leading space, or nothing).
     code_note: &'static str,
+    /// How the plan writes a parameter's type (empty: "a <language> type annotation").
+    types: &'static str,
 }
 
 const PYTHON_WORDS: Words = Words {
@@ -148,6 +150,7 @@ const PYTHON_WORDS: Words = Words {
     doc: "a docstring",
     imports: "imports (standard library only)",
     code_note: "",
+    types: "",
 };
 
 const JAVASCRIPT_WORDS: Words = Words {
@@ -158,6 +161,7 @@ const JAVASCRIPT_WORDS: Words = Words {
     doc: "a JSDoc comment (/** ... */) right before it",
     imports: "`require` calls of Node's built-in modules (lodash is there too)",
     code_note: " Declare it as `function name(...)`; no `module.exports`, no top-level calls, no `process.exit`.",
+    types: "",
 };
 
 const TYPESCRIPT_WORDS: Words = Words {
@@ -166,8 +170,32 @@ const TYPESCRIPT_WORDS: Words = Words {
     ..JAVASCRIPT_WORDS
 };
 
+const GO_WORDS: Words = Words {
+    raises: "fails with",
+    raise: "fail",
+    error_name: "`error` when the function returns a non-nil error, `panic` when it panics",
+    literals: "slices as arrays, maps and structs as objects (a struct by its field names), nil slices as []",
+    doc: "a `//` doc comment right before it",
+    imports: "imports of the standard library",
+    code_note: " Write `func name(...)` with the parameter and result types of the signature above (an `error` result when it can fail); package main, no `func main`, no `init`, no goroutines left running.",
+    types: "its Go type (int, float64, string, bool, []T, map[string]T, ...; a function that can fail returns `(T, error)`)",
+};
+
+const BASH_WORDS: Words = Words {
+    raises: "fails with",
+    raise: "fail (return a non-zero status)",
+    error_name: "`error` (any non-zero status), or `status N` for exactly status N",
+    literals: "what the function prints: a string as printed, a number or true/false as printed, an array as one line per element, an object as JSON text, null for no output",
+    doc: "a `#` comment right before it",
+    imports: "commands of coreutils, grep, sed and awk",
+    code_note: " Write `name() { ... }`: arguments are $1, $2, ... in the order of the inputs (an array input is one argument per element), the result is what it prints on stdout, a failure is a non-zero `return` with a message on stderr; no top-level commands, no `exit`.",
+    types: "its type as the function receives it (string, integer, or `array` for an array spread into arguments)",
+};
+
 fn words(language: &str) -> Words {
     match language {
+        "bash" => BASH_WORDS,
+        "go" => GO_WORDS,
         "javascript" => JAVASCRIPT_WORDS,
         "typescript" => TYPESCRIPT_WORDS,
         _ => PYTHON_WORDS,

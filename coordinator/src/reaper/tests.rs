@@ -114,22 +114,33 @@ async fn a_job_past_its_deadline_fails_with_that_reason_and_a_fresh_one_is_left_
 async fn generation_jobs_take_only_languages_the_pipeline_supports() {
     let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
     let c = coordinator(Options::default(), &broker, &jobs);
-    for language in ["bash", "sh", "go"] {
+    // The message lists the languages that generate, as the languages table says.
+    let supported = format!(
+        "{} only",
+        proto::Language::ALL
+            .iter()
+            .filter(|l| l.spec().generation)
+            .map(|l| l.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert!(
+        supported.contains("bash") && supported.contains("go"),
+        "{supported}"
+    );
+    for language in ["rust", "rs", "java"] {
         let submission =
             serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
                 .unwrap();
         let error = crate::jobs::validate(&c.options, submission).unwrap_err();
         assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(
-            error.message().starts_with("language: ")
-                && error
-                    .message()
-                    .contains("python, javascript, typescript only"),
+            error.message().starts_with("language: ") && error.message().contains(&supported),
             "{}",
             error.message()
         );
     }
-    for language in ["py", "javascript", "node"] {
+    for language in ["py", "javascript", "node", "bash", "sh", "golang"] {
         let submission =
             serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
                 .unwrap();
@@ -158,8 +169,13 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
         job(serde_json::json!({"instruction": "a bash script", "language": "python"})).unwrap();
     assert_eq!(request.language, proto::Language::Python);
     assert!(request.language_reason.contains("`language`"));
-    let refused = job(serde_json::json!({
+    let request = job(serde_json::json!({
         "instruction": "Create a bash script that monitors system resources"
+    }))
+    .unwrap();
+    assert_eq!(request.language, proto::Language::Bash);
+    let refused = job(serde_json::json!({
+        "instruction": "Write a Rust function that parses ISO dates"
     }))
     .unwrap_err();
     assert_eq!(
@@ -169,8 +185,8 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
     let message = refused.message();
     assert!(
         message.starts_with("language: ")
-            && message.contains("bash (the request names it (\"bash\")")
-            && message.contains("python, javascript, typescript only"),
+            && message.contains("rust (the request names it (\"rust\")")
+            && message.contains(&supported),
         "{message}"
     );
 }

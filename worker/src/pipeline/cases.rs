@@ -161,7 +161,7 @@ impl Pipeline {
         let report = format!(".codegen-cases-{nonce}.json");
         let request = proto::ExecutionRequest {
             language,
-            code: module.to_owned(),
+            code: (form.program)(module),
             stdin: None,
             test: Some((form.render)(
                 functions,
@@ -170,7 +170,9 @@ impl Pipeline {
                 &nonce,
             )),
             timeout_ms: self.options.run_timeout_ms,
-            compile_timeout_ms: None,
+            // A compile is bounded like the run (the runner's default, 10 s, is short for a slow
+            // machine's Rust or Java).
+            compile_timeout_ms: Some(self.options.run_timeout_ms),
             cpu_time_ms: None,
             memory_mb: self.options.memory_mb,
             fresh_container: false,
@@ -178,7 +180,9 @@ impl Pipeline {
             return_files: vec![report.clone()],
         };
         let result = self.executed(ctx, &request).await?;
-        let reports = forms::read_reports(&result, &report, &nonce).unwrap_or_default();
+        let reports = form
+            .reports(functions, &result, &report, &nonce)
+            .unwrap_or_default();
         Ok((reports, result))
     }
 

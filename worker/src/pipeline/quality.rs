@@ -154,7 +154,7 @@ impl Pipeline {
         outcomes: &BTreeMap<String, FunctionOutcome>,
         verdicts: bool,
     ) -> Result<Integration, Error> {
-        let report = (form.analyse)(module, specs);
+        let report = forms::scan::scan(form.dialect, module, specs);
         if !verdicts {
             return Ok(Integration {
                 verdicts: BTreeMap::new(),

@@ -1,12 +1,8 @@
 //! Generated JavaScript's cases: a test script (`javascript_cases.js`, the request spliced in
 //! as JSON) that runs after the code in its global scope, as the image runs a program's test.
 
-use std::collections::BTreeMap;
-
-use proto::generation::FunctionSpec;
-use proto::harness::QualityReport;
-
 use super::FunctionCases;
+use super::scan::{self, Dialect};
 
 const DRIVER: &str = include_str!("javascript_cases.js");
 /// Where the driver takes its request.
@@ -35,8 +31,7 @@ pub(crate) fn render(
     DRIVER.replacen(SLOT, &format!("}})({request});"), 1)
 }
 
-/// Calls a module should not need, found by a scan of its text (reported, never the security
-/// boundary: the sandbox is).
+/// Calls a module should not need.
 const RISKY: &[&str] = &[
     "eval(",
     "new Function(",
@@ -57,83 +52,36 @@ const RISKY: &[&str] = &[
     "require(\"worker_threads\")",
 ];
 
-/// Tokens that add a path through a function (a cyclomatic complexity of 1 plus their count).
-const BRANCHES: &[&str] = &[
-    "if (", "if(", "for (", "for(", "while (", "while(", "case ", "catch", "&&", "||", "??", " ? ",
-];
-
-/// The static part of a JavaScript module's quality: each function's cyclomatic complexity
-/// (its text, from its declaration to the next function's, scanned for branches), the share of
-/// functions with a JSDoc comment (`/** ... */` right before the declaration) and the risky
-/// calls. Line coverage is not measured (yet): `unmeasured`.
-pub(crate) fn analyse(module: &str, specs: &[FunctionSpec]) -> QualityReport {
-    let mut starts: Vec<(usize, &str)> = specs
-        .iter()
-        .filter_map(|s| declaration(module, &s.name).map(|at| (at, s.name.as_str())))
-        .collect();
-    starts.sort_unstable();
-    let mut complexity = BTreeMap::new();
-    let mut documented = 0usize;
-    for (i, &(at, name)) in starts.iter().enumerate() {
-        let end = starts.get(i + 1).map_or(module.len(), |(next, _)| *next);
-        let body = &module[at..end];
-        let branches: usize = BRANCHES.iter().map(|b| body.matches(b).count()).sum();
-        complexity.insert(
-            name.to_owned(),
-            u32::try_from(branches + 1).unwrap_or(u32::MAX),
-        );
-        let before = module[..at].trim_end();
-        if before.ends_with("*/")
-            && before
-                .rfind("/*")
-                .is_some_and(|open| before[open..].starts_with("/**"))
-        {
-            documented += 1;
-        }
-    }
-    let docstrings = if specs.is_empty() {
-        0.0
-    } else {
-        documented as f64 / specs.len() as f64
-    };
-    let mut dangerous_calls: Vec<String> = RISKY
-        .iter()
-        .filter(|r| module.contains(*r))
-        .map(|r| r.trim_end_matches('(').to_owned())
-        .collect();
-    dangerous_calls.dedup();
-    QualityReport {
-        coverage: 0.0,
-        complexity,
-        docstrings,
-        dangerous_calls,
-        unmeasured: vec!["coverage".into()],
-    }
-}
-
-/// Where `name` is declared in `module`: `function name(`, `async function name(`, or a
-/// `const`/`let`/`var` binding of it; the start of that line's declaration.
-fn declaration(module: &str, name: &str) -> Option<usize> {
-    let forms = [
-        format!("async function {name}("),
-        format!("function {name}("),
-        format!("function {name} ("),
-        format!("const {name} ="),
-        format!("let {name} ="),
-        format!("var {name} ="),
-    ];
-    forms.iter().filter_map(|f| module.find(f.as_str())).min()
-}
+/// JavaScript's (and TypeScript's) scan: a JSDoc comment documents a function; line coverage
+/// is not measured (yet).
+pub(crate) const DIALECT: Dialect = Dialect {
+    declarations: &[
+        "async function {}(",
+        "function {}(",
+        "function {} (",
+        "const {} =",
+        "let {} =",
+        "var {} =",
+    ],
+    documented: scan::block_doc,
+    branches: &[
+        "if (", "if(", "for (", "for(", "while (", "while(", "case ", "catch", "&&", "||", "??",
+        " ? ",
+    ],
+    risky: RISKY,
+    unmeasured: &["coverage"],
+};
 
 #[cfg(test)]
 mod tests {
     //! The script run by the host's node with the image's own `harness.js`, as the runner runs
     //! a program and its test (skipped without node).
 
+    use std::collections::BTreeMap;
     use std::path::Path;
     use std::process::Command;
 
-    use proto::generation::TestKind;
+    use proto::generation::{FunctionSpec, TestKind};
     use proto::harness::{CasesReport, HarnessCase};
     use proto::{ErrorKind, ExecutionResult, FileContent};
     use serde_json::{Value, json};
@@ -163,6 +111,8 @@ mod tests {
         FunctionCases {
             name: name.into(),
             params: params.iter().map(|p| (*p).to_owned()).collect(),
+            types: params.iter().map(|_| "any".to_owned()).collect(),
+            returns: "any".into(),
             cases,
         }
     }
@@ -195,7 +145,9 @@ mod tests {
         if let Ok(text) = std::fs::read_to_string(dir.path().join(report)) {
             result.files.insert(report.into(), FileContent::Text(text));
         }
-        read_reports(&result, report, nonce)
+        super::super::of(proto::Language::Javascript)
+            .unwrap()
+            .reports(functions, &result, report, nonce)
     }
 
     fn node() -> bool {
@@ -331,7 +283,7 @@ function nothing() { return undefined; }
             .unwrap()
         };
         let module = "/** Documented. */\nfunction a(x) {\n  if (x > 0 && x < 9) return 1;\n  return 2;\n}\n\n\nconst b = (x) => eval(x);\n";
-        let report = analyse(module, &[spec("a"), spec("b")]);
+        let report = scan::scan(&DIALECT, module, &[spec("a"), spec("b")]);
         assert_eq!(report.complexity["a"], 3);
         assert_eq!(report.complexity["b"], 1);
         assert!((report.docstrings - 0.5).abs() < 1e-9);
@@ -349,11 +301,6 @@ function nothing() { return undefined; }
         let cases = [function("f", &[], vec![case("one", json!({}), json!(1))])];
         assert!(run("function f() { return 1; }\nprocess.exit(0);\n", &cases).is_none());
         assert!(run("function f() { return 1; }\n", &cases).unwrap()["f"].passed);
-        let mut result = ExecutionResult::error(proto::Status::Passed, String::new());
-        result.files.insert(
-            "r.json".into(),
-            FileContent::Text(r#"{"nonce": "other", "functions": {}}"#.into()),
-        );
-        assert!(read_reports(&result, "r.json", "n1").is_none());
+        assert!(read_reports(r#"{"nonce": "other", "functions": {}}"#, "n1").is_none());
     }
 }

@@ -4,7 +4,11 @@
 //! plain execution, and the script's report, shaped like `proto::harness`'s, is read back from a
 //! file the execution returns. Python keeps its in-process harness (`harness.py`).
 
+pub(crate) mod bash;
+pub(crate) mod go;
 pub(crate) mod javascript;
+pub(crate) mod judge;
+pub(crate) mod scan;
 
 use std::collections::BTreeMap;
 
@@ -12,14 +16,31 @@ use proto::generation::{FunctionSpec, TestCase};
 use proto::harness::{CasesReport, HarnessCase};
 use proto::{ErrorKind, ExecutionResult, FileContent, Language, Status};
 
+use judge::{Cut, Values};
+use scan::Dialect;
+
 /// A language's test form.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Form {
+    /// The program as it runs: the module (the functions' code, one after another) as the
+    /// language needs it (Go: one package clause and one import block first).
+    pub(crate) program: fn(&str) -> String,
     /// The test script for functions' cases (each bounded by a timeout in ms), writing its
     /// reports to a path below the work directory with a nonce.
     pub(crate) render: fn(&[FunctionCases], u64, &str, &str) -> String,
-    /// The static part of the module's quality (what no run measures is `unmeasured`).
-    pub(crate) analyse: fn(&str, &[FunctionSpec]) -> proto::harness::QualityReport,
+    /// What the script writes.
+    pub(crate) writes: Writes,
+    /// The static part of the module's quality.
+    pub(crate) dialect: &'static Dialect,
+}
+
+/// What a form's test script writes to its report file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Writes {
+    /// Each function's report, judged by the script (JavaScript's).
+    Reports,
+    /// One line per case of what the function did, judged by [`judge`].
+    Outcomes(Values),
 }
 
 /// The test form of generated code in `language`; `None`: the image's harness runs its cases.
@@ -28,11 +49,65 @@ pub(crate) fn of(language: Language) -> Option<Form> {
         // TypeScript's test is appended to the code and the module transpiled (types erased):
         // the same script then runs in the same global scope.
         Language::Javascript | Language::Typescript => Some(Form {
+            program: str::to_owned,
             render: javascript::render,
-            analyse: javascript::analyse,
+            writes: Writes::Reports,
+            dialect: &javascript::DIALECT,
+        }),
+        Language::Go => Some(Form {
+            program: go::program,
+            render: go::render,
+            writes: Writes::Outcomes(Values::Json),
+            dialect: &go::DIALECT,
+        }),
+        Language::Bash => Some(Form {
+            program: str::to_owned,
+            render: bash::render,
+            writes: Writes::Outcomes(Values::Printed),
+            dialect: &bash::DIALECT,
         }),
         _ => None,
     }
+}
+
+impl Form {
+    /// The reports the test script of `functions` wrote to `path` (a returned file of
+    /// `result`) with `nonce`; `None` when the file is missing or not one the script wrote.
+    pub(crate) fn reports(
+        &self,
+        functions: &[FunctionCases],
+        result: &ExecutionResult,
+        path: &str,
+        nonce: &str,
+    ) -> Option<BTreeMap<String, CasesReport>> {
+        let text = match result.files.get(path)? {
+            FileContent::Text(text) => text.as_str(),
+            FileContent::Bytes(_) => return None,
+        };
+        match self.writes {
+            Writes::Reports => read_reports(text, nonce),
+            Writes::Outcomes(values) => {
+                judge::reports(functions, text, nonce, values, &cut(result))
+            }
+        }
+    }
+}
+
+/// What ended `result`'s run, for the cases its script did not write.
+fn cut(result: &ExecutionResult) -> Cut {
+    let kind = match result.status {
+        Status::Timeout => ErrorKind::Timeout,
+        Status::MemoryLimit => ErrorKind::MemoryLimit,
+        Status::OutputLimit => ErrorKind::OutputLimit,
+        _ => result.error_kind.unwrap_or(ErrorKind::Runtime),
+    };
+    let reason = result.reason.clone().unwrap_or_else(|| {
+        format!(
+            "the run ended before the case: {}",
+            tail(&result.stderr, 2000)
+        )
+    });
+    Cut { kind, reason }
 }
 
 /// `spec`'s `cases`, as a form runs them.
@@ -40,13 +115,36 @@ pub(crate) fn function_cases(spec: &FunctionSpec, cases: &[TestCase]) -> Functio
     FunctionCases {
         name: spec.name.clone(),
         params: spec.inputs.iter().map(|p| p.name.clone()).collect(),
+        types: spec.inputs.iter().map(|p| p.ty.clone()).collect(),
+        returns: spec.outputs.ty.clone(),
         cases: cases.iter().map(HarnessCase::from).collect(),
     }
 }
 
 /// The report of a run whose program did not load (the runner classified a syntax or import
-/// error): no case ran, as the Python harness reports a module that does not load.
+/// error, or the compiler refused it): no case ran, as the Python harness reports a module
+/// that does not load. A compile's report holds what the compiler printed (its first errors:
+/// what a repair needs).
 pub(crate) fn load_error(result: &ExecutionResult) -> Option<CasesReport> {
+    if result.status == Status::CompileError {
+        let printed = result
+            .compile
+            .as_ref()
+            .map(|c| c.output.as_str())
+            .unwrap_or_default();
+        return Some(CasesReport {
+            passed: false,
+            cases: Vec::new(),
+            error_kind: Some(ErrorKind::Syntax),
+            error: Some(
+                result
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "the compile failed".into()),
+            ),
+            traceback: Some(head(printed, 4000)),
+        });
+    }
     let kind = result.error_kind?;
     (result.status == Status::Failed && matches!(kind, ErrorKind::Syntax | ErrorKind::Import)).then(
         || CasesReport {
@@ -57,6 +155,14 @@ pub(crate) fn load_error(result: &ExecutionResult) -> Option<CasesReport> {
             traceback: Some(tail(&result.stderr, 2000)),
         },
     )
+}
+
+fn head(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 fn tail(text: &str, max: usize) -> String {
@@ -73,6 +179,10 @@ pub(crate) struct FunctionCases {
     pub(crate) name: String,
     /// The function's parameters, in order: a case's inputs are passed positionally.
     pub(crate) params: Vec<String>,
+    /// Their types, as the plan wrote them (in the language's own syntax).
+    pub(crate) types: Vec<String>,
+    /// What it returns, as the plan wrote it.
+    pub(crate) returns: String,
     pub(crate) cases: Vec<HarnessCase>,
 }
 
@@ -83,17 +193,65 @@ struct Written {
     functions: BTreeMap<String, CasesReport>,
 }
 
-/// The reports a test script wrote to `path` (a returned file of `result`), if it wrote them
-/// with `nonce`; `None` when the file is missing or not one the script wrote.
-pub(crate) fn read_reports(
-    result: &ExecutionResult,
-    path: &str,
-    nonce: &str,
-) -> Option<BTreeMap<String, CasesReport>> {
-    let text = match result.files.get(path)? {
-        FileContent::Text(text) => text.as_str(),
-        FileContent::Bytes(_) => return None,
-    };
+/// The reports in `text`, if the script wrote them with `nonce`.
+pub(crate) fn read_reports(text: &str, nonce: &str) -> Option<BTreeMap<String, CasesReport>> {
     let written: Written = serde_json::from_str(text).ok()?;
     (written.nonce == nonce).then_some(written.functions)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A form's program and test run as the pipeline runs them: in the language's real
+    //! sandbox image (built by `sandbox-images/build`), in a fresh container.
+
+    use std::collections::BTreeMap;
+
+    use proto::harness::CasesReport;
+    use proto::{ExecutionRequest, ExecutionResult, Language};
+    use sandbox::Sandbox as _;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{FunctionCases, of};
+
+    /// Each case's limit: the cases that pass take milliseconds (a machine many times slower
+    /// stays far below it); only the endless ones reach it.
+    pub(crate) const CASE_TIMEOUT_MS: u64 = 3000;
+
+    /// `module` and `functions`' cases, run by `language`'s form: the reports (`None` when the
+    /// run wrote none) and the run's result.
+    pub(crate) async fn run(
+        language: Language,
+        module: &str,
+        functions: &[FunctionCases],
+    ) -> (Option<BTreeMap<String, CasesReport>>, ExecutionResult) {
+        let form = of(language).expect("a language with a form");
+        let (sandbox, service) = sandbox::DockerSandbox::build(sandbox::Options {
+            cluster: format!("wf{}", proto::TaskId::new().to_string().replace('-', "")),
+            pool_size: 0,
+            languages: language.as_str().into(),
+            ..sandbox::Options::default()
+        });
+        let cancel = CancellationToken::new();
+        let service = tokio::spawn(service.run(cancel.clone()));
+        let (report, nonce) = (".codegen-cases-n1.json", "n1");
+        let request = ExecutionRequest {
+            language,
+            code: (form.program)(module),
+            stdin: None,
+            test: Some((form.render)(functions, CASE_TIMEOUT_MS, report, nonce)),
+            // Bounds only a failure: every case ends or times out long before.
+            timeout_ms: 120_000,
+            compile_timeout_ms: Some(120_000),
+            cpu_time_ms: None,
+            memory_mb: 512,
+            fresh_container: true,
+            files: BTreeMap::new(),
+            return_files: vec![report.into()],
+        };
+        let result = sandbox.run(&request).await;
+        cancel.cancel();
+        service.await.expect("the sandbox service stops");
+        let result = result.expect("the sandbox runs the request (is the image built?)");
+        (form.reports(functions, &result, report, nonce), result)
+    }
 }
