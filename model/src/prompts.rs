@@ -192,8 +192,20 @@ const BASH_WORDS: Words = Words {
     types: "its type as the function receives it (string, integer, or `array` for an array spread into arguments)",
 };
 
+const JAVA_WORDS: Words = Words {
+    raises: "throws",
+    raise: "throw",
+    error_name: "the simple name of the exception class thrown or of a superclass (IllegalArgumentException, RuntimeException, ...)",
+    literals: "arrays and Lists as arrays, Maps and records as objects",
+    doc: "a Javadoc comment (/** ... */) right before it",
+    imports: "imports of the JDK (java.util.* is imported already)",
+    code_note: " Write it as a `static` method (`public static T name(...)`) with the parameter and result types of the signature above, as a member of a class whose declaration is not yours to write: no class around it, no `main`, no `System.exit`. Helper types go in as `static` nested classes or records.",
+    types: "its Java type (int, long, double, boolean, String, int[], List<Integer>, Map<String, Integer>, ...; `void` for no result)",
+};
+
 fn words(language: &str) -> Words {
     match language {
+        "java" => JAVA_WORDS,
         "bash" => BASH_WORDS,
         "go" => GO_WORDS,
         "javascript" => JAVASCRIPT_WORDS,

@@ -206,7 +206,7 @@ impl Language {
                 main_file: "Main.java",
                 test_file: "Test.java",
                 extension: "java",
-                generation: false,
+                generation: true,
                 compiled: true,
                 sandbox_fusion: Some("java"),
                 version: "21",

@@ -86,6 +86,20 @@ const BASH: Set = Set {
     declares: "sieve() {",
 };
 
+const JAVA: Set = Set {
+    language: "java",
+    int: "int",
+    list: "List<Integer>",
+    text: "String",
+    error: "IllegalArgumentException",
+    sieve: "/** The primes up to n. */\npublic static List<Integer> sieve(int n) {\n    if (n < 0) throw new IllegalArgumentException(\"n must be non-negative\");\n    List<Integer> primes = new ArrayList<>();\n    for (int i = 2; i <= n; i++) {\n        boolean prime = true;\n        for (int p : primes) if (i % p == 0) { prime = false; break; }\n        if (prime) primes.add(i);\n    }\n    return primes;\n}\n",
+    sum_wrong: "/** The sum of the primes up to n. */\npublic static int sum_primes(int n) {\n    int total = 0;\n    for (int p : sieve(n - 1)) total += p;\n    return total;\n}\n",
+    sum_fixed: "/** The sum of the primes up to n. */\npublic static int sum_primes(int n) {\n    int total = 0;\n    for (int p : sieve(n)) total += p;\n    return total;\n}\n",
+    report_broken: "/** How many primes there are up to n, and their sum. */\npublic static String prime_report(int n) {\n    return \"count=\" + sieve(n).size() + \" sum=\" + sum_primes(n)\n}\n",
+    report_fixed: "/** How many primes there are up to n, and their sum. */\npublic static String prime_report(int n) {\n    return \"count=\" + sieve(n).size() + \" sum=\" + sum_primes(n);\n}\n",
+    declares: "List<Integer> sieve(",
+};
+
 /// `set`'s script: answers picked by phase, function and the prompt's language.
 fn script(dir: &std::path::Path, set: &Set) -> std::path::PathBuf {
     let language = set.language;
@@ -149,6 +163,11 @@ async fn a_go_request_becomes_tested_go_with_repairs() {
 #[tokio::test]
 async fn a_bash_request_becomes_tested_bash_with_repairs() {
     a_request_becomes_tested_code_with_repairs_in(&BASH).await;
+}
+
+#[tokio::test]
+async fn a_java_request_becomes_tested_java_with_repairs() {
+    a_request_becomes_tested_code_with_repairs_in(&JAVA).await;
 }
 
 async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {

@@ -14,6 +14,7 @@ const DRIVER: &str = include_str!("bash_cases.sh");
 /// Bash's scan: a `#` comment documents a function; coverage is not measured.
 pub(crate) const DIALECT: Dialect = Dialect {
     declarations: &["{}()", "{} ()", "function {} ", "function {}("],
+    typed: false,
     documented: scan::hash_doc,
     branches: &["if ", "elif ", "while ", "until ", "for ", ") ", "&&", "||"],
     risky: &[

@@ -13,6 +13,7 @@ const DRIVER: &str = include_str!("go_cases.go");
 /// Go's scan: a `//` comment documents a function; coverage is not measured.
 pub(crate) const DIALECT: Dialect = Dialect {
     declarations: &["func {}(", "func {}["],
+    typed: false,
     documented: scan::slash_doc,
     branches: &["if ", "for ", "case ", "&&", "||"],
     risky: &[

@@ -63,6 +63,7 @@ pub(crate) const DIALECT: Dialect = Dialect {
         "let {} =",
         "var {} =",
     ],
+    typed: false,
     documented: scan::block_doc,
     branches: &[
         "if (", "if(", "for (", "for(", "while (", "while(", "case ", "catch", "&&", "||", "??",

@@ -6,6 +6,7 @@
 
 pub(crate) mod bash;
 pub(crate) mod go;
+pub(crate) mod java;
 pub(crate) mod javascript;
 pub(crate) mod judge;
 pub(crate) mod scan;
@@ -65,6 +66,12 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             render: bash::render,
             writes: Writes::Outcomes(Values::Printed),
             dialect: &bash::DIALECT,
+        }),
+        Language::Java => Some(Form {
+            program: java::program,
+            render: java::render,
+            writes: Writes::Outcomes(Values::Json),
+            dialect: &java::DIALECT,
         }),
         _ => None,
     }

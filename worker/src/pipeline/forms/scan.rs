@@ -14,6 +14,8 @@ use proto::harness::QualityReport;
 pub(crate) struct Dialect {
     /// How a function `{}` is declared (the first of them in the module counts).
     pub(crate) declarations: &'static [&'static str],
+    /// Also a line of type words and modifiers, then `{}(` (C, C++, Java), is a declaration.
+    pub(crate) typed: bool,
     /// Whether the text before a declaration (trimmed) ends with a doc comment.
     pub(crate) documented: fn(&str) -> bool,
     /// Tokens that add a path through a function (a complexity of 1 plus their count).
@@ -72,6 +74,10 @@ pub(crate) fn scan(dialect: &Dialect, module: &str, specs: &[FunctionSpec]) -> Q
 
 /// Where `name` is declared in `module`: the start of the line of its first declaration.
 fn declaration(dialect: &Dialect, module: &str, name: &str) -> Option<usize> {
+    let typed = dialect
+        .typed
+        .then(|| typed_declaration(module, name))
+        .flatten();
     let at = dialect
         .declarations
         .iter()
@@ -88,8 +94,38 @@ fn declaration(dialect: &Dialect, module: &str, name: &str) -> Option<usize> {
                         || !form.starts_with(|c: char| c.is_alphanumeric() || c == '_')
                 })
         })
+        .chain(typed)
         .min()?;
     Some(module[..at].rfind('\n').map_or(0, |nl| nl + 1))
+}
+
+/// The first line where `name(` follows only type words and modifiers (`static int`,
+/// `std::vector<int>`, `const char *`): a declaration, not a call (a call follows `return`,
+/// `=`, `(`, `.`, or an operator).
+fn typed_declaration(module: &str, name: &str) -> Option<usize> {
+    let call = format!("{name}(");
+    let mut offset = 0;
+    for line in module.split_inclusive('\n') {
+        if let Some(i) = line.find(&call) {
+            let before = line[..i].trim();
+            let named = line[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_whitespace() || c == '*' || c == '&');
+            let typed = !before.is_empty()
+                && before
+                    .split_whitespace()
+                    .last()
+                    .is_some_and(|w| w != "return" && w != "new" && w != "else")
+                && !before.contains(['=', '(', '.', ';', '+', '-', '/', '!', '?', ':', '|'])
+                || before.ends_with("::") && !before.contains('=');
+            if named && typed && !line.trim_start().starts_with("//") {
+                return Some(offset + i);
+            }
+        }
+        offset += line.len();
+    }
+    None
 }
 
 /// A `/** ... */` block right before.
@@ -130,6 +166,7 @@ mod tests {
 
     const GO: Dialect = Dialect {
         declarations: &["func {}("],
+        typed: false,
         documented: slash_doc,
         branches: &["if ", "for ", "case ", "&&", "||"],
         risky: &["\"os/exec\""],
@@ -146,6 +183,17 @@ mod tests {
         assert!((report.docstrings - 1.0 / 3.0).abs() < 1e-9);
         assert_eq!(report.dangerous_calls, ["os/exec"]);
         assert_eq!(report.unmeasured, ["coverage"]);
+    }
+
+    #[test]
+    fn a_typed_declaration_is_told_from_a_call() {
+        let module = "static int helper(int x) { return sieve(x); }\n\n/** Primes. */\npublic static List<Integer> sieve(int n) {\n  int[] a = sieve2(n);\n}\nconst char *name(void) {\n  return name2();\n}\n";
+        let at = |name| typed_declaration(module, name).map(|i| &module[i..i + 6]);
+        assert_eq!(at("sieve"), Some("sieve("));
+        assert_eq!(at("helper"), Some("helper"));
+        assert_eq!(at("name"), Some("name(v"));
+        assert_eq!(at("sieve2"), None);
+        assert_eq!(at("name2"), None);
     }
 
     #[test]
