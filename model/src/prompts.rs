@@ -203,8 +203,20 @@ const JAVA_WORDS: Words = Words {
     types: "its Java type (int, long, double, boolean, String, int[], List<Integer>, Map<String, Integer>, ...; `void` for no result)",
 };
 
+const RUST_WORDS: Words = Words {
+    raises: "fails with",
+    raise: "fail",
+    error_name: "`Err` when the function returns `Err(..)` (or the error type's name), `panic` when it panics",
+    literals: "Vecs, slices, arrays, tuples and sets as arrays, maps and structs as objects, None as null",
+    doc: "a `///` doc comment right before it",
+    imports: "`use` lines of the standard library (no crates)",
+    code_note: " Write `fn name(...)` with the parameter and result types of the signature above (`Result<T, E>` with an `E` that derives or implements Debug when it can fail); no `fn main`, no `std::process::exit`.",
+    types: "its Rust type from the standard library (i64, f64, bool, String, &str, Vec<i64>, &[i64], HashMap<String, i64>, Option<T>, (A, B), ...; a function that can fail returns `Result<T, String>`)",
+};
+
 fn words(language: &str) -> Words {
     match language {
+        "rust" => RUST_WORDS,
         "java" => JAVA_WORDS,
         "bash" => BASH_WORDS,
         "go" => GO_WORDS,

@@ -191,7 +191,7 @@ impl Language {
                 main_file: "main.rs",
                 test_file: "test.rs",
                 extension: "rs",
-                generation: false,
+                generation: true,
                 compiled: true,
                 sandbox_fusion: Some("rust"),
                 version: "1.85",

@@ -125,14 +125,21 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
             .join(", ")
     );
     assert!(
-        supported.contains("bash") && supported.contains("go"),
+        supported.contains("bash") && supported.contains("rust"),
         "{supported}"
     );
-    for language in ["rust", "rs", "java"] {
-        let submission =
-            serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
-                .unwrap();
-        let error = crate::jobs::validate(&c.options, submission).unwrap_err();
+    // Every language by its name: accepted when it generates, else 422 listing those that do.
+    for language in proto::Language::ALL {
+        let submission = serde_json::from_value(
+            serde_json::json!({"instruction": "x", "language": language.as_str()}),
+        )
+        .unwrap();
+        let validated = crate::jobs::validate(&c.options, submission);
+        if language.spec().generation {
+            assert!(validated.is_ok(), "{language}");
+            continue;
+        }
+        let error = validated.unwrap_err();
         assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
         assert!(
             error.message().starts_with("language: ") && error.message().contains(&supported),
@@ -140,7 +147,7 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
             error.message()
         );
     }
-    for language in ["py", "javascript", "node", "bash", "sh", "golang"] {
+    for language in ["py", "javascript", "node", "sh", "golang", "rs"] {
         let submission =
             serde_json::from_value(serde_json::json!({"instruction": "x", "language": language}))
                 .unwrap();
@@ -174,19 +181,26 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
     }))
     .unwrap();
     assert_eq!(request.language, proto::Language::Bash);
-    let refused = job(serde_json::json!({
-        "instruction": "Write a Rust function that parses ISO dates"
-    }))
-    .unwrap_err();
-    assert_eq!(
-        refused.status(),
-        axum::http::StatusCode::UNPROCESSABLE_ENTITY
-    );
-    let message = refused.message();
-    assert!(
-        message.starts_with("language: ")
-            && message.contains("rust (the request names it (\"rust\")")
-            && message.contains(&supported),
-        "{message}"
-    );
+    // A language found in the request that does not generate is refused, naming it.
+    let found = |l: &proto::Language| {
+        proto::detect::named_language(&[&format!("in {l}")]).is_some_and(|(f, _)| f == *l)
+    };
+    if let Some(other) = proto::Language::ALL
+        .iter()
+        .find(|l| !l.spec().generation && found(l))
+    {
+        let refused =
+            job(serde_json::json!({"instruction": format!("Write it in {other}")})).unwrap_err();
+        assert_eq!(
+            refused.status(),
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY
+        );
+        let message = refused.message();
+        assert!(
+            message.starts_with("language: ")
+                && message.contains(&format!("{other} (the request names it"))
+                && message.contains(&supported),
+            "{message}"
+        );
+    }
 }

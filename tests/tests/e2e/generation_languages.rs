@@ -22,6 +22,8 @@ struct Set {
     /// The plan's types: an integer, a list of integers, a text.
     int: &'static str,
     list: &'static str,
+    /// What `sum_primes` returns.
+    sum: &'static str,
     text: &'static str,
     /// What the error cases expect.
     error: &'static str,
@@ -38,6 +40,7 @@ const JAVASCRIPT: Set = Set {
     language: "javascript",
     int: "number",
     list: "number[]",
+    sum: "number",
     text: "string",
     error: "RangeError",
     sieve: "/**\n * The primes up to n.\n */\nfunction sieve(n) {\n  if (n < 0) throw new RangeError('n must be non-negative');\n  const primes = [];\n  for (let i = 2; i <= n; i++) {\n    if (primes.every((p) => i % p !== 0)) primes.push(i);\n  }\n  return primes;\n}\n",
@@ -62,6 +65,7 @@ const GO: Set = Set {
     language: "go",
     int: "int",
     list: "([]int, error)",
+    sum: "(int, error)",
     text: "(string, error)",
     error: "error",
     sieve: "import \"errors\"\n\n// sieve returns the primes up to n.\nfunc sieve(n int) ([]int, error) {\n\tif n < 0 {\n\t\treturn nil, errors.New(\"n must be non-negative\")\n\t}\n\tprimes := []int{}\n\tfor i := 2; i <= n; i++ {\n\t\tprime := true\n\t\tfor _, p := range primes {\n\t\t\tif i%p == 0 {\n\t\t\t\tprime = false\n\t\t\t\tbreak\n\t\t\t}\n\t\t}\n\t\tif prime {\n\t\t\tprimes = append(primes, i)\n\t\t}\n\t}\n\treturn primes, nil\n}\n",
@@ -76,6 +80,7 @@ const BASH: Set = Set {
     language: "bash",
     int: "integer",
     list: "array",
+    sum: "integer",
     text: "string",
     error: "error",
     sieve: "# Prints the primes up to $1, one per line.\nsieve() {\n  local n=$1 i p prime primes=()\n  if (( n < 0 )); then echo 'n must be non-negative' >&2; return 1; fi\n  for (( i = 2; i <= n; i++ )); do\n    prime=1\n    for p in \"${primes[@]}\"; do (( i % p == 0 )) && { prime=0; break; }; done\n    (( prime )) && primes+=(\"$i\")\n  done\n  printf '%s\\n' \"${primes[@]}\"\n}\n",
@@ -90,6 +95,7 @@ const JAVA: Set = Set {
     language: "java",
     int: "int",
     list: "List<Integer>",
+    sum: "int",
     text: "String",
     error: "IllegalArgumentException",
     sieve: "/** The primes up to n. */\npublic static List<Integer> sieve(int n) {\n    if (n < 0) throw new IllegalArgumentException(\"n must be non-negative\");\n    List<Integer> primes = new ArrayList<>();\n    for (int i = 2; i <= n; i++) {\n        boolean prime = true;\n        for (int p : primes) if (i % p == 0) { prime = false; break; }\n        if (prime) primes.add(i);\n    }\n    return primes;\n}\n",
@@ -98,6 +104,21 @@ const JAVA: Set = Set {
     report_broken: "/** How many primes there are up to n, and their sum. */\npublic static String prime_report(int n) {\n    return \"count=\" + sieve(n).size() + \" sum=\" + sum_primes(n)\n}\n",
     report_fixed: "/** How many primes there are up to n, and their sum. */\npublic static String prime_report(int n) {\n    return \"count=\" + sieve(n).size() + \" sum=\" + sum_primes(n);\n}\n",
     declares: "List<Integer> sieve(",
+};
+
+const RUST: Set = Set {
+    language: "rust",
+    int: "i64",
+    list: "Result<Vec<i64>, String>",
+    sum: "Result<i64, String>",
+    text: "Result<String, String>",
+    error: "Err",
+    sieve: "/// The primes up to n.\nfn sieve(n: i64) -> Result<Vec<i64>, String> {\n    if n < 0 {\n        return Err(\"n must be non-negative\".to_string());\n    }\n    let mut primes: Vec<i64> = Vec::new();\n    for i in 2..=n {\n        if primes.iter().all(|p| i % p != 0) {\n            primes.push(i);\n        }\n    }\n    Ok(primes)\n}\n",
+    sum_wrong: "/// The sum of the primes up to n.\nfn sum_primes(n: i64) -> Result<i64, String> {\n    Ok(sieve(n - 1)?.iter().sum())\n}\n",
+    sum_fixed: "/// The sum of the primes up to n.\nfn sum_primes(n: i64) -> Result<i64, String> {\n    Ok(sieve(n)?.iter().sum())\n}\n",
+    report_broken: "/// How many primes there are up to n, and their sum.\nfn prime_report(n: i64) -> Result<String, String> {\n    let primes = sieve(n)?;\n    Ok(format!(\"count={} sum={}\", primes.length(), sum_primes(n)?))\n}\n",
+    report_fixed: "/// How many primes there are up to n, and their sum.\nfn prime_report(n: i64) -> Result<String, String> {\n    let primes = sieve(n)?;\n    Ok(format!(\"count={} sum={}\", primes.len(), sum_primes(n)?))\n}\n",
+    declares: "fn sieve(",
 };
 
 /// `set`'s script: answers picked by phase, function and the prompt's language.
@@ -113,7 +134,7 @@ fn script(dir: &std::path::Path, set: &Set) -> std::path::PathBuf {
     let plan = json!({"functions": [
         function("sieve", "Return the sorted list of all primes <= n; empty for n < 2; fail for negative n.", set.list, &[]),
         function("sum_primes", "Return the sum of all primes <= n, using sieve; 0 for n < 2; fail for negative n.",
-                 if language == "go" { "(int, error)" } else { set.int }, &["sieve"]),
+                 set.sum, &["sieve"]),
         function("prime_report", "Return \"count=C sum=S\" for the primes up to n, using sieve and sum_primes.",
                  set.text, &["sieve", "sum_primes"])]});
     let case = |name: &str, n: i64, expected: Value| {
@@ -168,6 +189,11 @@ async fn a_bash_request_becomes_tested_bash_with_repairs() {
 #[tokio::test]
 async fn a_java_request_becomes_tested_java_with_repairs() {
     a_request_becomes_tested_code_with_repairs_in(&JAVA).await;
+}
+
+#[tokio::test]
+async fn a_rust_request_becomes_tested_rust_with_repairs() {
+    a_request_becomes_tested_code_with_repairs_in(&RUST).await;
 }
 
 async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {

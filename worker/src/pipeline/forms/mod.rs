@@ -9,7 +9,9 @@ pub(crate) mod go;
 pub(crate) mod java;
 pub(crate) mod javascript;
 pub(crate) mod judge;
+pub(crate) mod rust;
 pub(crate) mod scan;
+pub(crate) mod types;
 
 use std::collections::BTreeMap;
 
@@ -72,6 +74,12 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             render: java::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &java::DIALECT,
+        }),
+        Language::Rust => Some(Form {
+            program: rust::program,
+            render: rust::render,
+            writes: Writes::Outcomes(Values::Json),
+            dialect: &rust::DIALECT,
         }),
         _ => None,
     }

@@ -141,6 +141,15 @@ pub(crate) fn slash_doc(before: &str) -> bool {
     before.ends_with("*/") || last_line(before).starts_with("//")
 }
 
+/// A `///` line (or `/** */` block) right before, attributes (`#[...]`) between them skipped.
+pub(crate) fn rust_doc(before: &str) -> bool {
+    let mut rest = before;
+    while last_line(rest).starts_with("#[") {
+        rest = rest[..rest.len() - last_line(rest).len()].trim_end();
+    }
+    last_line(rest).starts_with("///") || block_doc(rest)
+}
+
 /// A `#` comment line right before (not the `#!` line).
 pub(crate) fn hash_doc(before: &str) -> bool {
     let line = last_line(before);
@@ -198,6 +207,8 @@ mod tests {
 
     #[test]
     fn doc_comments_are_told_apart_per_language() {
+        assert!(rust_doc("/// Adds.\n#[inline]"));
+        assert!(!rust_doc("// Adds."));
         assert!(hash_doc("x=1\n# Adds two numbers."));
         assert!(!hash_doc("#!/bin/bash"));
         assert!(block_doc("/** Adds. */"));
