@@ -214,8 +214,32 @@ const RUST_WORDS: Words = Words {
     types: "its Rust type from the standard library (i64, f64, bool, String, &str, Vec<i64>, &[i64], HashMap<String, i64>, Option<T>, (A, B), ...; a function that can fail returns `Result<T, String>`)",
 };
 
+const C_WORDS: Words = Words {
+    raises: "fails with",
+    raise: "fail",
+    error_name: "`abort` when the function aborts (a failed `assert`), `signal` when it crashes (C has no exceptions: prefer an error code in the return value, tested as a normal case)",
+    literals: "a string as a string, a character as a one-character string, an array (a pointer parameter) as an array, true/false for a bool",
+    doc: "a comment right before it",
+    imports: "`#include` lines of the C standard library",
+    code_note: " Write the function with the parameter and result types of the signature above (scalars, `bool`, `char`, `const char *` results; an array parameter is a pointer with its length as another parameter; a returned string must outlive the call, e.g. static or malloc'd); no `main`, no `exit`.",
+    types: "its C type (int, long long, double, bool, char, const char *, int * for an array with a separate length parameter, ...)",
+};
+
+const CPP_WORDS: Words = Words {
+    raises: "throws",
+    raise: "throw",
+    error_name: "the exception class thrown or a standard base of it, as `std::invalid_argument` or `invalid_argument`",
+    literals: "vectors, arrays, sets, pairs and tuples as arrays, maps as objects, std::nullopt as null",
+    doc: "a comment right before it",
+    imports: "`#include` lines of the C++ standard library",
+    code_note: " Write the function with the parameter and result types of the signature above, using the standard library's types (std::vector, std::string, std::map, ...); no `main`, no `exit`.",
+    types: "its C++ type from the standard library (int, long long, double, bool, std::string, std::vector<int>, const std::vector<std::string>&, std::map<std::string, int>, std::pair<int, int>, ...)",
+};
+
 fn words(language: &str) -> Words {
     match language {
+        "c" => C_WORDS,
+        "cpp" => CPP_WORDS,
         "rust" => RUST_WORDS,
         "java" => JAVA_WORDS,
         "bash" => BASH_WORDS,

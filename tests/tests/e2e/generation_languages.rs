@@ -27,6 +27,9 @@ struct Set {
     text: &'static str,
     /// What the error cases expect.
     error: &'static str,
+    /// What `sieve` answers for 10 and for 1, as JSON (the primes, or in C their count).
+    sieve_ten: &'static str,
+    sieve_one: &'static str,
     sieve: &'static str,
     sum_wrong: &'static str,
     sum_fixed: &'static str,
@@ -43,6 +46,8 @@ const JAVASCRIPT: Set = Set {
     sum: "number",
     text: "string",
     error: "RangeError",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
     sieve: "/**\n * The primes up to n.\n */\nfunction sieve(n) {\n  if (n < 0) throw new RangeError('n must be non-negative');\n  const primes = [];\n  for (let i = 2; i <= n; i++) {\n    if (primes.every((p) => i % p !== 0)) primes.push(i);\n  }\n  return primes;\n}\n",
     sum_wrong: "/** The sum of the primes up to n. */\nfunction sum_primes(n) {\n  return sieve(n - 1).reduce((a, b) => a + b, 0);\n}\n",
     sum_fixed: "/** The sum of the primes up to n. */\nfunction sum_primes(n) {\n  if (n < 0) throw new RangeError('n must be non-negative');\n  return sieve(n).reduce((a, b) => a + b, 0);\n}\n",
@@ -68,6 +73,8 @@ const GO: Set = Set {
     sum: "(int, error)",
     text: "(string, error)",
     error: "error",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
     sieve: "import \"errors\"\n\n// sieve returns the primes up to n.\nfunc sieve(n int) ([]int, error) {\n\tif n < 0 {\n\t\treturn nil, errors.New(\"n must be non-negative\")\n\t}\n\tprimes := []int{}\n\tfor i := 2; i <= n; i++ {\n\t\tprime := true\n\t\tfor _, p := range primes {\n\t\t\tif i%p == 0 {\n\t\t\t\tprime = false\n\t\t\t\tbreak\n\t\t\t}\n\t\t}\n\t\tif prime {\n\t\t\tprimes = append(primes, i)\n\t\t}\n\t}\n\treturn primes, nil\n}\n",
     sum_wrong: "// sum_primes returns the sum of the primes up to n.\nfunc sum_primes(n int) (int, error) {\n\tprimes, err := sieve(n - 1)\n\tif err != nil {\n\t\treturn 0, err\n\t}\n\ttotal := 0\n\tfor _, p := range primes {\n\t\ttotal += p\n\t}\n\treturn total, nil\n}\n",
     sum_fixed: "// sum_primes returns the sum of the primes up to n.\nfunc sum_primes(n int) (int, error) {\n\tprimes, err := sieve(n)\n\tif err != nil {\n\t\treturn 0, err\n\t}\n\ttotal := 0\n\tfor _, p := range primes {\n\t\ttotal += p\n\t}\n\treturn total, nil\n}\n",
@@ -83,6 +90,8 @@ const BASH: Set = Set {
     sum: "integer",
     text: "string",
     error: "error",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
     sieve: "# Prints the primes up to $1, one per line.\nsieve() {\n  local n=$1 i p prime primes=()\n  if (( n < 0 )); then echo 'n must be non-negative' >&2; return 1; fi\n  for (( i = 2; i <= n; i++ )); do\n    prime=1\n    for p in \"${primes[@]}\"; do (( i % p == 0 )) && { prime=0; break; }; done\n    (( prime )) && primes+=(\"$i\")\n  done\n  printf '%s\\n' \"${primes[@]}\"\n}\n",
     sum_wrong: "# Prints the sum of the primes up to $1.\nsum_primes() {\n  local total=0 p\n  for p in $(sieve \"$(( $1 - 1 ))\"); do total=$(( total + p )); done\n  echo \"$total\"\n}\n",
     sum_fixed: "# Prints the sum of the primes up to $1.\nsum_primes() {\n  local total=0 p primes\n  primes=$(sieve \"$1\") || return 1\n  for p in $primes; do total=$(( total + p )); done\n  echo \"$total\"\n}\n",
@@ -98,6 +107,8 @@ const JAVA: Set = Set {
     sum: "int",
     text: "String",
     error: "IllegalArgumentException",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
     sieve: "/** The primes up to n. */\npublic static List<Integer> sieve(int n) {\n    if (n < 0) throw new IllegalArgumentException(\"n must be non-negative\");\n    List<Integer> primes = new ArrayList<>();\n    for (int i = 2; i <= n; i++) {\n        boolean prime = true;\n        for (int p : primes) if (i % p == 0) { prime = false; break; }\n        if (prime) primes.add(i);\n    }\n    return primes;\n}\n",
     sum_wrong: "/** The sum of the primes up to n. */\npublic static int sum_primes(int n) {\n    int total = 0;\n    for (int p : sieve(n - 1)) total += p;\n    return total;\n}\n",
     sum_fixed: "/** The sum of the primes up to n. */\npublic static int sum_primes(int n) {\n    int total = 0;\n    for (int p : sieve(n)) total += p;\n    return total;\n}\n",
@@ -113,12 +124,48 @@ const RUST: Set = Set {
     sum: "Result<i64, String>",
     text: "Result<String, String>",
     error: "Err",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
     sieve: "/// The primes up to n.\nfn sieve(n: i64) -> Result<Vec<i64>, String> {\n    if n < 0 {\n        return Err(\"n must be non-negative\".to_string());\n    }\n    let mut primes: Vec<i64> = Vec::new();\n    for i in 2..=n {\n        if primes.iter().all(|p| i % p != 0) {\n            primes.push(i);\n        }\n    }\n    Ok(primes)\n}\n",
     sum_wrong: "/// The sum of the primes up to n.\nfn sum_primes(n: i64) -> Result<i64, String> {\n    Ok(sieve(n - 1)?.iter().sum())\n}\n",
     sum_fixed: "/// The sum of the primes up to n.\nfn sum_primes(n: i64) -> Result<i64, String> {\n    Ok(sieve(n)?.iter().sum())\n}\n",
     report_broken: "/// How many primes there are up to n, and their sum.\nfn prime_report(n: i64) -> Result<String, String> {\n    let primes = sieve(n)?;\n    Ok(format!(\"count={} sum={}\", primes.length(), sum_primes(n)?))\n}\n",
     report_fixed: "/// How many primes there are up to n, and their sum.\nfn prime_report(n: i64) -> Result<String, String> {\n    let primes = sieve(n)?;\n    Ok(format!(\"count={} sum={}\", primes.len(), sum_primes(n)?))\n}\n",
     declares: "fn sieve(",
+};
+
+const CPP: Set = Set {
+    language: "cpp",
+    int: "int",
+    list: "std::vector<int>",
+    sum: "long long",
+    text: "std::string",
+    error: "std::invalid_argument",
+    sieve_ten: "[2, 3, 5, 7]",
+    sieve_one: "[]",
+    sieve: "#include <stdexcept>\n#include <vector>\n\n// The primes up to n.\nstd::vector<int> sieve(int n) {\n    if (n < 0) throw std::invalid_argument(\"n must be non-negative\");\n    std::vector<int> primes;\n    for (int i = 2; i <= n; i++) {\n        bool prime = true;\n        for (int p : primes) if (i % p == 0) { prime = false; break; }\n        if (prime) primes.push_back(i);\n    }\n    return primes;\n}\n",
+    sum_wrong: "// The sum of the primes up to n.\nlong long sum_primes(int n) {\n    long long total = 0;\n    for (int p : sieve(n - 1)) total += p;\n    return total;\n}\n",
+    sum_fixed: "// The sum of the primes up to n.\nlong long sum_primes(int n) {\n    long long total = 0;\n    for (int p : sieve(n)) total += p;\n    return total;\n}\n",
+    report_broken: "#include <string>\n\n// How many primes there are up to n, and their sum.\nstd::string prime_report(int n) {\n    return \"count=\" + std::to_string(sieve(n).length()) + \" sum=\" + std::to_string(sum_primes(n));\n}\n",
+    report_fixed: "#include <string>\n\n// How many primes there are up to n, and their sum.\nstd::string prime_report(int n) {\n    return \"count=\" + std::to_string(sieve(n).size()) + \" sum=\" + std::to_string(sum_primes(n));\n}\n",
+    declares: "std::vector<int> sieve(",
+};
+
+const C: Set = Set {
+    language: "c",
+    int: "int",
+    list: "int",
+    sum: "long long",
+    text: "const char *",
+    error: "abort",
+    sieve_ten: "4",
+    sieve_one: "0",
+    sieve: "#include <assert.h>\n\n/* How many primes there are up to n. */\nint sieve(int n) {\n    assert(n >= 0);\n    int count = 0;\n    for (int i = 2; i <= n; i++) {\n        int prime = 1;\n        for (int d = 2; d * d <= i; d++) if (i % d == 0) { prime = 0; break; }\n        count += prime;\n    }\n    return count;\n}\n",
+    sum_wrong: "/* The sum of the primes up to n. */\nlong long sum_primes(int n) {\n    long long total = 0;\n    for (int i = 2; i < n; i++) if (sieve(i) > sieve(i - 1)) total += i;\n    return total;\n}\n",
+    sum_fixed: "#include <assert.h>\n\n/* The sum of the primes up to n. */\nlong long sum_primes(int n) {\n    assert(n >= 0);\n    long long total = 0;\n    for (int i = 2; i <= n; i++) if (sieve(i) > sieve(i - 1)) total += i;\n    return total;\n}\n",
+    report_broken: "#include <stdio.h>\n\n/* How many primes there are up to n, and their sum. */\nconst char *prime_report(int n) {\n    static char out[64];\n    snprintf(out, sizeof out, \"count=%d sum=%lld\", sieve(n), sum_primes(n));\n    return output;\n}\n",
+    report_fixed: "#include <stdio.h>\n\n/* How many primes there are up to n, and their sum. */\nconst char *prime_report(int n) {\n    static char out[64];\n    snprintf(out, sizeof out, \"count=%d sum=%lld\", sieve(n), sum_primes(n));\n    return out;\n}\n",
+    declares: "int sieve(",
 };
 
 /// `set`'s script: answers picked by phase, function and the prompt's language.
@@ -149,7 +196,8 @@ fn script(dir: &std::path::Path, set: &Set) -> std::path::PathBuf {
     let script = json!({"answers": [
         {"phase": "plan", "prompt_contains": format!("Language: {language}"), "answer": plan},
         answer("tests", "sieve", json!({"cases": [
-            case("ten", 10, json!([2, 3, 5, 7])), case("one", 1, json!([])), negative.clone()]})),
+            case("ten", 10, serde_json::from_str(set.sieve_ten).unwrap()),
+            case("one", 1, serde_json::from_str(set.sieve_one).unwrap()), negative.clone()]})),
         answer("tests", "sum_primes", json!({"cases": [
             case("ten", 10, json!(17)), case("seven", 7, json!(17)), case("zero", 0, json!(0)),
             negative]})),
@@ -194,6 +242,16 @@ async fn a_java_request_becomes_tested_java_with_repairs() {
 #[tokio::test]
 async fn a_rust_request_becomes_tested_rust_with_repairs() {
     a_request_becomes_tested_code_with_repairs_in(&RUST).await;
+}
+
+#[tokio::test]
+async fn a_cpp_request_becomes_tested_cpp_with_repairs() {
+    a_request_becomes_tested_code_with_repairs_in(&CPP).await;
+}
+
+#[tokio::test]
+async fn a_c_request_becomes_tested_c_with_repairs() {
+    a_request_becomes_tested_code_with_repairs_in(&C).await;
 }
 
 async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {
@@ -251,6 +309,9 @@ async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {
     assert_eq!(quality["tests_total"], 9, "{quality}");
     assert_eq!(quality["tests_passed"], 9, "{quality}");
     assert_eq!(quality["docstrings"], 1.0, "{quality}");
+    // Each function found in the module, its complexity measured.
+    let complexity = quality["complexity"].as_object().unwrap();
+    assert_eq!(complexity.len(), 3, "{quality}");
     assert_eq!(quality["unmeasured"], json!(["coverage"]), "{quality}");
     assert!(quality["score"].as_f64().unwrap() > 0.9, "{quality}");
 }

@@ -5,6 +5,7 @@
 //! file the execution returns. Python keeps its in-process harness (`harness.py`).
 
 pub(crate) mod bash;
+pub(crate) mod c_family;
 pub(crate) mod go;
 pub(crate) mod java;
 pub(crate) mod javascript;
@@ -80,6 +81,18 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             render: rust::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &rust::DIALECT,
+        }),
+        Language::C => Some(Form {
+            program: str::to_owned,
+            render: c_family::render_c,
+            writes: Writes::Outcomes(Values::Json),
+            dialect: &c_family::C_DIALECT,
+        }),
+        Language::Cpp => Some(Form {
+            program: str::to_owned,
+            render: c_family::render_cpp,
+            writes: Writes::Outcomes(Values::Json),
+            dialect: &c_family::CPP_DIALECT,
         }),
         _ => None,
     }

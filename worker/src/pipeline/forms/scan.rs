@@ -117,8 +117,7 @@ fn typed_declaration(module: &str, name: &str) -> Option<usize> {
                     .split_whitespace()
                     .last()
                     .is_some_and(|w| w != "return" && w != "new" && w != "else")
-                && !before.contains(['=', '(', '.', ';', '+', '-', '/', '!', '?', ':', '|'])
-                || before.ends_with("::") && !before.contains('=');
+                && !before.contains(['=', '(', '.', ';', '+', '-', '/', '!', '?', '|']);
             if named && typed && !line.trim_start().starts_with("//") {
                 return Some(offset + i);
             }
@@ -196,13 +195,15 @@ mod tests {
 
     #[test]
     fn a_typed_declaration_is_told_from_a_call() {
-        let module = "static int helper(int x) { return sieve(x); }\n\n/** Primes. */\npublic static List<Integer> sieve(int n) {\n  int[] a = sieve2(n);\n}\nconst char *name(void) {\n  return name2();\n}\n";
+        let module = "static int helper(int x) { return sieve(x); }\n\n/** Primes. */\npublic static List<Integer> sieve(int n) {\n  int[] a = sieve2(n);\n}\nconst char *name(void) {\n  return name2();\n}\nstd::vector<int> primes(int n) {\n  return b ? primes2(n) : std::vector<int>();\n}\n";
         let at = |name| typed_declaration(module, name).map(|i| &module[i..i + 6]);
         assert_eq!(at("sieve"), Some("sieve("));
         assert_eq!(at("helper"), Some("helper"));
         assert_eq!(at("name"), Some("name(v"));
         assert_eq!(at("sieve2"), None);
         assert_eq!(at("name2"), None);
+        assert_eq!(at("primes"), Some("primes"));
+        assert_eq!(at("primes2"), None);
     }
 
     #[test]

@@ -187,6 +187,19 @@ impl Parser<'_> {
             }
         };
         while self.eat("const") {}
+        // C's `int[]` (a parameter: a pointer) and `int[3]`.
+        while self.eat("[") {
+            while self.text.get(self.at).is_some_and(u8::is_ascii_digit) {
+                self.at += 1;
+            }
+            if !self.eat("]") {
+                return Err("an array without its `]`".into());
+            }
+            ty = Ty {
+                args: vec![ty],
+                ..Ty::named("*")
+            };
+        }
         while self.eat("*") {
             while self.eat("const") {}
             ty = Ty {
@@ -260,6 +273,9 @@ mod tests {
                 "std::vector<std::vector<int>>",
             ),
             ("()", "()"),
+            ("int[]", "*<int>"),
+            ("double *", "*<double>"),
+            ("std::array<int, 3>", "std::array<int,3>"),
         ];
         for (text, expected) in cases {
             assert_eq!(shape(&parse(text).unwrap()), expected, "{text}");
