@@ -140,6 +140,8 @@ struct Words {
     code_note: &'static str,
     /// How the plan writes a parameter's type (empty: "a <language> type annotation").
     types: &'static str,
+    /// What code may use beyond the language (empty: "the <language> standard library").
+    packages: &'static str,
 }
 
 const PYTHON_WORDS: Words = Words {
@@ -151,6 +153,7 @@ const PYTHON_WORDS: Words = Words {
     imports: "imports (standard library only)",
     code_note: "",
     types: "",
+    packages: "",
 };
 
 const JAVASCRIPT_WORDS: Words = Words {
@@ -162,6 +165,7 @@ const JAVASCRIPT_WORDS: Words = Words {
     imports: "`require` calls of Node's built-in modules (lodash is there too)",
     code_note: " Declare it as `function name(...)`; no `module.exports`, no top-level calls, no `process.exit`.",
     types: "",
+    packages: "",
 };
 
 const TYPESCRIPT_WORDS: Words = Words {
@@ -179,6 +183,7 @@ const GO_WORDS: Words = Words {
     imports: "imports of the standard library",
     code_note: " Write `func name(...)` with the parameter and result types of the signature above (an `error` result when it can fail); package main, no `func main`, no `init`, no goroutines left running.",
     types: "its Go type (int, float64, string, bool, []T, map[string]T, ...; a function that can fail returns `(T, error)`)",
+    packages: "",
 };
 
 const BASH_WORDS: Words = Words {
@@ -190,6 +195,7 @@ const BASH_WORDS: Words = Words {
     imports: "commands of coreutils, grep, sed and awk",
     code_note: " Write `name() { ... }`: arguments are $1, $2, ... in the order of the inputs (an array input is one argument per element), the result is what it prints on stdout, a failure is a non-zero `return` with a message on stderr; no top-level commands, no `exit`.",
     types: "its type as the function receives it (string, integer, or `array` for an array spread into arguments)",
+    packages: "",
 };
 
 const JAVA_WORDS: Words = Words {
@@ -201,6 +207,7 @@ const JAVA_WORDS: Words = Words {
     imports: "imports of the JDK (java.util.* is imported already)",
     code_note: " Write it as a `static` method (`public static T name(...)`) with the parameter and result types of the signature above, as a member of a class whose declaration is not yours to write: no class around it, no `main`, no `System.exit`. Helper types go in as `static` nested classes or records.",
     types: "its Java type (int, long, double, boolean, String, int[], List<Integer>, Map<String, Integer>, ...; `void` for no result)",
+    packages: "",
 };
 
 const RUST_WORDS: Words = Words {
@@ -212,6 +219,7 @@ const RUST_WORDS: Words = Words {
     imports: "`use` lines of the standard library (no crates)",
     code_note: " Write `fn name(...)` with the parameter and result types of the signature above (`Result<T, E>` with an `E` that derives or implements Debug when it can fail); no `fn main`, no `std::process::exit`.",
     types: "its Rust type from the standard library (i64, f64, bool, String, &str, Vec<i64>, &[i64], HashMap<String, i64>, Option<T>, (A, B), ...; a function that can fail returns `Result<T, String>`)",
+    packages: "",
 };
 
 const C_WORDS: Words = Words {
@@ -223,6 +231,7 @@ const C_WORDS: Words = Words {
     imports: "`#include` lines of the C standard library",
     code_note: " Write the function with the parameter and result types of the signature above (scalars, `bool`, `char`, `const char *` results; an array parameter is a pointer with its length as another parameter; a returned string must outlive the call, e.g. static or malloc'd); no `main`, no `exit`.",
     types: "its C type (int, long long, double, bool, char, const char *, int * for an array with a separate length parameter, ...)",
+    packages: "",
 };
 
 const CPP_WORDS: Words = Words {
@@ -234,10 +243,19 @@ const CPP_WORDS: Words = Words {
     imports: "`#include` lines of the C++ standard library",
     code_note: " Write the function with the parameter and result types of the signature above, using the standard library's types (std::vector, std::string, std::map, ...); no `main`, no `exit`.",
     types: "its C++ type from the standard library (int, long long, double, bool, std::string, std::vector<int>, const std::vector<std::string>&, std::map<std::string, int>, std::pair<int, int>, ...)",
+    packages: "",
+};
+
+const PYTHON_SCI_WORDS: Words = Words {
+    imports: "imports (the standard library, numpy, scipy, pandas, sympy, networkx)",
+    literals: "tuples, sets and numpy arrays as lists, numpy scalars as numbers",
+    packages: "the Python standard library, numpy, scipy, pandas, sympy and networkx",
+    ..PYTHON_WORDS
 };
 
 fn words(language: &str) -> Words {
     match language {
+        "python-sci" => PYTHON_SCI_WORDS,
         "c" => C_WORDS,
         "cpp" => CPP_WORDS,
         "rust" => RUST_WORDS,
@@ -259,7 +277,10 @@ fn render(template: &str, language: &str, context: impl Serialize) -> Result<Pro
             .map_err(|e| Error::Config(format!("prompt template {name}: {e}")))
     };
     Ok(Prompt {
-        system: render("system", minijinja::context! { language })?,
+        system: render(
+            "system",
+            minijinja::context! { language, words => minijinja::Value::from(minijinja::value::Serde(words(language))) },
+        )?,
         user: render(
             template,
             minijinja::context! {

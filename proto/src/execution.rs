@@ -100,7 +100,7 @@ impl Language {
                 main_file: "main.py",
                 test_file: "test.py",
                 extension: "py",
-                generation: false,
+                generation: true,
                 compiled: false,
                 sandbox_fusion: None,
                 version: "3.11",

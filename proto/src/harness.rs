@@ -1,5 +1,5 @@
 //! The channel between the generation pipeline and the image's test harness
-//! (`sandbox-images/python/harness.py`): what the pipeline asks ([`HarnessRun`], a
+//! (`sandbox-images/common/harness.py`, in the Python and python-sci images): what the pipeline asks ([`HarnessRun`], a
 //! [`HarnessRequest`] per mode) and what the harness reports ([`HarnessReport`]). The runner
 //! runs the harness in its own interpreter and announces the modes it offers in its `ready`
 //! message, so a worker knows before it asks. A worker test runs the real harness and checks

@@ -16,13 +16,15 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+# harness.py and codegen_values.py are in common/ (the python-sci image runs them too).
+COMMON = os.path.join(os.path.dirname(HERE), "common")
+if COMMON not in sys.path:
+    sys.path.insert(0, COMMON)
 
 import codegen_values  # noqa: E402
 import harness  # noqa: E402
 
-HARNESS = os.path.join(HERE, "harness.py")
+HARNESS = os.path.join(COMMON, "harness.py")
 MARKER = "@@codegen-harness@@ "
 
 

@@ -72,7 +72,7 @@ mod tests {
         for (name, text) in files {
             std::fs::write(dir.path().join(name), text).unwrap();
         }
-        let harness_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/python");
+        let harness_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-images/common");
         let mut child = Command::new(python())
             .arg("-c")
             .arg(format!("MARKER = {MARKER:?}\n{driver}"))

@@ -315,3 +315,71 @@ async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {
     assert_eq!(quality["unmeasured"], json!(["coverage"]), "{quality}");
     assert!(quality["score"].as_f64().unwrap() > 0.9, "{quality}");
 }
+
+/// A python-sci job: its code imports numpy and returns numpy's own arrays and scalars, its
+/// cases run in the python-sci image's harness (in the Python image the import would fail)
+/// and compare as the lists and numbers those hold.
+#[tokio::test]
+async fn a_python_sci_request_is_tested_with_numpy_in_its_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let said = "senior python-sci engineer";
+    let function = |name: &str, purpose: &str, returns: &str| {
+        json!({"name": name, "purpose": purpose,
+               "inputs": [{"name": "xs", "type": "list[float]"}],
+               "outputs": {"type": returns, "description": "see the purpose"},
+               "dependencies": [], "complexity": "simple"})
+    };
+    let case = |name: &str, xs: Value, expected: Value| {
+        json!({"name": name, "kind": "normal", "inputs": {"xs": xs},
+               "expected_output": expected, "expected_error": null})
+    };
+    let answer = |phase: &str, function: &str, answer: Value| json!({"phase": phase, "function": function, "prompt_contains": said, "answer": answer});
+    let script = json!({"answers": [
+        {"phase": "plan", "prompt_contains": "Language: python-sci", "answer": {"functions": [
+            function("normalize", "Scale xs to unit Euclidean length; ValueError for a zero vector.", "numpy.ndarray"),
+            function("dominant", "The index of the largest element of xs.", "int")]}},
+        answer("tests", "normalize", json!({"cases": [
+            case("three four", json!([3.0, 4.0]), json!([0.6, 0.8])),
+            {"name": "zero", "kind": "error", "inputs": {"xs": [0.0, 0.0]},
+             "expected_output": null, "expected_error": "ValueError"}]})),
+        answer("tests", "dominant", json!({"cases": [
+            case("middle", json!([1.0, 5.0, 2.0]), json!(1)),
+            case("first", json!([9.0, 5.0]), json!(0))]})),
+        answer("implement", "normalize", json!({"analysis": null, "code":
+            "import numpy as np\n\n\ndef normalize(xs):\n    \"\"\"Scale xs to unit length.\"\"\"\n    v = np.asarray(xs, dtype=float)\n    norm = np.linalg.norm(v)\n    if norm == 0:\n        raise ValueError(\"zero vector\")\n    return v / norm\n"})),
+        answer("implement", "dominant", json!({"analysis": null, "code":
+            "import numpy as np\n\n\ndef dominant(xs):\n    \"\"\"The index of the largest element.\"\"\"\n    return np.argmax(np.asarray(xs))\n"})),
+    ]});
+    let path = dir.path().join("python-sci-model.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster
+        .submit_job(json!({
+            "instruction": "Normalize a vector and find its dominant component with numpy.",
+            "max_iterations": 2
+        }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["language"], "python-sci", "{result:#}");
+    assert!(
+        result["language_reason"]
+            .as_str()
+            .unwrap()
+            .contains("numpy"),
+        "{result:#}"
+    );
+    assert_eq!(result["all_tests_passed"], true, "{result:#}");
+    assert_eq!(result["improvement_history"], json!([]), "{result:#}");
+    let quality = &result["quality"];
+    assert_eq!(quality["tests_passed"], 4, "{quality}");
+    // The Python harness measures coverage here too (nothing is unmeasured, so the field is
+    // left out).
+    assert!(quality.get("unmeasured").is_none(), "{quality}");
+    assert!(quality["coverage"].as_f64().unwrap() > 0.5, "{quality}");
+}

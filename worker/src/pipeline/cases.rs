@@ -120,10 +120,11 @@ impl Pipeline {
     pub(super) async fn run_harness(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         module: &str,
         request: HarnessRequest,
     ) -> Result<HarnessOutcome, Error> {
-        self.run_harness_in(ctx, module, request, None)
+        self.run_harness_in(ctx, language, module, request, None)
             .await?
             .map_err(|e| Error::Failed(e.to_string()))
     }
@@ -133,12 +134,13 @@ impl Pipeline {
     async fn run_harness_in(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         module: &str,
         request: HarnessRequest,
         held: Option<Turn<'_>>,
     ) -> Result<Result<HarnessOutcome, sandbox::Error>, Error> {
         let run = HarnessRun {
-            language: Language::Python,
+            language,
             code: module.to_owned(),
             request,
             timeout_ms: self.options.run_timeout_ms,
@@ -245,7 +247,7 @@ impl Pipeline {
         let (Some(turns), true) = (self.sandbox_turns.as_deref(), self.shared_runs.enabled())
         else {
             return self
-                .run_cases_alone(ctx, module, function, cases, run)
+                .run_cases_alone(ctx, language, module, function, cases, run)
                 .await;
         };
         let job = ctx.job;
@@ -261,22 +263,22 @@ impl Pipeline {
             biased;
             shared = &mut answer => {
                 drop(waiting);
-                return self.followed(ctx, shared, started, module, function, cases, run).await;
+                return self.followed(ctx, language, shared, started, module, function, cases, run).await;
             }
-            turn = turns.enter_language(Language::Python, &ctx.call.lane) => turn,
+            turn = turns.enter_language(language, &ctx.call.lane) => turn,
         };
         let Some((mine, others)) = waiting.lead() else {
             // Taken by another run of the job just before this one's turn came.
             drop(turn);
             let shared = answer.await;
             return self
-                .followed(ctx, shared, started, module, function, cases, run)
+                .followed(ctx, language, shared, started, module, function, cases, run)
                 .await;
         };
         ctx.add_sandbox_time(started);
         if others.is_empty() {
             let outcome = self
-                .run_harness_in(ctx, module, HarnessRequest::Cases(run), turn)
+                .run_harness_in(ctx, language, module, HarnessRequest::Cases(run), turn)
                 .await?
                 .map_err(|e| Error::Failed(e.to_string()))?;
             return case_run(
@@ -290,7 +292,10 @@ impl Pipeline {
             .chain(others)
             .map(|m| (m.run, m.reply))
             .unzip();
-        let mut shares = self.shared_run(ctx, runs, turn).await?.into_iter();
+        let mut shares = self
+            .shared_run(ctx, language, runs, turn)
+            .await?
+            .into_iter();
         // The first share is this run's; members past the shares run alone.
         let mine = shares.next();
         for reply in replies.into_iter().skip(1) {
@@ -300,7 +305,7 @@ impl Pipeline {
             Some(Shared::Report(mine)) => Ok(shared_case_run(function, mine)),
             Some(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             Some(Shared::Alone) | None => {
-                self.run_cases_alone(ctx, module, function, cases, run)
+                self.run_cases_alone(ctx, language, module, function, cases, run)
                     .await
             }
         }
@@ -313,13 +318,14 @@ impl Pipeline {
     async fn shared_run(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         runs: Vec<CasesRequest>,
         turn: Option<Turn<'_>>,
     ) -> Result<Vec<Shared>, Error> {
         let job = ctx.job;
         let members = runs.len();
         let outcome = self
-            .run_harness_in(ctx, "", HarnessRequest::ManyCases { runs }, turn)
+            .run_harness_in(ctx, language, "", HarnessRequest::ManyCases { runs }, turn)
             .await;
         let alone = || (0..members).map(|_| Shared::Alone).collect();
         let shares: Vec<Shared> = match outcome {
@@ -387,6 +393,7 @@ impl Pipeline {
     async fn followed(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         shared: Result<Shared, tokio::sync::oneshot::error::RecvError>,
         started: Instant,
         module: &str,
@@ -401,7 +408,7 @@ impl Pipeline {
             Ok(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             // Broke, or its leader was cancelled with it.
             Ok(Shared::Alone) | Err(_) => {
-                self.run_cases_alone(ctx, module, function, cases, run)
+                self.run_cases_alone(ctx, language, module, function, cases, run)
                     .await
             }
         }
@@ -410,13 +417,14 @@ impl Pipeline {
     async fn run_cases_alone(
         &self,
         ctx: &TaskCtx,
+        language: Language,
         module: &str,
         function: &str,
         cases: &[TestCase],
         run: CasesRequest,
     ) -> Result<CaseRun, Error> {
         let outcome = self
-            .run_harness(ctx, module, HarnessRequest::Cases(run))
+            .run_harness(ctx, language, module, HarnessRequest::Cases(run))
             .await?;
         case_run(
             function,

@@ -103,7 +103,7 @@ impl Pipeline {
         let HarnessOutcome {
             result: run,
             report,
-        } = self.run_harness(ctx, module, request).await?;
+        } = self.run_harness(ctx, language, module, request).await?;
         let report = match report {
             Some(HarnessReport::Integrate(report)) => Some(report),
             _ => None,

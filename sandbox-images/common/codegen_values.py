@@ -145,11 +145,39 @@ def _object_fields(a):
         return None
 
 
+def _numpy_types():
+    """numpy's array type and its scalar types, when numpy was loaded before this module (the
+    python-sci image preloads it in the zygote, before any program runs): taken now, so that
+    a program cannot add its own class to them later."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None, frozenset(), None
+    scalars = frozenset(t for t in set(np.sctypeDict.values()) if isinstance(t, type))
+    return np.ndarray, scalars, np.generic.item
+
+
+_NP_ARRAY, _NP_SCALARS, _NP_ITEM = _numpy_types()
+
+
+def plain(x):
+    """A numpy array or scalar as the Python list or number it holds (exact types only: a
+    subclass could override what it says); anything else as it is."""
+    if _NP_ARRAY is None:
+        return x
+    t = type(x)
+    if t is _NP_ARRAY:
+        return _NP_ARRAY.tolist(x)
+    if t in _NP_SCALARS:
+        return _NP_ITEM(x)
+    return x
+
+
 def _render(x, budget, depth=0, active=None):
     """JSON-safe rendering of an arbitrary value, for display. Tuples -> lists,
     sets -> sorted lists (when sortable), objects -> their fields (else repr),
     non-finite floats -> "NaN"/"Infinity"/"-Infinity", ints outside the 64-bit range
-    -> decimal strings, bytes -> their repr."""
+    -> decimal strings, bytes -> their repr; numpy arrays and scalars as what they hold."""
+    x = plain(x)
     if active is None:
         active = set()
     if x is None or x is True or x is False:
@@ -463,10 +491,12 @@ def equal(a, e, tol, depth=0):
       non-str actual keys matched by their JSON spelling) or an object with the same
       fields (dataclass, namedtuple, __dict__/__slots__; private fields the expected
       dict does not mention are ignored).
+    A numpy array or scalar (python-sci) is compared as the list or number it holds.
     Any other expected value (in-process callers) is compared with the expected
     value's __eq__, then field by field for objects of the same type."""
     if depth > 500:
         raise RecursionError("values nested too deeply to compare")
+    a = plain(a)
     if e is None:
         return a is None
     if isinstance(e, bool):
