@@ -498,8 +498,8 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct SubmitArgs {
-    /// What to build, in plain language.
-    pub instruction: String,
+    /// What to build, in plain language (`debug`, `refactor`: what the code is for; optional).
+    pub instruction: Option<String>,
     /// Target language (default: the one the instruction names, else python).
     #[arg(long)]
     pub language: Option<String>,
@@ -532,6 +532,84 @@ pub struct SubmitArgs {
     /// and gets the first answer.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Set by `codegen debug` and `codegen refactor`: the given code and what to do with it.
+    #[arg(skip)]
+    pub rework: Option<ReworkArgs>,
+}
+
+/// The given code of a `debug` or `refactor` job, and what to do with it.
+#[derive(Debug, Clone)]
+pub struct ReworkArgs {
+    pub mode: proto::job::Mode,
+    pub code: String,
+    pub error: Option<String>,
+    pub goals: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DebugArgs {
+    /// The code with the error (`-`: standard input).
+    pub file: PathBuf,
+    /// A file with the error it raised, or how it misbehaves (a traceback, a failing test's
+    /// output, a description).
+    #[arg(long, required_unless_present = "error")]
+    pub error_file: Option<PathBuf>,
+    /// The error, on the command line.
+    #[arg(long, conflicts_with = "error_file")]
+    pub error: Option<String>,
+    #[command(flatten)]
+    pub job: SubmitArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RefactorArgs {
+    /// The code to refactor (`-`: standard input).
+    pub file: PathBuf,
+    /// What to improve (repeatable): readability, types, performance, ... (default:
+    /// readability).
+    #[arg(long = "goal")]
+    pub goals: Vec<String>,
+    #[command(flatten)]
+    pub job: SubmitArgs,
+}
+
+/// `codegen debug`: a `debug` job of FILE and its error; exits as `codegen submit`.
+pub async fn debug(args: DebugArgs) -> anyhow::Result<u8> {
+    let code = read_text(&args.file)?;
+    let error = match (&args.error, &args.error_file) {
+        (Some(error), _) => error.clone(),
+        (None, Some(path)) => read_text(path)?,
+        (None, None) => anyhow::bail!("give the error with --error-file or --error"),
+    };
+    let mut job = args.job;
+    job.language = Some(language_of(job.language.as_deref(), &args.file));
+    job.instruction = job
+        .instruction
+        .or_else(|| Some(format!("Fix the error in {}.", args.file.display())));
+    job.rework = Some(ReworkArgs {
+        mode: proto::job::Mode::Debug,
+        code,
+        error: Some(error),
+        goals: Vec::new(),
+    });
+    submit(job).await
+}
+
+/// `codegen refactor`: a `refactor` job of FILE toward its goals; exits as `codegen submit`.
+pub async fn refactor(args: RefactorArgs) -> anyhow::Result<u8> {
+    let code = read_text(&args.file)?;
+    let mut job = args.job;
+    job.language = Some(language_of(job.language.as_deref(), &args.file));
+    job.instruction = job
+        .instruction
+        .or_else(|| Some(format!("Refactor {}.", args.file.display())));
+    job.rework = Some(ReworkArgs {
+        mode: proto::job::Mode::Refactor,
+        code,
+        error: None,
+        goals: args.goals,
+    });
+    submit(job).await
 }
 
 #[derive(Debug, clap::Args)]
@@ -789,13 +867,24 @@ async fn wait_final(api: &Api, id: TaskId) -> anyhow::Result<Box<JobResult>> {
 /// when it failed, 2 when the coordinator could not be used.
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
     let api = Api::new(&args.url, args.api_key.as_deref())?;
+    let Some(instruction) = args.instruction.clone() else {
+        anyhow::bail!("say what to build: codegen submit \"INSTRUCTION\"");
+    };
+    let rework = args.rework.clone();
     let submission = proto::job::JobSubmission {
-        instruction: args.instruction.clone(),
+        instruction,
         language: args.language.clone(),
         constraints: args.constraints.clone(),
         test_requirements: args.test_requirements.clone(),
         max_iterations: args.max_iterations,
         callback_url: args.callback_url.clone(),
+        mode: rework.as_ref().map(|r| r.mode),
+        code: rework.as_ref().map(|r| r.code.clone()),
+        error: rework.as_ref().and_then(|r| r.error.clone()),
+        goals: rework
+            .as_ref()
+            .filter(|r| !r.goals.is_empty())
+            .map(|r| r.goals.clone()),
     };
     let response = api
         .send_creating(

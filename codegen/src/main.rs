@@ -49,6 +49,12 @@ enum Command {
     ExecBatch(client::ExecBatchArgs),
     /// Submit a generation job; with --wait, follow it and print the tested code.
     Submit(client::SubmitArgs),
+    /// Find and fix the cause of an error in a file: a test that reproduces it first, then
+    /// the fix (a `debug` job; with --wait, print the result and its diff).
+    Debug(client::DebugArgs),
+    /// Improve a file toward goals while its behaviour, pinned by tests first, stays the same
+    /// (a `refactor` job).
+    Refactor(client::RefactorArgs),
     /// Print a job's result, or its progress while it runs.
     Status(client::StatusArgs),
     /// Run a JSONL file of jobs as one batch and write one result per line, in input order.
@@ -106,6 +112,8 @@ fn main() -> std::process::ExitCode {
             Command::Exec(args) => client::exec(args).await,
             Command::ExecBatch(args) => client::exec_batch(args).await,
             Command::Submit(args) => client::submit(args).await,
+            Command::Debug(args) => client::debug(args).await,
+            Command::Refactor(args) => client::refactor(args).await,
             Command::Status(args) => client::status(args).await,
             Command::Batch(args) => client::batch(args).await,
             Command::Cache(args) => client::cache(args).await,

@@ -121,6 +121,9 @@ pub fn markdown(result: &JobResult) -> String {
         );
     }
 
+    if let Some(change) = &result.change {
+        out.push_str(&change_section(change));
+    }
     let language = result.language.as_str();
     for name in function_names(result) {
         let _ = writeln!(out, "## `{}`\n", signature(result, &name));
@@ -201,6 +204,50 @@ pub fn markdown(result: &JobResult) -> String {
 
     let _ = writeln!(out, "## Improvement history\n");
     out.push_str(&history(result));
+    out
+}
+
+/// A `debug` or `refactor` job's change: why, what, which cases reproduced the error (or were
+/// left out), the quality before, and the diff.
+fn change_section(change: &proto::job::Change) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## The change ({}: `{}`)\n",
+        change.mode.as_str(),
+        change.function
+    );
+    if let Some(cause) = &change.root_cause {
+        let _ = writeln!(out, "Cause: {}\n", cause.trim());
+    }
+    if let Some(changes) = &change.changes {
+        let _ = writeln!(out, "Changes: {}\n", changes.trim());
+    }
+    if !change.goals.is_empty() {
+        let _ = writeln!(out, "Goals: {}\n", change.goals.join(", "));
+    }
+    if !change.reproducing_tests.is_empty() {
+        let _ = writeln!(
+            out,
+            "Reproduced by (failed on the given code, pass now): {}\n",
+            change.reproducing_tests.join(", ")
+        );
+    }
+    if !change.dropped_tests.is_empty() {
+        let _ = writeln!(
+            out,
+            "Left out (the given code did not pass them): {}\n",
+            change.dropped_tests.join(", ")
+        );
+    }
+    if let Some(before) = &change.quality_before {
+        let _ = writeln!(
+            out,
+            "Quality of the given code: **{:.2}** / 1\n",
+            before.score
+        );
+    }
+    let _ = writeln!(out, "```diff\n{}```\n", change.diff);
     out
 }
 

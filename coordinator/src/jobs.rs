@@ -12,7 +12,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use proto::api::{ErrorBody, FunctionProgress, JobAccepted, JobProgress, JobView, Pending};
-use proto::job::{JobMeta, JobRequest, JobResult, JobStatus, JobSubmission};
+use proto::job::{JobMeta, JobRequest, JobResult, JobStatus, JobSubmission, Mode};
 use proto::{Language, Progress, Task, TaskId};
 
 use crate::auth::Tenant;
@@ -111,6 +111,7 @@ pub(crate) fn validate(
             ));
         }
     }
+    let rework = rework(options, &submission)?;
     Ok(JobRequest {
         instruction,
         language,
@@ -118,7 +119,99 @@ pub(crate) fn validate(
         constraints: submission.constraints,
         test_requirements: submission.test_requirements,
         max_iterations,
+        rework,
     })
+}
+
+/// Most goals a refactor takes, and the longest one.
+const MAX_GOALS: usize = 10;
+const MAX_GOAL_BYTES: usize = 200;
+
+/// A `debug` or `refactor` submission's given code and what to do with it; `None` for a
+/// generating one, which must not carry them.
+fn rework(
+    options: &crate::Options,
+    submission: &JobSubmission,
+) -> Result<Option<proto::job::Rework>, ApiError> {
+    let mode = submission.mode.unwrap_or_default();
+    let only = |field: &str, modes: &str| {
+        ApiError::invalid(field, format!("only a {modes} job takes it (`mode`)"))
+    };
+    if mode != Mode::Debug && submission.error.is_some() {
+        return Err(only("error", "`debug`"));
+    }
+    if mode != Mode::Refactor && submission.goals.is_some() {
+        return Err(only("goals", "`refactor`"));
+    }
+    if mode == Mode::Generate {
+        return match submission.code {
+            Some(_) => Err(only("code", "`debug` or `refactor`")),
+            None => Ok(None),
+        };
+    }
+    let code = submission
+        .code
+        .as_deref()
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "code",
+                format!("a `{}` job needs the code to work on", mode.as_str()),
+            )
+        })?;
+    if code.len() > options.max_code_bytes {
+        return Err(ApiError::invalid(
+            "code",
+            format!("over the limit of {} bytes", options.max_code_bytes),
+        ));
+    }
+    let error = match mode {
+        Mode::Debug => {
+            let error = submission
+                .error
+                .as_deref()
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "error",
+                        "a `debug` job needs the error the code raised or how it misbehaves",
+                    )
+                })?;
+            if error.len() > options.max_instruction_bytes {
+                return Err(ApiError::invalid(
+                    "error",
+                    format!("over the limit of {} bytes", options.max_instruction_bytes),
+                ));
+            }
+            Some(error.to_owned())
+        }
+        _ => None,
+    };
+    let goals: Vec<String> = submission
+        .goals
+        .iter()
+        .flatten()
+        .map(|g| g.trim().to_owned())
+        .filter(|g| !g.is_empty())
+        .collect();
+    if goals.len() > MAX_GOALS || goals.iter().any(|g| g.len() > MAX_GOAL_BYTES) {
+        return Err(ApiError::invalid(
+            "goals",
+            format!("at most {MAX_GOALS} goals of at most {MAX_GOAL_BYTES} bytes each"),
+        ));
+    }
+    let goals = if mode == Mode::Refactor && goals.is_empty() {
+        vec!["readability".to_owned()]
+    } else {
+        goals
+    };
+    Ok(Some(proto::job::Rework {
+        mode,
+        code: code.to_owned(),
+        error,
+        goals,
+    }))
 }
 
 /// Submits a generation job.

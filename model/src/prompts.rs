@@ -15,6 +15,9 @@ const PLAN: &str = include_str!("../prompts/v1/plan.j2");
 const TESTS: &str = include_str!("../prompts/v1/tests.j2");
 const IMPLEMENT: &str = include_str!("../prompts/v1/implement.j2");
 const REPAIR: &str = include_str!("../prompts/v1/repair.j2");
+const PLAN_REWORK: &str = include_str!("../prompts/v1/plan_rework.j2");
+const TESTS_REWORK: &str = include_str!("../prompts/v1/tests_rework.j2");
+const IMPLEMENT_REWORK: &str = include_str!("../prompts/v1/implement_rework.j2");
 
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +96,42 @@ pub struct RepairContext<'a> {
     pub history: Vec<Attempt<'a>>,
 }
 
+/// What a `debug` or `refactor` job gives every one of its prompts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rework<'a> {
+    /// `debug` or `refactor`.
+    pub mode: &'a str,
+    pub instruction: &'a str,
+    pub language: &'a str,
+    /// The given code.
+    pub code: &'a str,
+    pub error: Option<&'a str>,
+    pub goals: &'a [String],
+}
+
+/// Inputs of a rework's test-writing prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReworkTestsContext<'a> {
+    #[serde(flatten)]
+    pub rework: Rework<'a>,
+    pub spec: &'a FunctionSpec,
+    pub min_cases: u32,
+    pub max_cases: u32,
+    /// `debug`: the names of earlier cases that all passed on the given code.
+    pub not_reproduced: Vec<&'a str>,
+}
+
+/// Inputs of a rework's code-writing prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReworkImplementContext<'a> {
+    #[serde(flatten)]
+    pub rework: Rework<'a>,
+    pub spec: &'a FunctionSpec,
+    pub tests: &'a [TestCase],
+    /// The cases that fail on the given code (`debug`: they reproduce the error).
+    pub failing: Vec<&'a str>,
+}
+
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_syntax(
@@ -107,6 +146,9 @@ fn environment() -> Environment<'static> {
         ("tests", TESTS),
         ("implement", IMPLEMENT),
         ("repair", REPAIR),
+        ("plan_rework", PLAN_REWORK),
+        ("tests_rework", TESTS_REWORK),
+        ("implement_rework", IMPLEMENT_REWORK),
     ] {
         env.add_template(name, source)
             .expect("bundled templates parse (checked by tests)");
@@ -293,6 +335,19 @@ fn render(template: &str, language: &str, context: impl Serialize) -> Result<Pro
 
 pub fn plan(context: &PlanContext<'_>) -> Result<Prompt, Error> {
     render("plan", context.language, context)
+}
+
+/// The plan of a `debug` or `refactor` job: the one function its cases call.
+pub fn plan_rework(context: &Rework<'_>) -> Result<Prompt, Error> {
+    render("plan_rework", context.language, context)
+}
+
+pub fn tests_rework(context: &ReworkTestsContext<'_>) -> Result<Prompt, Error> {
+    render("tests_rework", context.rework.language, context)
+}
+
+pub fn implement_rework(context: &ReworkImplementContext<'_>) -> Result<Prompt, Error> {
+    render("implement_rework", context.rework.language, context)
 }
 
 pub fn tests(context: &TestsContext<'_>) -> Result<Prompt, Error> {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::TaskId;
-use crate::generation::FunctionSpec;
+use crate::generation::{FunctionSpec, TestCase, TestKind};
 use crate::job::{
     CacheOutcome, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, Quality, TestResult,
     Validation,
@@ -84,6 +84,7 @@ impl JobResult {
             webhook: None,
             validation: Validation::NotValidated,
             manual_review_recommended: true,
+            change: None,
         };
         match ending {
             Ending::Early { status, reason } => {
@@ -147,7 +148,8 @@ impl JobResult {
                     .map(|o| (o.name.clone(), o.tests.clone()))
                     .collect();
                 result.test_results = run.test_results;
-                result.documentation = documentation(meta, specs);
+                result.documentation =
+                    documentation(meta, specs, &result.tests, &result.test_results);
                 result.quality = run.quality;
                 result.metrics.execution_ms += run.execution_ms;
                 result.metrics.sandbox_cpu_ms += run.sandbox_cpu_ms;
@@ -175,8 +177,15 @@ impl JobResult {
     }
 }
 
-/// The module's documentation: the request, then each function's signature and purpose.
-fn documentation(meta: &JobMeta, specs: &[FunctionSpec]) -> String {
+/// The module's documentation: the request, then each function's signature and purpose, and
+/// a usage example: one of its test cases that passed in the final run (a normal case first),
+/// so every example shown has run in the sandbox; a function none of whose cases passed says so.
+fn documentation(
+    meta: &JobMeta,
+    specs: &[FunctionSpec],
+    tests: &BTreeMap<String, Vec<TestCase>>,
+    results: &[TestResult],
+) -> String {
     let mut doc = format!("# Solution\n\n{}\n", meta.request.instruction);
     for spec in specs {
         let args: Vec<String> = spec
@@ -195,8 +204,46 @@ fn documentation(meta: &JobMeta, specs: &[FunctionSpec]) -> String {
         if !spec.dependencies.is_empty() {
             doc.push_str(&format!("\nUses: {}\n", spec.dependencies.join(", ")));
         }
+        doc.push_str(&example(spec, tests.get(&spec.name), results));
     }
     doc
+}
+
+/// `spec`'s usage example: a case of `cases` that passed in `results`, as a call with its
+/// inputs (JSON, in the parameters' order) and what it gave.
+fn example(spec: &FunctionSpec, cases: Option<&Vec<TestCase>>, results: &[TestResult]) -> String {
+    let passed = |case: &&TestCase| {
+        results
+            .iter()
+            .any(|r| r.function == spec.name && r.test == case.name && r.passed)
+    };
+    let cases = cases.map(Vec::as_slice).unwrap_or_default();
+    let Some(case) = cases.iter().filter(passed).min_by_key(|c| match c.kind {
+        TestKind::Normal => 0,
+        TestKind::Edge => 1,
+        TestKind::Error => 2,
+    }) else {
+        return "\nExample: none (no case of this function passed).\n".into();
+    };
+    let args: Vec<String> = spec
+        .inputs
+        .iter()
+        .map(|p| {
+            case.inputs
+                .get(&p.name)
+                .map_or("null".into(), ToString::to_string)
+        })
+        .collect();
+    let outcome = match &case.expected_error {
+        Some(error) => format!("fails with {error}"),
+        None => format!("→ {}", case.expected_output),
+    };
+    format!(
+        "\nExample (test case `{}`, run in the sandbox: passed):\n\n    {}({}) {outcome}\n",
+        case.name,
+        spec.name,
+        args.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -231,6 +278,7 @@ mod tests {
                 constraints: None,
                 test_requirements: None,
                 max_iterations: 3,
+                rework: None,
             },
             submitted_at_ms: 1_000,
             replans: 0,
@@ -262,6 +310,13 @@ mod tests {
             passed,
             done: true,
             code: Some(format!("def {name}(): ...")),
+            tests: vec![TestCase {
+                name: "t".into(),
+                kind: TestKind::Normal,
+                inputs: serde_json::Map::new(),
+                expected_output: serde_json::json!(1),
+                expected_error: None,
+            }],
             test_results: vec![verdict(name, passed)],
             failure: (!passed).then(|| "wrong output".into()),
             tokens: Tokens {
@@ -304,6 +359,26 @@ mod tests {
             result.documentation.contains("Uses: a"),
             "{}",
             result.documentation
+        );
+        // Each function's example is its case that passed in the final run, as a call.
+        for f in ["a", "b"] {
+            assert!(
+                result.documentation.contains(&format!(
+                    "Example (test case `t`, run in the sandbox: passed):\n\n    {f}() → 1"
+                )),
+                "{}",
+                result.documentation
+            );
+        }
+        // A case that did not pass is never an example.
+        let failed = example(
+            &specs[0],
+            Some(&outcomes["a"].tests),
+            &[verdict("a", false)],
+        );
+        assert_eq!(
+            failed,
+            "\nExample: none (no case of this function passed).\n"
         );
         let m = &result.metrics;
         assert_eq!((m.total_ms, m.model_calls, m.generation_ms), (4_000, 3, 14));

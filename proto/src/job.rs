@@ -33,6 +33,58 @@ pub struct JobSubmission {
     /// `http(s)` URL whose host the operator allows (`coordinator.webhook_allow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
+    /// What the job does: `generate` (the default) writes code from the instruction; `debug`
+    /// finds and fixes the cause of `error` in `code`; `refactor` improves `code` toward
+    /// `goals` while its behaviour stays the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// `debug` and `refactor`: the code to work on (one module in the job's language).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// `debug`: the error the code raised, or how it misbehaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `refactor`: what to improve (e.g. `readability`, `types`, `performance`); default
+    /// `readability`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goals: Option<Vec<String>>,
+}
+
+/// What a job does with its request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Write code from the instruction.
+    #[default]
+    Generate,
+    /// Find the cause of an error in given code and fix it: a test that reproduces it first.
+    Debug,
+    /// Improve given code toward goals: its behaviour, pinned by tests first, stays the same.
+    Refactor,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Generate => "generate",
+            Mode::Debug => "debug",
+            Mode::Refactor => "refactor",
+        }
+    }
+}
+
+/// A `debug` or `refactor` job's given code and what to do with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rework {
+    /// `Debug` or `Refactor`.
+    pub mode: Mode,
+    pub code: String,
+    /// `Debug`: the error or the misbehaviour.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// `Refactor`: what to improve.
+    #[serde(default)]
+    pub goals: Vec<String>,
 }
 
 /// A validated job request, as stored with the job.
@@ -49,6 +101,15 @@ pub struct JobRequest {
     pub test_requirements: Option<String>,
     /// Implementation attempts per function (first one included).
     pub max_iterations: u32,
+    /// A `debug` or `refactor` job's given code; `None`: the job generates.
+    #[serde(default)]
+    pub rework: Option<Rework>,
+}
+
+impl JobRequest {
+    pub fn mode(&self) -> Mode {
+        self.rework.as_ref().map_or(Mode::Generate, |r| r.mode)
+    }
 }
 
 /// Where a job is.
@@ -147,16 +208,40 @@ fn digest(parts: &[&str]) -> String {
 
 /// The solution-cache key: the normalised request and the model that answers it (`model`
 /// names provider, model and prompt version).
+/// A `debug` or `refactor` job's key adds its mode and given code (a generating job's key is
+/// as it was before modes existed).
 pub fn solution_cache_key(request: &JobRequest, model: &str) -> String {
-    digest(&[
-        "solution/v1",
-        &normalise(&request.instruction),
-        request.language.as_str(),
-        &normalise(request.constraints.as_deref().unwrap_or("")),
-        &normalise(request.test_requirements.as_deref().unwrap_or("")),
-        &request.max_iterations.to_string(),
-        model,
-    ])
+    let mut parts = vec![
+        "solution/v1".to_owned(),
+        normalise(&request.instruction),
+        request.language.as_str().to_owned(),
+        normalise(request.constraints.as_deref().unwrap_or("")),
+        normalise(request.test_requirements.as_deref().unwrap_or("")),
+        request.max_iterations.to_string(),
+        model.to_owned(),
+    ];
+    parts.extend(rework_parts(request.rework.as_ref()));
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    digest(&parts)
+}
+
+/// What a rework adds to a cache key: its mode, the given code exactly (indentation can be
+/// meaning), the error and the goals.
+fn rework_parts(rework: Option<&Rework>) -> Vec<String> {
+    let Some(rework) = rework else {
+        return Vec::new();
+    };
+    vec![
+        rework.mode.as_str().to_owned(),
+        rework.code.clone(),
+        normalise(rework.error.as_deref().unwrap_or("")),
+        rework
+            .goals
+            .iter()
+            .map(|g| normalise(g))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    ]
 }
 
 /// The function-level cache key: the spec, the code of its dependencies, and the model.
@@ -165,13 +250,23 @@ pub fn function_cache_key(
     spec: &FunctionSpec,
     dependency_code: &[(String, String)],
     model: &str,
+    rework: Option<&Rework>,
 ) -> String {
     let spec = serde_json::to_string(spec).unwrap_or_default();
     let deps: String = dependency_code
         .iter()
         .map(|(name, code)| format!("{name}\n{code}\n"))
         .collect();
-    digest(&["function/v1", language.as_str(), &spec, &deps, model])
+    let mut parts = vec![
+        "function/v1".to_owned(),
+        language.as_str().to_owned(),
+        spec,
+        deps,
+        model.to_owned(),
+    ];
+    parts.extend(rework_parts(rework));
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    digest(&parts)
 }
 
 /// The validated plan: specs in a topological order, and who depends on whom.
@@ -326,6 +421,25 @@ pub struct FunctionOutcome {
     pub cached: bool,
     #[serde(default)]
     pub validation: Validation,
+    /// A `debug` or `refactor` job's function: what its cases did on the given code, and the
+    /// change's analysis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rework: Option<ReworkOutcome>,
+}
+
+/// What a `debug` or `refactor` job's cases did on the given code, and why the code changed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReworkOutcome {
+    /// `debug`: the cases that failed on the given code (they reproduce the error).
+    #[serde(default)]
+    pub reproduced: Vec<String>,
+    /// `refactor`: the cases the given code did not pass (they do not describe what it does),
+    /// left out.
+    #[serde(default)]
+    pub dropped: Vec<String>,
+    /// The analysis the model gave with the code that stands (root cause, changes).
+    #[serde(default)]
+    pub analysis: Option<Analysis>,
 }
 
 impl FunctionOutcome {
@@ -348,6 +462,7 @@ impl FunctionOutcome {
             cpu_ms: 0,
             cached: false,
             validation: Validation::Tested,
+            rework: None,
         }
     }
 }
@@ -448,6 +563,43 @@ pub struct JobResult {
     /// job failed before any code was checked.
     pub validation: Validation,
     pub manual_review_recommended: bool,
+    /// A `debug` or `refactor` job's change to the given code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub change: Option<Change>,
+}
+
+/// What a `debug` or `refactor` job changed in the given code, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Change {
+    pub mode: Mode,
+    /// The function the job's cases call (the given code's entry point).
+    pub function: String,
+    /// A unified diff from the given code to the result's (`implementations[function]`).
+    pub diff: String,
+    /// `debug`: why the given code failed; `refactor`: what held it back against the goals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub root_cause: Option<String>,
+    /// What the change does (`refactor`: one line per goal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub changes: Option<String>,
+    /// `debug`: the cases that failed on the given code (they reproduce the error); each is in
+    /// `tests` and `test_results`.
+    #[serde(default)]
+    pub reproducing_tests: Vec<String>,
+    /// `refactor`: cases the model wrote that the given code did not pass (they did not
+    /// describe what it does), left out.
+    #[serde(default)]
+    pub dropped_tests: Vec<String>,
+    /// `refactor`: the goals.
+    #[serde(default)]
+    pub goals: Vec<String>,
+    /// `refactor`: the given code's quality, by the same measures as `quality`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub quality_before: Option<Quality>,
 }
 
 #[cfg(test)]
@@ -462,6 +614,7 @@ mod tests {
             constraints: None,
             test_requirements: None,
             max_iterations: 3,
+            rework: None,
         }
     }
 
@@ -483,6 +636,22 @@ mod tests {
         let mut constrained = request("sum the primes");
         constrained.constraints = Some("no loops".into());
         assert_ne!(a, solution_cache_key(&constrained, "openai/m@v1"));
+        // A debug job of the same words is another job, and so is one of other code or mode.
+        let rework = |mode, code: &str| {
+            let mut r = request("sum the primes");
+            r.rework = Some(Rework {
+                mode,
+                code: code.into(),
+                error: Some("IndexError".into()),
+                goals: vec![],
+            });
+            solution_cache_key(&r, "openai/m@v1")
+        };
+        let debug = rework(Mode::Debug, "def f():\n    return 1\n");
+        assert_ne!(a, debug);
+        assert_ne!(debug, rework(Mode::Refactor, "def f():\n    return 1\n"));
+        assert_ne!(debug, rework(Mode::Debug, "def f():\n  return 1\n"));
+        assert_eq!(debug, rework(Mode::Debug, "def f():\n    return 1\n"));
     }
 }
 

@@ -82,6 +82,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
+            rework: None,
         },
         submitted_at_ms: 1_000,
         replans: 0,

@@ -204,3 +204,78 @@ async fn generation_jobs_take_only_languages_the_pipeline_supports() {
         );
     }
 }
+
+#[tokio::test]
+async fn debug_and_refactor_jobs_take_their_own_fields_and_only_those() {
+    let (broker, jobs) = (MemoryBroker::new(5), MemoryJobs::new());
+    let c = coordinator(Options::default(), &broker, &jobs);
+    let job = |body: serde_json::Value| {
+        crate::jobs::validate(&c.options, serde_json::from_value(body).unwrap())
+    };
+    let refused = |body: serde_json::Value, field: &str| {
+        let error = job(body).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            error.message().starts_with(&format!("{field}: ")),
+            "{}",
+            error.message()
+        );
+    };
+    let code = "def f(x):\n    return x\n";
+    refused(
+        serde_json::json!({"instruction": "x", "code": code}),
+        "code",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "error": "boom"}),
+        "error",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "goals": ["speed"]}),
+        "goals",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "debug", "error": "boom"}),
+        "code",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "debug", "code": code}),
+        "error",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "debug", "code": "  ", "error": "boom"}),
+        "code",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "refactor", "code": code, "error": "boom"}),
+        "error",
+    );
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "refactor", "code": code,
+                           "goals": vec!["g"; 11]}),
+        "goals",
+    );
+    let big = "x".repeat(Options::default().max_code_bytes + 1);
+    refused(
+        serde_json::json!({"instruction": "x", "mode": "refactor", "code": big}),
+        "code",
+    );
+    let debug = job(
+        serde_json::json!({"instruction": "x", "mode": "debug", "code": code,
+                                       "error": " ZeroDivisionError \n"}),
+    )
+    .unwrap();
+    assert_eq!(debug.mode(), proto::job::Mode::Debug);
+    let rework = debug.rework.unwrap();
+    assert_eq!(
+        (rework.code.as_str(), rework.error.as_deref()),
+        (code, Some("ZeroDivisionError"))
+    );
+    // A refactor without goals improves readability.
+    let refactor =
+        job(serde_json::json!({"instruction": "x", "mode": "refactor", "code": code})).unwrap();
+    assert_eq!(refactor.rework.unwrap().goals, ["readability"]);
+    // `generate`, named or not, takes none of them.
+    let generate = job(serde_json::json!({"instruction": "x", "mode": "generate"})).unwrap();
+    assert!(generate.rework.is_none());
+}

@@ -586,6 +586,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
+            rework: None,
         },
         submitted_at_ms: at,
         replans: 0,

@@ -13,6 +13,7 @@ mod executions;
 mod executions_eval;
 mod fairness;
 mod generation_languages;
+mod generation_modes;
 mod idempotency;
 mod index_store;
 mod job_store;

@@ -8,7 +8,8 @@ use model::prompts::{self, Attempt, DependencyCode, Failure};
 use model::{Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
-    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, TestResult, Validation,
+    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, ReworkOutcome, TestResult,
+    Validation,
 };
 use proto::{ErrorKind, Progress};
 
@@ -90,7 +91,13 @@ impl Pipeline {
             }
         }
         let cache_key = self.cache.as_ref().map(|(_, model)| {
-            proto::job::function_cache_key(meta.request.language, &spec, &dependency_code, model)
+            proto::job::function_cache_key(
+                meta.request.language,
+                &spec,
+                &dependency_code,
+                model,
+                meta.request.rework.as_ref(),
+            )
         });
         if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
             match seat.alongside(cache.look_up_function(key)).await {
@@ -218,14 +225,24 @@ impl Pipeline {
         let language = meta.request.language.as_str();
         let model = self.model().map_err(Error::Failed)?;
         let deadline = self.deadline();
-        let tests_prompt = prompts::tests(&prompts::TestsContext {
-            instruction: &meta.request.instruction,
-            language,
-            spec,
-            test_requirements: meta.request.test_requirements.as_deref(),
-            min_cases: self.options.min_cases,
-            max_cases: self.options.max_cases,
-        })
+        let rework = meta.request.rework.as_ref();
+        let tests_prompt = match rework {
+            Some(rework) => prompts::tests_rework(&prompts::ReworkTestsContext {
+                rework: super::rework_prompt(&meta.request, rework),
+                spec,
+                min_cases: self.options.min_cases,
+                max_cases: self.options.max_cases,
+                not_reproduced: Vec::new(),
+            }),
+            None => prompts::tests(&prompts::TestsContext {
+                instruction: &meta.request.instruction,
+                language,
+                spec,
+                test_requirements: meta.request.test_requirements.as_deref(),
+                min_cases: self.options.min_cases,
+                max_cases: self.options.max_cases,
+            }),
+        }
         .map_err(|e| Error::Failed(e.to_string()))?;
         seat.alongside(self.go_on(ctx)).await?;
         // The `function_started` event is written while the model writes the tests: it only
@@ -256,6 +273,10 @@ impl Pipeline {
         let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
         account(outcome, &tests.usage, tests.calls);
         outcome.tests = tests.value.cases;
+        if let Some(rework) = rework {
+            self.against_given_code(ctx, &mut seat, meta, rework, spec, outcome)
+                .await?;
+        }
         // Stored while the model writes the code (a redelivery resumes from them); the code
         // waits for the write before anything else is stored.
         let mut unsaved_tests = Some(outcome.clone());
@@ -271,15 +292,26 @@ impl Pipeline {
         let mut last: Option<(String, CaseRun)> = None;
         for attempt in 1..=meta.request.max_iterations {
             outcome.attempts = attempt;
-            let prompt = match &last {
-                None => prompts::implement(&prompts::ImplementContext {
+            let prompt = match (&last, rework) {
+                (None, Some(rework)) => {
+                    let given = outcome.rework.as_ref();
+                    prompts::implement_rework(&prompts::ReworkImplementContext {
+                        rework: super::rework_prompt(&meta.request, rework),
+                        spec,
+                        tests: &outcome.tests,
+                        failing: given
+                            .map(|g| g.reproduced.iter().map(String::as_str).collect())
+                            .unwrap_or_default(),
+                    })
+                }
+                (None, None) => prompts::implement(&prompts::ImplementContext {
                     instruction: &meta.request.instruction,
                     language,
                     spec,
                     dependencies: deps.clone(),
                     tests: &outcome.tests,
                 }),
-                Some((code, run)) => {
+                (Some((code, run)), _) => {
                     let failures = failures(&outcome.tests, &run.results);
                     let history: Vec<Attempt<'_>> = outcome
                         .history
@@ -336,6 +368,13 @@ impl Pipeline {
             seat = Seat::default();
             account(outcome, &generated.usage, generated.calls);
             let code = generated.value.code;
+            // A rework's result says why the code changed: the analysis that came with the
+            // code that stands.
+            if let (Some(given), Some(analysis)) =
+                (outcome.rework.as_mut(), generated.value.analysis.as_ref())
+            {
+                given.analysis = Some(analysis.clone());
+            }
             if let (Some(analysis), Some(previous)) =
                 (generated.value.analysis, outcome.history.last_mut())
             {
@@ -353,8 +392,10 @@ impl Pipeline {
                     dependency: Dependency::Docker,
                     reason,
                 }) if self.options.static_fallback
-                    // The static checks read Python; other languages wait for a sandbox.
+                    // The static checks read Python; other languages wait for a sandbox, and
+                    // so does a rework (its cases must run on the given code first).
                     && super::forms::of(meta.request.language).is_none()
+                    && rework.is_none()
                     && self.sandbox.health().await.is_err() =>
                 {
                     tracing::warn!(%job, function = %spec.name, %reason, "no sandbox: static checks only");
@@ -416,6 +457,93 @@ impl Pipeline {
             meta.request.max_iterations,
             run.error_kind.map_or("failed", ErrorKind::as_str),
             run.error
+        )))
+    }
+}
+
+impl Pipeline {
+    /// A rework's cases, run on the given code before anything changes it. `debug`: at least
+    /// one must fail there (it reproduces the error); when none does, the model is asked once
+    /// more, told so, and then the job fails: a fix that no test shows is not verified.
+    /// `refactor`: the cases the given code fails do not describe what it does and are left
+    /// out; none left fails the job.
+    async fn against_given_code(
+        &self,
+        ctx: &TaskCtx,
+        seat: &mut Seat,
+        meta: &JobMeta,
+        rework: &proto::job::Rework,
+        spec: &proto::generation::FunctionSpec,
+        outcome: &mut FunctionOutcome,
+    ) -> Result<(), Error> {
+        let language = meta.request.language;
+        for asked in 1..=2 {
+            let run = self
+                .run_cases(ctx, language, &rework.code, spec, &outcome.tests)
+                .await?;
+            outcome.execution_ms += run.duration_ms;
+            outcome.cpu_ms += run.cpu_ms;
+            let failing: Vec<String> = outcome
+                .tests
+                .iter()
+                .filter(|t| !run.results.iter().any(|r| r.test == t.name && r.passed))
+                .map(|t| t.name.clone())
+                .collect();
+            match rework.mode {
+                proto::job::Mode::Refactor => {
+                    outcome.tests.retain(|t| !failing.contains(&t.name));
+                    if outcome.tests.is_empty() {
+                        return Err(Error::Failed(format!(
+                            "no characterisation case passes on the given code ({}): {}",
+                            run.error_kind.map_or("failed", ErrorKind::as_str),
+                            run.error
+                        )));
+                    }
+                    outcome.rework = Some(ReworkOutcome {
+                        dropped: failing,
+                        ..ReworkOutcome::default()
+                    });
+                    return Ok(());
+                }
+                _ if !failing.is_empty() => {
+                    outcome.rework = Some(ReworkOutcome {
+                        reproduced: failing,
+                        ..ReworkOutcome::default()
+                    });
+                    return Ok(());
+                }
+                _ if asked == 2 => break,
+                _ => {}
+            }
+            // Every case passed on the code with the error: ask again, saying so.
+            let names: Vec<&str> = outcome.tests.iter().map(|t| t.name.as_str()).collect();
+            let prompt = prompts::tests_rework(&prompts::ReworkTestsContext {
+                rework: super::rework_prompt(&meta.request, rework),
+                spec,
+                min_cases: self.options.min_cases,
+                max_cases: self.options.max_cases,
+                not_reproduced: names,
+            })
+            .map_err(|e| Error::Failed(e.to_string()))?;
+            self.go_on(ctx).await?;
+            let model = self.model().map_err(Error::Failed)?;
+            let tests = model
+                .generate_in::<TestCases>(
+                    &ctx.call,
+                    seat,
+                    Phase::Tests,
+                    Some(&spec.name),
+                    &prompt,
+                    self.deadline(),
+                )
+                .await
+                .map_err(|e| model_error(Some("writing tests"), &e))?;
+            account(outcome, &tests.usage, tests.calls);
+            outcome.tests = tests.value.cases;
+        }
+        Err(Error::Failed(format!(
+            "the error was not reproduced: every case written for {} passes on the given code",
+            spec.name
         )))
     }
 }

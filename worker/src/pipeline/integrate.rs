@@ -9,6 +9,8 @@ use proto::now_ms;
 
 use super::quality::{score, static_quality};
 use super::{Error, Pipeline, TaskCtx, redis};
+use proto::generation::FunctionSpec;
+use proto::job::{Change, FunctionOutcome, JobRequest, Mode, Rework, TestResult};
 
 impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
@@ -93,7 +95,13 @@ impl Pipeline {
                 Err(e) => return Err(e),
             }
         };
-        let result = JobResult::assemble(&meta, &plan.specs, &outcomes, ending, now_ms());
+        let mut result = JobResult::assemble(&meta, &plan.specs, &outcomes, ending, now_ms());
+        if let Some(rework) = &meta.request.rework {
+            result.change = Some(
+                self.change(ctx, &meta.request, rework, &plan.specs, &outcomes, &result)
+                    .await?,
+            );
+        }
         let status = result.status;
         // Result, `finished` event and final status in one step: whoever finishes first (this
         // run, a duplicate of it, or a coordinator failing the job) is the job's end. A
@@ -115,5 +123,69 @@ impl Pipeline {
         }
         tracing::info!(%job, status = status.as_str(), "job finished");
         Ok(())
+    }
+}
+
+impl Pipeline {
+    /// What a `debug` or `refactor` job changed in the given code: the diff to the code that
+    /// stands, the model's analysis of it, the cases that reproduced the error (`debug`) or
+    /// were left out (`refactor`), and, for a refactor, the given code's quality by the same
+    /// measures (a sandbox run of the given code with the same cases).
+    async fn change(
+        &self,
+        ctx: &TaskCtx,
+        request: &JobRequest,
+        rework: &Rework,
+        specs: &[FunctionSpec],
+        outcomes: &BTreeMap<String, FunctionOutcome>,
+        result: &JobResult,
+    ) -> Result<Change, Error> {
+        let spec = specs.first();
+        let function = spec.map(|s| s.name.clone()).unwrap_or_default();
+        let outcome = outcomes.get(&function);
+        let given = outcome.and_then(|o| o.rework.clone()).unwrap_or_default();
+        let changed = result.implementations.get(&function);
+        let diff = changed.map_or_else(String::new, |code| {
+            similar::TextDiff::from_lines(rework.code.as_str(), code.as_str())
+                .unified_diff()
+                .context_radius(3)
+                .header("given", "changed")
+                .to_string()
+        });
+        let quality_before = match (rework.mode, outcome) {
+            (Mode::Refactor, Some(outcome)) if changed.is_some() => {
+                let run = self
+                    .integration_run(ctx, request.language, &rework.code, specs, outcomes, false)
+                    .await?;
+                // Every case kept passed on the given code: that is why it was kept.
+                let passed: Vec<TestResult> = outcome
+                    .tests
+                    .iter()
+                    .map(|t| TestResult {
+                        function: function.clone(),
+                        test: t.name.clone(),
+                        passed: true,
+                        actual_output: t.expected_output.clone(),
+                        error: None,
+                        error_kind: None,
+                        duration_ms: 0.0,
+                    })
+                    .collect();
+                Some(score(run.report, &passed))
+            }
+            _ => None,
+        };
+        let analysis = given.analysis;
+        Ok(Change {
+            mode: rework.mode,
+            function,
+            diff,
+            root_cause: analysis.as_ref().map(|a| a.root_cause.clone()),
+            changes: analysis.map(|a| a.changes),
+            reproducing_tests: given.reproduced,
+            dropped_tests: given.dropped,
+            goals: rework.goals.clone(),
+            quality_before,
+        })
     }
 }

@@ -356,3 +356,18 @@ impl Pipeline {
         tokio::time::Instant::now() + self.options.task_deadline
     }
 }
+
+/// What every prompt of a `debug` or `refactor` job is given.
+fn rework_prompt<'a>(
+    request: &'a proto::job::JobRequest,
+    rework: &'a proto::job::Rework,
+) -> model::prompts::Rework<'a> {
+    model::prompts::Rework {
+        mode: rework.mode.as_str(),
+        instruction: &request.instruction,
+        language: request.language.as_str(),
+        code: &rework.code,
+        error: rework.error.as_deref(),
+        goals: &rework.goals,
+    }
+}

@@ -65,7 +65,13 @@ impl Pipeline {
             meta.plan_tokens.completion += generated.usage.completion_tokens;
             meta.plan_model_calls += generated.calls;
             let specs = generated.value.functions;
-            match flow::plan(specs.clone(), meta.max_functions as usize) {
+            let checked = match &meta.request.rework {
+                Some(rework) => rework_plan(&specs, &rework.code)
+                    .and_then(|()| flow::plan(specs.clone(), 1).map_err(|e| e.to_string())),
+                None => flow::plan(specs.clone(), meta.max_functions as usize)
+                    .map_err(|e| e.to_string()),
+            };
+            match checked {
                 Ok(plan) => return self.started(ctx, &meta, &plan).await,
                 Err(refused) if meta.replans < flow::MAX_REPLANS => {
                     meta.replans += 1;
@@ -105,11 +111,14 @@ impl Pipeline {
         meta: &proto::job::JobMeta,
         problem: Option<&str>,
     ) -> Result<model::Generated<FunctionSpecs>, Error> {
-        let mut prompt = prompts::plan(&prompts::PlanContext {
-            instruction: &meta.request.instruction,
-            language: meta.request.language.as_str(),
-            constraints: meta.request.constraints.as_deref(),
-        })
+        let mut prompt = match &meta.request.rework {
+            Some(rework) => prompts::plan_rework(&super::rework_prompt(&meta.request, rework)),
+            None => prompts::plan(&prompts::PlanContext {
+                instruction: &meta.request.instruction,
+                language: meta.request.language.as_str(),
+                constraints: meta.request.constraints.as_deref(),
+            }),
+        }
         .map_err(|e| Error::Failed(e.to_string()))?;
         if let Some(problem) = problem {
             prompt.user.push_str(&format!(
@@ -153,5 +162,61 @@ impl Pipeline {
         let refused = proto::job::Plan::refused(specs.to_vec(), reason.to_owned());
         self.flow.start(meta, &refused).await.map_err(advancing)?;
         Ok(())
+    }
+}
+
+/// A `debug` or `refactor` plan names one function, with no dependencies, that the given code
+/// defines (its cases call it in that code).
+fn rework_plan(specs: &[proto::generation::FunctionSpec], code: &str) -> Result<(), String> {
+    let [spec] = specs else {
+        return Err(format!(
+            "it has {} functions; a debug or refactor plan names exactly one, the function its cases call",
+            specs.len()
+        ));
+    };
+    if !spec.dependencies.is_empty() {
+        return Err(format!("{} has dependencies; it must have none", spec.name));
+    }
+    let defined = code.match_indices(spec.name.as_str()).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + spec.name.len()..].trim_start().chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && matches!(after, Some('(' | '<'))
+    });
+    if !defined {
+        return Err(format!("the given code has no function {}", spec.name));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, dependencies: &[&str]) -> proto::generation::FunctionSpec {
+        serde_json::from_value(
+            serde_json::json!({"name": name, "purpose": "p", "inputs": [],
+            "outputs": {"type": "int", "description": "d"}, "dependencies": dependencies,
+            "complexity": "simple"}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_rework_plan_names_one_function_of_the_given_code() {
+        let code = "def mean(xs):\n    return sum(xs) / len(xs)\n";
+        assert_eq!(rework_plan(&[spec("mean", &[])], code), Ok(()));
+        assert!(
+            rework_plan(&[spec("median", &[])], code)
+                .unwrap_err()
+                .contains("no function median")
+        );
+        assert!(rework_plan(&[spec("me", &[])], code).is_err());
+        assert!(rework_plan(&[spec("mean", &["x"])], code).is_err());
+        assert!(
+            rework_plan(&[spec("mean", &[]), spec("mean2", &[])], code)
+                .unwrap_err()
+                .contains("2 functions")
+        );
+        assert!(rework_plan(&[], code).is_err());
     }
 }
