@@ -383,3 +383,103 @@ async fn a_python_sci_request_is_tested_with_numpy_in_its_image() {
     assert!(quality.get("unmeasured").is_none(), "{quality}");
     assert!(quality["coverage"].as_f64().unwrap() > 0.5, "{quality}");
 }
+
+/// A `debug` job in `set`'s language: the given code is `sieve` and the wrong `sum_primes`,
+/// the error what it returned for 7; the model's case for 7 fails on the given code (it
+/// reproduces the error), the fixed module passes it.
+async fn a_debug_job_fixes_sum_primes_in(set: &Set) {
+    let language = set.language;
+    let said = format!("senior {language} engineer");
+    let given = format!("{}\n\n{}", set.sieve, set.sum_wrong);
+    let fixed = format!("{}\n\n{}", set.sieve, set.sum_fixed);
+    let case = |name: &str, n: i64, expected: i64| {
+        json!({"name": name, "kind": "normal", "inputs": {"n": n},
+               "expected_output": expected, "expected_error": null})
+    };
+    let script = json!({"answers": [
+        {"phase": "plan", "prompt_contains": "through which the reported error shows", "answer": {"functions": [
+            {"name": "sum_primes", "purpose": "Return the sum of all primes <= n; 0 for n < 2.",
+             "inputs": [{"name": "n", "type": set.int}],
+             "outputs": {"type": set.sum, "description": "the sum"},
+             "dependencies": [], "complexity": "simple"}]}},
+        {"phase": "tests", "function": "sum_primes", "prompt_contains": &said,
+         "answer": {"cases": [case("seven", 7, 17), case("one", 1, 0)]}},
+        {"phase": "implement", "function": "sum_primes", "prompt_contains": "Fix the cause of a reported error",
+         "answer": {"code": fixed, "analysis": {"error_kind": "wrong_output",
+            "root_cause": "sieve is called with n - 1, which leaves n out",
+            "changes": "call sieve with n"}}}
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{language}-debug-model.json"));
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster
+        .submit_job(json!({
+            "instruction": "Sum the primes up to n.",
+            "language": language,
+            "mode": "debug",
+            "code": given,
+            "error": "sum_primes(7) returned 10, expected 17",
+        }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let change = &result["change"];
+    assert_eq!(change["reproducing_tests"], json!(["seven"]), "{result:#}");
+    assert_eq!(
+        result["implementations"]["sum_primes"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        fixed.trim(),
+        "{result:#}"
+    );
+    let diff = change["diff"].as_str().unwrap();
+    assert!(diff.starts_with("--- given\n+++ changed\n"), "{diff}");
+    assert_eq!(result["quality"]["tests_passed"], 2, "{result:#}");
+}
+
+#[tokio::test]
+async fn a_javascript_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&JAVASCRIPT).await;
+}
+
+#[tokio::test]
+async fn a_typescript_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&TYPESCRIPT).await;
+}
+
+#[tokio::test]
+async fn a_go_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&GO).await;
+}
+
+#[tokio::test]
+async fn a_rust_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&RUST).await;
+}
+
+#[tokio::test]
+async fn a_java_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&JAVA).await;
+}
+
+#[tokio::test]
+async fn a_c_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&C).await;
+}
+
+#[tokio::test]
+async fn a_cpp_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&CPP).await;
+}
+
+#[tokio::test]
+async fn a_bash_debug_job_reproduces_then_fixes() {
+    a_debug_job_fixes_sum_primes_in(&BASH).await;
+}
