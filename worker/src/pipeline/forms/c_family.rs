@@ -175,37 +175,6 @@ fn spelled(ty: &Ty) -> String {
     }
 }
 
-const INTEGERS: &[&str] = &[
-    "int",
-    "long",
-    "long long",
-    "short",
-    "signed",
-    "unsigned",
-    "unsigned int",
-    "unsigned long",
-    "unsigned long long",
-    "unsigned short",
-    "signed char",
-    "unsigned char",
-    "size_t",
-    "ssize_t",
-    "int8_t",
-    "int16_t",
-    "int32_t",
-    "int64_t",
-    "uint8_t",
-    "uint16_t",
-    "uint32_t",
-    "uint64_t",
-    "long int",
-    "short int",
-    "long long int",
-    "ptrdiff_t",
-    "intptr_t",
-    "uintptr_t",
-];
-
 /// `value` as a literal of `ty`.
 fn literal(lang: Lang, ty: &Ty, value: &Value) -> Result<String, String> {
     let arg = |i: usize| {
@@ -222,15 +191,15 @@ fn literal(lang: Lang, ty: &Ty, value: &Value) -> Result<String, String> {
             .collect()
     };
     let name = ty.name.as_str();
+    if let Some(n) = types::integer_literal(name, value) {
+        // Wider than an int: suffixed, so that the literal keeps its value.
+        return n.map(|n| match n {
+            n if i32::try_from(n).is_ok() => n.to_string(),
+            n if i64::try_from(n).is_ok() => format!("{n}LL"),
+            n => format!("{n}ULL"),
+        });
+    }
     let text = match (name, value) {
-        (n, Value::Number(v)) if INTEGERS.contains(&n) && (v.is_i64() || v.is_u64()) => {
-            // Wider than an int: suffixed, so that the literal keeps its value.
-            match v.as_i64() {
-                Some(i) if i32::try_from(i).is_ok() => format!("{i}"),
-                Some(i) => format!("{i}LL"),
-                None => format!("{v}ULL"),
-            }
-        }
         ("double" | "float" | "long double", Value::Number(v)) => {
             format!("{:?}", v.as_f64().unwrap_or_default())
         }
@@ -242,7 +211,11 @@ fn literal(lang: Lang, ty: &Ty, value: &Value) -> Result<String, String> {
         // A string: `char *` (writable, in C a compound literal), `const char *`, std::string.
         ("*", Value::String(s)) if ty.args[0].name == "char" => match lang {
             Lang::C => format!("(char[]){{{}}}", string(s)),
-            Lang::Cpp => format!("const_cast<char *>({})", string(s)),
+            // A writable copy per case: a function may change the string in place.
+            Lang::Cpp => format!(
+                "[]() {{ static char codegen_text[] = {}; return codegen_text; }}()",
+                string(s)
+            ),
         },
         ("*", Value::Null) => null(lang).into(),
         ("*", Value::Array(items)) if items.is_empty() => null(lang).into(),

@@ -99,6 +99,18 @@ pub(crate) fn render(
     );
     for (i, f) in functions.iter().enumerate() {
         let returns = Returns::of(&f.returns);
+        // A type goes into the test as written: one that could be more than a type (a `;`, a
+        // newline, an `=`) fails the function's cases instead.
+        if let Some(bad) = f.types.iter().find(|t| !declarable(t)) {
+            let why = literal(&format!("the type `{bad}` is not one the test can declare"));
+            for j in 0..f.cases.len() {
+                let _ = writeln!(
+                    out,
+                    "\tcodegenRun({i}, {j}, {case_timeout_ms}, func() (any, error) {{ panic(codegenInputError{{{why}}}) }})"
+                );
+            }
+            continue;
+        }
         for (j, case) in f.cases.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -148,6 +160,18 @@ pub(crate) fn render(
     }
     out.push_str("}\n");
     out
+}
+
+/// Whether `ty` is only a type: names, dots, brackets and pointers (`[]int`, `map[string][]*T`,
+/// `...string`, `pkg.Type`), or the empty interface.
+fn declarable(ty: &str) -> bool {
+    let ty = ty.trim();
+    let ty = ty.strip_prefix("...").unwrap_or(ty);
+    !ty.is_empty()
+        && (matches!(ty, "interface{}" | "struct{}")
+            || ty
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '[' | ']' | '*')))
 }
 
 /// How a function's results are called for, from its declared result type.
@@ -482,6 +506,29 @@ func nothing(x int) {}
             program,
             "package main\n\nimport (\n\t\"strings\"\n\t\"sort\"\n)\n\n\n\nfunc a() string { return strings.ToUpper(\"a\") }\n\n\n\nfunc b(x []int) { sort.Ints(x) }\n"
         );
+    }
+
+    #[test]
+    fn only_a_type_is_declared_as_one() {
+        for ty in [
+            "int",
+            "[]int",
+            "map[string][]*Node",
+            "...string",
+            "pkg.T",
+            "interface{}",
+        ] {
+            assert!(declarable(ty), "{ty}");
+        }
+        for ty in [
+            "int; return 42, nil //",
+            "int\nreturn",
+            "x = 1",
+            "func() int",
+            "",
+        ] {
+            assert!(!declarable(ty), "{ty}");
+        }
     }
 
     #[test]

@@ -78,6 +78,18 @@ pub(crate) fn render(
     );
     for (i, f) in functions.iter().enumerate() {
         let void = matches!(f.returns.trim(), "void" | "" | "none");
+        // A type goes into the test as written: one that could be more than a type (a `;`, an
+        // `=`, a parenthesis) fails the function's cases instead.
+        if let Some(bad) = f.types.iter().find(|t| !declarable(t)) {
+            let why = literal(&format!("the type `{bad}` is not one the test can declare"));
+            for j in 0..f.cases.len() {
+                let _ = writeln!(
+                    out,
+                    "        run({i}, {j}, {case_timeout_ms}L, () -> {{ throw new CodegenInputError({why}); }});"
+                );
+            }
+            continue;
+        }
         for (j, case) in f.cases.iter().enumerate() {
             let _ = writeln!(out, "        run({i}, {j}, {case_timeout_ms}L, () -> {{");
             let mut args = Vec::new();
@@ -109,6 +121,16 @@ pub(crate) fn render(
     }
     out.push_str("    }\n}\n");
     out
+}
+
+/// Whether `ty` is only a type: names, dots, generics, arrays and wildcards (`int[][]`,
+/// `Map<String, List<Integer>>`, `java.util.Set<? extends Number>`).
+fn declarable(ty: &str) -> bool {
+    let ty = ty.trim();
+    !ty.is_empty()
+        && ty.chars().all(|c| {
+            c.is_alphanumeric() || matches!(c, '_' | '.' | '<' | '>' | '[' | ']' | ',' | ' ' | '?')
+        })
 }
 
 /// The `java.lang.reflect.Type` of `ty`, as Gson decodes into it.
@@ -345,6 +367,26 @@ static int deep(int n) { return n == 0 ? 0 : 1 + deep(n - 1); }
             "{reports:#?}"
         );
         assert_eq!(verdicts("deep"), [(true, None)], "{reports:#?}");
+    }
+
+    #[test]
+    fn only_a_type_is_declared_as_one() {
+        for ty in [
+            "int",
+            "int[][]",
+            "Map<String, List<Integer>>",
+            "java.util.Set<? extends Number>",
+        ] {
+            assert!(declarable(ty), "{ty}");
+        }
+        for ty in [
+            "Object x = null; if (true) return 42; int",
+            "int)",
+            "a\nb",
+            "",
+        ] {
+            assert!(!declarable(ty), "{ty}");
+        }
     }
 
     #[test]

@@ -245,13 +245,22 @@ pub(crate) fn equal(actual: &Value, expected: &Value, depth: usize) -> bool {
     match (expected, actual) {
         (Value::Null, a) => a.is_null(),
         (Value::Bool(e), Value::Bool(a)) => a == e,
-        (Value::Number(e), Value::Number(a)) => match (e.as_i64(), a.as_i64()) {
-            (Some(e), Some(a)) => a == e,
-            _ => numbers_equal(
-                a.as_f64().unwrap_or(f64::NAN),
-                e.as_f64().unwrap_or(f64::NAN),
-            ),
-        },
+        (Value::Number(e), Value::Number(a)) => {
+            // Integers exactly (beyond i64 too: a hash's low bits count), else within the
+            // tolerance.
+            let integer = |n: &serde_json::Number| {
+                n.as_i64()
+                    .map(i128::from)
+                    .or_else(|| n.as_u64().map(i128::from))
+            };
+            match (integer(e), integer(a)) {
+                (Some(e), Some(a)) => a == e,
+                _ => numbers_equal(
+                    a.as_f64().unwrap_or(f64::NAN),
+                    e.as_f64().unwrap_or(f64::NAN),
+                ),
+            }
+        }
         (Value::String(e), Value::String(a)) => a == e,
         (Value::Array(e), Value::Array(a)) => {
             a.len() == e.len() && a.iter().zip(e).all(|(a, e)| equal(a, e, depth + 1))
@@ -417,6 +426,16 @@ mod tests {
         assert!(equal(&json!(1.0000000001), &json!(1.0), 0));
         assert!(!equal(&json!(1.01), &json!(1.0), 0));
         assert!(!equal(&json!(3), &json!(4), 0));
+        assert!(!equal(
+            &json!(18446744073709550000_u64),
+            &json!(18446744073709551615_u64),
+            0
+        ));
+        assert!(equal(
+            &json!(18446744073709551615_u64),
+            &json!(18446744073709551615_u64),
+            0
+        ));
         assert!(equal(&json!(2.0), &json!(2), 0));
         assert!(!equal(&json!("2"), &json!(2), 0));
         assert!(!equal(&json!({"a": 1, "b": 2}), &json!({"a": 1}), 0));

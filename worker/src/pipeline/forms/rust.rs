@@ -65,12 +65,10 @@ pub(crate) fn render(
         "\n\n{DRIVER}\nconst CODEGEN_REPORT: &str = {report:?};\nconst CODEGEN_NONCE: &str = {nonce:?};\n\n#[allow(unused_mut, clippy::all)]\nfn codegen_cases() {{\n"
     );
     for (i, f) in functions.iter().enumerate() {
-        let returns = f.returns.trim();
-        let wrap = if returns.starts_with("Result<") || returns.starts_with("std::result::Result<")
-        {
-            "codegen_result"
-        } else {
-            "codegen_value"
+        // `Result<T, E>`, `io::Result<T>`, `fmt::Result`: the `Ok` value, or the `Err`.
+        let wrap = match types::parse(&f.returns) {
+            Ok(ty) if ty.base() == "Result" => "codegen_result",
+            _ => "codegen_value",
         };
         for (j, case) in f.cases.iter().enumerate() {
             match bindings(f, case) {
@@ -180,13 +178,10 @@ fn literal(ty: &Ty, value: &Value) -> Result<String, String> {
             .map(|v| literal(&owned_element(element), v).map(|l| borrowed(element, l)))
             .collect()
     };
+    if let Some(n) = types::integer_literal(ty.base(), value) {
+        return n.map(|n| n.to_string());
+    }
     let text = match (ty.base(), value) {
-        ("i8" | "i16" | "i32" | "i64" | "i128" | "isize", Value::Number(n)) if n.is_i64() => {
-            format!("{n}")
-        }
-        ("u8" | "u16" | "u32" | "u64" | "u128" | "usize", Value::Number(n)) if n.is_u64() => {
-            format!("{n}")
-        }
         ("f32" | "f64", Value::Number(n)) => format!("{:?}", n.as_f64().unwrap_or_default()),
         ("bool", Value::Bool(b)) => b.to_string(),
         ("char", Value::String(s)) if s.chars().count() == 1 => {
@@ -200,7 +195,17 @@ fn literal(ty: &Ty, value: &Value) -> Result<String, String> {
             ty.base(),
             items(value)?.join(", ")
         ),
-        ("[;]", _) => format!("[{}]", items(value)?.join(", ")),
+        ("[;]", _) => {
+            let items = items(value)?;
+            if Some(items.len()) != ty.len {
+                return Err(format!(
+                    "{} elements for an array of {}",
+                    items.len(),
+                    ty.len.unwrap_or(0)
+                ));
+            }
+            format!("[{}]", items.join(", "))
+        }
         ("Option", Value::Null) => "None".into(),
         ("Option", _) => format!("Some({})", literal(arg(0)?, value)?),
         ("Box", _) => format!("Box::new({})", literal(arg(0)?, value)?),
@@ -565,6 +570,37 @@ fn lookup(m: HashMap<i32, String>, k: i32) -> Option<String> {
             verdicts("lookup"),
             [(true, None), (true, None)],
             "{reports:#?}"
+        );
+    }
+
+    #[test]
+    fn a_value_its_type_cannot_hold_is_refused_before_it_is_written() {
+        let lit = |ty: &str, value: Value| literal(&types::parse(ty).unwrap(), &value);
+        assert_eq!(lit("i32", json!(-5)).unwrap(), "-5");
+        assert_eq!(
+            lit("u64", json!(18446744073709551615_u64)).unwrap(),
+            "18446744073709551615"
+        );
+        assert!(
+            lit("i32", json!(3_000_000_000_i64))
+                .unwrap_err()
+                .contains("out of the range")
+        );
+        assert!(
+            lit("u8", json!(-1))
+                .unwrap_err()
+                .contains("out of the range")
+        );
+        assert!(lit("i64", json!(1.5)).is_err());
+        assert_eq!(lit("[u8; 2]", json!([1, 2])).unwrap(), "[1, 2]");
+        assert!(
+            lit("[u8; 3]", json!([1, 2]))
+                .unwrap_err()
+                .contains("2 elements")
+        );
+        assert_eq!(
+            lit("Vec<Option<&str>>", json!(["a", null])).unwrap(),
+            "vec![Some(\"a\"), None]"
         );
     }
 

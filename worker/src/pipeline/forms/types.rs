@@ -32,11 +32,58 @@ impl Ty {
     }
 }
 
+/// The values an integer type named `name` holds (Rust's, C's and C++'s names on a 64-bit
+/// Linux), or `None` for a name that is no integer type. A literal out of its type's range does
+/// not compile (Rust) or narrows (C++ braces): the case is refused before it is written.
+pub(crate) fn integer_range(name: &str) -> Option<(i128, i128)> {
+    let name = name.rsplit("::").next().unwrap_or(name);
+    let bits = |b: u32, signed: bool| {
+        if signed {
+            (-(1i128 << (b - 1)), (1i128 << (b - 1)) - 1)
+        } else {
+            (0, (1i128 << b) - 1)
+        }
+    };
+    Some(match name {
+        "i8" | "int8_t" | "signed char" => bits(8, true),
+        "u8" | "uint8_t" | "unsigned char" => bits(8, false),
+        "i16" | "int16_t" | "short" | "short int" | "signed short" => bits(16, true),
+        "u16" | "uint16_t" | "unsigned short" => bits(16, false),
+        "i32" | "int32_t" | "int" | "signed" => bits(32, true),
+        "u32" | "uint32_t" | "unsigned" | "unsigned int" => bits(32, false),
+        "i64" | "int64_t" | "isize" | "long" | "long int" | "long long" | "long long int"
+        | "signed long" | "ssize_t" | "ptrdiff_t" | "intptr_t" => bits(64, true),
+        "u64" | "uint64_t" | "usize" | "unsigned long" | "unsigned long long" | "size_t"
+        | "uintptr_t" => bits(64, false),
+        "i128" => (i128::MIN, i128::MAX),
+        "u128" => (0, i128::MAX),
+        _ => return None,
+    })
+}
+
+/// `value` as an integer literal of the integer type `name`, if it is one and fits.
+pub(crate) fn integer_literal(
+    name: &str,
+    value: &serde_json::Value,
+) -> Option<Result<i128, String>> {
+    let (low, high) = integer_range(name)?;
+    let n = value
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| value.as_u64().map(i128::from));
+    Some(match n {
+        Some(n) if (low..=high).contains(&n) => Ok(n),
+        Some(n) => Err(format!("{n} is out of the range of `{name}`")),
+        None => Err(format!("{value} cannot be written as a `{name}`")),
+    })
+}
+
 /// `text` parsed, or why it cannot be.
 pub(crate) fn parse(text: &str) -> Result<Ty, String> {
     let mut parser = Parser {
         text: text.as_bytes(),
         at: 0,
+        depth: 0,
     };
     let ty = parser.ty()?;
     parser.blank();
@@ -49,7 +96,13 @@ pub(crate) fn parse(text: &str) -> Result<Ty, String> {
 struct Parser<'a> {
     text: &'a [u8],
     at: usize,
+    /// How deep in nested types the parser is: bounded, so that a type string of thousands of
+    /// `Vec<` cannot overflow the worker's stack.
+    depth: usize,
 }
+
+/// The deepest nesting a type may have.
+const MAX_DEPTH: usize = 32;
 
 impl Parser<'_> {
     fn blank(&mut self) {
@@ -83,6 +136,16 @@ impl Parser<'_> {
     }
 
     fn ty(&mut self) -> Result<Ty, String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("a type nested more than {MAX_DEPTH} deep"));
+        }
+        let ty = self.ty_here();
+        self.depth -= 1;
+        ty
+    }
+
+    fn ty_here(&mut self) -> Result<Ty, String> {
         // Rust's references (a lifetime skipped), C and C++'s qualifiers.
         let mut reference = None;
         if self.eat("&") {
@@ -91,7 +154,14 @@ impl Parser<'_> {
             }
             reference = Some(self.eat("mut"));
         }
-        while self.eat("const") || self.eat("struct") || self.eat("volatile") {}
+        let mut tagged = false;
+        loop {
+            if self.eat("struct") {
+                tagged = true;
+            } else if !(self.eat("const") || self.eat("volatile")) {
+                break;
+            }
+        }
         let mut ty = match self.peek() {
             Some(b'(') => {
                 self.at += 1;
@@ -136,6 +206,10 @@ impl Parser<'_> {
             _ => {
                 // A name: words (`long long`, `unsigned int`) and paths (`std::vector`).
                 let mut name = self.word().ok_or("a type without a name")?;
+                // C's `struct node`: the tag is part of the type's name there.
+                if tagged {
+                    name = format!("struct {name}");
+                }
                 loop {
                     let save = self.at;
                     if self.eat("::") {
@@ -281,6 +355,10 @@ mod tests {
             assert_eq!(shape(&parse(text).unwrap()), expected, "{text}");
         }
         assert!(parse("Vec<i64").is_err());
+        assert_eq!(shape(&parse("struct node *").unwrap()), "*<struct node>");
+        // Nesting is bounded: an error, not a stack overflow.
+        let deep = format!("{}i32{}", "Vec<".repeat(5000), ">".repeat(5000));
+        assert!(parse(&deep).unwrap_err().contains("nested"));
         assert!(parse("i64 i64").is_err());
         assert_eq!(parse("std::vector<int>").unwrap().base(), "vector");
     }
