@@ -221,6 +221,12 @@ static double ratio(long a, long b) { return (double) a / b; }
 static void nothing(int x) { assert x > 0 : "x must be positive"; }
 
 static int deep(int n) { return n == 0 ? 0 : 1 + deep(n - 1); }
+
+static Set<Integer> unique(int[] xs) {
+    Set<Integer> out = new HashSet<>();
+    for (int x : xs) out.add(x);
+    return out;
+}
 "#;
         let functions = [
             function(
@@ -320,6 +326,17 @@ static int deep(int n) { return n == 0 ? 0 : 1 + deep(n - 1); }
                 "int",
                 vec![case("recursion", json!({"n": 100000}), json!(100000), None)],
             ),
+            function(
+                "unique",
+                &[("xs", "int[]")],
+                "Set<Integer>",
+                vec![case(
+                    "sorted",
+                    json!({"xs": [100, 3, 20, 3]}),
+                    json!([3, 20, 100]),
+                    None,
+                )],
+            ),
         ];
         let (reports, result) = testing::run(Language::Java, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
@@ -367,6 +384,7 @@ static int deep(int n) { return n == 0 ? 0 : 1 + deep(n - 1); }
             "{reports:#?}"
         );
         assert_eq!(verdicts("deep"), [(true, None)], "{reports:#?}");
+        assert_eq!(verdicts("unique"), [(true, None)], "{reports:#?}");
     }
 
     #[test]

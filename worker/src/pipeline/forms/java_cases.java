@@ -11,8 +11,28 @@
 // its (daemon) thread running; the process exits after the last case. What the functions print
 // goes nowhere.
 class CodegenCases extends Solution {
+    // Sets are written as sorted arrays (numbers by value, the rest by their JSON), as the other
+    // languages write them: a HashSet's order is not the function's.
     static final com.google.gson.Gson GSON = new com.google.gson.GsonBuilder()
-            .serializeNulls().serializeSpecialFloatingPointValues().disableHtmlEscaping().create();
+            .serializeNulls().serializeSpecialFloatingPointValues().disableHtmlEscaping()
+            .registerTypeHierarchyAdapter(java.util.Set.class,
+                    (com.google.gson.JsonSerializer<java.util.Set<?>>) (set, type, context) -> {
+                        java.util.List<com.google.gson.JsonElement> items = new java.util.ArrayList<>();
+                        for (Object item : set) items.add(context.serialize(item));
+                        items.sort(CodegenCases::order);
+                        com.google.gson.JsonArray out = new com.google.gson.JsonArray();
+                        items.forEach(out::add);
+                        return out;
+                    })
+            .create();
+
+    static int order(com.google.gson.JsonElement a, com.google.gson.JsonElement b) {
+        if (a.isJsonPrimitive() && b.isJsonPrimitive() && a.getAsJsonPrimitive().isNumber()
+                && b.getAsJsonPrimitive().isNumber()) {
+            return Double.compare(a.getAsDouble(), b.getAsDouble());
+        }
+        return a.toString().compareTo(b.toString());
+    }
     static java.io.PrintStream report;
 
     interface Call {

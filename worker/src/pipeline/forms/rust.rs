@@ -66,18 +66,22 @@ pub(crate) fn render(
     );
     for (i, f) in functions.iter().enumerate() {
         // `Result<T, E>`, `io::Result<T>`, `fmt::Result`: the `Ok` value, or the `Err`.
-        let wrap = match types::parse(&f.returns) {
-            Ok(ty) if ty.base() == "Result" => "codegen_result",
-            _ => "codegen_value",
-        };
+        let result = matches!(types::parse(&f.returns), Ok(ty) if ty.base() == "Result");
         for (j, case) in f.cases.iter().enumerate() {
             match bindings(f, case) {
                 Ok((lets, args)) => {
+                    let call = format!("{}({})", f.name, args.join(", "));
+                    let render = "let mut codegen_out = String::new();\n        (&&&CodegenWrap(&codegen_v)).codegen_render(&mut codegen_out);\n        codegen_returned(codegen_out)";
+                    let body = if result {
+                        format!(
+                            "match {call} {{\n        Ok(codegen_v) => {{\n        {render}\n        }}\n        Err(codegen_e) => {{\n        let codegen_m = (&&CodegenWrap(&codegen_e)).codegen_message();\n        codegen_err(&codegen_e, codegen_m)\n        }}\n        }}"
+                        )
+                    } else {
+                        format!("let codegen_v = {call};\n        {render}")
+                    };
                     let _ = writeln!(
                         out,
-                        "    codegen_run({i}, {j}, {case_timeout_ms}, || {{\n{lets}        {wrap}({}({}))\n    }});",
-                        f.name,
-                        args.join(", ")
+                        "    codegen_run({i}, {j}, {case_timeout_ms}, || {{\n{lets}        {body}\n    }});"
                     );
                 }
                 // An input no literal of its type can hold: the case fails saying so, and
@@ -379,6 +383,24 @@ fn grow(xs: &mut Vec<i64>) {
 
 fn lookup(m: HashMap<i32, String>, k: i32) -> Option<String> {
     m.get(&k).cloned()
+}
+
+#[derive(Debug)]
+struct Point {
+    x: i32,
+    y: i32,
+}
+
+fn point(x: i32) -> Point {
+    Point { x, y: x * 2 }
+}
+
+struct Opaque;
+
+struct Failure;
+
+fn opaque(fail: bool) -> Result<Opaque, Failure> {
+    if fail { Err(Failure) } else { Ok(Opaque) }
 }
 "#;
         let functions = [
