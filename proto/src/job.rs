@@ -513,6 +513,10 @@ pub struct Quality {
     /// 0 and left out of the score, whose other weights then count in proportion.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmeasured: Vec<String>,
+    /// The compiler's warnings about the module's own lines (`line N: message`): Rust's, C's
+    /// and C++'s (reported, not scored; `warnings` is unmeasured where no compiler warns).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Timings and spend of a job.

@@ -80,7 +80,10 @@ impl Pipeline {
                         }
                     }
                     Ending::Integrated(Integration {
-                        quality: score(run.report, &test_results),
+                        quality: proto::job::Quality {
+                            warnings: run.warnings,
+                            ..score(run.report, &test_results)
+                        },
                         test_results,
                         execution_ms: run.duration_ms,
                         sandbox_cpu_ms: run.cpu_ms,

@@ -55,6 +55,8 @@ fn the_weights_sum_to_one() {
 pub(super) struct Integration {
     pub(super) verdicts: BTreeMap<String, CaseRun>,
     pub(super) report: QualityReport,
+    /// The compiler's warnings about the module's lines (a test form's compiled languages).
+    pub(super) warnings: Vec<String>,
     pub(super) duration_ms: u64,
     pub(super) cpu_ms: u64,
 }
@@ -135,6 +137,7 @@ impl Pipeline {
         Ok(Integration {
             verdicts: runs,
             report,
+            warnings: Vec::new(),
             duration_ms: run.duration_ms,
             cpu_ms: run.cpu_ms.unwrap_or(0),
         })
@@ -154,11 +157,14 @@ impl Pipeline {
         outcomes: &BTreeMap<String, FunctionOutcome>,
         verdicts: bool,
     ) -> Result<Integration, Error> {
-        let report = forms::scan::scan(form.dialect, module, specs);
+        let mut report = forms::scan::scan(form.dialect, module, specs);
         if !verdicts {
+            // Nothing compiled: no compiler said anything.
+            report.unmeasured.push("warnings".into());
             return Ok(Integration {
                 verdicts: BTreeMap::new(),
                 report,
+                warnings: Vec::new(),
                 duration_ms: 0,
                 cpu_ms: 0,
             });
@@ -170,6 +176,13 @@ impl Pipeline {
         let (mut reports, run) = self
             .run_form(ctx, language, form, module, &functions)
             .await?;
+        let mut warnings = Vec::new();
+        match (form.warnings, run.compile.as_deref()) {
+            (Some(read), Some(compile)) => {
+                warnings = read(&compile.output, (form.program)(module).lines().count());
+            }
+            _ => report.unmeasured.push("warnings".into()),
+        }
         let load_error = forms::load_error(&run);
         let mut runs = BTreeMap::new();
         for f in &functions {
@@ -180,6 +193,7 @@ impl Pipeline {
         Ok(Integration {
             verdicts: runs,
             report,
+            warnings,
             duration_ms: run.duration_ms,
             cpu_ms: run.cpu_ms.unwrap_or(0),
         })
@@ -239,6 +253,7 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
         docstrings,
         dangerous_calls,
         unmeasured,
+        warnings: Vec::new(),
     }
 }
 
@@ -271,5 +286,6 @@ pub(super) fn static_quality(
         docstrings,
         dangerous_calls: report.dangerous_calls.into_iter().collect(),
         unmeasured: Vec::new(),
+        warnings: Vec::new(),
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod judge;
 pub(crate) mod rust;
 pub(crate) mod scan;
 pub(crate) mod types;
+pub(crate) mod warnings;
 
 use std::collections::BTreeMap;
 
@@ -36,6 +37,9 @@ pub(crate) struct Form {
     pub(crate) writes: Writes,
     /// The static part of the module's quality.
     pub(crate) dialect: &'static Dialect,
+    /// The compiler's warnings about the program's first `lines` lines (the module; the test
+    /// follows it), read from a run's compile output; `None`: no compiler that warns.
+    pub(crate) warnings: Option<fn(&str, usize) -> Vec<String>>,
 }
 
 /// What a form's test script writes to its report file.
@@ -57,42 +61,49 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             render: javascript::render,
             writes: Writes::Reports,
             dialect: &javascript::DIALECT,
+            warnings: None,
         }),
         Language::Go => Some(Form {
             program: go::program,
             render: go::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &go::DIALECT,
+            warnings: None,
         }),
         Language::Bash => Some(Form {
             program: str::to_owned,
             render: bash::render,
             writes: Writes::Outcomes(Values::Printed),
             dialect: &bash::DIALECT,
+            warnings: None,
         }),
         Language::Java => Some(Form {
             program: java::program,
             render: java::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &java::DIALECT,
+            warnings: None,
         }),
         Language::Rust => Some(Form {
             program: rust::program,
             render: rust::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &rust::DIALECT,
+            warnings: Some(warnings::rustc),
         }),
         Language::C => Some(Form {
             program: str::to_owned,
             render: c_family::render_c,
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::C_DIALECT,
+            warnings: Some(warnings::gcc),
         }),
         Language::Cpp => Some(Form {
             program: str::to_owned,
             render: c_family::render_cpp,
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::CPP_DIALECT,
+            warnings: Some(warnings::gcc),
         }),
         _ => None,
     }

@@ -402,6 +402,11 @@ struct Failure;
 fn opaque(fail: bool) -> Result<Opaque, Failure> {
     if fail { Err(Failure) } else { Ok(Opaque) }
 }
+
+fn noisy(x: i32) -> i32 {
+    let unused = 1;
+    x
+}
 "#;
         let functions = [
             function(
@@ -524,6 +529,43 @@ fn opaque(fail: bool) -> Result<Opaque, Failure> {
                     case("absent", json!({"m": {}, "k": 2}), Value::Null, None),
                 ],
             ),
+            // Types of the program's own: no JSON, but they compile and say what they are.
+            function(
+                "point",
+                &[("x", "i32")],
+                "Point",
+                vec![case(
+                    "debug text",
+                    json!({"x": 1}),
+                    json!("Point { x: 1, y: 2 }"),
+                    None,
+                )],
+            ),
+            function(
+                "opaque",
+                &[("fail", "bool")],
+                "Result<Opaque, Failure>",
+                vec![
+                    case(
+                        "type name",
+                        json!({"fail": false}),
+                        json!("<main::Opaque>"),
+                        None,
+                    ),
+                    case(
+                        "an error without Debug",
+                        json!({"fail": true}),
+                        Value::Null,
+                        Some("Failure"),
+                    ),
+                ],
+            ),
+            function(
+                "noisy",
+                &[("x", "i32")],
+                "i32",
+                vec![case("warns", json!({"x": 4}), json!(4), None)],
+            ),
         ];
         let (reports, result) = testing::run(Language::Rust, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
@@ -592,6 +634,33 @@ fn opaque(fail: bool) -> Result<Opaque, Failure> {
             verdicts("lookup"),
             [(true, None), (true, None)],
             "{reports:#?}"
+        );
+        assert_eq!(verdicts("point"), [(true, None)], "{reports:#?}");
+        assert_eq!(
+            verdicts("opaque"),
+            [(true, None), (true, None)],
+            "{reports:#?}"
+        );
+        assert_eq!(verdicts("noisy"), [(true, None)], "{reports:#?}");
+        // rustc's warnings about the module are read back with their lines; the test's own
+        // lines (past the module's) say nothing.
+        let program = program(module);
+        let warnings = super::super::warnings::rustc(
+            &result.compile.as_ref().unwrap().output,
+            program.lines().count(),
+        );
+        let line = |text: &str| program.lines().position(|l| l.contains(text)).unwrap() + 1;
+        assert_eq!(
+            warnings,
+            [
+                format!("line {}: unused variable: `unused`", line("let unused")),
+                format!(
+                    "line {}: fields `x` and `y` are never read",
+                    line("    x: i32,")
+                ),
+            ],
+            "{:?}",
+            result.compile
         );
     }
 
