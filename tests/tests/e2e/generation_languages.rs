@@ -490,3 +490,106 @@ async fn a_cpp_debug_job_reproduces_then_fixes() {
 async fn a_bash_debug_job_reproduces_then_fixes() {
     a_debug_job_fixes_sum_primes_in(&BASH).await;
 }
+
+/// A `refactor` job in `set`'s language: the given code is `sieve` and the right `sum_primes`;
+/// of the model's characterisation cases the one the given code fails is left out, the
+/// refactored module (the same code, documented once more) passes the rest, and the result
+/// holds the given code's quality beside the new.
+async fn a_refactor_job_keeps_sum_primes_in(set: &Set) {
+    let language = set.language;
+    let said = format!("senior {language} engineer");
+    let given = format!("{}\n\n{}", set.sieve, set.sum_fixed);
+    let note = match language {
+        "bash" => "# sum_primes adds up what sieve finds.\n",
+        "c" => "/* sum_primes adds up what sieve finds. */\n",
+        _ => "// sum_primes adds up what sieve finds.\n",
+    };
+    let refactored = format!("{given}\n{note}");
+    let case = |name: &str, n: i64, expected: i64| {
+        json!({"name": name, "kind": "normal", "inputs": {"n": n},
+               "expected_output": expected, "expected_error": null})
+    };
+    let script = json!({"answers": [
+        {"phase": "plan", "prompt_contains": "Refactoring goals: readability", "answer": {"functions": [
+            {"name": "sum_primes", "purpose": "Return the sum of all primes <= n; 0 for n < 2.",
+             "inputs": [{"name": "n", "type": set.int}],
+             "outputs": {"type": set.sum, "description": "the sum"},
+             "dependencies": [], "complexity": "simple"}]}},
+        {"phase": "tests", "function": "sum_primes", "prompt_contains": &said,
+         "answer": {"cases": [case("seven", 7, 17), case("one", 1, 0), case("not what it does", 2, 5)]}},
+        {"phase": "implement", "function": "sum_primes", "prompt_contains": "Refactor code toward its goals",
+         "answer": {"code": refactored, "analysis": {"error_kind": "none",
+            "root_cause": "how sum_primes uses sieve was unsaid",
+            "changes": "readability: a comment on sum_primes"}}}
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{language}-refactor-model.json"));
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster
+        .submit_job(json!({
+            "instruction": "Sum the primes up to n.",
+            "language": language,
+            "mode": "refactor",
+            "code": given,
+        }))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let change = &result["change"];
+    assert_eq!(change["goals"], json!(["readability"]), "{result:#}");
+    assert_eq!(
+        change["dropped_tests"],
+        json!(["not what it does"]),
+        "{result:#}"
+    );
+    assert_eq!(result["quality"]["tests_passed"], 2, "{result:#}");
+    assert!(change["quality_before"]["score"].is_number(), "{result:#}");
+    assert!(
+        change["diff"]
+            .as_str()
+            .unwrap()
+            .contains("sum_primes adds up what sieve finds"),
+        "{result:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_typescript_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&TYPESCRIPT).await;
+}
+
+#[tokio::test]
+async fn a_go_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&GO).await;
+}
+
+#[tokio::test]
+async fn a_rust_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&RUST).await;
+}
+
+#[tokio::test]
+async fn a_java_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&JAVA).await;
+}
+
+#[tokio::test]
+async fn a_c_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&C).await;
+}
+
+#[tokio::test]
+async fn a_cpp_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&CPP).await;
+}
+
+#[tokio::test]
+async fn a_bash_refactor_job_keeps_behaviour() {
+    a_refactor_job_keeps_sum_primes_in(&BASH).await;
+}
