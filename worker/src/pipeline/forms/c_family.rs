@@ -102,7 +102,7 @@ fn render(
                             )
                         }
                         (Lang::Cpp, false) => format!(
-                            "auto codegen_value = {call};\n    codegen_puts(out, \"\\\"returned\\\": \");\n    codegen::json(*out, codegen_value);"
+                            "auto codegen_value = {call};\n    codegen_puts(out, \"\\\"returned\\\": \");\n    codegen::render(*out, codegen_value);"
                         ),
                     };
                     match lang {
@@ -364,6 +364,8 @@ mod tests {
 #include <iostream>
 #include <unordered_set>
 #include <optional>
+#include <cstring>
+#include <utility>
 
 // The primes up to n.
 std::vector<int> sieve(int n) {
@@ -411,6 +413,16 @@ int sum(const int *xs, int n) {
 }
 
 void nothing(int x) { (void)x; }
+
+struct Point { int x, y; };
+
+Point point(int x) { return {x, 2 * x}; }
+
+int at(std::vector<int> xs, std::size_t i) { return xs.at(i); }
+
+void reverse(char *s) {
+    for (size_t i = 0, j = strlen(s); i + 1 < j; i++, j--) std::swap(s[i], s[j - 1]);
+}
 "#;
         let functions = [
             function(
@@ -531,6 +543,31 @@ void nothing(int x) { (void)x; }
                 "void",
                 vec![case("void", json!({"x": 1}), Value::Null, None)],
             ),
+            // A type of the program's own compiles and says what it is.
+            function(
+                "point",
+                &[("x", "int")],
+                "Point",
+                vec![case("own type", json!({"x": 1}), json!("<Point>"), None)],
+            ),
+            // A `char *` input is the case's own writable copy.
+            function(
+                "reverse",
+                &[("s", "char *")],
+                "void",
+                vec![case("in place", json!({"s": "abc"}), Value::Null, None)],
+            ),
+            function(
+                "at",
+                &[("xs", "std::vector<int>"), ("i", "std::size_t")],
+                "int",
+                vec![case(
+                    "size_t",
+                    json!({"xs": [4, 5], "i": 1}),
+                    json!(5),
+                    None,
+                )],
+            ),
         ];
         let (reports, result) = testing::run(Language::Cpp, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
@@ -594,6 +631,9 @@ void nothing(int x) { (void)x; }
             "{reports:#?}"
         );
         assert_eq!(verdicts("nothing"), [(true, None)], "{reports:#?}");
+        assert_eq!(verdicts("point"), [(true, None)], "{reports:#?}");
+        assert_eq!(verdicts("reverse"), [(true, None)], "{reports:#?}");
+        assert_eq!(verdicts("at"), [(true, None)], "{reports:#?}");
     }
 
     /// The module and its cases in the real C image: scalars, strings, arrays, a failed

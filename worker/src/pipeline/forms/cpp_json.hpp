@@ -2,7 +2,8 @@
 // scalars, strings, the standard containers (sets as sorted arrays, map keys as strings),
 // pairs, tuples and optionals; a pointer as what it is. And what a function threw, by name:
 // the exception's class (demangled, with and without its namespace), then each standard base
-// class it derives from, then `std::exception`.
+// class it derives from, then `std::exception`. A type of the program's own is written as its
+// name (`render`).
 #include <algorithm>
 #include <array>
 #include <cxxabi.h>
@@ -155,12 +156,33 @@ template <class T> void json(codegen_buf &b, const std::optional<T> &o) {
     else codegen_puts(&b, "null");
 }
 
+// Whether the overloads above write a `T` (a type of the program's own has none).
+template <class T, class = void> struct has_json : std::false_type {};
+template <class T>
+struct has_json<T, std::void_t<decltype(json(std::declval<codegen_buf &>(), std::declval<const T &>()))>>
+    : std::true_type {};
+
+inline std::string demangled(const char *name) {
+    int status = 0;
+    char *plain = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string out = status == 0 && plain ? plain : name;
+    free(plain);
+    return out;
+}
+
+// A returned value: as JSON when the overloads write its type, else `"<its type>"` (it
+// compiles, and the verdict says what came back).
+template <class T> void render(codegen_buf &b, const T &v) {
+    if constexpr (has_json<T>::value) {
+        json(b, v);
+    } else {
+        codegen_str(&b, ("<" + demangled(typeid(T).name()) + ">").c_str());
+    }
+}
+
 // What a case threw, by every name it answers to.
 inline void raised(codegen_buf &b, const std::exception &e) {
-    int status = 0;
-    char *demangled = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
-    std::string full = status == 0 && demangled ? demangled : typeid(e).name();
-    free(demangled);
+    std::string full = demangled(typeid(e).name());
     std::vector<std::string> names{full};
     auto colons = full.rfind("::");
     if (colons != std::string::npos) names.push_back(full.substr(colons + 2));
