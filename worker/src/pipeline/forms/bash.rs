@@ -87,32 +87,20 @@ fn quote(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use proto::generation::TestKind;
-    use proto::harness::HarnessCase;
     use proto::{ErrorKind, Language};
     use serde_json::json;
 
-    use super::super::testing;
+    use super::super::testing::{self, case};
     use super::*;
 
-    fn case(name: &str, inputs: Value, expected: Value, error: Option<&str>) -> HarnessCase {
-        HarnessCase {
-            name: name.into(),
-            kind: TestKind::Normal,
-            inputs: inputs.as_object().unwrap().clone(),
-            expected_output: expected,
-            expected_error: error.map(str::to_owned),
-        }
-    }
-
-    fn function(name: &str, params: &[&str], cases: Vec<HarnessCase>) -> FunctionCases {
-        FunctionCases {
-            name: name.into(),
-            params: params.iter().map(|p| (*p).to_owned()).collect(),
-            types: params.iter().map(|_| "string".to_owned()).collect(),
-            returns: "string".into(),
-            cases,
-        }
+    /// A function whose parameters are all strings (Bash's arguments).
+    fn function(
+        name: &str,
+        params: &[&str],
+        cases: Vec<proto::harness::HarnessCase>,
+    ) -> FunctionCases {
+        let typed: Vec<(&str, &str)> = params.iter().map(|p| (*p, "string")).collect();
+        testing::function(name, &typed, "string", cases)
     }
 
     /// The module and its cases in the real Bash image: printed values read as the expected
@@ -189,13 +177,7 @@ quits() { exit 3; }
         ];
         let (reports, result) = testing::run(Language::Bash, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
-        let verdicts = |f: &str| -> Vec<(bool, Option<ErrorKind>)> {
-            reports[f]
-                .cases
-                .iter()
-                .map(|c| (c.passed, c.error_kind))
-                .collect()
-        };
+        let verdicts = |f: &str| testing::verdicts(&reports, f);
         assert_eq!(
             verdicts("sieve"),
             [

@@ -320,38 +320,11 @@ fn string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use proto::generation::TestKind;
-    use proto::harness::HarnessCase;
     use proto::{ErrorKind, Language};
     use serde_json::json;
 
-    use super::super::testing;
+    use super::super::testing::{self, case, function};
     use super::*;
-
-    fn case(name: &str, inputs: Value, expected: Value, error: Option<&str>) -> HarnessCase {
-        HarnessCase {
-            name: name.into(),
-            kind: TestKind::Normal,
-            inputs: inputs.as_object().unwrap().clone(),
-            expected_output: expected,
-            expected_error: error.map(str::to_owned),
-        }
-    }
-
-    fn function(
-        name: &str,
-        params: &[(&str, &str)],
-        returns: &str,
-        cases: Vec<HarnessCase>,
-    ) -> FunctionCases {
-        FunctionCases {
-            name: name.into(),
-            params: params.iter().map(|p| p.0.to_owned()).collect(),
-            types: params.iter().map(|p| p.1.to_owned()).collect(),
-            returns: returns.into(),
-            cases,
-        }
-    }
 
     /// The module and its cases in the real C++ image: inputs of the standard library's
     /// types written as literals, every kind of outcome, each case in its own process.
@@ -571,13 +544,7 @@ void reverse(char *s) {
         ];
         let (reports, result) = testing::run(Language::Cpp, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
-        let verdicts = |f: &str| -> Vec<(bool, Option<ErrorKind>)> {
-            reports[f]
-                .cases
-                .iter()
-                .map(|c| (c.passed, c.error_kind))
-                .collect()
-        };
+        let verdicts = |f: &str| testing::verdicts(&reports, f);
         assert_eq!(
             verdicts("sieve"),
             [
@@ -753,13 +720,7 @@ int *pointer(void) { static int x = 1; return &x; }
         ];
         let (reports, result) = testing::run(Language::C, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
-        let verdicts = |f: &str| -> Vec<(bool, Option<ErrorKind>)> {
-            reports[f]
-                .cases
-                .iter()
-                .map(|c| (c.passed, c.error_kind))
-                .collect()
-        };
+        let verdicts = |f: &str| testing::verdicts(&reports, f);
         assert_eq!(
             verdicts("sum"),
             [

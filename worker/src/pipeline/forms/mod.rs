@@ -245,16 +245,62 @@ pub(crate) mod testing {
 
     use std::collections::BTreeMap;
 
-    use proto::harness::CasesReport;
-    use proto::{ExecutionRequest, ExecutionResult, Language};
+    use proto::generation::TestKind;
+    use proto::harness::{CasesReport, HarnessCase};
+    use proto::{ErrorKind, ExecutionRequest, ExecutionResult, Language};
     use sandbox::Sandbox as _;
+    use serde_json::Value;
     use tokio_util::sync::CancellationToken;
 
     use super::{FunctionCases, of};
 
     /// Each case's limit: the cases that pass take milliseconds (a machine many times slower
     /// stays far below it); only the endless ones reach it.
-    pub(crate) const CASE_TIMEOUT_MS: u64 = 3000;
+    pub(crate) const CASE_TIMEOUT_MS: u64 = 10_000;
+
+    /// A normal case of the inputs `inputs` (a JSON object) expecting `expected`, or `error`.
+    pub(crate) fn case(
+        name: &str,
+        inputs: Value,
+        expected: Value,
+        error: Option<&str>,
+    ) -> HarnessCase {
+        HarnessCase {
+            name: name.into(),
+            kind: TestKind::Normal,
+            inputs: inputs.as_object().expect("inputs are an object").clone(),
+            expected_output: expected,
+            expected_error: error.map(str::to_owned),
+        }
+    }
+
+    /// `name`'s `cases`, its parameters given as (name, type).
+    pub(crate) fn function(
+        name: &str,
+        params: &[(&str, &str)],
+        returns: &str,
+        cases: Vec<HarnessCase>,
+    ) -> FunctionCases {
+        FunctionCases {
+            name: name.into(),
+            params: params.iter().map(|p| p.0.to_owned()).collect(),
+            types: params.iter().map(|p| p.1.to_owned()).collect(),
+            returns: returns.into(),
+            cases,
+        }
+    }
+
+    /// Each case of `function`'s report: passed, and its error's kind.
+    pub(crate) fn verdicts(
+        reports: &BTreeMap<String, CasesReport>,
+        function: &str,
+    ) -> Vec<(bool, Option<ErrorKind>)> {
+        reports[function]
+            .cases
+            .iter()
+            .map(|c| (c.passed, c.error_kind))
+            .collect()
+    }
 
     /// `module` and `functions`' cases, run by `language`'s form: the reports (`None` when the
     /// run wrote none) and the run's result.

@@ -292,38 +292,11 @@ fn key_literal(ty: &Ty, key: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use proto::generation::TestKind;
-    use proto::harness::HarnessCase;
     use proto::{ErrorKind, Language};
     use serde_json::json;
 
-    use super::super::testing;
+    use super::super::testing::{self, case, function};
     use super::*;
-
-    fn case(name: &str, inputs: Value, expected: Value, error: Option<&str>) -> HarnessCase {
-        HarnessCase {
-            name: name.into(),
-            kind: TestKind::Normal,
-            inputs: inputs.as_object().unwrap().clone(),
-            expected_output: expected,
-            expected_error: error.map(str::to_owned),
-        }
-    }
-
-    fn function(
-        name: &str,
-        params: &[(&str, &str)],
-        returns: &str,
-        cases: Vec<HarnessCase>,
-    ) -> FunctionCases {
-        FunctionCases {
-            name: name.into(),
-            params: params.iter().map(|p| p.0.to_owned()).collect(),
-            types: params.iter().map(|p| p.1.to_owned()).collect(),
-            returns: returns.into(),
-            cases,
-        }
-    }
 
     /// The module and its cases in the real Rust image: inputs of many types written as
     /// literals, every kind of outcome the driver writes, judged.
@@ -569,13 +542,7 @@ fn noisy(x: i32) -> i32 {
         ];
         let (reports, result) = testing::run(Language::Rust, module, &functions).await;
         let reports = reports.unwrap_or_else(|| panic!("a report: {result:?}"));
-        let verdicts = |f: &str| -> Vec<(bool, Option<ErrorKind>)> {
-            reports[f]
-                .cases
-                .iter()
-                .map(|c| (c.passed, c.error_kind))
-                .collect()
-        };
+        let verdicts = |f: &str| testing::verdicts(&reports, f);
         assert_eq!(
             verdicts("sieve"),
             [
