@@ -168,6 +168,19 @@ const C: Set = Set {
     declares: "int sieve(",
 };
 
+/// The result of job `body` on a cluster of its own (one coordinator, one worker) whose model
+/// is the scripted FAKE of `script`.
+async fn job_result(script: &std::path::Path, body: Value) -> Value {
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(script).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster.submit_job(body).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    cluster.wait_job(&id, JOB_DEADLINE).await
+}
+
 /// `set`'s script: answers picked by phase, function and the prompt's language.
 fn script(dir: &std::path::Path, set: &Set) -> std::path::PathBuf {
     let language = set.language;
@@ -257,21 +270,15 @@ async fn a_c_request_becomes_tested_c_with_repairs() {
 async fn a_request_becomes_tested_code_with_repairs_in(set: &Set) {
     let language = set.language;
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&script(dir.path(), set)).await;
-    let _coordinator = cluster.coordinator().await;
-    let _worker = cluster.worker("worker-1").await;
-
-    let (status, body) = cluster
-        .submit_job(json!({
+    let result = job_result(
+        &script(dir.path(), set),
+        json!({
             "instruction": "Find all primes up to n, sum them, and report both.",
             "language": language,
             "max_iterations": 3
-        }))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+        }),
+    )
+    .await;
 
     assert_eq!(result["status"], "succeeded", "{result:#}");
     assert_eq!(result["language"], language, "{result:#}");
@@ -359,19 +366,14 @@ async fn a_python_sci_request_is_tested_with_numpy_in_its_image() {
     ]});
     let path = dir.path().join("python-sci-model.json");
     std::fs::write(&path, script.to_string()).unwrap();
-    let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&path).await;
-    let _coordinator = cluster.coordinator().await;
-    let _worker = cluster.worker("worker-1").await;
-    let (status, body) = cluster
-        .submit_job(json!({
+    let result = job_result(
+        &path,
+        json!({
             "instruction": "Normalize a vector and find its dominant component with numpy.",
             "max_iterations": 2
-        }))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+        }),
+    )
+    .await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
     assert_eq!(result["language"], "python-sci", "{result:#}");
     assert!(
@@ -419,22 +421,17 @@ async fn a_debug_job_fixes_sum_primes_in(set: &Set) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{language}-debug-model.json"));
     std::fs::write(&path, script.to_string()).unwrap();
-    let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&path).await;
-    let _coordinator = cluster.coordinator().await;
-    let _worker = cluster.worker("worker-1").await;
-    let (status, body) = cluster
-        .submit_job(json!({
+    let result = job_result(
+        &path,
+        json!({
             "instruction": "Sum the primes up to n.",
             "language": language,
             "mode": "debug",
             "code": given,
             "error": "sum_primes(7) returned 10, expected 17",
-        }))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+        }),
+    )
+    .await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
     let change = &result["change"];
     assert_eq!(change["reproducing_tests"], json!(["seven"]), "{result:#}");
@@ -525,21 +522,16 @@ async fn a_refactor_job_keeps_sum_primes_in(set: &Set) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{language}-refactor-model.json"));
     std::fs::write(&path, script.to_string()).unwrap();
-    let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&path).await;
-    let _coordinator = cluster.coordinator().await;
-    let _worker = cluster.worker("worker-1").await;
-    let (status, body) = cluster
-        .submit_job(json!({
+    let result = job_result(
+        &path,
+        json!({
             "instruction": "Sum the primes up to n.",
             "language": language,
             "mode": "refactor",
             "code": given,
-        }))
-        .await;
-    assert_eq!(status, 202, "{body}");
-    let id = body["job_id"].as_str().unwrap().to_owned();
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+        }),
+    )
+    .await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
     let change = &result["change"];
     assert_eq!(change["goals"], json!(["readability"]), "{result:#}");
