@@ -63,12 +63,12 @@ impl Anthropic {
             .collect();
         let mut body = json!({
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
             "temperature": self.temperature,
             "system": system,
             "messages": messages,
         });
-        if self.structured == StructuredOutput::Native {
+        if self.structured != StructuredOutput::Prompted {
             body["tools"] = json!([{
                 "name": request.schema.name,
                 "description": format!("Submit the answer as a `{}` object.", request.schema.name),

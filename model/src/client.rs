@@ -200,12 +200,14 @@ impl Model {
                 content: prompt.user.clone(),
             }],
             schema,
+            max_tokens: None,
         };
         let mut usage = Usage::default();
         let mut calls = 0;
         let max_answers = self.options.max_answer_attempts.max(1);
         let mut last_problem = String::new();
         for answer in 1..=max_answers {
+            request.max_tokens = self.answer_budget(&request)?;
             let (response, made) = self.call(call, seat, &request, deadline).await;
             calls += made;
             let response = response?;
@@ -272,13 +274,22 @@ impl Model {
         };
         let retried = attempt
             .retry(backoff)
-            .when(|e: &CallError| matches!(e, CallError::Retryable { .. }))
+            .when(|e: &CallError| {
+                matches!(
+                    e,
+                    CallError::Retryable { .. } | CallError::ServerError { .. }
+                )
+            })
             .adjust(|e: &CallError, delay: Option<Duration>| {
                 // `None`: attempts exhausted. Otherwise the server's wish, else full jitter:
                 // a uniform wait in [0, exponential cap].
                 let delay = delay?;
                 match e {
                     CallError::Retryable {
+                        retry_after: Some(wait),
+                        ..
+                    }
+                    | CallError::ServerError {
                         retry_after: Some(wait),
                         ..
                     } => Some(*wait),
@@ -302,6 +313,14 @@ impl Model {
             )) => Err(Error::Unavailable {
                 endpoint: format!("{} {}", self.provider.name(), self.provider.endpoint()),
                 attempts: tried,
+                last: message,
+            }),
+            Ok(Err(CallError::ServerError {
+                status, message, ..
+            })) => Err(Error::Failing {
+                endpoint: format!("{} {}", self.provider.name(), self.provider.endpoint()),
+                attempts: tried,
+                status,
                 last: message,
             }),
             Ok(Err(CallError::Rejected { status, message })) => {
@@ -389,6 +408,7 @@ impl Model {
                 request.phase,
                 match e {
                     CallError::Retryable { .. } => "retryable",
+                    CallError::ServerError { .. } => "server_error",
                     CallError::Throttled { .. } => "throttled",
                     CallError::Rejected { .. } => "rejected",
                     CallError::SpendLimit(_) => "spend_limit",
@@ -397,6 +417,38 @@ impl Model {
             ),
         }
         outcome
+    }
+
+    /// The answer's token budget in the model's context window (`None`: `max_tokens`, or no
+    /// window known); an error when the prompt leaves less than [`MIN_ANSWER_TOKENS`] (or
+    /// `max_tokens`, if smaller). The prompt is counted at about three characters a token,
+    /// its schema included (a server may put it in the prompt or a grammar): more than most
+    /// tokenizers give for code and prose, so that the server's own count stays inside.
+    fn answer_budget(&self, request: &ChatRequest) -> Result<Option<u32>, Error> {
+        let window = self.options.context_window;
+        if window == 0 {
+            return Ok(None);
+        }
+        let chars = request.system.len()
+            + request.schema.schema.to_string().len()
+            + request
+                .messages
+                .iter()
+                .map(|m| m.content.len())
+                .sum::<usize>();
+        let prompt_tokens = (chars as u64).div_ceil(3);
+        let room = u64::from(window).saturating_sub(prompt_tokens);
+        let max_tokens = self.options.max_tokens;
+        let min_answer = MIN_ANSWER_TOKENS.min(max_tokens);
+        if room < u64::from(min_answer) {
+            return Err(Error::ContextWindow {
+                phase: request.phase.as_str(),
+                prompt_tokens,
+                window,
+                min_answer,
+            });
+        }
+        Ok((room < u64::from(max_tokens)).then(|| u32::try_from(room).unwrap_or(max_tokens)))
     }
 
     fn count(&self, phase: Phase, outcome: &str) {
@@ -436,6 +488,9 @@ fn limits_config(options: &Options) -> limits::Config {
         reserve: options.tenant_reserve,
     }
 }
+
+/// The smallest answer worth asking for: a function and its analysis need more.
+const MIN_ANSWER_TOKENS: u32 = 256;
 
 /// The prompt's tokens, about four characters each, for admission before the provider counts.
 fn estimate_tokens(request: &ChatRequest) -> u64 {

