@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 use crate::generation::{TestCase, TestKind};
 use crate::{ErrorKind, Language};
 
+/// The work-directory file whose presence asks a run of generated code for the language's
+/// linter (`go vet`, `shellcheck`; Java's compile then warns with `-Xlint:all`): the image's
+/// compile script or test form writes the findings over it, and the run returns it. A run
+/// without it pays for no linter.
+pub const LINT_FILE: &str = ".codegen-lint";
+
 /// One run of the image's test harness on `code`, with the run's limits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HarnessRun {

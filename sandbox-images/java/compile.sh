@@ -26,7 +26,11 @@ main=$(awk '
 ' "$src")
 [ -n "$main" ] || main=$name
 printf '%s\n' "$main" > /build/main-class
+# Quiet (-nowarn), but every lint's warnings when the work directory holds .codegen-lint
+# (proto::harness::LINT_FILE: the worker asks for generated code's quality report).
+warn=-nowarn
+[ ! -e /work/.codegen-lint ] || warn=-Xlint:all
 # The libraries benchmarks import (javatuples: HumanEval-X, MultiPL-E; gson), from Debian's
 # packages (java/Dockerfile checks their jars are there).
 exec /usr/bin/javac -J-XX:+UseSerialGC -J-XX:TieredStopAtLevel=1 -J-Xshare:auto \
-  -encoding UTF-8 -nowarn -cp /usr/share/java/javatuples.jar:/usr/share/java/gson.jar -d /build/classes "/build/src/$name.java"
+  -encoding UTF-8 "$warn" -cp /usr/share/java/javatuples.jar:/usr/share/java/gson.jar -d /build/classes "/build/src/$name.java"

@@ -223,6 +223,63 @@ async fn a_refactor_job_keeps_behaviour_and_reports_quality_before_and_after() {
     );
 }
 
+/// A refactor in Bash toward what its linter says: `shellcheck` finds the unquoted expansion in
+/// the given code (the quality before), and nothing in the refactored code.
+#[tokio::test]
+async fn a_bash_refactor_reports_the_linters_findings_before_and_after() {
+    let given = "count_words() {\n  echo $1 | wc -w\n}\n";
+    let refactored = "# Prints how many words $1 has.\ncount_words() {\n  local words\n  read -ra words <<< \"$1\"\n  echo \"${#words[@]}\"\n}\n";
+    let case = |name: &str, text: &str, expected: u64| {
+        json!({"name": name, "kind": "normal", "inputs": {"text": text},
+               "expected_output": expected, "expected_error": null})
+    };
+    let script = json!({"answers": [
+        {"phase": "plan", "prompt_contains": "Refactoring goals: lint", "answer": {"functions": [
+            {"name": "count_words", "purpose": "Prints how many words its argument has.",
+             "inputs": [{"name": "text", "type": "string"}],
+             "outputs": {"type": "integer", "description": "the word count"},
+             "dependencies": [], "complexity": "simple"}]}},
+        {"phase": "tests", "function": "count_words", "prompt_contains": "characterisation", "answer": {"cases": [
+            case("three", "a b  c", 3), case("none", "", 0)]}},
+        {"phase": "implement", "function": "count_words", "prompt_contains": "Refactor code toward its goals",
+         "answer": {"code": refactored, "analysis": {"error_kind": "none",
+            "root_cause": "an unquoted expansion piped through wc",
+            "changes": "lint: the argument split by read into an array, every expansion quoted"}}}
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("refactor-model.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let result = run_job(
+        &path,
+        json!({
+            "instruction": "count the words of a text",
+            "language": "bash",
+            "mode": "refactor",
+            "code": given,
+            "goals": ["lint"],
+        }),
+    )
+    .await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let before = &result["change"]["quality_before"];
+    let findings: Vec<&str> = before["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("findings before: {result:#}"))
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        findings
+            .iter()
+            .any(|w| w.starts_with("line 2: ") && w.contains("[SC2086]")),
+        "{findings:?}"
+    );
+    let after = &result["quality"];
+    assert_eq!(after["tests_passed"], 2, "{result:#}");
+    assert!(after.get("warnings").is_none(), "{after}");
+    assert_eq!(after["unmeasured"], json!(["coverage"]), "{after}");
+}
+
 /// `codegen debug FILE --error-file E --wait`: the language from the file's extension, the
 /// change in the markdown report.
 #[tokio::test]

@@ -158,10 +158,11 @@ impl Pipeline {
         form: forms::Form,
         module: &str,
         functions: &[FunctionCases],
+        lint: bool,
     ) -> Result<(BTreeMap<String, CasesReport>, proto::ExecutionResult), Error> {
         let nonce = proto::TaskId::new().to_string();
         let report = format!(".codegen-cases-{nonce}.json");
-        let request = proto::ExecutionRequest {
+        let mut request = proto::ExecutionRequest {
             language,
             code: (form.program)(module),
             stdin: None,
@@ -181,6 +182,9 @@ impl Pipeline {
             files: BTreeMap::new(),
             return_files: vec![report.clone()],
         };
+        if lint {
+            forms::ask_lint(&mut request);
+        }
         let result = self.executed(ctx, &request).await?;
         let reports = form
             .reports(functions, &result, &report, &nonce)
@@ -233,7 +237,7 @@ impl Pipeline {
         if let Some(form) = forms::of(language) {
             let functions = [forms::function_cases(spec, cases)];
             let (mut reports, result) = self
-                .run_form(ctx, language, form, module, &functions)
+                .run_form(ctx, language, form, module, &functions, false)
                 .await?;
             let report = reports
                 .remove(function)

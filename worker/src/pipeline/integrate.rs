@@ -174,7 +174,10 @@ impl Pipeline {
                         duration_ms: 0.0,
                     })
                     .collect();
-                Some(score(run.report, &passed))
+                Some(proto::job::Quality {
+                    warnings: run.warnings,
+                    ..score(run.report, &passed)
+                })
             }
             _ => None,
         };

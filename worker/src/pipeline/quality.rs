@@ -55,7 +55,7 @@ fn the_weights_sum_to_one() {
 pub(super) struct Integration {
     pub(super) verdicts: BTreeMap<String, CaseRun>,
     pub(super) report: QualityReport,
-    /// The compiler's warnings about the module's lines (a test form's compiled languages).
+    /// The compiler's or linter's findings about the module's lines (a test form's languages).
     pub(super) warnings: Vec<String>,
     pub(super) duration_ms: u64,
     pub(super) cpu_ms: u64,
@@ -158,8 +158,8 @@ impl Pipeline {
         verdicts: bool,
     ) -> Result<Integration, Error> {
         let mut report = forms::scan::scan(form.dialect, module, specs);
-        if !verdicts {
-            // Nothing compiled: no compiler said anything.
+        if !verdicts && form.lint.is_none() {
+            // Nothing to compile or lint for: no run.
             report.unmeasured.push("warnings".into());
             return Ok(Integration {
                 verdicts: BTreeMap::new(),
@@ -174,14 +174,23 @@ impl Pipeline {
             .filter_map(|s| Some(forms::function_cases(s, &outcomes.get(&s.name)?.tests)))
             .collect();
         let (mut reports, run) = self
-            .run_form(ctx, language, form, module, &functions)
+            .run_form(ctx, language, form, module, &functions, form.lint.is_some())
             .await?;
-        let mut warnings = Vec::new();
-        match (form.warnings, run.compile.as_deref()) {
-            (Some(read), Some(compile)) => {
-                warnings = read(&compile.output, (form.program)(module).lines().count());
-            }
-            _ => report.unmeasured.push("warnings".into()),
+        let program = (form.program)(module);
+        let findings = form.lint.and_then(|lint| lint.findings(&run, &program));
+        let warnings = findings.unwrap_or_else(|| {
+            report.unmeasured.push("warnings".into());
+            Vec::new()
+        });
+        if !verdicts {
+            // Run for the linter's findings alone.
+            return Ok(Integration {
+                verdicts: BTreeMap::new(),
+                report,
+                warnings,
+                duration_ms: run.duration_ms,
+                cpu_ms: run.cpu_ms.unwrap_or(0),
+            });
         }
         let load_error = forms::load_error(&run);
         let mut runs = BTreeMap::new();

@@ -213,4 +213,27 @@ quits() { exit 3; }
         assert_eq!(arguments(&json!({"a": 1})), [r#"{"a":1}"#]);
         assert_eq!(arguments(&json!(true)), ["true"]);
     }
+
+    #[tokio::test]
+    async fn shellcheck_names_the_modules_line_and_says_nothing_of_a_clean_module() {
+        let functions = [testing::function(
+            "greet",
+            &[("name", "string")],
+            "string",
+            vec![case("ada", json!({"name": "ada"}), json!("ada"), None)],
+        )];
+        let module = "# greet prints its name.\ngreet() {\n  echo $1\n}\n";
+        let found = testing::lint(Language::Bash, module, &functions)
+            .await
+            .expect("shellcheck's findings");
+        assert!(
+            found
+                .iter()
+                .any(|f| f.starts_with("line 3: ") && f.contains("[SC2086]")),
+            "{found:?}"
+        );
+        let clean = module.replace("echo $1", "printf '%s\\n' \"$1\"");
+        let found = testing::lint(Language::Bash, &clean, &functions).await;
+        assert_eq!(found, Some(vec![]));
+    }
 }

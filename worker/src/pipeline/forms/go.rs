@@ -526,4 +526,32 @@ func nothing(x int) {}
             }
         );
     }
+
+    #[tokio::test]
+    async fn go_vet_names_the_modules_line_and_says_nothing_of_a_clean_module_or_the_test() {
+        let functions = [function(
+            "show",
+            &[("n", "int")],
+            "string",
+            vec![case("one", json!({"n": 1}), json!("1"), None)],
+        )];
+        let module = "import \"fmt\"\n\n// show writes n.\nfunc show(n int) string {\n\treturn fmt.Sprintf(\"%d\", \"n\")\n}\n";
+        let found = testing::lint(Language::Go, module, &functions)
+            .await
+            .expect("vet's findings");
+        let line = program(module)
+            .lines()
+            .position(|l| l.contains("Sprintf"))
+            .expect("the line")
+            + 1;
+        assert!(
+            found
+                .iter()
+                .any(|f| f.starts_with(&format!("line {line}: ")) && f.contains("Sprintf")),
+            "{found:?}"
+        );
+        let clean = module.replace("\"n\")", "n)");
+        let found = testing::lint(Language::Go, &clean, &functions).await;
+        assert_eq!(found, Some(vec![]));
+    }
 }

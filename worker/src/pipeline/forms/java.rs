@@ -384,4 +384,30 @@ static Set<Integer> unique(int[] xs) {
             "import java.util.*;\nimport java.util.stream.*;\nimport java.io.File;\n\npublic class Solution {\n\nstatic int a() { return 1; }\nstatic int b() { return 2; }\n}\n"
         );
     }
+
+    #[tokio::test]
+    async fn javac_lint_names_the_modules_line_and_says_nothing_of_a_clean_module_or_the_test() {
+        let functions = [function(
+            "half",
+            &[("n", "int")],
+            "int",
+            vec![case("two", json!({"n": 2}), json!(1), None)],
+        )];
+        let module = "/** Half of n. */\nstatic int half(int n) {\n    int m = (int) n;\n    return m / 2;\n}\n";
+        let found = testing::lint(Language::Java, module, &functions)
+            .await
+            .expect("javac's warnings");
+        let line = program(module)
+            .lines()
+            .position(|l| l.contains("(int) n"))
+            .expect("the line")
+            + 1;
+        assert_eq!(
+            found,
+            [format!("line {line}: [cast] redundant cast to int")]
+        );
+        let clean = module.replace("(int) n", "n");
+        let found = testing::lint(Language::Java, &clean, &functions).await;
+        assert_eq!(found, Some(vec![]));
+    }
 }

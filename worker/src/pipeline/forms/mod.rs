@@ -37,9 +37,54 @@ pub(crate) struct Form {
     pub(crate) writes: Writes,
     /// The static part of the module's quality.
     pub(crate) dialect: &'static Dialect,
-    /// The compiler's warnings about the program's first `lines` lines (the module; the test
-    /// follows it), read from a run's compile output; `None`: no compiler that warns.
-    pub(crate) warnings: Option<fn(&str, usize) -> Vec<String>>,
+    /// What the compiler or linter says about the module; `None`: no tool in the image does.
+    pub(crate) lint: Option<Lint>,
+}
+
+/// Where a language's compiler or linter findings come from, and how they are read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lint {
+    pub(crate) from: Findings,
+    /// The findings about the program's first `lines` lines (the module; the test follows it).
+    pub(crate) read: fn(&str, usize) -> Vec<String>,
+}
+
+/// Where a run leaves a lint's findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Findings {
+    /// The compiler's output (it warns as it compiles).
+    Compile,
+    /// The returned [`proto::harness::LINT_FILE`]; missing when the image has no linter.
+    File,
+}
+
+impl Lint {
+    const fn compile(read: fn(&str, usize) -> Vec<String>) -> Option<Self> {
+        Some(Self {
+            from: Findings::Compile,
+            read,
+        })
+    }
+
+    const fn file(read: fn(&str, usize) -> Vec<String>) -> Option<Self> {
+        Some(Self {
+            from: Findings::File,
+            read,
+        })
+    }
+
+    /// The findings of `result`'s run of `program`; `None` when the run left none to read
+    /// (nothing compiled, or the image's linter did not write its file).
+    pub(crate) fn findings(&self, result: &ExecutionResult, program: &str) -> Option<Vec<String>> {
+        let text = match self.from {
+            Findings::Compile => result.compile.as_ref()?.output.as_str(),
+            Findings::File => match result.files.get(proto::harness::LINT_FILE)? {
+                FileContent::Text(text) => text.as_str(),
+                FileContent::Bytes(_) => return None,
+            },
+        };
+        Some((self.read)(text, program.lines().count()))
+    }
 }
 
 /// What a form's test script writes to its report file.
@@ -61,49 +106,49 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             render: javascript::render,
             writes: Writes::Reports,
             dialect: &javascript::DIALECT,
-            warnings: None,
+            lint: None,
         }),
         Language::Go => Some(Form {
             program: go::program,
             render: go::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &go::DIALECT,
-            warnings: None,
+            lint: Lint::file(warnings::go_vet),
         }),
         Language::Bash => Some(Form {
             program: str::to_owned,
             render: bash::render,
             writes: Writes::Outcomes(Values::Printed),
             dialect: &bash::DIALECT,
-            warnings: None,
+            lint: Lint::file(warnings::shellcheck),
         }),
         Language::Java => Some(Form {
             program: java::program,
             render: java::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &java::DIALECT,
-            warnings: None,
+            lint: Lint::compile(warnings::javac),
         }),
         Language::Rust => Some(Form {
             program: rust::program,
             render: rust::render,
             writes: Writes::Outcomes(Values::Json),
             dialect: &rust::DIALECT,
-            warnings: Some(warnings::rustc),
+            lint: Lint::compile(warnings::rustc),
         }),
         Language::C => Some(Form {
             program: str::to_owned,
             render: c_family::render_c,
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::C_DIALECT,
-            warnings: Some(warnings::gcc),
+            lint: Lint::compile(warnings::gcc),
         }),
         Language::Cpp => Some(Form {
             program: str::to_owned,
             render: c_family::render_cpp,
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::CPP_DIALECT,
-            warnings: Some(warnings::gcc),
+            lint: Lint::compile(warnings::gcc),
         }),
         _ => None,
     }
@@ -130,6 +175,16 @@ impl Form {
             }
         }
     }
+}
+
+/// Asks `request`'s run for its language's lint ([`proto::harness::LINT_FILE`] sent, and
+/// returned with the findings).
+pub(crate) fn ask_lint(request: &mut proto::ExecutionRequest) {
+    let file = proto::harness::LINT_FILE.to_owned();
+    request
+        .files
+        .insert(file.clone(), FileContent::Text(String::new()));
+    request.return_files.push(file);
 }
 
 /// What ended `result`'s run, for the cases its script did not write.
@@ -309,6 +364,27 @@ pub(crate) mod testing {
         module: &str,
         functions: &[FunctionCases],
     ) -> (Option<BTreeMap<String, CasesReport>>, ExecutionResult) {
+        run_with(language, module, functions, false).await
+    }
+
+    /// The lint's findings about `module` in a run of `functions`' cases, as the pipeline's
+    /// integration run asks for them; `None`: the run left none.
+    pub(crate) async fn lint(
+        language: Language,
+        module: &str,
+        functions: &[FunctionCases],
+    ) -> Option<Vec<String>> {
+        let form = of(language).expect("a language with a form");
+        let (_, result) = run_with(language, module, functions, true).await;
+        form.lint?.findings(&result, &(form.program)(module))
+    }
+
+    async fn run_with(
+        language: Language,
+        module: &str,
+        functions: &[FunctionCases],
+        lint: bool,
+    ) -> (Option<BTreeMap<String, CasesReport>>, ExecutionResult) {
         let form = of(language).expect("a language with a form");
         let (sandbox, service) = sandbox::DockerSandbox::build(sandbox::Options {
             cluster: format!("wf{}", proto::TaskId::new().to_string().replace('-', "")),
@@ -319,7 +395,7 @@ pub(crate) mod testing {
         let cancel = CancellationToken::new();
         let service = tokio::spawn(service.run(cancel.clone()));
         let (report, nonce) = (".codegen-cases-n1.json", "n1");
-        let request = ExecutionRequest {
+        let mut request = ExecutionRequest {
             language,
             code: (form.program)(module),
             stdin: None,
@@ -333,6 +409,9 @@ pub(crate) mod testing {
             files: BTreeMap::new(),
             return_files: vec![report.into()],
         };
+        if lint {
+            super::ask_lint(&mut request);
+        }
         let result = sandbox.run(&request).await;
         cancel.cancel();
         service.await.expect("the sandbox service stops");
