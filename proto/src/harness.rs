@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 use crate::generation::{TestCase, TestKind};
 use crate::{ErrorKind, Language};
 
-/// The work-directory file whose presence asks a run of generated code for the language's
-/// linter (`go vet`, `shellcheck`; Java's compile then warns with `-Xlint:all`): the image's
-/// compile script or test form writes the findings over it, and the run returns it. A run
-/// without it pays for no linter.
+/// The work-directory file whose presence asks a run of generated code for the measures only
+/// the final run takes: the language's linter (`go vet`, `shellcheck`; Java's compile then
+/// warns with `-Xlint:all`), whose findings the image's compile script or test form writes
+/// over it (the run returns it), and JavaScript's coverage (in its cases' report). A run
+/// without it pays for neither.
 pub const LINT_FILE: &str = ".codegen-lint";
 
 /// One run of the image's test harness on `code`, with the run's limits.

@@ -33,6 +33,15 @@ pub(super) struct CaseRun {
     pub(super) cpu_ms: u64,
 }
 
+/// A run of a test form.
+pub(super) struct FormRun {
+    /// Each function's report (none when the run broke before the script wrote them).
+    pub(super) reports: BTreeMap<String, CasesReport>,
+    pub(super) result: proto::ExecutionResult,
+    /// The code's line coverage, when the run measured it.
+    pub(super) coverage: Option<f64>,
+}
+
 impl Pipeline {
     /// A sandbox run, its wall time added to the task's sandbox time. While Docker is down
     /// the run waits for it, at most `sandbox_wait`, so a short outage costs time instead of
@@ -149,8 +158,8 @@ impl Pipeline {
         self.sandboxed(ctx, &run, held).await
     }
 
-    /// `functions`' cases run against `module` by `language`'s test `form`: each function's
-    /// report (none when the run broke before the script wrote them) and the run's result.
+    /// `functions`' cases run against `module` by `language`'s test `form` (with `measure`,
+    /// the final run's measures too: [`proto::harness::LINT_FILE`]).
     pub(super) async fn run_form(
         &self,
         ctx: &TaskCtx,
@@ -158,8 +167,8 @@ impl Pipeline {
         form: forms::Form,
         module: &str,
         functions: &[FunctionCases],
-        lint: bool,
-    ) -> Result<(BTreeMap<String, CasesReport>, proto::ExecutionResult), Error> {
+        measure: bool,
+    ) -> Result<FormRun, Error> {
         let nonce = proto::TaskId::new().to_string();
         let report = format!(".codegen-cases-{nonce}.json");
         let mut request = proto::ExecutionRequest {
@@ -182,14 +191,19 @@ impl Pipeline {
             files: BTreeMap::new(),
             return_files: vec![report.clone()],
         };
-        if lint {
+        if measure {
             forms::ask_lint(&mut request);
         }
         let result = self.executed(ctx, &request).await?;
         let reports = form
             .reports(functions, &result, &report, &nonce)
             .unwrap_or_default();
-        Ok((reports, result))
+        let coverage = form.coverage_of(&result, &report, &nonce);
+        Ok(FormRun {
+            reports,
+            result,
+            coverage,
+        })
     }
 
     /// A plain sandbox run ([`Pipeline::in_sandbox`]: every error is the sandbox's).
@@ -236,7 +250,11 @@ impl Pipeline {
         let function = spec.name.as_str();
         if let Some(form) = forms::of(language) {
             let functions = [forms::function_cases(spec, cases)];
-            let (mut reports, result) = self
+            let FormRun {
+                mut reports,
+                result,
+                ..
+            } = self
                 .run_form(ctx, language, form, module, &functions, false)
                 .await?;
             let report = reports

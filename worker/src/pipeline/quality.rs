@@ -158,8 +158,9 @@ impl Pipeline {
         verdicts: bool,
     ) -> Result<Integration, Error> {
         let mut report = forms::scan::scan(form.dialect, module, specs);
-        if !verdicts && form.lint.is_none() {
-            // Nothing to compile or lint for: no run.
+        let measure = form.lint.is_some() || form.coverage;
+        if !verdicts && !measure {
+            // Nothing to compile, lint or measure: no run.
             report.unmeasured.push("warnings".into());
             return Ok(Integration {
                 verdicts: BTreeMap::new(),
@@ -173,9 +174,17 @@ impl Pipeline {
             .iter()
             .filter_map(|s| Some(forms::function_cases(s, &outcomes.get(&s.name)?.tests)))
             .collect();
-        let (mut reports, run) = self
-            .run_form(ctx, language, form, module, &functions, form.lint.is_some())
+        let super::cases::FormRun {
+            mut reports,
+            result: run,
+            coverage,
+        } = self
+            .run_form(ctx, language, form, module, &functions, measure)
             .await?;
+        if let Some(coverage) = coverage {
+            report.coverage = coverage;
+            report.unmeasured.retain(|m| m != "coverage");
+        }
         let program = (form.program)(module);
         let findings = form.lint.and_then(|lint| lint.findings(&run, &program));
         let warnings = findings.unwrap_or_else(|| {
@@ -183,7 +192,7 @@ impl Pipeline {
             Vec::new()
         });
         if !verdicts {
-            // Run for the linter's findings alone.
+            // Run for the measures alone.
             return Ok(Integration {
                 verdicts: BTreeMap::new(),
                 report,

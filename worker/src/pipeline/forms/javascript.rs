@@ -304,4 +304,40 @@ function nothing() { return undefined; }
         assert!(run("function f() { return 1; }\n", &cases).unwrap()["f"].passed);
         assert!(read_reports(r#"{"nonce": "other", "functions": {}}"#, "n1").is_none());
     }
+
+    /// The final run measures line coverage with V8's block coverage, in the real image: a
+    /// branch never taken and a function never called are lines not covered; cases that reach
+    /// every line cover all of them. TypeScript's counts its transpiled code, not the test.
+    #[tokio::test]
+    async fn the_final_run_measures_line_coverage_in_the_real_image() {
+        use super::super::testing::{self, case, function};
+        let module = "/** The sign of n. */\nfunction sign(n) {\n  if (n < 0) {\n    return -1;\n  }\n  return 1;\n}\n\n/** Twice x. */\nfunction twice(x) {\n  return x * 2;\n}\n";
+        let sign = |cases| function("sign", &[("n", "number")], "number", cases);
+        let twice = |cases| function("twice", &[("x", "number")], "number", cases);
+        for language in [proto::Language::Javascript, proto::Language::Typescript] {
+            let some = [sign(vec![case("pos", json!({"n": 5}), json!(1), None)])];
+            let part = testing::coverage(language, module, &some)
+                .await
+                .expect("coverage measured");
+            let all = [
+                sign(vec![
+                    case("pos", json!({"n": 5}), json!(1), None),
+                    case("neg", json!({"n": -5}), json!(-1), None),
+                ]),
+                twice(vec![case("one", json!({"x": 1}), json!(2), None)]),
+            ];
+            let whole = testing::coverage(language, module, &all)
+                .await
+                .expect("coverage measured");
+            assert!(part > 0.2 && part < 0.8, "{language:?}: {part}");
+            assert_eq!(whole, 1.0, "{language:?}");
+            // A run not asked to measure gives none.
+            let (_, result) = testing::run(language, module, &all).await;
+            let form = super::super::of(language).unwrap();
+            assert_eq!(
+                form.coverage_of(&result, ".codegen-cases-n1.json", "n1"),
+                None
+            );
+        }
+    }
 }

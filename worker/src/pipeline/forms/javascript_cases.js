@@ -11,6 +11,12 @@
 // by element (a Set in any order), objects key by key (a Map as an object), never through the
 // value's own methods. An expected error matches the thrown value's class, a base class, or its
 // name. The program's output while a case runs is discarded (the report is what counts).
+//
+// When the work directory holds .codegen-lint (proto::harness::LINT_FILE: the final run), the
+// report also gives the code's line coverage by the cases, from V8's precise block coverage
+// (the inspector's Profiler, in process): of the non-blank, non-comment lines inside the
+// code's functions, those whose innermost function or block ran. Code outside any function
+// ran before the cases and is not counted.
 (async function codegenCases(request) {
   'use strict';
   const vm = require('vm');
@@ -190,6 +196,66 @@
     return out;
   }
 
+  // The inspector's answer to `method`, or a rejection.
+  function inspect(session, method, params) {
+    return new Promise((resolve, reject) => {
+      session.post(method, params || {}, (err, result) => (err ? reject(err) : resolve(result)));
+    });
+  }
+
+  async function startCoverage() {
+    if (!attempt(() => fs.existsSync('/work/.codegen-lint'))) return null;
+    try {
+      const session = new (require('inspector').Session)();
+      session.connect();
+      await inspect(session, 'Profiler.enable');
+      await inspect(session, 'Profiler.startPreciseCoverage', { callCount: true, detailed: true });
+      return session;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  // {lines, covered} of the program's code (the file the harness ran: process.argv[1]; in
+  // TypeScript's, what precedes this script), or null.
+  async function lineCoverage(session) {
+    const { result } = await inspect(session, 'Profiler.takePreciseCoverage');
+    const main = process.argv[1];
+    const script = result.find((s) => s.url === main || s.url === `file://${main}`);
+    if (!script) return null;
+    const source = fs.readFileSync(main, 'utf8');
+    let end = source.indexOf('(async function codegenCases(');
+    if (end < 0) end = source.length;
+    // Every range of a function other than the script's top level, innermost last when
+    // sorted by start then by length descending.
+    const ranges = [];
+    for (const fn of script.functions) {
+      if (fn.ranges.length && fn.ranges[0].startOffset === 0) continue;
+      for (const r of fn.ranges) ranges.push(r);
+    }
+    let lines = 0;
+    let covered = 0;
+    let offset = 0;
+    for (const line of source.slice(0, end).split('\n')) {
+      const start = offset + (line.length - line.trimStart().length);
+      offset += line.length + 1;
+      const trimmed = line.trim();
+      if (!trimmed || trimmed.startsWith('//') || trimmed.startsWith('/*') || trimmed.startsWith('*')) continue;
+      let inner = null;
+      for (const r of ranges) {
+        if (r.startOffset <= start && start < r.endOffset &&
+            (!inner || r.endOffset - r.startOffset < inner.endOffset - inner.startOffset)) {
+          inner = r;
+        }
+      }
+      if (!inner) continue;
+      lines += 1;
+      if (inner.count > 0) covered += 1;
+    }
+    return lines ? { lines, covered } : null;
+  }
+
+  const session = await startCoverage();
   const reports = {};
   for (const f of request.functions) {
     const defined = attempt(() => new vm.Script(`typeof ${f.name}`).runInThisContext());
@@ -212,5 +278,13 @@
       traceback: null,
     };
   }
-  writeFileSync(request.report, stringify({ nonce: request.nonce, functions: reports }));
+  let coverage = null;
+  if (session) {
+    try {
+      coverage = await lineCoverage(session);
+    } catch (_) {
+      coverage = null;
+    }
+  }
+  writeFileSync(request.report, stringify({ nonce: request.nonce, functions: reports, coverage }));
 })(PAYLOAD);

@@ -39,6 +39,8 @@ pub(crate) struct Form {
     pub(crate) dialect: &'static Dialect,
     /// What the compiler or linter says about the module; `None`: no tool in the image does.
     pub(crate) lint: Option<Lint>,
+    /// Whether the final run measures the code's coverage (its report gives it).
+    pub(crate) coverage: bool,
 }
 
 /// Where a language's compiler or linter findings come from, and how they are read.
@@ -107,6 +109,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Reports,
             dialect: &javascript::DIALECT,
             lint: None,
+            coverage: true,
         }),
         Language::Go => Some(Form {
             program: go::program,
@@ -114,6 +117,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &go::DIALECT,
             lint: Lint::file(warnings::go_vet),
+            coverage: false,
         }),
         Language::Bash => Some(Form {
             program: str::to_owned,
@@ -121,6 +125,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Printed),
             dialect: &bash::DIALECT,
             lint: Lint::file(warnings::shellcheck),
+            coverage: false,
         }),
         Language::Java => Some(Form {
             program: java::program,
@@ -128,6 +133,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &java::DIALECT,
             lint: Lint::compile(warnings::javac),
+            coverage: false,
         }),
         Language::Rust => Some(Form {
             program: rust::program,
@@ -135,6 +141,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &rust::DIALECT,
             lint: Lint::compile(warnings::rustc),
+            coverage: false,
         }),
         Language::C => Some(Form {
             program: str::to_owned,
@@ -142,6 +149,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::C_DIALECT,
             lint: Lint::compile(warnings::gcc),
+            coverage: false,
         }),
         Language::Cpp => Some(Form {
             program: str::to_owned,
@@ -149,12 +157,29 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &c_family::CPP_DIALECT,
             lint: Lint::compile(warnings::gcc),
+            coverage: false,
         }),
         _ => None,
     }
 }
 
 impl Form {
+    /// The line coverage `result`'s run measured (its report file at `path`, with `nonce`).
+    pub(crate) fn coverage_of(
+        &self,
+        result: &ExecutionResult,
+        path: &str,
+        nonce: &str,
+    ) -> Option<f64> {
+        if !self.coverage {
+            return None;
+        }
+        match result.files.get(path)? {
+            FileContent::Text(text) => read_coverage(text, nonce),
+            FileContent::Bytes(_) => None,
+        }
+    }
+
     /// The reports the test script of `functions` wrote to `path` (a returned file of
     /// `result`) with `nonce`; `None` when the file is missing or not one the script wrote.
     pub(crate) fn reports(
@@ -285,6 +310,23 @@ pub(crate) struct FunctionCases {
 struct Written {
     nonce: String,
     functions: BTreeMap<String, CasesReport>,
+    /// The code's line coverage by the cases, when the run measured it (JavaScript's final run).
+    #[serde(default)]
+    coverage: Option<Covered>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Covered {
+    lines: u32,
+    covered: u32,
+}
+
+/// The line coverage in `text` (the share of the code's lines that ran), if the script wrote it
+/// with `nonce`.
+pub(crate) fn read_coverage(text: &str, nonce: &str) -> Option<f64> {
+    let written: Written = serde_json::from_str(text).ok()?;
+    let Covered { lines, covered } = written.coverage.filter(|_| written.nonce == nonce)?;
+    (lines > 0).then(|| f64::from(covered.min(lines)) / f64::from(lines))
 }
 
 /// The reports in `text`, if the script wrote them with `nonce`.
@@ -379,6 +421,21 @@ pub(crate) mod testing {
         form.lint?.findings(&result, &(form.program)(module))
     }
 
+    /// The line coverage of `module` by `functions`' cases in a final (measured) run; `None`:
+    /// the run measured none.
+    pub(crate) async fn coverage(
+        language: Language,
+        module: &str,
+        functions: &[FunctionCases],
+    ) -> Option<f64> {
+        let form = of(language).expect("a language with a form");
+        let (_, result) = run_with(language, module, functions, true).await;
+        form.coverage_of(&result, REPORT, NONCE)
+    }
+
+    const REPORT: &str = ".codegen-cases-n1.json";
+    const NONCE: &str = "n1";
+
     async fn run_with(
         language: Language,
         module: &str,
@@ -394,7 +451,7 @@ pub(crate) mod testing {
         });
         let cancel = CancellationToken::new();
         let service = tokio::spawn(service.run(cancel.clone()));
-        let (report, nonce) = (".codegen-cases-n1.json", "n1");
+        let (report, nonce) = (REPORT, NONCE);
         let mut request = ExecutionRequest {
             language,
             code: (form.program)(module),
