@@ -5,10 +5,36 @@
 # were built without it, and would all miss.
 #
 # When the work directory holds .codegen-lint (proto::harness::LINT_FILE: the worker asks for
-# generated code's quality report), `go vet` runs first and writes its findings over it; a
-# finding never fails the compile. Other runs pay for no vet.
+# generated code's quality report), `go vet` runs first and writes its findings over it (a
+# finding never fails the compile), and main.go is built instrumented for statement coverage
+# (`go tool cover`, its //line directives keep the compiler's positions main.go's) with a hook
+# the worker's test file (package main) calls when set: codegenCoverage() -> (statements,
+# covered). A main.go the tool cannot parse builds as it is. Other runs pay for neither.
 set -e
 if [ -e /work/.codegen-lint ]; then
   /usr/bin/go vet "$@" >/work/.codegen-lint 2>&1 || true
+  mkdir -p /build/cover
+  if [ "$#" -eq 2 ] &&
+    /usr/bin/go tool cover -mode=set -var=codegenCover -o /build/cover/main.go "$1" 2>/dev/null; then
+    cat >/build/cover/hook.go <<'HOOK'
+package main
+
+func init() {
+	codegenCoverage = func() (int, int) {
+		total, covered := 0, 0
+		for i, n := range codegenCover.NumStmt {
+			total += int(n)
+			if codegenCover.Count[i] > 0 {
+				covered += int(n)
+			}
+		}
+		return total, covered
+	}
+}
+HOOK
+    # `go build` takes named files of one directory only.
+    cp "$2" /build/cover/test.go
+    exec /usr/bin/go build -o /build/main /build/cover/main.go /build/cover/hook.go /build/cover/test.go
+  fi
 fi
 exec /usr/bin/go build -o /build/main "$@"

@@ -554,4 +554,26 @@ func nothing(x int) {}
         let found = testing::lint(Language::Go, &clean, &functions).await;
         assert_eq!(found, Some(vec![]));
     }
+
+    /// The final run builds the code for statement coverage (`go tool cover`, in the image's
+    /// compile script): a branch never taken and a function never called are statements not
+    /// covered; cases that reach every statement cover all of them.
+    #[tokio::test]
+    async fn the_final_run_measures_statement_coverage_in_the_real_image() {
+        let module = "// sign is the sign of n.\nfunc sign(n int) int {\n\tif n < 0 {\n\t\treturn -1\n\t}\n\treturn 1\n}\n\n// twice is 2x.\nfunc twice(x int) int {\n\treturn x * 2\n}\n";
+        let sign = |cases| function("sign", &[("n", "int")], "int", cases);
+        let twice = |cases| function("twice", &[("x", "int")], "int", cases);
+        let some = [sign(vec![case("pos", json!({"n": 5}), json!(1), None)])];
+        let part = testing::coverage(Language::Go, module, &some).await;
+        let all = [
+            sign(vec![
+                case("pos", json!({"n": 5}), json!(1), None),
+                case("neg", json!({"n": -5}), json!(-1), None),
+            ]),
+            twice(vec![case("one", json!({"x": 1}), json!(2), None)]),
+        ];
+        let whole = testing::coverage(Language::Go, module, &all).await;
+        assert!(part > 0.2 && part < 0.8, "{part}");
+        assert_eq!(whole, 1.0);
+    }
 }

@@ -24,6 +24,10 @@ type codegenInputError struct{ message string }
 
 var codegenOut *codegenOS.File
 
+// Set by the image's compile script in a final run (a main.go built for statement coverage):
+// the code's statements and those that ran.
+var codegenCoverage func() (int, int)
+
 // codegenDecode decodes a case's input into the parameter's variable.
 func codegenDecode(name, text string, into any) {
 	if err := codegenJSON.Unmarshal([]byte(text), into); err != nil {
@@ -159,5 +163,9 @@ func main() {
 	}
 	codegenWrite(map[string]any{"nonce": codegenNonce})
 	codegenCases()
+	if codegenCoverage != nil {
+		total, covered := codegenCoverage()
+		codegenWrite(map[string]any{"coverage": map[string]any{"lines": total, "covered": covered}})
+	}
 	codegenOS.Exit(0)
 }

@@ -316,9 +316,7 @@ function nothing() { return undefined; }
         let twice = |cases| function("twice", &[("x", "number")], "number", cases);
         for language in [proto::Language::Javascript, proto::Language::Typescript] {
             let some = [sign(vec![case("pos", json!({"n": 5}), json!(1), None)])];
-            let part = testing::coverage(language, module, &some)
-                .await
-                .expect("coverage measured");
+            let part = testing::coverage(language, module, &some).await;
             let all = [
                 sign(vec![
                     case("pos", json!({"n": 5}), json!(1), None),
@@ -326,9 +324,7 @@ function nothing() { return undefined; }
                 ]),
                 twice(vec![case("one", json!({"x": 1}), json!(2), None)]),
             ];
-            let whole = testing::coverage(language, module, &all)
-                .await
-                .expect("coverage measured");
+            let whole = testing::coverage(language, module, &all).await;
             assert!(part > 0.2 && part < 0.8, "{language:?}: {part}");
             assert_eq!(whole, 1.0, "{language:?}");
             // A run not asked to measure gives none.

@@ -51,6 +51,29 @@ pub(crate) enum Values {
     Printed,
 }
 
+/// The coverage line of an outcomes file written with `nonce` (`{"coverage": {"lines",
+/// "covered"}}`, after the cases), as a share; `None` without one.
+pub(crate) fn coverage(text: &str, nonce: &str) -> Option<f64> {
+    #[derive(Deserialize)]
+    struct First {
+        nonce: String,
+    }
+    #[derive(Deserialize)]
+    struct Measured {
+        coverage: super::Covered,
+    }
+    let mut lines = text.lines();
+    let first: First = serde_json::from_str(lines.next()?).ok()?;
+    if first.nonce != nonce {
+        return None;
+    }
+    lines
+        .rev()
+        .find_map(|l| serde_json::from_str::<Measured>(l).ok())?
+        .coverage
+        .share()
+}
+
 /// Each function's report from the file `text` a driver wrote for `functions`, if it wrote it
 /// with `nonce`; what ended the run early (`cut`) is each unreported case's error.
 pub(crate) fn reports(

@@ -117,7 +117,7 @@ pub(crate) fn of(language: Language) -> Option<Form> {
             writes: Writes::Outcomes(Values::Json),
             dialect: &go::DIALECT,
             lint: Lint::file(warnings::go_vet),
-            coverage: false,
+            coverage: true,
         }),
         Language::Bash => Some(Form {
             program: str::to_owned,
@@ -174,9 +174,13 @@ impl Form {
         if !self.coverage {
             return None;
         }
-        match result.files.get(path)? {
-            FileContent::Text(text) => read_coverage(text, nonce),
-            FileContent::Bytes(_) => None,
+        let text = match result.files.get(path)? {
+            FileContent::Text(text) => text,
+            FileContent::Bytes(_) => return None,
+        };
+        match self.writes {
+            Writes::Reports => read_coverage(text, nonce),
+            Writes::Outcomes(_) => judge::coverage(text, nonce),
         }
     }
 
@@ -315,18 +319,24 @@ struct Written {
     coverage: Option<Covered>,
 }
 
+/// What a measured run covered: of `lines` (Go: statements), `covered` ran.
 #[derive(Debug, serde::Deserialize)]
-struct Covered {
-    lines: u32,
-    covered: u32,
+pub(crate) struct Covered {
+    pub(crate) lines: u32,
+    pub(crate) covered: u32,
+}
+
+impl Covered {
+    pub(crate) fn share(&self) -> Option<f64> {
+        (self.lines > 0).then(|| f64::from(self.covered.min(self.lines)) / f64::from(self.lines))
+    }
 }
 
 /// The line coverage in `text` (the share of the code's lines that ran), if the script wrote it
 /// with `nonce`.
 pub(crate) fn read_coverage(text: &str, nonce: &str) -> Option<f64> {
     let written: Written = serde_json::from_str(text).ok()?;
-    let Covered { lines, covered } = written.coverage.filter(|_| written.nonce == nonce)?;
-    (lines > 0).then(|| f64::from(covered.min(lines)) / f64::from(lines))
+    written.coverage.filter(|_| written.nonce == nonce)?.share()
 }
 
 /// The reports in `text`, if the script wrote them with `nonce`.
@@ -421,16 +431,17 @@ pub(crate) mod testing {
         form.lint?.findings(&result, &(form.program)(module))
     }
 
-    /// The line coverage of `module` by `functions`' cases in a final (measured) run; `None`:
-    /// the run measured none.
+    /// The line coverage of `module` by `functions`' cases in a final (measured) run; a
+    /// panic naming the run's result when it measured none.
     pub(crate) async fn coverage(
         language: Language,
         module: &str,
         functions: &[FunctionCases],
-    ) -> Option<f64> {
+    ) -> f64 {
         let form = of(language).expect("a language with a form");
         let (_, result) = run_with(language, module, functions, true).await;
         form.coverage_of(&result, REPORT, NONCE)
+            .unwrap_or_else(|| panic!("no coverage measured: {result:?}"))
     }
 
     const REPORT: &str = ".codegen-cases-n1.json";
