@@ -140,16 +140,19 @@ impl Provider for Anthropic {
             prompt_tokens: value["usage"]["input_tokens"].as_u64().unwrap_or(0),
             completion_tokens: value["usage"]["output_tokens"].as_u64().unwrap_or(0),
         };
+        let truncated = value["stop_reason"] == "max_tokens";
         Ok(match tool_input {
             Some(input) => ChatResponse {
                 text: input.to_string(),
                 json: Some(input),
                 usage,
+                truncated,
             },
             None => ChatResponse {
                 text: text_answer,
                 json: None,
                 usage,
+                truncated,
             },
         })
     }

@@ -223,6 +223,17 @@ impl Model {
                     });
                 }
                 Err(problem) => {
+                    // An answer stopped at its budget is most often invalid for that alone:
+                    // the reason says so (what a repair or a failure quotes).
+                    let problem = if response.truncated {
+                        format!(
+                            "the answer was cut off at its limit of {} tokens before it was \
+                             complete ({problem})",
+                            request.max_tokens.unwrap_or(self.options.max_tokens)
+                        )
+                    } else {
+                        problem
+                    };
                     self.count(phase, "invalid_answer");
                     tracing::warn!(phase = phase.as_str(), answer, %problem, "model answer invalid");
                     request.messages.push(Message {

@@ -144,6 +144,10 @@ pub struct ChatResponse {
     /// The answer as JSON when the provider delivered it structured (e.g. a tool call).
     pub json: Option<serde_json::Value>,
     pub usage: Usage,
+    /// The server stopped the answer at its token budget (OpenAI's `finish_reason: length`,
+    /// Anthropic's `stop_reason: max_tokens`): what it holds may be cut short.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// How one attempt failed, with the retry decision in the type.

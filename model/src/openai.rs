@@ -230,6 +230,7 @@ impl Provider for OpenAi {
             text: content,
             json: None,
             usage,
+            truncated: value["choices"][0]["finish_reason"] == "length",
         })
     }
 }

@@ -23,10 +23,44 @@ pub fn spec_for<T: JsonSchema>(name: &str, strict: bool) -> SchemaSpec {
         // Servers differ in which meta keywords they accept; the schema itself is enough.
         map.remove("$schema");
     }
+    spell_out_any(&mut schema, None);
     SchemaSpec {
         name: name.to_owned(),
         schema,
         strict,
+    }
+}
+
+/// Every JSON type, spelled out for a value of any type.
+const ANY_TYPE: [&str; 7] = [
+    "object", "array", "string", "number", "integer", "boolean", "null",
+];
+
+/// Keywords that say nothing about a value's type.
+const ANNOTATIONS: [&str; 5] = ["description", "title", "default", "examples", "$comment"];
+
+/// Gives a subschema that allows any value (`{}`, or annotations only: a free-form field such as
+/// a test's expected output) the explicit list of every JSON type. The same values validate;
+/// a server that turns the schema into a grammar (llama.cpp) refuses the implicit form and
+/// falls back to unconstrained JSON for the whole answer. `parent` is the key `value` is under:
+/// the maps of `properties` and `$defs` name subschemas, they are not one.
+fn spell_out_any(value: &mut Value, parent: Option<&str>) {
+    match value {
+        Value::Object(map) => {
+            let names_schemas = matches!(parent, Some("properties" | "$defs" | "definitions"));
+            if !names_schemas
+                && parent.is_some()
+                && map.keys().all(|k| ANNOTATIONS.contains(&k.as_str()))
+            {
+                map.insert("type".into(), serde_json::json!(ANY_TYPE));
+            }
+            for (key, child) in map.iter_mut() {
+                let key = if names_schemas { "" } else { key.as_str() };
+                spell_out_any(child, Some(key));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| spell_out_any(i, Some(""))),
+        _ => {}
     }
 }
 
@@ -118,6 +152,30 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_value_of_any_type_is_spelled_out_and_validates_as_before() {
+        let spec = spec_for::<TestCases>("test_cases", false);
+        let expected = &spec.schema["$defs"]["TestCase"]["properties"]["expected_output"];
+        assert_eq!(expected["type"], json!(ANY_TYPE), "{expected}");
+        // Property maps are not schemas: none gained a `type`.
+        let properties = spec.schema["$defs"]["TestCase"]["properties"]
+            .as_object()
+            .unwrap();
+        assert!(!properties.contains_key("type"));
+        for output in [
+            json!(1),
+            json!("x"),
+            json!(null),
+            json!([1]),
+            json!({"a": 1}),
+            json!(true),
+        ] {
+            let answer = json!({"cases": [{"name": "n", "kind": "normal", "inputs": {},
+                                           "expected_output": output}]});
+            validate(&spec, &answer).unwrap();
+        }
+    }
 
     #[test]
     fn extracts_from_plain_fenced_and_embedded_text() {

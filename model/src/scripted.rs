@@ -213,6 +213,7 @@ impl Provider for Scripted {
             },
             text,
             json,
+            truncated: false,
         })
     }
 }
@@ -376,6 +377,7 @@ impl Provider for Counting {
             text: r#"{"code": "x = 1", "analysis": null}"#.into(),
             json: None,
             usage: Usage::default(),
+            truncated: false,
         })
     }
 }

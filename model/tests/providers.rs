@@ -321,6 +321,26 @@ async fn the_context_window_bounds_the_answer_and_refuses_a_prompt_that_would_no
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
 }
 
+/// An answer the server stopped at its token budget (`finish_reason: length`) fails its check
+/// saying so, not only what the cut left invalid.
+#[tokio::test]
+async fn an_answer_cut_at_its_token_limit_is_named_as_such() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                "content": "{\"code\": \"def sieve(n):\\n    return ["}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4096}
+        })))
+        .mount(&server)
+        .await;
+    let error = implement(&openai(&options(&server))).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidAnswer { reason, .. } if reason.contains("cut off at its limit of 4096 tokens")),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn connection_errors_and_timeouts_are_retried() {
     // Nothing listens on this port.
