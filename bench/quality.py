@@ -129,15 +129,26 @@ def main():
     model_url, model, cluster, n, max_iterations, out = sys.argv[1:7]
     problems = list(read_problems().items())[: int(n)]
     rows = []
+    run(problems, model_url, model, cluster, int(max_iterations), out, rows)
+    print(json.dumps(write(out, rows), indent=1))
+
+
+def run(problems, model_url, model, cluster, max_iterations, out, rows):
     for task_id, problem in problems:
         a = once(model_url, model, problem)
         a["passed"] = judge(cluster, problem, program_of(problem, a["code"]))
-        b = job(cluster, problem, int(max_iterations))
+        b = job(cluster, problem, max_iterations)
         b["passed"] = bool(b["code"]) and judge(cluster, problem, program_of(problem, b["code"]))
         rows.append({"task_id": task_id, "once": a, "cluster": b})
         print(f"{task_id}: once {'pass' if a['passed'] else 'fail'}, cluster "
               f"{'pass' if b['passed'] else 'fail'} ({b['status']}, own tests "
-              f"{'passed' if b['own_tests_passed'] else 'failed'})", flush=True)
+              f"{'passed' if b['own_tests_passed'] else 'failed'}; {b['calls']} calls, "
+              f"{b['seconds']:.0f} s against {a['seconds']:.0f} s)", flush=True)
+        write(out, rows)
+
+
+def write(out, rows):
+    """The figures so far (a run stopped early keeps what it measured)."""
     summary = {}
     for arm in ("once", "cluster"):
         summary[arm] = {
@@ -154,7 +165,7 @@ def main():
     summary["problems"] = len(rows)
     with open(out, "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
-    print(json.dumps(summary, indent=1))
+    return summary
 
 
 if __name__ == "__main__":
