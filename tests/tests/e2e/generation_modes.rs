@@ -64,6 +64,14 @@ async fn run_job(script: &std::path::Path, job: Value) -> Value {
     cluster.wait_job(&id, JOB_DEADLINE).await
 }
 
+/// Job `job` on a cluster whose scripted FAKE model answers from `script`.
+async fn refactor_job(script: &Value, job: Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("refactor-model.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    run_job(&path, job).await
+}
+
 #[tokio::test]
 async fn a_debug_job_reproduces_the_error_then_fixes_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,11 +177,8 @@ async fn a_refactor_job_keeps_behaviour_and_reports_quality_before_and_after() {
             "root_cause": "an index loop and a mutable accumulator hide a sum",
             "changes": "readability: a reduce over the items, and a JSDoc comment"}}}
     ]});
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("refactor-model.json");
-    std::fs::write(&path, script.to_string()).unwrap();
-    let result = run_job(
-        &path,
+    let result = refactor_job(
+        &script,
         json!({
             "instruction": "the total of a shopping cart",
             "language": "javascript",
@@ -246,11 +251,8 @@ async fn a_bash_refactor_reports_the_linters_findings_before_and_after() {
             "root_cause": "an unquoted expansion piped through wc",
             "changes": "lint: the argument split by read into an array, every expansion quoted"}}}
     ]});
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("refactor-model.json");
-    std::fs::write(&path, script.to_string()).unwrap();
-    let result = run_job(
-        &path,
+    let result = refactor_job(
+        &script,
         json!({
             "instruction": "count the words of a text",
             "language": "bash",

@@ -182,9 +182,8 @@ impl Pipeline {
                 &nonce,
             )),
             timeout_ms: self.options.run_timeout_ms,
-            // A compile is bounded like the run (the runner's default, 10 s, is short for a slow
-            // machine's Rust or Java).
-            compile_timeout_ms: Some(self.options.run_timeout_ms),
+            // The runner's default, 10 s, is short for a slow machine's Rust or Java.
+            compile_timeout_ms: Some(self.options.compile_timeout_ms),
             cpu_time_ms: None,
             memory_mb: self.options.memory_mb,
             fresh_container: false,
@@ -324,7 +323,7 @@ impl Pipeline {
             let _ = reply.send(shares.next().unwrap_or(Shared::Alone));
         }
         match mine {
-            Some(Shared::Report(mine)) => Ok(shared_case_run(function, mine)),
+            Some(Shared::Report(mine)) => Ok(shared_case_run(function, cases, mine)),
             Some(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             Some(Shared::Alone) | None => {
                 self.run_cases_alone(ctx, language, module, function, cases, run)
@@ -426,7 +425,7 @@ impl Pipeline {
         // The wait for the shared run was sandbox time, whatever came of it.
         ctx.add_sandbox_time(started);
         match shared {
-            Ok(Shared::Report(shared)) => Ok(shared_case_run(function, shared)),
+            Ok(Shared::Report(shared)) => Ok(shared_case_run(function, cases, shared)),
             Ok(Shared::Down(dependency, reason)) => Err(Error::Retry { dependency, reason }),
             // Broke, or its leader was cancelled with it.
             Ok(Shared::Alone) | Err(_) => {
@@ -466,8 +465,14 @@ fn cases_report(report: Option<HarnessReport>) -> Option<CasesReport> {
 }
 
 /// `function`'s verdicts from its part of a shared run.
-fn shared_case_run(function: &str, shared: SharedReport) -> CaseRun {
-    verdicts(function, shared.report, shared.duration_ms, shared.cpu_ms)
+fn shared_case_run(function: &str, cases: &[TestCase], shared: SharedReport) -> CaseRun {
+    verdicts(
+        function,
+        cases,
+        shared.report,
+        shared.duration_ms,
+        shared.cpu_ms,
+    )
 }
 
 /// `function`'s verdicts from its report in `result`; without a report (the run broke: a
@@ -520,24 +525,47 @@ pub(super) fn case_run(
             cpu_ms,
         });
     };
-    Ok(verdicts(function, report, duration_ms, cpu_ms))
+    Ok(verdicts(function, cases, report, duration_ms, cpu_ms))
 }
 
-/// `function`'s verdicts from its harness report.
-fn verdicts(function: &str, report: CasesReport, duration_ms: u64, cpu_ms: u64) -> CaseRun {
-    let results: Vec<TestResult> = report
-        .cases
-        .into_iter()
-        .map(|c| TestResult {
-            function: function.to_owned(),
-            test: c.name,
-            passed: c.passed,
-            actual_output: c.actual_output,
-            error: c.error,
-            error_kind: c.error_kind,
-            duration_ms: c.duration_ms,
-        })
-        .collect();
+/// `function`'s verdicts from its harness report. A report of code that never loaded (a
+/// compile or import error) has no case: each of `cases` fails with its error, so that a result
+/// never counts no test where tests were asked for.
+fn verdicts(
+    function: &str,
+    cases: &[TestCase],
+    report: CasesReport,
+    duration_ms: u64,
+    cpu_ms: u64,
+) -> CaseRun {
+    let results: Vec<TestResult> = if report.cases.is_empty() && !report.passed {
+        cases
+            .iter()
+            .map(|c| TestResult {
+                function: function.to_owned(),
+                test: c.name.clone(),
+                passed: false,
+                actual_output: Value::Null,
+                error: report.error.clone(),
+                error_kind: report.error_kind,
+                duration_ms: 0.0,
+            })
+            .collect()
+    } else {
+        report
+            .cases
+            .into_iter()
+            .map(|c| TestResult {
+                function: function.to_owned(),
+                test: c.name,
+                passed: c.passed,
+                actual_output: c.actual_output,
+                error: c.error,
+                error_kind: c.error_kind,
+                duration_ms: c.duration_ms,
+            })
+            .collect()
+    };
     let failed = results.iter().filter(|r| !r.passed).count();
     let error = match report.error {
         Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),

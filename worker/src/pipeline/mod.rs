@@ -36,6 +36,10 @@ pub struct Options {
     pub case_timeout_ms: u64,
     /// Limit per sandbox run (all cases of a function), in milliseconds.
     pub run_timeout_ms: u64,
+    /// Limit of a compiled language's compile in a sandbox run, in milliseconds: apart from
+    /// the run's, and longer, since a compile shares the machine's cores with every other
+    /// (rustc -O of a job's whole module under load took past a minute on two cores).
+    pub compile_timeout_ms: u64,
     /// Memory per sandbox run, in MiB.
     pub memory_mb: u64,
     /// How many test cases to ask for.
@@ -61,6 +65,7 @@ impl Default for Options {
             task_deadline: Duration::from_secs(15 * 60),
             case_timeout_ms: 5_000,
             run_timeout_ms: 60_000,
+            compile_timeout_ms: 300_000,
             memory_mb: 512,
             min_cases: 4,
             max_cases: 12,
