@@ -507,18 +507,7 @@ pub(super) fn case_run(
             .unwrap_or_else(|| tail(&result.stderr, 2000));
         return Ok(CaseRun {
             passed: false,
-            results: cases
-                .iter()
-                .map(|c| TestResult {
-                    function: function.to_owned(),
-                    test: c.name.clone(),
-                    passed: false,
-                    actual_output: Value::Null,
-                    error: Some(error.clone()),
-                    error_kind: Some(kind),
-                    duration_ms: 0.0,
-                })
-                .collect(),
+            results: all_failed(function, cases, Some(&error), Some(kind)),
             error_kind: Some(kind),
             error,
             duration_ms,
@@ -526,6 +515,27 @@ pub(super) fn case_run(
         });
     };
     Ok(verdicts(function, cases, report, duration_ms, cpu_ms))
+}
+
+/// Each of `cases` failed with `error` (no case ran).
+fn all_failed(
+    function: &str,
+    cases: &[TestCase],
+    error: Option<&str>,
+    kind: Option<ErrorKind>,
+) -> Vec<TestResult> {
+    cases
+        .iter()
+        .map(|c| TestResult {
+            function: function.to_owned(),
+            test: c.name.clone(),
+            passed: false,
+            actual_output: Value::Null,
+            error: error.map(str::to_owned),
+            error_kind: kind,
+            duration_ms: 0.0,
+        })
+        .collect()
 }
 
 /// `function`'s verdicts from its harness report. A report of code that never loaded (a
@@ -539,18 +549,7 @@ fn verdicts(
     cpu_ms: u64,
 ) -> CaseRun {
     let results: Vec<TestResult> = if report.cases.is_empty() && !report.passed {
-        cases
-            .iter()
-            .map(|c| TestResult {
-                function: function.to_owned(),
-                test: c.name.clone(),
-                passed: false,
-                actual_output: Value::Null,
-                error: report.error.clone(),
-                error_kind: report.error_kind,
-                duration_ms: 0.0,
-            })
-            .collect()
+        all_failed(function, cases, report.error.as_deref(), report.error_kind)
     } else {
         report
             .cases
