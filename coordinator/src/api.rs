@@ -5,12 +5,13 @@
 //! cannot drift from what the routes accept and answer. [`routes`] is the one list the router
 //! is built from; a test checks that every entry is in the document.
 
+use proto::api::ErrorCode;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
@@ -119,7 +120,7 @@ pub fn router(coordinator: Coordinator) -> Router {
         api = api.route(path, endpoint);
     }
     let mut router = api
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .fallback(|| async { ApiError::new(ErrorCode::NoSuchRoute, "no such route") })
         .layer(DefaultBodyLimit::max(coordinator.options.max_body_bytes))
         // Layers run last-added first: the key, then the tenant's rate.
         .layer(middleware::from_fn_with_state(
@@ -134,6 +135,12 @@ pub fn router(coordinator: Coordinator) -> Router {
         router = router.route(path, endpoint);
     }
     router
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "this route does not take this method (the Allow header lists those it takes)",
+            )
+        })
         .layer(Extension(Document(document)))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
         // Spans name the route, not the path: `/fusion/{key}/run_code` carries a key.
@@ -360,6 +367,24 @@ pub fn openapi_document(options: &crate::Options) -> Value {
             }
         }
     }
+    // Every 503 asks for a wait, as every 429 does.
+    if let Value::Object(paths) = &mut doc["paths"] {
+        for operation in paths
+            .values_mut()
+            .filter_map(Value::as_object_mut)
+            .flat_map(|item| item.values_mut())
+        {
+            if let Some(unavailable) = operation
+                .get_mut("responses")
+                .and_then(|responses| responses.get_mut("503"))
+                && unavailable["content"]["application/json"].is_object()
+            {
+                unavailable["headers"] = json!({"Retry-After": {
+                    "description": "Seconds to wait before sending the request again.",
+                    "schema": {"type": "integer", "minimum": 1}}});
+            }
+        }
+    }
     // The routes that create work take an `Idempotency-Key`.
     for path in CREATING_ROUTES {
         let post = &mut doc["paths"][*path]["post"];
@@ -381,6 +406,14 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         });
     }
     let schemas = &mut doc["components"]["schemas"];
+    let codes: Vec<String> = ErrorCode::ALL
+        .iter()
+        .map(|c| format!("- `{c}` ({}): {}", c.status(), c.meaning()))
+        .collect();
+    schemas["ErrorCode"]["description"] = json!(format!(
+        "What went wrong, for a program to act on. Each code always comes with the same status:\n\n{}",
+        codes.join("\n")
+    ));
     let run_code = &mut schemas["RunCodeRequest"]["properties"];
     limit(
         &mut run_code["language"],

@@ -7,9 +7,10 @@
 //! Without keys the API is open and everything belongs to no tenant.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use proto::api::ErrorCode;
 
 use crate::Coordinator;
 use crate::error::ApiError;
@@ -65,7 +66,7 @@ pub(crate) async fn authenticate(
     let path = request.uri().path().to_owned();
     let Some(key) = presented_key(request.headers()).or_else(|| key_in_path(&path)) else {
         return ApiError::new(
-            StatusCode::UNAUTHORIZED,
+            ErrorCode::ApiKeyRequired,
             "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY (or, for \
              SandboxFusion's client, the path /fusion/KEY/run_code)",
         )
@@ -82,7 +83,7 @@ pub(crate) async fn authenticate(
             request.extensions_mut().insert(Tenant(Some(tenant)));
             next.run(request).await
         }
-        None => ApiError::new(StatusCode::UNAUTHORIZED, "unknown API key").into_response(),
+        None => ApiError::new(ErrorCode::ApiKeyUnknown, "unknown API key").into_response(),
     }
 }
 

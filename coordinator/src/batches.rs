@@ -8,6 +8,7 @@
 //! stored in Redis with the caller's tenant. `GET /v1/batches/{id}` reads the jobs' statuses;
 //! only the batch's tenant sees it.
 
+use proto::api::ErrorCode;
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
@@ -39,7 +40,7 @@ type Line = (JobRequest, Option<String>);
 async fn parse(c: &Coordinator, tenant: &Tenant, body: &[u8]) -> Result<Vec<Line>, ApiError> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
+            ErrorCode::MalformedBody,
             format!("invalid request body: not UTF-8: {e}"),
         )
     })?;
@@ -67,12 +68,8 @@ async fn parse(c: &Coordinator, tenant: &Tenant, body: &[u8]) -> Result<Vec<Line
     }
     let mut requests = Vec::with_capacity(lines.len());
     for (number, line) in lines {
-        let mut submission: JobSubmission = from_json(line.as_bytes()).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("line {number}: invalid job: {e}"),
-            )
-        })?;
+        let mut submission: JobSubmission = from_json(line.as_bytes())
+            .map_err(|e| e.into_api(&format!("line {number}: invalid job: ")))?;
         let callback = submission.callback_url.take();
         if let Some(url) = &callback {
             c.check_callback("callback_url", tenant.0.as_deref(), url)
@@ -131,9 +128,8 @@ pub(crate) async fn submit(
     params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
+    let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
     let requests = parse(&c, &tenant, &body).await?;
     if let Some(url) = &params.callback_url {
         c.check_callback("callback_url", tenant.0.as_deref(), url)
@@ -281,8 +277,7 @@ pub(crate) async fn fetch(
     params: Result<Query<FetchParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     if params.wait_ms > MAX_WAIT_MS {
         return Err(ApiError::invalid(
             "wait_ms",
@@ -367,12 +362,11 @@ pub(crate) async fn visible(
     let batch = c.stores.jobs.batch(id).await.map_err(unavailable)?;
     batch
         .filter(|b| tenant.sees(&b.tenant))
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no batch {id}")))
+        .ok_or_else(|| crate::error::not_found(format!("no batch {id}")))
 }
 
 pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {
-    id.parse()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a batch id: {e}")))
+    id.parse().map_err(|e| crate::error::invalid_id("batch", e))
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The cache routes: counters of the solution and function-level caches, and clearing them.
 
+use proto::api::ErrorCode;
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use proto::api::ErrorBody;
 use serde::Serialize;
@@ -49,7 +49,7 @@ pub(crate) struct CacheCleared {
 )]
 pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response, ApiError> {
     let Some((cache, model)) = c.cache() else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
+        return Err(ApiError::new(ErrorCode::CachingDisabled, "caching is off"));
     };
     let stats = cache.cache_stats().await.map_err(unavailable)?;
     Ok(axum::Json(CacheStats {
@@ -81,12 +81,12 @@ pub(crate) async fn cache_clear(
 ) -> Result<Response, ApiError> {
     if !c.options.is_admin(&tenant) {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
             "the caches are shared by every tenant: only coordinator.admin_tenants may empty them",
         ));
     }
     let Some((cache, _)) = c.cache() else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "caching is off"));
+        return Err(ApiError::new(ErrorCode::CachingDisabled, "caching is off"));
     };
     let removed = cache.clear_cache().await.map_err(unavailable)?;
     Ok(axum::Json(CacheCleared { removed }).into_response())

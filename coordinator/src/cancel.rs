@@ -8,10 +8,10 @@
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Extension, Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use proto::TaskId;
+use proto::api::ErrorCode;
 use proto::api::{BatchView, ErrorBody};
 use proto::job::{JobResult, JobStatus};
 
@@ -31,9 +31,7 @@ async fn cancel(c: &Coordinator, id: TaskId, reason: &str) -> Result<JobResult, 
         .job_meta(id)
         .await
         .map_err(|e| CancelError::Api(unavailable(e)))?
-        .ok_or_else(|| {
-            CancelError::Api(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))
-        })?;
+        .ok_or_else(|| CancelError::Api(crate::error::not_found(format!("no job {id}"))))?;
     let result = c
         .end_job(&meta, JobStatus::Cancelled, reason)
         .await
@@ -86,7 +84,7 @@ pub(crate) async fn cancel_job(
             Ok(axum::Json(result).into_response())
         }
         Err(CancelError::Ended(status)) => Err(ApiError::new(
-            StatusCode::CONFLICT,
+            ErrorCode::AlreadyEnded,
             format!("job {id} had already ended: {status}"),
         )),
         Err(CancelError::Api(e)) => Err(e),

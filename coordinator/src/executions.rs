@@ -1,5 +1,6 @@
 //! The execution routes: run a program, many programs, read a verdict.
 
+use proto::api::ErrorCode;
 use std::pin::Pin;
 
 use tokio::sync::futures::Notified;
@@ -216,8 +217,7 @@ pub(crate) async fn submit(
     params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     let submission: ExecutionSubmission = read_body(body)?;
     if submission.id.is_some() {
         return Err(ApiError::invalid(
@@ -298,8 +298,7 @@ pub(crate) async fn submit_batch(
 ) -> Result<Response, ApiError> {
     use futures::StreamExt;
 
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     let batch: ExecutionBatch = read_body(body)?;
     if let Some(url) = &batch.callback_url {
         c.check_callback("callback_url", tenant.0.as_deref(), url)
@@ -355,7 +354,7 @@ pub(crate) async fn submit_batch(
             store
                 .register_execution_batch(&record, url)
                 .await
-                .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+                .map_err(unavailable)?;
         }
         Ok::<(), ApiError>(())
     }
@@ -518,20 +517,14 @@ pub(crate) async fn fetch_batch(
     // Not an id is no such batch: what an item's label (`results[].id`, which tools may take
     // for this path's `id`) finds here.
     let Ok(id) = id.parse::<TaskId>() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no execution batch {id}"),
-        ));
+        return Err(crate::error::not_found(format!("no execution batch {id}")));
     };
     let record = match c.webhooks() {
         Some((store, _)) => store.execution_batch(id).await.map_err(unavailable)?,
         None => None,
     };
     let Some(record) = record.filter(|r| tenant.sees(&r.tenant)) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no execution batch {id}"),
-        ));
+        return Err(crate::error::not_found(format!("no execution batch {id}")));
     };
     let view = execution_batch_view(&c, &record)
         .await
@@ -691,7 +684,7 @@ pub(crate) async fn enqueue(
         .executions
         .create_execution(id, &meta)
         .await
-        .map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+        .map_err(unavailable)?;
     let envelope = Envelope::new(
         id,
         tenant.0.clone(),
@@ -710,7 +703,7 @@ pub(crate) async fn enqueue(
         let reason = format!("not queued: {e}");
         let result = ExecutionResult::error(Status::Error, reason.clone());
         let _ = c.finish_execution(id, tenant.0.as_deref(), &result).await;
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+        return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }
     Ok(())
 }
@@ -736,14 +729,9 @@ pub(crate) async fn fetch(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = id.map_err(path_rejected)?;
-    let id: TaskId = id.parse().map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("id: not an execution id: {e}"),
-        )
-    })?;
-    let unavailable =
-        |e: store::Error| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    let id: TaskId = id
+        .parse()
+        .map_err(|e| crate::error::invalid_id("execution", e))?;
     // Another tenant's execution is as unknown as a missing one.
     let owner = c
         .stores
@@ -756,10 +744,7 @@ pub(crate) async fn fetch(
         None => tenant.0.is_some(),
     };
     if hidden {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no execution {id}"),
-        ));
+        return Err(crate::error::not_found(format!("no execution {id}")));
     }
     if let Some(result) = c
         .stores
@@ -784,10 +769,7 @@ pub(crate) async fn fetch(
             },
         )
         .into_response()),
-        None => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("no execution {id}"),
-        )),
+        None => Err(crate::error::not_found(format!("no execution {id}"))),
     }
 }
 

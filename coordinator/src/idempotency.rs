@@ -10,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use proto::api::ErrorCode;
 use sha2::{Digest, Sha256};
 use store::{Answer, Claimed};
 
@@ -42,9 +43,10 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
         }
         _ => {
             return ApiError::new(
-                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidHeader,
                 format!("Idempotency-Key: 1 to {MAX_KEY_CHARS} visible ASCII characters"),
             )
+            .about("Idempotency-Key")
             .into_response();
         }
     };
@@ -64,7 +66,7 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
         return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
             format!("body: larger than {limit} bytes"),
         )
         .into_response();
@@ -81,14 +83,15 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
     // `ttl`: it lives as long as a request can take, and the answer gets the full `ttl`.
     let claim_ttl = (c.options.wait + IN_PROGRESS_MARGIN).min(ttl);
     match keys.claim(&scope, &hash, claim_ttl).await {
-        Err(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+        Err(e) => crate::error::unavailable(e).into_response(),
         Ok(Some(earlier)) if earlier.hash != hash => ApiError::new(
-            StatusCode::CONFLICT,
+            ErrorCode::IdempotencyConflict,
             format!("Idempotency-Key {key:?} was used with another request body"),
         )
+        .about("Idempotency-Key")
         .into_response(),
         Ok(Some(Claimed { answer: None, .. })) => ApiError::new(
-            StatusCode::CONFLICT,
+            ErrorCode::IdempotencyInProgress,
             format!("Idempotency-Key {key:?}: the first request with it is still being handled; retry shortly"),
         )
         .into_response(),
@@ -126,7 +129,7 @@ pub(crate) async fn layer(State(c): State<Coordinator>, request: Request, next: 
             }
             let (parts, body) = response.into_parts();
             let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
-                return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "answer unreadable")
+                return ApiError::new(ErrorCode::Internal, "answer unreadable")
                     .into_response();
             };
             let answer = Answer {

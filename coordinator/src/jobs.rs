@@ -1,5 +1,6 @@
 //! The job routes: submit a job, read its result or its progress, follow its events.
 
+use proto::api::ErrorCode;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -240,13 +241,9 @@ pub(crate) async fn submit(
     Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-    let mut submission: JobSubmission = from_json(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request body: {e}"),
-        )
-    })?;
+    let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
+    let mut submission: JobSubmission =
+        from_json(&body).map_err(|e| e.into_api("invalid request body: "))?;
     let callback = submission.callback_url.take();
     let request = validate(&c.options, submission)?;
     if let Some(url) = &callback {
@@ -379,7 +376,7 @@ pub(crate) async fn create_job(
         if let Err(e) = c.fail_job(&meta, &reason).await {
             tracing::warn!(job = %id, error = %e, "cannot record that the job was not queued");
         }
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason));
+        return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }
     c.metrics.jobs.with_label_values(&["accepted"]).inc();
     Ok(Created::Queued(id))
@@ -389,7 +386,7 @@ pub(crate) async fn create_job(
 pub(crate) async fn refuse_without_generators(c: &Coordinator) -> Result<(), ApiError> {
     match &c.generators {
         Some(generators) => match generators.refusal().await {
-            Some(reason) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, reason)),
+            Some(reason) => Err(ApiError::new(ErrorCode::NoGenerator, reason)),
             None => Ok(()),
         },
         None => Ok(()),
@@ -431,15 +428,14 @@ async fn answer_from_cache(
     Ok(result)
 }
 pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {
-    id.parse()
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("id: not a job id: {e}")))
+    id.parse().map_err(|e| crate::error::invalid_id("job", e))
 }
 
 /// 404 unless the job exists and belongs to `tenant`.
 pub(crate) async fn visible(c: &Coordinator, tenant: &Tenant, id: TaskId) -> Result<(), ApiError> {
     match c.stores.jobs.job_meta(id).await.map_err(unavailable)? {
         Some(meta) if tenant.sees(&meta.tenant) => Ok(()),
-        _ => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}"))),
+        _ => Err(crate::error::not_found(format!("no job {id}"))),
     }
 }
 
@@ -475,7 +471,7 @@ pub(crate) async fn fetch(
         return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
     }
     let Some(status) = status else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
+        return Err(crate::error::not_found(format!("no job {id}")));
     };
     let mut functions = BTreeMap::new();
     if let Some(plan) = c.stores.jobs.plan(id).await.map_err(unavailable)? {
@@ -520,10 +516,11 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     };
     let invalid = || {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidHeader,
             "Last-Event-ID: not an event id of this stream (expected <ms>-<seq>, the id of an \
              event received)",
         )
+        .about("Last-Event-ID")
     };
     // An empty value is refused like any other non-id: `EventSource` never sends one, and
     // the document's pattern does not admit it.
@@ -595,7 +592,7 @@ pub(crate) async fn events(
         .map_err(unavailable)?
         .is_none()
     {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")));
+        return Err(crate::error::not_found(format!("no job {id}")));
     }
     struct Cursor {
         after: Option<String>,

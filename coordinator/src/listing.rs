@@ -7,9 +7,9 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use proto::api::ErrorCode;
 use proto::api::{
     BatchList, BatchStatus, BatchSummary, ErrorBody, ExecutionList, ExecutionState,
     ExecutionSummary, JobList, JobSummary,
@@ -132,7 +132,7 @@ where
 {
     let Some(index) = &c.stores.index else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NotKept,
             "this coordinator keeps no index of submitted work (it runs without Redis)",
         ));
     };
@@ -184,8 +184,7 @@ pub(crate) async fn jobs(
     Extension(tenant): Extension<Tenant>,
     params: Result<Query<JobParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     let (query, limit) = params.window(&tenant)?;
     let wanted = params.status;
     let (jobs, next_cursor) = scan(&c, Kind::Jobs, query, limit, |entry| {
@@ -243,8 +242,7 @@ pub(crate) async fn batches(
     Extension(tenant): Extension<Tenant>,
     params: Result<Query<BatchParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     let (query, limit) = params.window(&tenant)?;
     let wanted = params.status;
     let (batches, next_cursor) = scan(&c, Kind::Batches, query, limit, |entry| {
@@ -294,8 +292,7 @@ pub(crate) async fn executions(
     Extension(tenant): Extension<Tenant>,
     params: Result<Query<ExecutionParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     let (query, limit) = params.window(&tenant)?;
     let wanted = params.status;
     let (executions, next_cursor) = scan(&c, Kind::Executions, query, limit, |entry| {

@@ -8,10 +8,10 @@
 //! Over a limit: 429 naming it (the setting to change), with `Retry-After`; nothing is queued.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use proto::TaskId;
+use proto::api::ErrorCode;
 use store::Decision;
 use store::index::Kind;
 use store::quotas::{Limits, Refusal};
@@ -74,47 +74,57 @@ pub(crate) async fn admit(
     };
     let who = name.unwrap_or("-");
     let period_left = (limits.period_start_ms + period_ms).saturating_sub(now) / 1000 + 1;
-    let (message, retry) = match refusal {
+    let (message, setting, retry) = match refusal {
         Refusal::InFlight { current } => {
             let (field, own_field): (&str, fn(&TenantOptions) -> bool) = match kind {
                 Kind::Jobs => ("jobs_in_flight", |o| o.jobs_in_flight.is_some()),
                 _ => ("executions_in_flight", |o| o.executions_in_flight.is_some()),
             };
+            let setting = c.options.setting(name, field, own_field);
             (
                 format!(
-                    "quota: tenant {who} has {current} {} in flight of at most {in_flight} ({}); \
+                    "quota: tenant {who} has {current} {} in flight of at most {in_flight} ({setting}); \
                      {} more would pass it: nothing was queued",
                     kind.as_str(),
-                    c.options.setting(name, field, own_field),
                     ids.len()
                 ),
+                setting,
                 IN_FLIGHT_RETRY_SECS,
             )
         }
-        Refusal::Tokens { used } => (
-            format!(
-                "quota: tenant {who} has used {used} model tokens this period of at most {} ({}): nothing was queued",
-                own.model_tokens_per_period,
-                c.options.setting(name, "model_tokens_per_period", |o| o
-                    .model_tokens_per_period
-                    .is_some()),
-            ),
-            period_left,
-        ),
-        Refusal::Cpu { used_ms } => (
-            format!(
-                "quota: tenant {who} has used {:.1} sandbox CPU seconds this period of at most {} ({}): nothing was queued",
-                used_ms as f64 / 1000.0,
-                own.sandbox_cpu_seconds_per_period,
-                c.options
-                    .setting(name, "sandbox_cpu_seconds_per_period", |o| o
-                        .sandbox_cpu_seconds_per_period
-                        .is_some()),
-            ),
-            period_left,
-        ),
+        Refusal::Tokens { used } => {
+            let setting = c.options.setting(name, "model_tokens_per_period", |o| {
+                o.model_tokens_per_period.is_some()
+            });
+            (
+                format!(
+                    "quota: tenant {who} has used {used} model tokens this period of at most {} ({setting}): nothing was queued",
+                    own.model_tokens_per_period,
+                ),
+                setting,
+                period_left,
+            )
+        }
+        Refusal::Cpu { used_ms } => {
+            let setting = c
+                .options
+                .setting(name, "sandbox_cpu_seconds_per_period", |o| {
+                    o.sandbox_cpu_seconds_per_period.is_some()
+                });
+            (
+                format!(
+                    "quota: tenant {who} has used {:.1} sandbox CPU seconds this period of at most {} ({setting}): nothing was queued",
+                    used_ms as f64 / 1000.0,
+                    own.sandbox_cpu_seconds_per_period,
+                ),
+                setting,
+                period_left,
+            )
+        }
     };
-    Err(ApiError::new(StatusCode::TOO_MANY_REQUESTS, message).with_retry_after(retry))
+    Err(ApiError::new(ErrorCode::QuotaExceeded, message)
+        .over(setting)
+        .with_retry_after(retry))
 }
 
 /// Gives back the quota places of `ids` that were admitted but not created.
@@ -156,28 +166,22 @@ pub(crate) async fn rate_limit(
         Ok(Decision::Granted) => next.run(request).await,
         Ok(Decision::Wait(wait)) => {
             let seconds = wait.as_secs_f64().ceil().max(1.0);
-            let setting = match &tenant.0 {
-                Some(t)
-                    if c.options
-                        .tenants
-                        .get(t)
-                        .is_some_and(|o| o.requests_per_second.is_some()) =>
-                {
-                    format!("coordinator.tenants.{t}.requests_per_second")
-                }
-                _ => "coordinator.tenant_defaults.requests_per_second".to_owned(),
-            };
-            let mut response = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
+            let setting = c
+                .options
+                .setting(tenant.0.as_deref(), "requests_per_second", |o| {
+                    o.requests_per_second.is_some()
+                });
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // >= 1, whole
+            let wait_s = seconds as u64;
+            ApiError::new(
+                ErrorCode::RateLimited,
                 format!(
-                    "rate limit: tenant {name} may make {rate} requests per second ({setting}); retry in {seconds:.0} s"
+                    "rate limit: tenant {name} may make {rate} requests per second ({setting}); retry in {wait_s} s"
                 ),
             )
-            .into_response();
-            if let Ok(value) = HeaderValue::from_str(&format!("{seconds:.0}")) {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-            response
+            .over(setting)
+            .with_retry_after(wait_s)
+            .into_response()
         }
         // The limit cannot be checked (Redis down): serve rather than refuse everyone; a
         // request that needs Redis answers 503 by itself.

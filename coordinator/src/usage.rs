@@ -1,10 +1,10 @@
 //! `GET /v1/usage`: what a tenant's finished work cost over a window (`store::usage`).
 
+use proto::api::ErrorCode;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use proto::api::{ErrorBody, Usage};
 use serde::Deserialize;
@@ -60,8 +60,7 @@ pub(crate) async fn usage(
     Extension(caller): Extension<Tenant>,
     params: Result<Query<UsageParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) =
-        params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
     if let Some(named) = &params.tenant
         && !crate::tenants::valid_name(named)
     {
@@ -74,7 +73,7 @@ pub(crate) async fn usage(
         Some(named) if caller.0.as_deref() != Some(named.as_str()) => {
             if !c.options.is_admin(&caller) {
                 return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
+                    ErrorCode::Forbidden,
                     "another tenant's usage is for coordinator.admin_tenants only",
                 ));
             }
@@ -84,7 +83,7 @@ pub(crate) async fn usage(
     };
     let Some(store) = &c.stores.usage else {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NotKept,
             "this coordinator keeps no usage (it runs without Redis)",
         ));
     };

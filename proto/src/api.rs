@@ -1,6 +1,7 @@
 //! Bodies of the HTTP API, shared by the coordinator (server) and the CLI (client).
 
 mod batches;
+mod errors;
 mod jobs;
 mod languages;
 mod lists;
@@ -8,6 +9,7 @@ mod usage;
 mod webhooks;
 
 pub use batches::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView};
+pub use errors::{ErrorBody, ErrorCode};
 pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
 pub use languages::{LanguageInfo, Languages};
 pub use lists::{
@@ -145,25 +147,6 @@ pub struct ExecutionBatchRecord {
     #[serde(default)]
     pub tenant: Option<String>,
     pub items: Vec<(String, TaskId)>,
-}
-
-/// Body of every 4xx/5xx answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: String,
-    /// Why, for a program to act on, where the answer has a reason of its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<ErrorCode>,
-}
-
-/// A machine-readable reason of an error answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    /// 503: this coordinator cannot reach RabbitMQ. Nothing was recorded or queued: the same
-    /// request may be sent again at once, to this coordinator after `Retry-After` or to
-    /// another.
-    BrokerUnavailable,
 }
 
 #[cfg(test)]

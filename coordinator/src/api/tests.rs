@@ -148,67 +148,96 @@ async fn files_and_fresh_container_are_passed_on() {
 async fn bad_requests_get_a_4xx_that_names_the_problem() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
     let c = coordinator(&broker, &store);
+    // (body, code, the field named as `param`, a word of the message)
     let cases = [
-        ("{not json", StatusCode::BAD_REQUEST, "invalid request body"),
-        (r#"{"language":"python"}"#, StatusCode::BAD_REQUEST, "code"),
+        ("{not json", "malformed_body", None, "invalid request body"),
+        (
+            r#"{"language":"python"}"#,
+            "malformed_body",
+            Some("code"),
+            "code",
+        ),
         (
             r#"{"language":"python","code":"1","timeout":3}"#,
-            StatusCode::BAD_REQUEST,
+            "malformed_body",
+            Some("timeout"),
             "timeout",
         ),
         (
             r#"{"language":"cobol","code":"1"}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_language",
+            Some("language"),
             "language",
         ),
         (
             r#"{"language":"python","code":"1","timeout_ms":999999999}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("timeout_ms"),
             "timeout_ms",
         ),
         (
             r#"{"language":"python","code":"1","cpu_time_ms":0}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("cpu_time_ms"),
             "cpu_time_ms",
         ),
         (
             r#"{"language":"python","code":"1","memory_mb":1}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("memory_mb"),
             "memory_mb",
         ),
         (
             r#"{"language":"python","code":"1","files":{"../escape.py":"x"}}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("files"),
             "files",
         ),
         (
             r#"{"language":"python","code":"1","files":{"main.py":"x"}}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("files"),
             "files",
         ),
         (
             r#"{"language":"python","code":"1","return_files":["/etc/passwd"]}"#,
-            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("return_files"),
             "return_files",
         ),
         (
             r#"{"language":"python","code":"1","fresh_container":"yes"}"#,
-            StatusCode::BAD_REQUEST,
+            "malformed_body",
+            Some("fresh_container"),
             "expected a boolean",
         ),
     ];
-    for (body, expected, needle) in cases {
+    for (body, code, param, needle) in cases {
         let (status, answer) = call(&c, "POST", "/v1/executions", body).await;
-        assert_eq!(status, expected, "{body} -> {answer}");
+        let expected: proto::api::ErrorCode = serde_json::from_value(json!(code)).unwrap();
+        assert_eq!(status.as_u16(), expected.status(), "{body} -> {answer}");
+        assert_eq!(answer["code"], code, "{body} -> {answer}");
+        assert_eq!(answer["param"].as_str(), param, "{body} -> {answer}");
         let message = answer["error"].as_str().unwrap();
         assert!(message.contains(needle), "{body} -> {message}");
     }
+    // A batch item's field is named with its place.
+    let (_, answer) = call(
+        &c,
+        "POST",
+        "/v1/executions/batch",
+        r#"{"items":[{"language":"python","code":"1"},{"language":"python","code":"1","memory_mb":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(answer["code"], "malformed_body", "{answer}");
+    assert_eq!(answer["param"], "items[1].memory_mb", "{answer}");
     let huge = format!(
         r#"{{"language":"python","code":"{}"}}"#,
         "x".repeat(Options::default().max_body_bytes + 1)
     );
-    let (status, _) = call(&c, "POST", "/v1/executions", &huge).await;
+    let (status, answer) = call(&c, "POST", "/v1/executions", &huge).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer["code"], "payload_too_large", "{answer}");
     let too_many: serde_json::Map<String, Value> = (0..=proto::execution::MAX_FILES)
         .map(|i| (format!("f{i}.txt"), json!("")))
         .collect();
@@ -248,6 +277,26 @@ async fn unknown_and_malformed_ids() {
 }
 
 #[tokio::test]
+async fn routes_methods_and_ids_that_do_not_exist_have_codes_of_their_own() {
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let c = coordinator(&broker, &store);
+    let job = proto::TaskId::new();
+    for (method, uri, status, code, param) in [
+        ("GET", "/v1/nothing", 404, "no_such_route", None),
+        ("PUT", "/v1/jobs", 405, "method_not_allowed", None),
+        ("GET", "/v1/jobs/42", 400, "invalid_id", Some("id")),
+        ("GET", "/v1/batches/x", 400, "invalid_id", Some("id")),
+        ("GET", &format!("/v1/jobs/{job}"), 404, "not_found", None),
+        ("GET", "/v1/jobs?limit=x", 400, "invalid_query", None),
+    ] {
+        let (got, answer) = call(&c, method, uri, "").await;
+        assert_eq!(got.as_u16(), status, "{method} {uri}: {answer}");
+        assert_eq!(answer["code"], code, "{method} {uri}: {answer}");
+        assert_eq!(answer["param"].as_str(), param, "{method} {uri}: {answer}");
+    }
+}
+
+#[tokio::test]
 async fn outages_answer_503_and_leave_no_phantom_queued_execution() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
     let c = coordinator(&broker, &store);
@@ -261,6 +310,7 @@ async fn outages_answer_503_and_leave_no_phantom_queued_execution() {
     .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body["error"].as_str().unwrap().contains("redis"));
+    assert_eq!(body["code"], "store_unavailable", "{body}");
     store.set_up();
 
     // A broker this coordinator cannot reach: refused before anything is recorded, with a

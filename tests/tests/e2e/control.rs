@@ -248,6 +248,7 @@ async fn a_cancelled_batch_stops_spending_and_work_is_listed_per_tenant() {
         body["error"].as_str().unwrap().contains("succeeded"),
         "{body}"
     );
+    assert_eq!(body["code"], "already_ended", "{body}");
 
     // Listing: every job once, newest first, over pages; filtered by status and time.
     let mut listed = Vec::new();

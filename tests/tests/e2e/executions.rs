@@ -202,6 +202,7 @@ async fn readyz_names_redis_while_it_is_down_and_recovers() {
         .await;
     assert_eq!(status, 503, "{body}");
     assert!(body["error"].as_str().unwrap().contains("redis"), "{body}");
+    assert_eq!(body["code"], "store_unavailable", "{body}");
 
     redis.restart();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);

@@ -64,6 +64,8 @@ async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
             .contains("Idempotency-Key \"run-1\""),
         "{body}"
     );
+    assert_eq!(body["code"], "idempotency_conflict", "{body}");
+    assert_eq!(body["param"], "Idempotency-Key", "{body}");
 
     // Keys are per tenant: globex's run-1 is its own.
     let (status, _, theirs) = post(&cluster, path, "key-globex", "run-1", &program).await;
@@ -132,6 +134,8 @@ async fn a_retry_with_the_same_key_gets_the_first_answer_and_creates_nothing() {
             break again.text().await.unwrap();
         }
         assert_eq!(again.status().as_u16(), 409);
+        let body: Value = again.json().await.unwrap();
+        assert_eq!(body["code"], "idempotency_in_progress", "{body}");
         assert!(
             std::time::Instant::now() < deadline,
             "the streamed answer was never stored for a replay"

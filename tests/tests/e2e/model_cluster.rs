@@ -213,6 +213,7 @@ async fn a_cluster_without_a_model_says_so_and_refuses_jobs_but_runs_executions(
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "no_generator", "{body}");
     let error = body["error"].as_str().unwrap();
     assert!(
         error.contains("no worker can generate") && error.contains("model not configured"),

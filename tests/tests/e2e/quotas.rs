@@ -100,6 +100,11 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
             && error.contains("5 requests per second"),
         "{error}"
     );
+    assert_eq!(body["code"], "rate_limited", "{body}");
+    assert_eq!(
+        body["limit"], "coordinator.tenants.acme.requests_per_second",
+        "{body}"
+    );
 
     // Another tenant has its own meter.
     let response = cluster
@@ -140,6 +145,11 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
 fn assert_over(status: u16, body: &Value, quota: &str) {
     assert_eq!(status, 429, "{body}");
     assert!(body["error"].as_str().unwrap().contains(quota), "{body}");
+    assert_eq!(body["code"], "quota_exceeded", "{body}");
+    assert!(
+        body["limit"].as_str().unwrap().ends_with(quota),
+        "the setting is named for a program: {body}"
+    );
 }
 
 /// `method path` on `base` as `key`: status, `Retry-After` and the JSON answer.

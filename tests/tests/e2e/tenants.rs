@@ -49,7 +49,8 @@ async fn tenants_see_only_their_own_work() {
     )
     .await;
     assert_eq!(status, 401, "{body}");
-    let (status, _) = call(
+    assert_eq!(body["code"], "api_key_required", "{body}");
+    let (status, body) = call(
         &cluster,
         reqwest::Method::POST,
         "/v1/jobs",
@@ -58,6 +59,7 @@ async fn tenants_see_only_their_own_work() {
     )
     .await;
     assert_eq!(status, 401);
+    assert_eq!(body["code"], "api_key_unknown", "{body}");
 
     let (status, body) = call(
         &cluster,
@@ -173,6 +175,7 @@ async fn tenants_see_only_their_own_work() {
     .await;
     assert_eq!(status, 403, "{body}");
     assert!(body["error"].as_str().unwrap().contains("admin_tenants"));
+    assert_eq!(body["code"], "forbidden", "{body}");
     let (status, body) = call(
         &cluster,
         reqwest::Method::DELETE,
