@@ -18,12 +18,14 @@ use axum::routing::{MethodRouter, delete, get, post};
 use proto::Language;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 
 use crate::Coordinator;
 use crate::error::ApiError;
 use crate::executions::MAX_LABEL_CHARS;
+use crate::request_id;
 use axum::Extension;
 
 /// Every API route: method, path (as in the OpenAPI document) and handler. The router is
@@ -143,16 +145,29 @@ pub fn router(coordinator: Coordinator) -> Router {
         })
         .layer(Extension(Document(document)))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
-        // Spans name the route, not the path: `/fusion/{key}/run_code` carries a key.
+        // Spans name the route, not the path: `/fusion/{key}/run_code` carries a key. Every
+        // line logged while a request is handled carries its id.
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request| {
                 let route = request
                     .extensions()
                     .get::<MatchedPath>()
                     .map_or("unmatched", MatchedPath::as_str);
-                tracing::debug_span!("request", method = %request.method(), route)
+                let request_id = request
+                    .headers()
+                    .get(&request_id::HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("request", method = %request.method(), route, request_id)
             }),
         )
+        // Outermost last: an unusable id is dropped, one is set, and it goes back on the answer.
+        .layer(PropagateRequestIdLayer::new(request_id::HEADER))
+        .layer(SetRequestIdLayer::new(
+            request_id::HEADER,
+            request_id::MakeV7,
+        ))
+        .layer(middleware::map_request(request_id::drop_unusable))
         .with_state(coordinator)
 }
 

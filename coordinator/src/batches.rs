@@ -26,6 +26,7 @@ use crate::auth::Tenant;
 use crate::body::from_json;
 use crate::error::{ApiError, path_rejected, unavailable};
 use crate::jobs::{Created, create_job, refuse_without_generators, register_callback, validate};
+use crate::request_id::RequestIdOf;
 use crate::{Coordinator, now_ms};
 use store::index::Kind;
 use store::webhooks::HookKind;
@@ -125,6 +126,7 @@ pub(crate) struct SubmitParams {
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    RequestIdOf(request_id): RequestIdOf,
     params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -154,10 +156,10 @@ pub(crate) async fn submit(
     let created: Vec<Result<Created, ApiError>> =
         futures::stream::iter(ids.iter().copied().zip(requests))
             .map(|(id, (request, callback))| {
-                let (c, tenant) = (c.clone(), tenant.clone());
+                let (c, tenant, request_id) = (c.clone(), tenant.clone(), request_id.clone());
                 async move {
                     register_callback(&c, id, &tenant, callback.as_deref()).await?;
-                    create_job(&c, id, request, tenant.0.clone()).await
+                    create_job(&c, id, request, tenant.0.clone(), request_id.as_deref()).await
                 }
             })
             .buffered(PARALLEL)

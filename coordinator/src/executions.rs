@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::auth::Tenant;
 use crate::body::read_body;
 use crate::error::{ApiError, path_rejected, unavailable};
+use crate::request_id::RequestIdOf;
 use crate::{Coordinator, now_ms};
 use store::index::Kind;
 use store::webhooks::HookKind;
@@ -214,6 +215,7 @@ pub(crate) fn validate(
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    RequestIdOf(request_id): RequestIdOf,
     params: Result<Query<SubmitParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -228,7 +230,7 @@ pub(crate) async fn submit(
     let request = validate(&c.options, submission)?;
     let language = request.language;
     let id = TaskId::new();
-    accept(&c, &tenant, id, request).await?;
+    accept(&c, &tenant, request_id.as_deref(), id, request).await?;
     tracing::debug!(%id, %language, "execution queued");
 
     let result = if params.wait {
@@ -293,6 +295,7 @@ pub(crate) async fn submit(
 pub(crate) async fn submit_batch(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    RequestIdOf(request_id): RequestIdOf,
     params: Result<Query<BatchParams>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -369,8 +372,18 @@ pub(crate) async fn submit_batch(
         .collect();
     let queued: Vec<Result<(), ApiError>> = futures::stream::iter(work)
         .map(|(id, request)| {
-            let (c, tenant) = (c.clone(), tenant.clone());
-            async move { enqueue(&c, &tenant, id, submitted_at_ms, request).await }
+            let (c, tenant, request_id) = (c.clone(), tenant.clone(), request_id.clone());
+            async move {
+                enqueue(
+                    &c,
+                    &tenant,
+                    request_id.as_deref(),
+                    id,
+                    submitted_at_ms,
+                    request,
+                )
+                .await
+            }
         })
         .buffered(64)
         .collect()
@@ -647,6 +660,7 @@ pub(crate) const MAX_LABEL_CHARS: usize = 256;
 pub(crate) async fn accept(
     c: &Coordinator,
     tenant: &Tenant,
+    request_id: Option<&str>,
     id: TaskId,
     request: ExecutionRequest,
 ) -> Result<(), ApiError> {
@@ -656,7 +670,7 @@ pub(crate) async fn accept(
     let queued = async {
         c.list(Kind::Executions, tenant.0.as_deref(), at, &[id])
             .await?;
-        enqueue(c, tenant, id, at, request).await
+        enqueue(c, tenant, request_id, id, at, request).await
     }
     .await;
     if queued.is_err() {
@@ -670,6 +684,7 @@ pub(crate) async fn accept(
 pub(crate) async fn enqueue(
     c: &Coordinator,
     tenant: &Tenant,
+    request_id: Option<&str>,
     id: TaskId,
     submitted_at_ms: u64,
     request: ExecutionRequest,
@@ -690,7 +705,8 @@ pub(crate) async fn enqueue(
         tenant.0.clone(),
         submitted_at_ms,
         Task::Execute(request),
-    );
+    )
+    .with_request_id(request_id.map(str::to_owned));
     let published = c
         .broker
         .publish_execution(Outgoing {

@@ -31,6 +31,7 @@ use crate::auth::Tenant;
 use crate::body::read_body;
 use crate::error::ApiError;
 use crate::executions::{accept, validate};
+use crate::request_id::RequestIdOf;
 
 /// SandboxFusion's `RunCodeRequest`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -131,6 +132,7 @@ pub(crate) struct RunCodeResponse {
 pub(crate) async fn run_code(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    RequestIdOf(request_id): RequestIdOf,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request: RunCodeRequest = read_body(body)?;
@@ -138,7 +140,7 @@ pub(crate) async fn run_code(
     let execution = validate(&c.options, submission)?;
     let timeout_ms = execution.timeout_ms;
     let id = TaskId::new();
-    accept(&c, &tenant, id, execution).await?;
+    accept(&c, &tenant, request_id.as_deref(), id, execution).await?;
     // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
     let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
     let result = match c.stores.executions.wait_execution(id, wait).await {
@@ -251,9 +253,10 @@ fn submission(
 pub(crate) async fn run_code_keyed(
     state: State<Coordinator>,
     tenant: Extension<Tenant>,
+    request_id: RequestIdOf,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    run_code(state, tenant, body).await
+    run_code(state, tenant, request_id, body).await
 }
 
 /// A verdict in SandboxFusion's terms (see the module documentation).

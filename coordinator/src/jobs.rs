@@ -19,6 +19,7 @@ use proto::{Language, Progress, Task, TaskId};
 use crate::auth::Tenant;
 use crate::body::from_json;
 use crate::error::{ApiError, path_rejected, unavailable};
+use crate::request_id::RequestIdOf;
 use crate::{Coordinator, now_ms};
 use axum::Extension;
 use store::index::Kind;
@@ -239,6 +240,7 @@ fn rework(
 pub(crate) async fn submit(
     State(c): State<Coordinator>,
     Extension(tenant): Extension<Tenant>,
+    RequestIdOf(request_id): RequestIdOf,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
@@ -254,13 +256,19 @@ pub(crate) async fn submit(
     crate::quotas::admit(&c, Kind::Jobs, &tenant, &[id]).await?;
     let created = async {
         register_callback(&c, id, &tenant, callback.as_deref()).await?;
-        create_job(&c, id, request, tenant.0.clone()).await
+        create_job(&c, id, request, tenant.0.clone(), request_id.as_deref()).await
     }
     .await;
     if created.is_err() {
         crate::quotas::release(&c, Kind::Jobs, &tenant, &[id]).await;
     }
-    Ok(match created? {
+    let created = created?;
+    tracing::info!(
+        job = %id,
+        cached = matches!(created, Created::Cached(_)),
+        "job accepted"
+    );
+    Ok(match created {
         Created::Cached(result) => (StatusCode::OK, axum::Json(result)).into_response(),
         Created::Queued(id) => (
             StatusCode::ACCEPTED,
@@ -317,6 +325,7 @@ pub(crate) async fn create_job(
     id: TaskId,
     request: JobRequest,
     tenant: Option<String>,
+    request_id: Option<&str>,
 ) -> Result<Created, ApiError> {
     let cache_key = c
         .cache()
@@ -326,7 +335,7 @@ pub(crate) async fn create_job(
         match cache.cached_solution(key).await {
             Ok(Some(cached)) => {
                 let _ = cache.count_lookup("solution", true).await;
-                let result = answer_from_cache(c, id, request, tenant, cached).await?;
+                let result = answer_from_cache(c, id, request, tenant, request_id, cached).await?;
                 return Ok(Created::Cached(Box::new(result)));
             }
             Ok(None) => {
@@ -347,6 +356,7 @@ pub(crate) async fn create_job(
         plan_model_calls: 0,
         cache_key,
         max_functions: u32::try_from(c.options.max_functions).unwrap_or(u32::MAX),
+        request_id: request_id.map(str::to_owned),
     };
     c.list(
         Kind::Jobs,
@@ -368,7 +378,7 @@ pub(crate) async fn create_job(
                 job_id: id,
                 problem: None,
             }),
-            meta.tenant.clone(),
+            &meta,
         )
         .await
     {
@@ -399,6 +409,7 @@ async fn answer_from_cache(
     id: TaskId,
     request: JobRequest,
     tenant: Option<String>,
+    request_id: Option<&str>,
     cached: JobResult,
 ) -> Result<JobResult, ApiError> {
     let meta = JobMeta {
@@ -411,6 +422,7 @@ async fn answer_from_cache(
         plan_model_calls: 0,
         cache_key: None,
         max_functions: u32::try_from(c.options.max_functions).unwrap_or(u32::MAX),
+        request_id: request_id.map(str::to_owned),
     };
     let result = JobResult::from_cache(cached, id);
     c.list(

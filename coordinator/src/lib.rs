@@ -31,6 +31,7 @@ mod listing;
 mod metrics;
 mod quotas;
 mod reaper;
+mod request_id;
 pub mod tenants;
 #[cfg(test)]
 mod testing;

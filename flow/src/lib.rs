@@ -99,16 +99,17 @@ impl Flow {
         &self.jobs
     }
 
-    /// Publishes `task` to `tenant`'s lane of the task queue; returns once the broker
-    /// confirmed it.
-    pub async fn publish(&self, task: Task, tenant: Option<String>) -> Result<(), broker::Error> {
+    /// Publishes `task` of the job of `meta` to its tenant's lane of the task queue, carrying
+    /// the job's request id; returns once the broker confirmed it.
+    pub async fn publish(&self, task: Task, meta: &JobMeta) -> Result<(), broker::Error> {
         let id = TaskId::new();
-        let envelope = Envelope::new(id, tenant.clone(), proto::now_ms(), task);
+        let envelope = Envelope::new(id, meta.tenant.clone(), proto::now_ms(), task)
+            .with_request_id(meta.request_id.clone());
         self.broker
             .publish(Outgoing {
                 message_id: id.to_string(),
                 body: envelope.encode(),
-                lane: tenant,
+                lane: meta.tenant.clone(),
             })
             .await
     }
@@ -246,11 +247,8 @@ impl Flow {
         {
             return Ok(());
         }
-        self.publish(
-            Task::Integrate(IntegrateTask { job_id: meta.id }),
-            meta.tenant.clone(),
-        )
-        .await?;
+        self.publish(Task::Integrate(IntegrateTask { job_id: meta.id }), meta)
+            .await?;
         Ok(self.jobs.mark_published(meta.id, &integrate).await?)
     }
 
@@ -279,7 +277,7 @@ impl Flow {
                     job_id: meta.id,
                     function: name.clone(),
                 }),
-                meta.tenant.clone(),
+                meta,
             )
         }))
         .await?;

@@ -61,6 +61,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
         plan_model_calls: 0,
         cache_key: None,
         max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
+        request_id: None,
     };
     jobs.create_job(&meta).await.unwrap();
     let plan = crate::plan(specs, 16).unwrap();

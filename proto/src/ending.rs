@@ -289,6 +289,7 @@ mod tests {
             plan_model_calls: 1,
             cache_key: None,
             max_functions: crate::job::DEFAULT_MAX_FUNCTIONS,
+            request_id: None,
         }
     }
 

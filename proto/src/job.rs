@@ -181,6 +181,9 @@ pub struct JobMeta {
     /// the job): the worker that checks the plan applies it.
     #[serde(default = "default_max_functions")]
     pub max_functions: u32,
+    /// The `x-request-id` of the request that submitted it; its tasks carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// [`JobMeta::max_functions`] of a job accepted before it was recorded.

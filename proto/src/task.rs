@@ -104,6 +104,10 @@ pub struct Envelope {
     /// that predates it.
     #[serde(default)]
     pub published_at_us: u64,
+    /// The `x-request-id` of the API request that made the work (every task of a job carries
+    /// its submission's), for the logs of whoever runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     pub task: Task,
 }
 
@@ -124,8 +128,15 @@ impl Envelope {
             tenant,
             submitted_at_ms,
             published_at_us: crate::clock::now_us(),
+            request_id: None,
             task,
         }
+    }
+
+    /// The same envelope, carrying the id of the request that made the work.
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Self {
+        self.request_id = request_id;
+        self
     }
 
     /// MessagePack with named fields, so fields can be added without breaking older readers.

@@ -96,4 +96,11 @@ real_model_env() {
   printf 'export CODEGEN__MODEL__MODEL=%s\n' "$SMOLLM2_MODEL"
   printf 'export CODEGEN__MODEL__CONTEXT_WINDOW=%s\n' "$MODEL_SERVER_CONTEXT"
   printf 'export CODEGEN__MODEL__MAX_CONCURRENCY=1\n'
+  # A small model on two cores writes tens of tokens a second, and one that loops writes
+  # until its budget: 1024 tokens is more than any answer of the pipeline needs (and what
+  # bench/quality gives the model asked once), and ten minutes bound a call of that length
+  # however slow the machine, where the default two would time out and ask again while the
+  # server, one call at a time, may still be writing the first answer.
+  printf 'export CODEGEN__MODEL__MAX_TOKENS=1024\n'
+  printf 'export CODEGEN__MODEL__TIMEOUT=10m\n'
 }

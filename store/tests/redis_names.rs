@@ -90,6 +90,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
         plan_model_calls: 0,
         cache_key: None,
         max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
+        request_id: None,
     }
 }
 

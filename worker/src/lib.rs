@@ -27,6 +27,7 @@ pub mod static_check;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use backon::{ExponentialBuilder, Retryable};
 use broker::{Broker, Delivery, Queue};
@@ -531,6 +532,27 @@ impl Worker {
                 return self.finish("unknown", Outcome::Malformed, started);
             }
         };
+        // Every line logged while the task runs names it, its job and the request that made
+        // the work.
+        let span = tracing::info_span!(
+            "task",
+            kind = envelope.task.kind(),
+            task = %envelope.task_id,
+            job = %envelope.task.job_id().map_or_else(|| "-".to_owned(), |id| id.to_string()),
+            request_id = envelope.request_id.as_deref().unwrap_or("-"),
+        );
+        self.handle_envelope(delivery, envelope, started, started_us)
+            .instrument(span)
+            .await
+    }
+
+    async fn handle_envelope(
+        &self,
+        delivery: Delivery,
+        envelope: Envelope,
+        started: Instant,
+        started_us: u64,
+    ) -> Outcome {
         let kind = envelope.task.kind();
         if delivery.redelivered || delivery.delivery_count > 0 {
             self.metrics.redeliveries.with_label_values(&[kind]).inc();

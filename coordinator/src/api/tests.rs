@@ -297,6 +297,45 @@ async fn routes_methods_and_ids_that_do_not_exist_have_codes_of_their_own() {
 }
 
 #[tokio::test]
+async fn a_usable_request_id_is_kept_and_carried_by_the_task_and_any_other_is_made_anew() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+    let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
+    let c = coordinator(&broker, &store);
+    let send = |id: Option<String>| {
+        let mut request = axum::http::Request::builder()
+            .method("POST")
+            .uri("/v1/executions?wait=false")
+            .header("content-type", "application/json");
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        let request = request
+            .body(Body::from(r#"{"language":"python","code":"1"}"#))
+            .unwrap();
+        let router = crate::router(c.clone());
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::ACCEPTED);
+            response.headers()["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let mut tasks = broker.consume(Queue::Executions, 1, CancellationToken::new());
+    assert_eq!(send(Some("trace-me-1".into())).await, "trace-me-1");
+    let carried = Envelope::decode(&tasks.next().await.unwrap().body).unwrap();
+    assert_eq!(carried.request_id.as_deref(), Some("trace-me-1"));
+    for unusable in [None, Some("x".repeat(129)), Some("two words".into())] {
+        let made = send(unusable.clone()).await;
+        assert!(made.parse::<uuid::Uuid>().is_ok(), "{unusable:?} -> {made}");
+        let carried = Envelope::decode(&tasks.next().await.unwrap().body).unwrap();
+        assert_eq!(carried.request_id, Some(made));
+    }
+}
+
+#[tokio::test]
 async fn outages_answer_503_and_leave_no_phantom_queued_execution() {
     let (broker, store) = (MemoryBroker::new(5), MemoryStore::new());
     let c = coordinator(&broker, &store);

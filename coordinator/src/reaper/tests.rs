@@ -39,6 +39,7 @@ async fn submit(c: &Coordinator) -> TaskId {
         plan_model_calls: 0,
         cache_key: None,
         max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
+        request_id: None,
     };
     c.stores.jobs.create_job(&meta).await.unwrap();
     meta.id
@@ -49,13 +50,14 @@ async fn a_dead_lettered_pipeline_task_fails_its_job_with_the_reason() {
     let (broker, jobs) = (MemoryBroker::new(1), MemoryJobs::new());
     let c = coordinator(Options::default(), &broker, &jobs);
     let job = submit(&c).await;
+    let meta = jobs.job_meta(job).await.unwrap().unwrap();
     c.flow
         .publish(
             Task::Implement(proto::job::ImplementTask {
                 job_id: job,
                 function: "sieve".into(),
             }),
-            None,
+            &meta,
         )
         .await
         .unwrap();

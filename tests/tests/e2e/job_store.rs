@@ -594,6 +594,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
         plan_model_calls: 0,
         cache_key: None,
         max_functions: proto::job::DEFAULT_MAX_FUNCTIONS,
+        request_id: None,
     }
 }
 

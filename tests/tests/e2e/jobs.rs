@@ -21,17 +21,27 @@ const JOB_DEADLINE: Duration = Duration::from_secs(600);
 async fn a_request_becomes_tested_code_with_a_repair() {
     let mut cluster = Cluster::new();
     let _model = cluster.scripted_model(&example_script()).await;
-    let _coordinator = cluster.coordinator().await;
-    let (_w1, w1_url) = cluster.worker("worker-1").await;
-    let (_w2, w2_url) = cluster.worker("worker-2").await;
+    let coordinator = cluster.coordinator().await;
+    let (w1, w1_url) = cluster.worker("worker-1").await;
+    let (w2, w2_url) = cluster.worker("worker-2").await;
 
-    let (status, body) = cluster
-        .submit_job(json!({
+    // The client's request id comes back, and names the lines of every task of the job.
+    let request_id = format!("sieve-{}", uuid::Uuid::now_v7().simple());
+    let response = cluster
+        .http
+        .post(format!("{}/v1/jobs", cluster.url()))
+        .header("x-request-id", &request_id)
+        .json(&json!({
             "instruction": "Find all primes up to n with the sieve of Eratosthenes, and sum them.",
             "language": "python",
             "max_iterations": 3
         }))
-        .await;
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-request-id"], request_id.as_str());
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
     assert_eq!(status, 202, "{body}");
     let id = body["job_id"].as_str().unwrap().to_owned();
     let result = cluster.wait_job(&id, JOB_DEADLINE).await;
@@ -114,6 +124,38 @@ async fn a_request_becomes_tested_code_with_a_repair() {
         );
     }
     assert_eq!(finished, 1.0);
+
+    // Plan, two implement tasks, integrate: each finished on a line of its request, in one
+    // worker's log or the other's.
+    let tagged = format!("request_id={request_id}");
+    let finished_lines: Vec<String> = [&w1, &w2]
+        .iter()
+        .flat_map(|w| w.log_text().lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|line| line.contains("task finished") && line.contains(&format!("job={id}")))
+        .collect();
+    assert_eq!(finished_lines.len(), 4, "{finished_lines:#?}");
+    assert!(
+        finished_lines.iter().all(|line| line.contains(&tagged)),
+        "{finished_lines:#?}"
+    );
+    // A request without an id gets one made, and a usable one is never mixed up with it.
+    let response = cluster
+        .http
+        .get(format!("{}/v1/jobs/{id}", cluster.url()))
+        .send()
+        .await
+        .unwrap();
+    let made = response.headers()["x-request-id"].to_str().unwrap();
+    assert!(made.parse::<uuid::Uuid>().is_ok(), "{made}");
+    let accepted = coordinator
+        .log_text()
+        .lines()
+        .find(|line| line.contains("job accepted") && line.contains(&format!("job={id}")))
+        .map(str::to_owned);
+    assert!(
+        accepted.as_ref().is_some_and(|line| line.contains(&tagged)),
+        "{accepted:?}"
+    );
     cluster.cleanup().await;
 }
 
