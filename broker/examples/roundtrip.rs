@@ -38,6 +38,7 @@ async fn main() {
             message_id: "warmup".into(),
             body: vec![0],
             lane: None,
+            headers: Default::default(),
         })
         .await
         .expect("broker reachable");
@@ -82,6 +83,7 @@ async fn main() {
                     message_id: id,
                     body: vec![0; 64],
                     lane: None,
+                    headers: Default::default(),
                 })
                 .await
                 .expect("publish");

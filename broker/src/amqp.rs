@@ -8,6 +8,7 @@
 //! supervisor had already abandoned, whose consumers then each held a prefetch of deliveries
 //! that nobody read. A connection that cannot come back cannot hold anything.
 
+use std::collections::BTreeMap;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -154,11 +155,18 @@ impl AmqpBroker {
         headers: &FieldTable,
     ) -> Result<(), lapin::Error> {
         self.ensure_declared(live, &live.publisher, queue).await?;
+        let mut headers = headers.clone();
+        for (name, value) in &message.headers {
+            headers.insert(
+                name.as_str().into(),
+                AMQPValue::LongString(value.as_str().into()),
+            );
+        }
         let properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.message_id.clone()))
             .with_content_type("application/msgpack".into())
             .with_delivery_mode(2)
-            .with_headers(headers.clone());
+            .with_headers(headers);
         let confirm = live
             .publisher
             .basic_publish(
@@ -816,6 +824,14 @@ fn convert(
         })
     };
     let death_reason = text(DEATH_REASON_HEADER).or_else(|| text("x-first-death-reason"));
+    // The application's headers; `x-` ones are the broker's and ours.
+    let carried_headers: BTreeMap<String, String> = headers
+        .inner()
+        .keys()
+        .map(|name| name.as_str())
+        .filter(|name| !name.starts_with("x-"))
+        .filter_map(|name| Some((name.to_owned(), text(name)?)))
+        .collect();
     let message_id = delivery
         .properties
         .message_id()
@@ -827,6 +843,7 @@ fn convert(
         delivery.redelivered,
         delivery_count,
         death_reason,
+        carried_headers.clone(),
         Box::new(LapinAcker {
             acker: delivery.acker.clone(),
             _channel: channel,
@@ -835,6 +852,7 @@ fn convert(
                 queue: queue.to_owned(),
                 message_id: message_id.unwrap_or_default(),
                 body: delivery.data,
+                headers: carried_headers,
                 returns: delivery_count,
             },
         }),
@@ -868,6 +886,7 @@ struct Republish {
     queue: String,
     message_id: String,
     body: Vec<u8>,
+    headers: BTreeMap<String, String>,
     /// The returns the message had so far (carried and the broker's).
     returns: u32,
 }
@@ -881,6 +900,7 @@ impl LapinAcker {
             message_id: self.republish.message_id.clone(),
             body: self.republish.body.clone(),
             lane: None,
+            headers: self.republish.headers.clone(),
         };
         if let Err(e) = self
             .republish

@@ -24,6 +24,7 @@
 pub mod amqp;
 pub mod memory;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -120,6 +121,10 @@ pub struct Outgoing {
     /// The tenant whose lane of the tasks or executions queue it goes to (`None`: work of no
     /// tenant).
     pub lane: Option<String>,
+    /// Application headers (the W3C trace context: `traceparent`, `tracestate`), carried as
+    /// AMQP headers and kept when the message is handed back or dead-lettered. Names must
+    /// not start with `x-` (the broker's and ours).
+    pub headers: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +156,8 @@ pub struct Delivery {
     pub delivery_count: u32,
     /// For dead letters: why the broker dead-lettered it (`rejected`, `delivery_limit`, ...).
     pub death_reason: Option<String>,
+    /// The headers it was published with ([`Outgoing::headers`]).
+    pub headers: BTreeMap<String, String>,
     /// `None` once settled.
     acker: Option<Box<dyn Acker>>,
 }
@@ -174,6 +181,7 @@ impl Delivery {
         redelivered: bool,
         delivery_count: u32,
         death_reason: Option<String>,
+        headers: BTreeMap<String, String>,
         acker: Box<dyn Acker>,
     ) -> Self {
         Self {
@@ -182,6 +190,7 @@ impl Delivery {
             redelivered,
             delivery_count,
             death_reason,
+            headers,
             acker: Some(acker),
         }
     }

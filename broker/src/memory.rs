@@ -19,6 +19,7 @@ struct Message {
     body: Vec<u8>,
     delivery_count: u32,
     death_reason: Option<String>,
+    headers: std::collections::BTreeMap<String, String>,
 }
 
 /// A queue and, for tasks and executions, a tenant's lane of it.
@@ -77,6 +78,7 @@ impl MemoryBroker {
                 body,
                 delivery_count: 0,
                 death_reason: None,
+                headers: Default::default(),
             },
         );
     }
@@ -107,6 +109,7 @@ impl MemoryBroker {
                 body: message.body,
                 delivery_count: 0,
                 death_reason: None,
+                headers: message.headers,
             },
         );
         Ok(())
@@ -192,6 +195,7 @@ impl Broker for MemoryBroker {
                         message.delivery_count > 0,
                         message.delivery_count,
                         message.death_reason.clone(),
+                        message.headers.clone(),
                         Box::new(MemoryAcker {
                             broker: broker.clone(),
                             key: key.clone(),
@@ -226,6 +230,7 @@ mod tests {
             message_id: id.into(),
             body: id.as_bytes().to_vec(),
             lane: None,
+            headers: Default::default(),
         }
     }
 

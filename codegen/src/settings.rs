@@ -16,6 +16,7 @@ pub struct Settings {
     pub sandbox: sandbox::Options,
     pub model: model::Options,
     pub log: telemetry::LogOptions,
+    pub telemetry: telemetry::TraceOptions,
 }
 
 impl Settings {

@@ -146,20 +146,48 @@ pub fn router(coordinator: Coordinator) -> Router {
         .layer(Extension(Document(document)))
         .layer(middleware::from_fn_with_state(coordinator.clone(), observe))
         // Spans name the route, not the path: `/fusion/{key}/run_code` carries a key. Every
-        // line logged while a request is handled carries its id.
+        // line logged while a request is handled carries its id and trace id; a request that
+        // carries a `traceparent` continues its caller's trace.
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                let route = request
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map_or("unmatched", MatchedPath::as_str);
-                let request_id = request
-                    .headers()
-                    .get(&request_id::HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!("request", method = %request.method(), route, request_id)
-            }),
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request| {
+                    let route = request
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("unmatched", MatchedPath::as_str);
+                    let header =
+                        |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+                    let request_id = header(request_id::HEADER.as_str()).unwrap_or("-");
+                    let span = tracing::info_span!(
+                        "request",
+                        otel.name = format!("{} {route}", request.method()),
+                        otel.kind = "server",
+                        otel.status_code = tracing::field::Empty,
+                        http.request.method = %request.method(),
+                        http.route = route,
+                        http.response.status_code = tracing::field::Empty,
+                        request_id = %request_id,
+                        trace_id = tracing::field::Empty,
+                    );
+                    let carried = ["traceparent", "tracestate"]
+                        .into_iter()
+                        .filter_map(|name| Some((name.to_owned(), header(name)?.to_owned())))
+                        .collect();
+                    telemetry::follow(&span, &carried);
+                    span.record(
+                        "trace_id",
+                        tracing::field::display(telemetry::trace_id(&span)),
+                    );
+                    span
+                })
+                .on_response(
+                    |response: &Response, _latency: std::time::Duration, span: &tracing::Span| {
+                        span.record("http.response.status_code", response.status().as_u16());
+                        if response.status().is_server_error() {
+                            span.record("otel.status_code", "error");
+                        }
+                    },
+                ),
         )
         // Outermost last: an unusable id is dropped, one is set, and it goes back on the answer.
         .layer(PropagateRequestIdLayer::new(request_id::HEADER))

@@ -2,6 +2,7 @@
 
 use proto::api::ErrorCode;
 use std::pin::Pin;
+use tracing::Instrument;
 
 use tokio::sync::futures::Notified;
 
@@ -707,13 +708,24 @@ pub(crate) async fn enqueue(
         Task::Execute(request),
     )
     .with_request_id(request_id.map(str::to_owned));
+    let span = tracing::info_span!(
+        "publish",
+        otel.kind = "producer",
+        messaging.system = "rabbitmq",
+        messaging.operation.type = "send",
+        messaging.message.id = %id,
+        task.kind = "execute",
+    );
+    let headers = telemetry::inject(&span);
     let published = c
         .broker
         .publish_execution(Outgoing {
             message_id: id.to_string(),
             body: envelope.encode(),
             lane: tenant.0.clone(),
+            headers,
         })
+        .instrument(span)
         .await;
     if let Err(e) = published {
         let reason = format!("not queued: {e}");

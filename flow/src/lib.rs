@@ -102,15 +102,29 @@ impl Flow {
     /// Publishes `task` of the job of `meta` to its tenant's lane of the task queue, carrying
     /// the job's request id; returns once the broker confirmed it.
     pub async fn publish(&self, task: Task, meta: &JobMeta) -> Result<(), broker::Error> {
+        use tracing::Instrument;
         let id = TaskId::new();
+        let span = tracing::info_span!(
+            "publish",
+            otel.kind = "producer",
+            messaging.system = "rabbitmq",
+            messaging.operation.type = "send",
+            messaging.message.id = %id,
+            task.kind = task.kind(),
+            job = %meta.id,
+        );
         let envelope = Envelope::new(id, meta.tenant.clone(), proto::now_ms(), task)
             .with_request_id(meta.request_id.clone());
+        // The task's span becomes a child of this one, in whichever worker takes it.
+        let headers = telemetry::inject(&span);
         self.broker
             .publish(Outgoing {
                 message_id: id.to_string(),
                 body: envelope.encode(),
                 lane: meta.tenant.clone(),
+                headers,
             })
+            .instrument(span)
             .await
     }
 

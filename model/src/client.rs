@@ -394,10 +394,39 @@ impl Model {
             self.provider.model(),
             request.phase.as_str(),
         ];
+        // One span per HTTP exchange, named as the GenAI semantic conventions name a chat call.
+        let span = tracing::info_span!(
+            "model call",
+            otel.name = format!("chat {}", labels[1]),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.system = labels[0],
+            gen_ai.request.model = labels[1],
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            phase = labels[2],
+            function = request.function.as_deref().unwrap_or("-"),
+        );
         let started = Instant::now();
-        let outcome = self.provider.chat(request).await;
+        let outcome = {
+            use tracing::Instrument;
+            self.provider.chat(request).instrument(span.clone()).await
+        };
         let elapsed = started.elapsed();
         call.add_exchange(elapsed);
+        match &outcome {
+            Ok(response) => {
+                span.record("gen_ai.usage.input_tokens", response.usage.prompt_tokens);
+                span.record(
+                    "gen_ai.usage.output_tokens",
+                    response.usage.completion_tokens,
+                );
+            }
+            Err(_) => {
+                span.record("otel.status_code", "error");
+            }
+        }
         self.metrics
             .call_seconds
             .with_label_values(&labels)

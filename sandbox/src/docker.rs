@@ -918,6 +918,33 @@ impl DockerSandbox {
         request: &ExecutionRequest,
         harness: Option<&HarnessRequest>,
     ) -> Result<Ran, Error> {
+        use tracing::Instrument;
+        // One span per run (a pooled or fresh container's), with its verdict.
+        let span = tracing::info_span!(
+            "sandbox run",
+            language = request.language.as_str(),
+            harness = harness.is_some(),
+            pooled =
+                self.inner.options.pool_size_of(request.language) > 0 && !request.fresh_container,
+            verdict = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let ran = self
+            .ran_unspanned(request, harness)
+            .instrument(span.clone())
+            .await;
+        match &ran {
+            Ok((result, _)) => span.record("verdict", result.status.as_str()),
+            Err(_) => span.record("otel.status_code", "error"),
+        };
+        ran
+    }
+
+    async fn ran_unspanned(
+        &self,
+        request: &ExecutionRequest,
+        harness: Option<&HarnessRequest>,
+    ) -> Result<Ran, Error> {
         if self.inner.options.pool_size_of(request.language) > 0 && !request.fresh_container {
             return self.inner.run_pooled(request, harness).await;
         }

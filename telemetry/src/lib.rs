@@ -1,12 +1,14 @@
-//! What every process has in common: `tracing` logs, a Prometheus registry, and the
-//! `/healthz`, `/readyz` and `/metrics` endpoints.
+//! What every process has in common: `tracing` logs, OpenTelemetry traces (`traces`), a
+//! Prometheus registry, and the `/healthz`, `/readyz` and `/metrics` endpoints.
 //!
 //! Invariants: `/healthz` answers 200 while the process runs; `/readyz` answers 200 only when
 //! every dependency check passes and the process is not shutting down, and otherwise 503 with
 //! each failing dependency named and why.
 
+mod traces;
 mod usage;
 
+pub use traces::{TraceError, TraceOptions, follow, inject, queue_wait, trace_id};
 pub use usage::TenantUsage;
 
 use std::collections::BTreeMap;
@@ -53,25 +55,68 @@ impl Default for LogOptions {
 /// so hold it until the process exits.
 pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
 
-/// Installs the global `tracing` subscriber. Logs go to stderr through a writer thread, so a
-/// slow reader of stderr (a busy container runtime, a full pipe) never stalls the runtime's
-/// threads: past a buffer of lines, lines are dropped instead of blocking the process.
-pub fn init_logging(options: &LogOptions) -> LogGuard {
+/// Keeps the log writer and the trace exporter running; dropping it writes the logs still
+/// buffered and exports the spans still buffered, so hold it until the process exits.
+pub struct Guard {
+    _log: LogGuard,
+    traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("traces", &self.traces.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.traces.take() {
+            traces::shut_down(provider);
+        }
+    }
+}
+
+/// Installs the global `tracing` subscriber: logs, and spans exported as OpenTelemetry traces
+/// of `service` when `traces.otlp_endpoint` is set. Logs go to stderr through a writer
+/// thread, so a slow reader of stderr (a busy container runtime, a full pipe) never stalls the
+/// runtime's threads: past a buffer of lines, lines are dropped instead of blocking the
+/// process.
+pub fn init(
+    options: &LogOptions,
+    traces: &TraceOptions,
+    service: &str,
+) -> Result<Guard, TraceError> {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
+    let provider = traces::provider(traces, service)?;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&options.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    use std::io::IsTerminal;
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
-    let _ = match options.format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+    let fmt = match options.format {
+        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Text => fmt.boxed(),
     };
-    guard
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(provider.as_ref().map(traces::layer))
+        .try_init();
+    Ok(Guard {
+        _log: guard,
+        traces: provider,
+    })
+}
+
+/// Installs the global `tracing` subscriber for logs alone (the CLI's commands).
+pub fn init_logging(options: &LogOptions) -> Guard {
+    init(options, &TraceOptions::default(), "codegen").expect("no exporter to set up")
 }
 
 type CheckFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;

@@ -8,6 +8,7 @@
 
 pub mod faults;
 pub mod in_process;
+pub mod otlp;
 pub mod stack;
 
 use std::net::TcpListener;

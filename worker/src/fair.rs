@@ -160,6 +160,7 @@ mod tests {
                     message_id: format!("{tenant}-{i}"),
                     body: tenant.as_bytes().to_vec(),
                     lane: Some(tenant.into()),
+                    headers: Default::default(),
                 })
                 .await
                 .unwrap();

@@ -532,15 +532,35 @@ impl Worker {
                 return self.finish("unknown", Outcome::Malformed, started);
             }
         };
-        // Every line logged while the task runs names it, its job and the request that made
-        // the work.
+        // Every line logged while the task runs names it, its job, the request that made the
+        // work and its trace; the span continues the trace of the publish that sent it.
+        let kind = envelope.task.kind();
         let span = tracing::info_span!(
             "task",
-            kind = envelope.task.kind(),
+            otel.name = format!("process {kind}"),
+            otel.kind = "consumer",
+            messaging.system = "rabbitmq",
+            messaging.operation.type = "process",
+            messaging.message.id = delivery.message_id.as_deref().unwrap_or("-"),
+            kind,
             task = %envelope.task_id,
             job = %envelope.task.job_id().map_or_else(|| "-".to_owned(), |id| id.to_string()),
-            request_id = envelope.request_id.as_deref().unwrap_or("-"),
+            request_id = %envelope.request_id.as_deref().unwrap_or("-"),
+            trace_id = tracing::field::Empty,
         );
+        telemetry::follow(&span, &delivery.headers);
+        span.record(
+            "trace_id",
+            tracing::field::display(telemetry::trace_id(&span)),
+        );
+        if envelope.published_at_us > 0 {
+            let at = |us: u64| std::time::UNIX_EPOCH + Duration::from_micros(us);
+            let queue = match envelope.task {
+                Task::Execute(_) => "executions",
+                _ => "tasks",
+            };
+            telemetry::queue_wait(&span, queue, at(envelope.published_at_us), at(started_us));
+        }
         self.handle_envelope(delivery, envelope, started, started_us)
             .instrument(span)
             .await

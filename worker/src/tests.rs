@@ -56,6 +56,7 @@ fn task(code: &str) -> (TaskId, Outgoing) {
             message_id: id.to_string(),
             body: envelope.encode(),
             lane: None,
+            headers: Default::default(),
         },
     )
 }
@@ -410,6 +411,7 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
             message_id: "plan".into(),
             body: plan.encode(),
             lane: None,
+            headers: Default::default(),
         })
         .await
         .unwrap();

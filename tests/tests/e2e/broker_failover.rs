@@ -25,6 +25,7 @@ fn message(id: &str) -> Outgoing {
         message_id: id.into(),
         body: id.as_bytes().to_vec(),
         lane: None,
+        headers: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ mod sandbox_pool;
 mod silent_partitions;
 mod stack_faults;
 mod tenants;
+mod traces;
 mod usage;
 mod verdicts;
 mod webhooks;
