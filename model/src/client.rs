@@ -415,6 +415,7 @@ impl Model {
         };
         let elapsed = started.elapsed();
         call.add_exchange(elapsed);
+        call.add_spent(outcome.as_ref().ok().map(|r| &r.usage));
         match &outcome {
             Ok(response) => {
                 span.record("gen_ai.usage.input_tokens", response.usage.prompt_tokens);

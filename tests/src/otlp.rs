@@ -45,14 +45,16 @@ impl Collector {
         let router = Router::new()
             .route("/v1/traces", post(receive))
             .with_state(collector.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().expect("bound"));
         tokio::spawn(async move { axum::serve(listener, router).await });
         (collector, url)
     }
 
     pub fn spans(&self) -> Vec<Span> {
-        self.spans.lock().unwrap().clone()
+        self.spans.lock().expect("poisoned").clone()
     }
 }
 
@@ -82,7 +84,7 @@ async fn receive(State(collector): State<Collector>, body: axum::body::Bytes) ->
             }
         }
     }
-    collector.spans.lock().unwrap().extend(received);
+    collector.spans.lock().expect("poisoned").extend(received);
     StatusCode::OK
 }
 

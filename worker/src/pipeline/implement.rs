@@ -138,6 +138,12 @@ impl Pipeline {
             }
             Ok(event) => Some(event),
         };
+        // Charged what every call of this run spent, the answers that did not validate (and
+        // a failure's last ones) included, not only what the answers it used reported.
+        let (calls, usage) = ctx.call.spent();
+        outcome.model_calls = calls;
+        outcome.tokens.prompt = usage.prompt_tokens;
+        outcome.tokens.completion = usage.completion_tokens;
         outcome.done = true;
         outcome.generation_ms = u64::try_from(started.elapsed().as_millis())
             .unwrap_or(u64::MAX)

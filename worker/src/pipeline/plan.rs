@@ -6,7 +6,7 @@ use model::Phase;
 use model::prompts::{self};
 use proto::Progress;
 use proto::generation::FunctionSpecs;
-use proto::job::{JobStatus, PlanTask};
+use proto::job::{JobMeta, JobStatus, PlanTask};
 
 use super::{Error, Pipeline, TaskCtx, advancing, model_error};
 
@@ -48,6 +48,15 @@ impl Pipeline {
             planning,
             self.progress(job, Progress::Planning)
         );
+        // What planning spent: what earlier runs of this task recorded, plus every call of
+        // this one, the answers that did not validate included.
+        let (spent_before, calls_before) = (meta.plan_tokens, meta.plan_model_calls);
+        let charge = |meta: &mut JobMeta| {
+            let (calls, usage) = ctx.call.spent();
+            meta.plan_tokens.prompt = spent_before.prompt + usage.prompt_tokens;
+            meta.plan_tokens.completion = spent_before.completion + usage.completion_tokens;
+            meta.plan_model_calls = calls_before + calls;
+        };
         loop {
             let generated = match answer {
                 Ok(generated) => generated,
@@ -56,14 +65,13 @@ impl Pipeline {
                     return Err(e);
                 }
                 Err(Error::Failed(reason)) => {
+                    charge(&mut meta);
                     return self
                         .refuse(&meta, &format!("planning failed: {reason}"), &[])
                         .await;
                 }
             };
-            meta.plan_tokens.prompt += generated.usage.prompt_tokens;
-            meta.plan_tokens.completion += generated.usage.completion_tokens;
-            meta.plan_model_calls += generated.calls;
+            charge(&mut meta);
             let specs = generated.value.functions;
             let checked = match &meta.request.rework {
                 Some(rework) => rework_plan(&specs, &rework.code)
@@ -108,7 +116,7 @@ impl Pipeline {
         ctx: &TaskCtx,
         model: &model::Model,
         seat: &mut model::Seat,
-        meta: &proto::job::JobMeta,
+        meta: &JobMeta,
         problem: Option<&str>,
     ) -> Result<model::Generated<FunctionSpecs>, Error> {
         let mut prompt = match &meta.request.rework {
@@ -142,7 +150,7 @@ impl Pipeline {
     async fn started(
         &self,
         ctx: &TaskCtx,
-        meta: &proto::job::JobMeta,
+        meta: &JobMeta,
         plan: &proto::job::Plan,
     ) -> Result<(), Error> {
         let status = self.flow.start(meta, plan).await.map_err(advancing)?;
@@ -155,7 +163,7 @@ impl Pipeline {
     /// the job goes on; should the second run come later, it finds this refusal.
     async fn refuse(
         &self,
-        meta: &proto::job::JobMeta,
+        meta: &JobMeta,
         reason: &str,
         specs: &[proto::generation::FunctionSpec],
     ) -> Result<(), Error> {
