@@ -161,6 +161,7 @@ fn on_shutdown_signal(token: CancellationToken, readiness: telemetry::Readiness)
 async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
     let _telemetry = telemetry::init(&settings.log, &settings.telemetry, "codegen-coordinator")?;
     let registry = prometheus::Registry::new();
+    telemetry::register_process(&registry, "coordinator")?;
     // Infrastructure outlives the service so in-flight requests can finish during shutdown.
     let infra = CancellationToken::new();
     let shutdown = CancellationToken::new();
@@ -215,6 +216,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
 async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     let _telemetry = telemetry::init(&settings.log, &settings.telemetry, "codegen-worker")?;
     let registry = prometheus::Registry::new();
+    telemetry::register_process(&registry, "worker")?;
     let infra = CancellationToken::new();
     let shutdown = CancellationToken::new();
 

@@ -205,15 +205,12 @@ async fn observe(State(c): State<Coordinator>, request: Request, next: Next) -> 
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".into());
+    let method = request.method().as_str().to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
     c.metrics
-        .http_requests
-        .with_label_values(&[route.as_str(), response.status().as_str()])
-        .inc();
-    c.metrics
-        .http_seconds
-        .with_label_values(&[route.as_str()])
+        .http_duration
+        .with_label_values(&[method.as_str(), route.as_str(), response.status().as_str()])
         .observe(started.elapsed().as_secs_f64());
     response
 }

@@ -129,10 +129,13 @@ impl Coordinator {
             return;
         }
         let result = ExecutionResult::error(Status::Error, explanation);
-        let tenant = proto::Envelope::decode(&delivery.body)
-            .ok()
-            .and_then(|e| e.tenant);
-        match self.finish_execution(id, tenant.as_deref(), &result).await {
+        let envelope = proto::Envelope::decode(&delivery.body).ok();
+        let language = match envelope.as_ref().map(|e| &e.task) {
+            Some(proto::Task::Execute(request)) => request.language.as_str(),
+            _ => "unknown",
+        };
+        let tenant = envelope.as_ref().and_then(|e| e.tenant.as_deref());
+        match self.finish_execution(id, tenant, language, &result).await {
             Ok(_) => {
                 let _ = delivery.ack().await;
             }

@@ -14,14 +14,7 @@ impl Coordinator {
         tenant: Option<&str>,
         result: &JobResult,
     ) -> Result<bool, store::Error> {
-        let finished = self.flow.finish(tenant, result).await?;
-        if finished {
-            self.metrics
-                .jobs
-                .with_label_values(&[result.status.as_str()])
-                .inc();
-        }
-        Ok(finished)
+        self.flow.finish(tenant, result).await
     }
 
     /// Ends a job before its integration with `status` (`failed`, `cancelled`) and `reason`,
@@ -33,14 +26,7 @@ impl Coordinator {
         status: JobStatus,
         reason: &str,
     ) -> Result<JobResult, store::Error> {
-        let ended = self.flow.end_early(meta, status, reason, &[]).await?;
-        if ended.now {
-            self.metrics
-                .jobs
-                .with_label_values(&[status.as_str()])
-                .inc();
-        }
-        Ok(ended.result)
+        Ok(self.flow.end_early(meta, status, reason, &[]).await?.result)
     }
 
     /// Ends a job as failed with `reason`; a job that already finished keeps its result.
@@ -56,6 +42,7 @@ impl Coordinator {
         &self,
         id: TaskId,
         tenant: Option<&str>,
+        language: &str,
         result: &ExecutionResult,
     ) -> Result<bool, store::Error> {
         let stored = self
@@ -64,6 +51,10 @@ impl Coordinator {
             .complete_execution(id, tenant, result)
             .await?;
         if stored {
+            self.metrics
+                .executions_finished
+                .with_label_values(&[language, result.status.as_str()])
+                .inc();
             self.metrics.usage.charge(
                 tenant,
                 &proto::api::UsageTotals::of_execution(result).fields(),

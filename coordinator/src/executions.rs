@@ -231,7 +231,15 @@ pub(crate) async fn submit(
     let request = validate(&c.options, submission)?;
     let language = request.language;
     let id = TaskId::new();
-    accept(&c, &tenant, request_id.as_deref(), id, request).await?;
+    accept(
+        &c,
+        &tenant,
+        request_id.as_deref(),
+        "/v1/executions",
+        id,
+        request,
+    )
+    .await?;
     tracing::debug!(%id, %language, "execution queued");
 
     let result = if params.wait {
@@ -246,13 +254,7 @@ pub(crate) async fn submit(
         None
     };
     Ok(match result {
-        Some(result) => {
-            c.metrics
-                .executions
-                .with_label_values(&[language.as_str(), result.status.as_str()])
-                .inc();
-            (StatusCode::OK, view(id, Outcome::Done(result))).into_response()
-        }
+        Some(result) => (StatusCode::OK, view(id, Outcome::Done(result))).into_response(),
         None => (
             StatusCode::ACCEPTED,
             [(header::LOCATION, format!("/v1/executions/{id}"))],
@@ -379,6 +381,7 @@ pub(crate) async fn submit_batch(
                     &c,
                     &tenant,
                     request_id.as_deref(),
+                    "/v1/executions/batch",
                     id,
                     submitted_at_ms,
                     request,
@@ -473,10 +476,6 @@ async fn poll_results(
     let mut arrived = Vec::new();
     for (i, result) in pending.into_iter().zip(found) {
         if let Some(result) = result {
-            c.metrics
-                .executions
-                .with_label_values(&[items[i].2.as_str(), result.status.as_str()])
-                .inc();
             results[i] = Some(result);
             arrived.push(i);
         }
@@ -662,6 +661,7 @@ pub(crate) async fn accept(
     c: &Coordinator,
     tenant: &Tenant,
     request_id: Option<&str>,
+    route: &'static str,
     id: TaskId,
     request: ExecutionRequest,
 ) -> Result<(), ApiError> {
@@ -671,7 +671,7 @@ pub(crate) async fn accept(
     let queued = async {
         c.list(Kind::Executions, tenant.0.as_deref(), at, &[id])
             .await?;
-        enqueue(c, tenant, request_id, id, at, request).await
+        enqueue(c, tenant, request_id, route, id, at, request).await
     }
     .await;
     if queued.is_err() {
@@ -686,6 +686,7 @@ pub(crate) async fn enqueue(
     c: &Coordinator,
     tenant: &Tenant,
     request_id: Option<&str>,
+    route: &'static str,
     id: TaskId,
     submitted_at_ms: u64,
     request: ExecutionRequest,
@@ -701,6 +702,12 @@ pub(crate) async fn enqueue(
         .create_execution(id, &meta)
         .await
         .map_err(unavailable)?;
+    // Counted once recorded: from here it ends with a verdict, a worker's or ours.
+    let language = request.language;
+    c.metrics
+        .executions_submitted
+        .with_label_values(&[language.as_str(), route])
+        .inc();
     let envelope = Envelope::new(
         id,
         tenant.0.clone(),
@@ -730,7 +737,9 @@ pub(crate) async fn enqueue(
     if let Err(e) = published {
         let reason = format!("not queued: {e}");
         let result = ExecutionResult::error(Status::Error, reason.clone());
-        let _ = c.finish_execution(id, tenant.0.as_deref(), &result).await;
+        let _ = c
+            .finish_execution(id, tenant.0.as_deref(), language.as_str(), &result)
+            .await;
         return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }
     Ok(())

@@ -140,7 +140,15 @@ pub(crate) async fn run_code(
     let execution = validate(&c.options, submission)?;
     let timeout_ms = execution.timeout_ms;
     let id = TaskId::new();
-    accept(&c, &tenant, request_id.as_deref(), id, execution).await?;
+    accept(
+        &c,
+        &tenant,
+        request_id.as_deref(),
+        "/run_code",
+        id,
+        execution,
+    )
+    .await?;
     // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
     let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
     let result = match c.stores.executions.wait_execution(id, wait).await {

@@ -388,7 +388,7 @@ pub(crate) async fn create_job(
         }
         return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }
-    c.metrics.jobs.with_label_values(&["accepted"]).inc();
+    c.metrics.jobs_submitted.with_label_values(&["miss"]).inc();
     Ok(Created::Queued(id))
 }
 
@@ -436,7 +436,7 @@ async fn answer_from_cache(
     c.finish_job(meta.tenant.as_deref(), &result)
         .await
         .map_err(unavailable)?;
-    c.metrics.jobs.with_label_values(&["cache_hit"]).inc();
+    c.metrics.jobs_submitted.with_label_values(&["hit"]).inc();
     Ok(result)
 }
 pub(crate) fn parse_id(id: &str) -> Result<TaskId, ApiError> {

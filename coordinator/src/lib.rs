@@ -262,6 +262,7 @@ impl Coordinator {
             flow::Flow::new(Arc::clone(&stores.jobs), Arc::clone(&broker)).with_ends(flow::Ends {
                 usage: metrics.usage.clone(),
                 job_seconds: metrics.job_seconds.clone(),
+                jobs_finished: metrics.jobs_finished.clone(),
             });
         let egress = egress::Egress::new(
             &options.egress_allow_cidrs,

@@ -3,14 +3,21 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 /// The coordinator's Prometheus metrics.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    pub http_requests: IntCounterVec,
-    pub http_seconds: HistogramVec,
-    pub executions: IntCounterVec,
+    /// `http_server_request_duration_seconds`, labelled as OpenTelemetry's HTTP conventions
+    /// name them (its `_count` counts requests).
+    pub http_duration: HistogramVec,
+    /// Executions accepted, by language and route (`/v1/executions`, `.../batch`,
+    /// `/run_code`).
+    pub executions_submitted: IntCounterVec,
+    /// Executions this coordinator gave a verdict (not queued, dead-lettered).
+    pub executions_finished: IntCounterVec,
     pub dead_letters: IntCounterVec,
     /// Outbound calls to tenants' targets the egress guard refused, by range.
     pub egress_refused: IntCounterVec,
-    pub jobs: IntCounterVec,
-    /// Jobs this coordinator failed (planning failed, dead-lettered, overdue, not queued).
+    /// Jobs created, by whether the solution cache answered them (`hit`) or they were queued.
+    pub jobs_submitted: IntCounterVec,
+    /// Jobs this coordinator ended (cancelled, overdue, dead-lettered, not queued, cache hits).
+    pub jobs_finished: IntCounterVec,
     pub job_seconds: HistogramVec,
     /// What the work this coordinator ended (failed, cancelled, answered from the cache,
     /// dead-lettered) cost, by tenant.
@@ -20,25 +27,26 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let metrics = Self {
-            http_requests: IntCounterVec::new(
+            http_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "http_server_request_duration_seconds",
+                    "Duration of HTTP requests to the API, by method, route and status code",
+                )
+                .buckets(telemetry::latency_buckets()),
+                &[
+                    "http_request_method",
+                    "http_route",
+                    "http_response_status_code",
+                ],
+            )?,
+            executions_submitted: IntCounterVec::new(
                 Opts::new(
-                    "codegen_http_requests_total",
-                    "HTTP requests, by route and status",
+                    "codegen_executions_submitted_total",
+                    "Executions accepted (queued), by language and route",
                 ),
-                &["route", "status"],
+                &["language", "route"],
             )?,
-            http_seconds: HistogramVec::new(
-                HistogramOpts::new("codegen_http_request_seconds", "HTTP request latency")
-                    .buckets(telemetry::latency_buckets()),
-                &["route"],
-            )?,
-            executions: IntCounterVec::new(
-                Opts::new(
-                    "codegen_executions_total",
-                    "Executions accepted and answered, by language and status",
-                ),
-                &["language", "status"],
-            )?,
+            executions_finished: telemetry::executions_finished()?,
             dead_letters: IntCounterVec::new(
                 Opts::new(
                     "codegen_dead_letters_total",
@@ -53,21 +61,23 @@ impl Metrics {
                 ),
                 &["reason"],
             )?,
-            jobs: IntCounterVec::new(
+            jobs_submitted: IntCounterVec::new(
                 Opts::new(
-                    "codegen_jobs_total",
-                    "Jobs accepted, answered from the cache, and ended by this coordinator (cancelled, overdue, dead-lettered, not queued), by outcome",
+                    "codegen_jobs_submitted_total",
+                    "Jobs created, by whether the solution cache answered them (hit) or they were queued (miss)",
                 ),
-                &["outcome"],
+                &["cache"],
             )?,
+            jobs_finished: telemetry::jobs_finished()?,
             job_seconds: telemetry::job_seconds()?,
             usage: telemetry::TenantUsage::register(registry)?,
         };
         registry.register(Box::new(metrics.job_seconds.clone()))?;
-        registry.register(Box::new(metrics.jobs.clone()))?;
-        registry.register(Box::new(metrics.http_requests.clone()))?;
-        registry.register(Box::new(metrics.http_seconds.clone()))?;
-        registry.register(Box::new(metrics.executions.clone()))?;
+        registry.register(Box::new(metrics.jobs_submitted.clone()))?;
+        registry.register(Box::new(metrics.jobs_finished.clone()))?;
+        registry.register(Box::new(metrics.http_duration.clone()))?;
+        registry.register(Box::new(metrics.executions_submitted.clone()))?;
+        registry.register(Box::new(metrics.executions_finished.clone()))?;
         registry.register(Box::new(metrics.dead_letters.clone()))?;
         registry.register(Box::new(metrics.egress_refused.clone()))?;
         // The series alerts watch exist from the start, at zero, so the first dead letter or
@@ -75,8 +85,8 @@ impl Metrics {
         for reason in ["delivery_limit", "rejected"] {
             metrics.dead_letters.with_label_values(&[reason]);
         }
-        for outcome in ["accepted", "cache_hit", "failed", "cancelled"] {
-            metrics.jobs.with_label_values(&[outcome]);
+        for cache in ["hit", "miss"] {
+            metrics.jobs_submitted.with_label_values(&[cache]);
         }
         Ok(metrics)
     }

@@ -33,6 +33,9 @@ impl Flow {
             ends.job_seconds
                 .with_label_values(&[result.status.as_str()])
                 .observe(result.metrics.total_ms as f64 / 1000.0);
+            ends.jobs_finished
+                .with_label_values(&[result.status.as_str()])
+                .inc();
         }
         Ok(finished)
     }

@@ -64,6 +64,8 @@ pub struct Ends {
     pub usage: telemetry::TenantUsage,
     /// `codegen_job_seconds`.
     pub job_seconds: prometheus::HistogramVec,
+    /// `codegen_jobs_finished_total`.
+    pub jobs_finished: prometheus::IntCounterVec,
 }
 
 /// A job's course, over the job store and the broker; cheap to clone.

@@ -287,10 +287,10 @@ pub fn latency_buckets() -> Vec<f64> {
 }
 
 /// `codegen_job_seconds{status}`: submission to final result of the jobs this process
-/// finished (workers finish the jobs that ran, coordinators the ones they fail). Both kinds
-/// of process export it under one name so a dashboard sums them; cache hits are not in it
-/// (`codegen_jobs_total{outcome="cache_hit"}` counts them). Both statuses exist from the
-/// start, at zero, so the first failure is an increase an alert can see.
+/// ended (workers end the jobs that ran, coordinators the ones they fail or cancel and the
+/// cache hits), beside [`jobs_finished`]. Both kinds of process export it under one name so a
+/// dashboard sums them. Both statuses exist from the start, at zero, so the first failure is
+/// an increase an alert can see.
 pub fn job_seconds() -> prometheus::Result<prometheus::HistogramVec> {
     let histogram = prometheus::HistogramVec::new(
         prometheus::HistogramOpts::new(
@@ -306,6 +306,56 @@ pub fn job_seconds() -> prometheus::Result<prometheus::HistogramVec> {
         histogram.with_label_values(&[status]);
     }
     Ok(histogram)
+}
+
+/// `codegen_jobs_finished_total{status}`: jobs this process ended (the store's finishing
+/// operation said it was the one), whatever ended them: an integration, a refused plan, a
+/// cancel, a deadline, a dead letter, a cache hit. Summed over every process it equals the
+/// jobs submitted once all have ended. Every status exists from the start, at zero.
+pub fn jobs_finished() -> prometheus::Result<prometheus::IntCounterVec> {
+    let counter = prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "codegen_jobs_finished_total",
+            "Jobs this process ended, by final status (summed over processes: every job once)",
+        ),
+        &["status"],
+    )?;
+    for status in ["succeeded", "failed", "cancelled"] {
+        counter.with_label_values(&[status]);
+    }
+    Ok(counter)
+}
+
+/// `codegen_executions_finished_total{language, status}`: executions whose verdict this
+/// process stored first (a worker's run, or a coordinator's error for one that could not be
+/// queued or was dead-lettered), by language and verdict. Summed over every process it equals
+/// the executions submitted once all have verdicts.
+pub fn executions_finished() -> prometheus::Result<prometheus::IntCounterVec> {
+    prometheus::IntCounterVec::new(
+        prometheus::Opts::new(
+            "codegen_executions_finished_total",
+            "Executions whose verdict this process stored first, by language and verdict",
+        ),
+        &["language", "status"],
+    )
+}
+
+/// What every process registers besides its own metrics: `codegen_build_info{version}` (1),
+/// and the process's CPU, memory, open files and start time (`process_*`).
+pub fn register_process(registry: &Registry, component: &str) -> prometheus::Result<()> {
+    let info = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "codegen_build_info",
+            "1, labelled with the build's version and the process's component",
+        ),
+        &["version", "component"],
+    )?;
+    info.with_label_values(&[env!("CARGO_PKG_VERSION"), component])
+        .set(1);
+    registry.register(Box::new(info))?;
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))
 }
 
 /// Serves `router` on `addr` until `cancel` fires, then finishes in-flight requests.

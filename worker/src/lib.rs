@@ -291,6 +291,7 @@ impl Worker {
         pipeline.flow = pipeline.flow.with_ends(flow::Ends {
             usage: self.metrics.usage.clone(),
             job_seconds: self.metrics.job_seconds.clone(),
+            jobs_finished: self.metrics.jobs_finished.clone(),
         });
         self.pipeline = Some(pipeline);
         self
@@ -706,6 +707,10 @@ impl Worker {
         match self.store_result(id, tenant, &result).await {
             Ok(first) => {
                 if first {
+                    self.metrics
+                        .executions_finished
+                        .with_label_values(&[request.language.as_str(), result.status.as_str()])
+                        .inc();
                     self.metrics.usage.charge(
                         tenant,
                         &proto::api::UsageTotals::of_execution(&result).fields(),

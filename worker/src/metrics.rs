@@ -17,6 +17,9 @@ pub struct Metrics {
     pub shared_cases: IntCounterVec,
     /// Jobs this worker finished (integrated), by final status.
     pub job_seconds: HistogramVec,
+    pub jobs_finished: IntCounterVec,
+    /// Executions whose verdict this worker stored first.
+    pub executions_finished: IntCounterVec,
     /// What the work this worker ended cost, by tenant.
     pub usage: telemetry::TenantUsage,
 }
@@ -79,9 +82,13 @@ impl Metrics {
                 &["outcome"],
             )?,
             job_seconds: telemetry::job_seconds()?,
+            jobs_finished: telemetry::jobs_finished()?,
+            executions_finished: telemetry::executions_finished()?,
             usage: telemetry::TenantUsage::register(registry)?,
         };
         registry.register(Box::new(metrics.job_seconds.clone()))?;
+        registry.register(Box::new(metrics.jobs_finished.clone()))?;
+        registry.register(Box::new(metrics.executions_finished.clone()))?;
         registry.register(Box::new(metrics.tasks.clone()))?;
         registry.register(Box::new(metrics.redeliveries.clone()))?;
         registry.register(Box::new(metrics.task_seconds.clone()))?;

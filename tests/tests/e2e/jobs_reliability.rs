@@ -194,8 +194,14 @@ async fn a_model_that_answers_garbage_fails_the_job_with_the_recorded_reason() {
     // The three answers it gave up on were spent all the same, and are charged.
     let metrics = &result["metrics"];
     assert_eq!(metrics["model_calls"], 3, "{metrics}");
-    assert!(metrics["tokens"]["prompt"].as_u64().unwrap() > 0, "{metrics}");
-    assert!(metrics["tokens"]["completion"].as_u64().unwrap() > 0, "{metrics}");
+    assert!(
+        metrics["tokens"]["prompt"].as_u64().unwrap() > 0,
+        "{metrics}"
+    );
+    assert!(
+        metrics["tokens"]["completion"].as_u64().unwrap() > 0,
+        "{metrics}"
+    );
     cluster.cleanup().await;
 }
 

@@ -20,6 +20,7 @@ mod job_store;
 mod jobs;
 mod jobs_reliability;
 mod languages;
+mod metrics;
 mod model_cluster;
 mod model_limits;
 mod openapi;

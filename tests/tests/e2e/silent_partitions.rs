@@ -144,7 +144,8 @@ async fn the_cli_retries_through_a_silent_broker_and_creates_one_execution() {
             async move { tests::codegen_cli(&["exec", &path, "--url", &url], WITHIN).await },
         );
     // Thawed once the coordinator has refused the CLI at least once.
-    let refused = "codegen_http_requests_total{route=\"/v1/executions\",status=\"503\"}";
+    // (The exposition sorts labels by name.)
+    let refused = "http_server_request_duration_seconds_count{http_request_method=\"POST\",http_response_status_code=\"503\",http_route=\"/v1/executions\"}";
     let deadline = Instant::now() + WITHIN;
     while tests::metric(&cluster.http, &cluster.url(), refused).await < 1.0 {
         assert!(

@@ -1,0 +1,245 @@
+//! Metrics that add up: known work driven through every route, then the counters of the
+//! coordinator and the worker compared with it (real broker, Redis, Docker; scripted FAKE
+//! model).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tests::Cluster;
+
+/// The sum, over the `/metrics` pages of `bases`, of every sample of `name` whose labels
+/// include all of `labels`.
+async fn total(http: &reqwest::Client, bases: &[&str], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut sum = 0.0;
+    for base in bases {
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            if metric != name {
+                continue;
+            }
+            let matches = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            if matches {
+                sum += value.parse::<f64>().unwrap();
+            }
+        }
+    }
+    sum
+}
+
+#[tokio::test]
+async fn counters_of_jobs_executions_and_requests_add_up_to_the_work_done() {
+    let mut cluster = Cluster::new();
+    let _model = cluster
+        .scripted_model(&tests::root().join("examples/scripted-model.json"))
+        .await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, worker) = cluster.worker("worker").await;
+    let coordinator = cluster.url();
+    let both = [coordinator.as_str(), worker.as_str()];
+    let http = cluster.http.clone();
+
+    // Executions: two single ones (one passes, one fails), one through /run_code, a batch of
+    // a Python and a Bash program.
+    let (status, _) = cluster
+        .execute("", json!({"language": "python", "code": "print(1)"}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, failed) = cluster
+        .execute(
+            "",
+            json!({"language": "python", "code": "raise SystemExit(3)"}),
+        )
+        .await;
+    assert_eq!((status, failed["status"].as_str()), (200, Some("failed")));
+    let fusion: Value = http
+        .post(format!("{coordinator}/run_code"))
+        .json(&json!({"language": "python", "code": "print(2)"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fusion["status"], "Success", "{fusion}");
+    let batch: Value = http
+        .post(format!("{coordinator}/v1/executions/batch"))
+        .json(
+            &json!({"items": [{"language": "python", "code": "print(3)"},
+                                {"language": "bash", "code": "echo 4"}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batch["done"], 2, "{batch}");
+
+    // Jobs: one that runs, the same again (the cache answers), one cancelled (or ended
+    // first, whichever wins: it ends once either way).
+    let sieve = json!({"instruction": "Find all primes up to n with the sieve of Eratosthenes, and sum them.", "language": "python"});
+    let (status, first) = cluster.submit_job(sieve.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    let first = first["job_id"].as_str().unwrap().to_owned();
+    let ran = cluster.wait_job(&first, Duration::from_secs(600)).await;
+    assert_eq!(ran["status"], "succeeded", "{ran:#}");
+    let (status, cached) = cluster.submit_job(sieve).await;
+    assert_eq!(status, 200, "{cached}");
+    let (status, third) = cluster
+        .submit_job(json!({"instruction": "Check whether a string is a palindrome."}))
+        .await;
+    assert_eq!(status, 202, "{third}");
+    let third = third["job_id"].as_str().unwrap().to_owned();
+    let cancel = http
+        .delete(format!("{coordinator}/v1/jobs/{third}"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert!(cancel == 200 || cancel == 409, "{cancel}");
+    // (The API is open: the key is not looked at.)
+    let third_status = cluster.wait_ended_as(&third, "-").await["status"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Jobs: submitted once each, ended once each, by whichever process ended them.
+    assert_eq!(
+        total(
+            &http,
+            &both,
+            "codegen_jobs_submitted_total",
+            &[("cache", "miss")]
+        )
+        .await,
+        2.0
+    );
+    assert_eq!(
+        total(
+            &http,
+            &both,
+            "codegen_jobs_submitted_total",
+            &[("cache", "hit")]
+        )
+        .await,
+        1.0
+    );
+    let mut ended: BTreeMap<&str, f64> = BTreeMap::new();
+    *ended.entry("succeeded").or_default() += 2.0;
+    *ended.entry(third_status.as_str()).or_default() += 1.0;
+    for status in ["succeeded", "failed", "cancelled"] {
+        let counted = total(
+            &http,
+            &both,
+            "codegen_jobs_finished_total",
+            &[("status", status)],
+        )
+        .await;
+        assert_eq!(
+            counted,
+            ended.get(status).copied().unwrap_or(0.0),
+            "jobs finished {status}"
+        );
+    }
+
+    // Executions: by route when accepted, by verdict where the verdict was stored.
+    for (language, route, expected) in [
+        ("python", "/v1/executions", 2.0),
+        ("python", "/run_code", 1.0),
+        ("python", "/v1/executions/batch", 1.0),
+        ("bash", "/v1/executions/batch", 1.0),
+    ] {
+        let labels = [("language", language), ("route", route)];
+        let counted = total(&http, &both, "codegen_executions_submitted_total", &labels).await;
+        assert_eq!(counted, expected, "{language} through {route}");
+    }
+    for (language, status, expected) in [
+        ("python", "passed", 3.0),
+        ("python", "failed", 1.0),
+        ("bash", "passed", 1.0),
+    ] {
+        let labels = [("language", language), ("status", status)];
+        let counted = total(&http, &both, "codegen_executions_finished_total", &labels).await;
+        assert_eq!(counted, expected, "{language} {status}");
+    }
+    assert_eq!(
+        total(&http, &both, "codegen_executions_finished_total", &[]).await,
+        total(&http, &both, "codegen_executions_submitted_total", &[]).await,
+        "every execution accepted has one verdict"
+    );
+
+    // Requests, by method, route and status code.
+    let requests = |method: &'static str, route: &'static str, code: &'static str| {
+        let http = http.clone();
+        let coordinator = coordinator.clone();
+        async move {
+            let labels = [
+                ("http_request_method", method),
+                ("http_route", route),
+                ("http_response_status_code", code),
+            ];
+            total(
+                &http,
+                &[coordinator.as_str()],
+                "http_server_request_duration_seconds_count",
+                &labels,
+            )
+            .await
+        }
+    };
+    assert_eq!(requests("POST", "/v1/jobs", "202").await, 2.0);
+    assert_eq!(requests("POST", "/v1/jobs", "200").await, 1.0);
+    assert_eq!(requests("POST", "/v1/executions", "200").await, 2.0);
+    assert_eq!(requests("POST", "/run_code", "200").await, 1.0);
+    let cancel = cancel.to_string();
+    let labels = [
+        ("http_request_method", "DELETE"),
+        ("http_route", "/v1/jobs/{id}"),
+        ("http_response_status_code", cancel.as_str()),
+    ];
+    assert_eq!(
+        total(
+            &http,
+            &[coordinator.as_str()],
+            "http_server_request_duration_seconds_count",
+            &labels
+        )
+        .await,
+        1.0
+    );
+    assert!(requests("GET", "/v1/jobs/{id}", "200").await >= 1.0);
+
+    // Every process says what it is and what it uses.
+    for (base, component) in [
+        (coordinator.as_str(), "coordinator"),
+        (worker.as_str(), "worker"),
+    ] {
+        let labels = [
+            ("component", component),
+            ("version", env!("CARGO_PKG_VERSION")),
+        ];
+        assert_eq!(
+            total(&http, &[base], "codegen_build_info", &labels).await,
+            1.0
+        );
+        // (Its CPU counts whole seconds, which a quiet coordinator may not have used yet.)
+        assert!(total(&http, &[base], "process_start_time_seconds", &[]).await > 0.0);
+        assert!(total(&http, &[base], "process_resident_memory_bytes", &[]).await > 0.0);
+    }
+    cluster.cleanup().await;
+}
