@@ -715,14 +715,7 @@ pub(crate) async fn enqueue(
         Task::Execute(request),
     )
     .with_request_id(request_id.map(str::to_owned));
-    let span = tracing::info_span!(
-        "publish",
-        otel.kind = "producer",
-        messaging.system = "rabbitmq",
-        messaging.operation.type = "send",
-        messaging.message.id = %id,
-        task.kind = "execute",
-    );
+    let span = telemetry::publish_span(&id.to_string(), "execute", None);
     let headers = telemetry::inject(&span);
     let published = c
         .broker

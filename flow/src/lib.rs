@@ -106,15 +106,8 @@ impl Flow {
     pub async fn publish(&self, task: Task, meta: &JobMeta) -> Result<(), broker::Error> {
         use tracing::Instrument;
         let id = TaskId::new();
-        let span = tracing::info_span!(
-            "publish",
-            otel.kind = "producer",
-            messaging.system = "rabbitmq",
-            messaging.operation.type = "send",
-            messaging.message.id = %id,
-            task.kind = task.kind(),
-            job = %meta.id,
-        );
+        let span =
+            telemetry::publish_span(&id.to_string(), task.kind(), Some(&meta.id.to_string()));
         let envelope = Envelope::new(id, meta.tenant.clone(), proto::now_ms(), task)
             .with_request_id(meta.request_id.clone());
         // The task's span becomes a child of this one, in whichever worker takes it.

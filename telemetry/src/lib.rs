@@ -8,7 +8,7 @@
 mod traces;
 mod usage;
 
-pub use traces::{TraceError, TraceOptions, follow, inject, queue_wait, trace_id};
+pub use traces::{TraceError, TraceOptions, follow, inject, publish_span, queue_wait, trace_id};
 pub use usage::TenantUsage;
 
 use std::collections::BTreeMap;

@@ -114,6 +114,21 @@ pub(crate) fn shut_down(provider: SdkTracerProvider) {
     let _ = std::thread::spawn(move || provider.shutdown()).join();
 }
 
+/// The span of publishing one task message (a producer span, as the messaging conventions
+/// name it): its context is what [`inject`] puts in the message's headers, so the task's span
+/// in whichever worker takes it is its child. `job`: the job the task is of, if any.
+pub fn publish_span(message_id: &str, task_kind: &str, job: Option<&str>) -> tracing::Span {
+    tracing::info_span!(
+        "publish",
+        otel.kind = "producer",
+        messaging.system = "rabbitmq",
+        messaging.operation.type = "send",
+        messaging.message.id = message_id,
+        task.kind = task_kind,
+        job = job.unwrap_or("-"),
+    )
+}
+
 /// The trace context of `span` as message headers (`traceparent`, `tracestate`): none when
 /// traces are off.
 pub fn inject(span: &tracing::Span) -> BTreeMap<String, String> {

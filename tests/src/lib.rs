@@ -533,16 +533,48 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> (u16, Value) {
     )
 }
 
-/// The value of one Prometheus sample (`name{labels}`), or 0 when absent.
-pub async fn metric(http: &reqwest::Client, base: &str, sample: &str) -> f64 {
-    let text = http
-        .get(format!("{base}/metrics"))
+/// The `/metrics` page of `base`.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    http.get(format!("{base}/metrics"))
         .send()
         .await
         .expect("metrics answer")
         .text()
         .await
-        .expect("metrics body");
+        .expect("metrics body")
+}
+
+/// The sum, over the `/metrics` pages of `bases`, of every sample of `name` whose labels
+/// include all of `labels`.
+pub async fn metric_sum(
+    http: &reqwest::Client,
+    bases: &[&str],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    let mut sum = 0.0;
+    for base in bases {
+        let text = metrics_text(http, base).await;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            if metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+            {
+                sum += value.parse::<f64>().expect("a sample value");
+            }
+        }
+    }
+    sum
+}
+
+/// The value of one Prometheus sample (`name{labels}`), or 0 when absent.
+pub async fn metric(http: &reqwest::Client, base: &str, sample: &str) -> f64 {
+    let text = metrics_text(http, base).await;
     text.lines()
         .find_map(|line| {
             line.strip_prefix(sample)

@@ -7,38 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tests::Cluster;
-
-/// The sum, over the `/metrics` pages of `bases`, of every sample of `name` whose labels
-/// include all of `labels`.
-async fn total(http: &reqwest::Client, bases: &[&str], name: &str, labels: &[(&str, &str)]) -> f64 {
-    let mut sum = 0.0;
-    for base in bases {
-        let text = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
-            if metric != name {
-                continue;
-            }
-            let matches = labels
-                .iter()
-                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            if matches {
-                sum += value.parse::<f64>().unwrap();
-            }
-        }
-    }
-    sum
-}
+use tests::metric_sum as total;
 
 #[tokio::test]
 async fn counters_of_jobs_executions_and_requests_add_up_to_the_work_done() {
@@ -184,45 +153,27 @@ async fn counters_of_jobs_executions_and_requests_add_up_to_the_work_done() {
     );
 
     // Requests, by method, route and status code.
-    let requests = |method: &'static str, route: &'static str, code: &'static str| {
-        let http = http.clone();
-        let coordinator = coordinator.clone();
+    let requests = |method: &'static str, route: &'static str, code: String| {
+        let (http, coordinator) = (http.clone(), coordinator.clone());
         async move {
             let labels = [
                 ("http_request_method", method),
                 ("http_route", route),
-                ("http_response_status_code", code),
+                ("http_response_status_code", code.as_str()),
             ];
-            total(
-                &http,
-                &[coordinator.as_str()],
-                "http_server_request_duration_seconds_count",
-                &labels,
-            )
-            .await
+            let name = "http_server_request_duration_seconds_count";
+            total(&http, &[coordinator.as_str()], name, &labels).await
         }
     };
-    assert_eq!(requests("POST", "/v1/jobs", "202").await, 2.0);
-    assert_eq!(requests("POST", "/v1/jobs", "200").await, 1.0);
-    assert_eq!(requests("POST", "/v1/executions", "200").await, 2.0);
-    assert_eq!(requests("POST", "/run_code", "200").await, 1.0);
-    let cancel = cancel.to_string();
-    let labels = [
-        ("http_request_method", "DELETE"),
-        ("http_route", "/v1/jobs/{id}"),
-        ("http_response_status_code", cancel.as_str()),
-    ];
+    assert_eq!(requests("POST", "/v1/jobs", "202".into()).await, 2.0);
+    assert_eq!(requests("POST", "/v1/jobs", "200".into()).await, 1.0);
+    assert_eq!(requests("POST", "/v1/executions", "200".into()).await, 2.0);
+    assert_eq!(requests("POST", "/run_code", "200".into()).await, 1.0);
     assert_eq!(
-        total(
-            &http,
-            &[coordinator.as_str()],
-            "http_server_request_duration_seconds_count",
-            &labels
-        )
-        .await,
+        requests("DELETE", "/v1/jobs/{id}", cancel.to_string()).await,
         1.0
     );
-    assert!(requests("GET", "/v1/jobs/{id}", "200").await >= 1.0);
+    assert!(requests("GET", "/v1/jobs/{id}", "200".into()).await >= 1.0);
 
     // Every process says what it is and what it uses.
     for (base, component) in [
