@@ -239,7 +239,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     {
         let sandbox = sandbox.clone();
         registry.register(Box::new(worker::PoolCollector::new(move || {
-            sandbox.stats()
+            sandbox.stats_by_language()
         })))?;
     }
     let pools = tokio::spawn(pools.run(infra.clone()));

@@ -7,7 +7,7 @@
 //! the service the handle still works: it starts containers on demand.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::harness::{harness_execution, harness_outcome};
-use crate::pool::Pool;
+use crate::pool::{Counters, Pool};
 use crate::protocol::{is_breach, verdict};
 use crate::runner::{Failure, Runner};
 use crate::{Error, HarnessOutcome, LABEL_SANDBOX, Options, Sandbox};
@@ -62,8 +62,9 @@ pub struct PoolService {
     inner: Arc<Inner>,
 }
 
-/// Counters of the pools since start, and their current size.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// One language's pool (or, added up, every language's): its counters since start, and its
+/// size now.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PoolStats {
     /// Containers started (warm and fresh).
     pub containers_started: u64,
@@ -77,20 +78,36 @@ pub struct PoolStats {
     pub retries: u64,
     /// `docker update`s of a warm container's memory limit.
     pub memory_updates: u64,
-    /// Warm containers idle now, over all languages.
+    /// Time runs spent waiting for a warm container, all together.
+    pub wait_seconds: f64,
+    /// Warm containers the pool keeps (`sandbox.pools.<language>.size`).
+    pub size: usize,
+    /// Warm containers idle now.
     pub idle: usize,
-    /// Pool containers existing now (idle, busy or starting), over all languages.
+    /// Pool containers existing now (idle, busy or starting).
     pub live: usize,
+    /// Runs waiting for a warm container now.
+    pub waiting: usize,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    started: AtomicU64,
-    retired: AtomicU64,
-    pooled_runs: AtomicU64,
-    fresh_runs: AtomicU64,
-    retries: AtomicU64,
-    memory_updates: AtomicU64,
+impl std::ops::Add for PoolStats {
+    type Output = Self;
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            containers_started: self.containers_started + other.containers_started,
+            containers_retired: self.containers_retired + other.containers_retired,
+            pooled_runs: self.pooled_runs + other.pooled_runs,
+            fresh_runs: self.fresh_runs + other.fresh_runs,
+            retries: self.retries + other.retries,
+            memory_updates: self.memory_updates + other.memory_updates,
+            wait_seconds: self.wait_seconds + other.wait_seconds,
+            size: self.size + other.size,
+            idle: self.idle + other.idle,
+            live: self.live + other.live,
+            waiting: self.waiting + other.waiting,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -101,7 +118,6 @@ struct Inner {
     pools: HashMap<Language, Pool>,
     closing: CancellationToken,
     tasks: TaskTracker,
-    counters: Counters,
     /// Why the last warm container could not be started, for `/readyz`; cleared on success.
     start_error: Mutex<Option<String>>,
 }
@@ -129,7 +145,6 @@ impl DockerSandbox {
                 .collect(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
-            counters: Counters::default(),
             start_error: Mutex::new(None),
         });
         (
@@ -147,24 +162,23 @@ impl DockerSandbox {
         self.inner.reap_orphans().await
     }
 
+    /// Every language's pool, added up.
     pub fn stats(&self) -> PoolStats {
-        let c = &self.inner.counters;
-        let (idle, live) = self
+        self.stats_by_language()
+            .into_iter()
+            .fold(PoolStats::default(), |all, (_, one)| all + one)
+    }
+
+    /// Each served language's pool, by language name.
+    pub fn stats_by_language(&self) -> Vec<(Language, PoolStats)> {
+        let mut stats: Vec<_> = self
             .inner
             .pools
-            .values()
-            .map(Pool::counts)
-            .fold((0, 0), |(i, l), (pi, pl)| (i + pi, l + pl));
-        PoolStats {
-            containers_started: c.started.load(Ordering::Relaxed),
-            containers_retired: c.retired.load(Ordering::Relaxed),
-            pooled_runs: c.pooled_runs.load(Ordering::Relaxed),
-            fresh_runs: c.fresh_runs.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            memory_updates: c.memory_updates.load(Ordering::Relaxed),
-            idle,
-            live,
-        }
+            .iter()
+            .map(|(language, pool)| (*language, pool.stats()))
+            .collect();
+        stats.sort_by_key(|(language, _)| language.as_str());
+        stats
     }
 
     /// Starts the warm containers now and waits until each pool that is not lazy has its
@@ -241,6 +255,16 @@ impl Inner {
     }
 
     /// The pool of `language`, or why this sandbox runs none.
+    /// `language`'s counters; a language this worker does not serve counts in a set of its
+    /// own that nothing reads (its runs fail before they count).
+    fn counters(&self, language: Language) -> &Counters {
+        static UNSERVED: std::sync::LazyLock<Counters> =
+            std::sync::LazyLock::new(Counters::default);
+        self.pools
+            .get(&language)
+            .map_or(&*UNSERVED, |pool| &pool.counters)
+    }
+
     fn pool(&self, language: Language) -> Result<&Pool, Error> {
         self.pools.get(&language).ok_or_else(|| {
             Error::Config(format!(
@@ -373,7 +397,9 @@ impl Inner {
                 )),
                 e => unavailable(e),
             })?;
-        self.counters.started.fetch_add(1, Ordering::Relaxed);
+        self.counters(language)
+            .started
+            .fetch_add(1, Ordering::Relaxed);
         let id = created.id;
         let started = async {
             let attached = docker
@@ -509,7 +535,9 @@ impl Inner {
             why,
             "retiring sandbox container"
         );
-        self.counters.retired.fetch_add(1, Ordering::Relaxed);
+        self.counters(runner.language)
+            .retired
+            .fetch_add(1, Ordering::Relaxed);
         // The replacement starts right away, in parallel with the removal.
         self.pools[&runner.language].unreserve();
         self.top_up();
@@ -656,7 +684,9 @@ impl Inner {
             )
             .await
             .map_err(unavailable)?;
-        self.counters.memory_updates.fetch_add(1, Ordering::Relaxed);
+        self.counters(language)
+            .memory_updates
+            .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -707,12 +737,18 @@ impl Inner {
         request: &ExecutionRequest,
         harness: Option<&HarnessRequest>,
     ) -> Result<Ran, Error> {
+        let asked = tokio::time::Instant::now();
         let (runner, rest) = self.checkout(request.language, request.memory_mb).await?;
+        if let Ok(pool) = self.pool(request.language) {
+            pool.waited(asked.elapsed());
+        }
         let mut lease = Lease {
             inner: self.clone(),
             runner: Some(runner),
         };
-        self.counters.pooled_runs.fetch_add(1, Ordering::Relaxed);
+        self.counters(request.language)
+            .pooled_runs
+            .fetch_add(1, Ordering::Relaxed);
         let outcome = lease
             .runner_mut()
             .execute(
@@ -753,7 +789,9 @@ impl Inner {
                     return Ok((result, None));
                 }
                 tracing::warn!(container = %id, error = %failure, %diagnostics, "sandbox container failed; retrying in a fresh one");
-                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.counters(request.language)
+                    .retries
+                    .fetch_add(1, Ordering::Relaxed);
                 self.run_fresh(request, harness).await
             }
         }
@@ -765,7 +803,9 @@ impl Inner {
         request: &ExecutionRequest,
         harness: Option<&HarnessRequest>,
     ) -> Result<Ran, Error> {
-        self.counters.fresh_runs.fetch_add(1, Ordering::Relaxed);
+        self.counters(request.language)
+            .fresh_runs
+            .fetch_add(1, Ordering::Relaxed);
         let mut runner = self
             .spawn_runner(request.language, request.memory_mb)
             .await?;
@@ -863,7 +903,7 @@ impl Inner {
                     drained += 1;
                     runner.close().await;
                     self.remove(&runner.id).await;
-                    self.counters.retired.fetch_add(1, Ordering::Relaxed);
+                    pool.counters.retired.fetch_add(1, Ordering::Relaxed);
                     pool.unreserve();
                 }
             }
@@ -951,7 +991,10 @@ impl DockerSandbox {
         match self.inner.run_fresh(request, harness).await {
             Err(Error::Runner(e)) => {
                 tracing::warn!(error = %e, "fresh sandbox container failed; retrying once");
-                self.inner.counters.retries.fetch_add(1, Ordering::Relaxed);
+                self.inner
+                    .counters(request.language)
+                    .retries
+                    .fetch_add(1, Ordering::Relaxed);
                 self.inner.run_fresh(request, harness).await
             }
             outcome => outcome,

@@ -2,12 +2,27 @@
 //! (idle, leased, being started or waiting for `ready`). The Docker side is in `docker.rs`.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use proto::Language;
 use tokio::sync::Notify;
 
+use crate::docker::PoolStats;
 use crate::runner::Runner;
+
+/// What a pool's containers and runs did since start.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub started: AtomicU64,
+    pub retired: AtomicU64,
+    pub pooled_runs: AtomicU64,
+    pub fresh_runs: AtomicU64,
+    pub retries: AtomicU64,
+    pub memory_updates: AtomicU64,
+    /// Microseconds runs waited for a warm container.
+    waited_us: AtomicU64,
+}
 
 #[derive(Debug)]
 pub(crate) struct Pool {
@@ -21,6 +36,7 @@ pub(crate) struct Pool {
     pub changed: Notify,
     /// Fires when a run starts waiting for a container: a resting one prepares at once.
     pub demand: Notify,
+    pub counters: Counters,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +73,7 @@ impl Pool {
             state: Mutex::default(),
             changed: Notify::new(),
             demand: Notify::new(),
+            counters: Counters::default(),
         }
     }
 
@@ -162,5 +179,30 @@ impl Pool {
     pub fn counts(&self) -> (usize, usize) {
         let state = self.state();
         (state.idle.len(), state.live)
+    }
+
+    /// A run waited `waited` for its warm container.
+    pub fn waited(&self, waited: Duration) {
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.counters.waited_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.counters;
+        let state = self.state();
+        PoolStats {
+            containers_started: c.started.load(Ordering::Relaxed),
+            containers_retired: c.retired.load(Ordering::Relaxed),
+            pooled_runs: c.pooled_runs.load(Ordering::Relaxed),
+            fresh_runs: c.fresh_runs.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            memory_updates: c.memory_updates.load(Ordering::Relaxed),
+            #[allow(clippy::cast_precision_loss)] // microseconds: exact below 2^53 (285 years)
+            wait_seconds: c.waited_us.load(Ordering::Relaxed) as f64 / 1e6,
+            size: self.size,
+            idle: state.idle.len(),
+            live: state.live,
+            waiting: state.waiting,
+        }
     }
 }

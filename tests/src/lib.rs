@@ -9,6 +9,7 @@
 pub mod faults;
 pub mod in_process;
 pub mod otlp;
+pub mod prometheus;
 pub mod stack;
 
 use std::net::TcpListener;

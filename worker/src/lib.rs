@@ -288,6 +288,7 @@ impl Worker {
         pipeline.sandbox_turns = self.sandbox_turns.clone();
         pipeline.gate = self.gate.clone();
         pipeline.shared_cases = Some(self.metrics.shared_cases.clone());
+        pipeline.sandbox_runs = Some(self.metrics.sandbox.clone());
         pipeline.flow = pipeline.flow.with_ends(flow::Ends {
             usage: self.metrics.usage.clone(),
             job_seconds: self.metrics.job_seconds.clone(),
@@ -692,13 +693,11 @@ impl Worker {
                     return self.hand_back(delivery, "execute", &missing).await;
                 }
                 Outage::Own => {
-                    self.metrics
-                        .sandbox_runs
-                        .with_label_values(&[
-                            request.language.as_str(),
-                            Status::SandboxError.as_str(),
-                        ])
-                        .inc();
+                    self.metrics.sandbox.counted(
+                        metrics::Work::Execution,
+                        request.language,
+                        Status::SandboxError,
+                    );
                     tracing::error!(%id, error = %e, "sandbox failed; reporting sandbox_error");
                     break ExecutionResult::error(Status::SandboxError, e.to_string());
                 }
@@ -876,7 +875,6 @@ impl Worker {
         lane: &model::Lane,
         request: &ExecutionRequest,
     ) -> Result<ExecutionResult, sandbox::Error> {
-        let language = request.language.as_str();
         let mut attempt = 0;
         loop {
             let started = Instant::now();
@@ -886,18 +884,14 @@ impl Worker {
             };
             let outcome = self.sandbox.run(request).await;
             drop(turn);
-            self.metrics
-                .sandbox_seconds
-                .with_label_values(&[language])
-                .observe(started.elapsed().as_secs_f64());
+            self.metrics.sandbox.ran(
+                metrics::Work::Execution,
+                request.language,
+                started,
+                outcome.as_ref().ok().map(|result| result.status),
+            );
             match outcome {
-                Ok(result) => {
-                    self.metrics
-                        .sandbox_runs
-                        .with_label_values(&[language, result.status.as_str()])
-                        .inc();
-                    return Ok(result);
-                }
+                Ok(result) => return Ok(result),
                 Err(e) if e.is_retryable() && attempt < self.options.sandbox_retries => {
                     attempt += 1;
                     tracing::warn!(%id, error = %e, attempt, "sandbox failed; retrying");

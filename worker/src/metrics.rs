@@ -1,4 +1,9 @@
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use std::time::Instant;
+
+use prometheus::{
+    CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+};
+use proto::{Language, Status};
 
 /// The worker's Prometheus metrics.
 #[derive(Debug, Clone)]
@@ -10,8 +15,7 @@ pub struct Metrics {
     pub task_seconds: HistogramVec,
     pub queue_wait_seconds: HistogramVec,
     pub in_flight: IntGauge,
-    pub sandbox_runs: IntCounterVec,
-    pub sandbox_seconds: HistogramVec,
+    pub sandbox: SandboxRuns,
     /// Functions whose cases went in a run shared with others of their job (`shared`), or ran
     /// again alone because that run broke (`broke`).
     pub shared_cases: IntCounterVec,
@@ -59,21 +63,23 @@ impl Metrics {
                 &["kind"],
             )?,
             in_flight: IntGauge::new("codegen_worker_tasks_in_flight", "Tasks being worked on")?,
-            sandbox_runs: IntCounterVec::new(
-                Opts::new(
-                    "codegen_sandbox_runs_total",
-                    "Sandbox runs, by language and verdict",
-                ),
-                &["language", "status"],
-            )?,
-            sandbox_seconds: HistogramVec::new(
-                HistogramOpts::new(
-                    "codegen_sandbox_run_seconds",
-                    "Wall time of one sandbox run, container included",
-                )
-                .buckets(buckets),
-                &["language"],
-            )?,
+            sandbox: SandboxRuns {
+                runs: IntCounterVec::new(
+                    Opts::new(
+                        "codegen_sandbox_runs_total",
+                        "Sandbox runs, by the work they were for (execution, job), language and verdict",
+                    ),
+                    &["work", "language", "status"],
+                )?,
+                seconds: HistogramVec::new(
+                    HistogramOpts::new(
+                        "codegen_sandbox_run_seconds",
+                        "Wall time of one sandbox run, waiting for a container included, by the work it was for and language",
+                    )
+                    .buckets(buckets),
+                    &["work", "language"],
+                )?,
+            },
             shared_cases: IntCounterVec::new(
                 Opts::new(
                     "codegen_sandbox_shared_cases_total",
@@ -94,8 +100,8 @@ impl Metrics {
         registry.register(Box::new(metrics.task_seconds.clone()))?;
         registry.register(Box::new(metrics.queue_wait_seconds.clone()))?;
         registry.register(Box::new(metrics.in_flight.clone()))?;
-        registry.register(Box::new(metrics.sandbox_runs.clone()))?;
-        registry.register(Box::new(metrics.sandbox_seconds.clone()))?;
+        registry.register(Box::new(metrics.sandbox.runs.clone()))?;
+        registry.register(Box::new(metrics.sandbox.seconds.clone()))?;
         registry.register(Box::new(metrics.shared_cases.clone()))?;
         for outcome in ["shared", "broke"] {
             metrics.shared_cases.with_label_values(&[outcome]);
@@ -112,9 +118,53 @@ impl Metrics {
     }
 }
 
-/// Exposes the sandbox pool's counters and size at scrape time.
+/// `codegen_sandbox_runs_total` and `codegen_sandbox_run_seconds`: every sandbox run the
+/// worker makes, an execution's or a job's (a function's cases, a test form, the final run).
+#[derive(Debug, Clone)]
+pub struct SandboxRuns {
+    runs: IntCounterVec,
+    seconds: HistogramVec,
+}
+
+/// What a sandbox run was for.
+#[derive(Debug, Clone, Copy)]
+pub enum Work {
+    Execution,
+    Job,
+}
+
+impl Work {
+    fn as_str(self) -> &'static str {
+        match self {
+            Work::Execution => "execution",
+            Work::Job => "job",
+        }
+    }
+}
+
+impl SandboxRuns {
+    /// A run that began at `started` ended; `status` is its verdict, `None` when it has none
+    /// (the sandbox failed and the run may be tried again: only the try that ends counts).
+    pub fn ran(&self, work: Work, language: Language, started: Instant, status: Option<Status>) {
+        self.seconds
+            .with_label_values(&[work.as_str(), language.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        if let Some(status) = status {
+            self.counted(work, language, status);
+        }
+    }
+
+    /// Counts a run's verdict without its time (a run given up on: `sandbox_error`).
+    pub fn counted(&self, work: Work, language: Language, status: Status) {
+        self.runs
+            .with_label_values(&[work.as_str(), language.as_str(), status.as_str()])
+            .inc();
+    }
+}
+
+/// Exposes each language's sandbox pool (its counters and size) at scrape time.
 pub struct PoolCollector {
-    stats: Box<dyn Fn() -> sandbox::PoolStats + Send + Sync>,
+    stats: Box<dyn Fn() -> Vec<(Language, sandbox::PoolStats)> + Send + Sync>,
     descs: Vec<prometheus::core::Desc>,
 }
 
@@ -124,51 +174,95 @@ impl std::fmt::Debug for PoolCollector {
     }
 }
 
-const POOL_COUNTERS: &[(&str, &str)] = &[
+/// A pool's figure: its name, help, whether it is a counter (else a gauge), and its value.
+type Figure = (
+    &'static str,
+    &'static str,
+    bool,
+    fn(&sandbox::PoolStats) -> f64,
+);
+
+#[allow(clippy::cast_precision_loss)] // counts far below 2^53
+const POOL_FIGURES: &[Figure] = &[
     (
         "codegen_sandbox_containers_started_total",
-        "Sandbox containers started (warm and fresh)",
+        "Sandbox containers started (warm and fresh), by language",
+        true,
+        |s| s.containers_started as f64,
     ),
     (
         "codegen_sandbox_containers_retired_total",
-        "Pool containers removed (breach, error, run limit, shutdown)",
+        "Pool containers removed (breach, error, run limit, shutdown), by language",
+        true,
+        |s| s.containers_retired as f64,
     ),
     (
         "codegen_sandbox_pooled_runs_total",
-        "Executions run in a warm container",
+        "Runs in a warm container, by language",
+        true,
+        |s| s.pooled_runs as f64,
     ),
     (
         "codegen_sandbox_fresh_runs_total",
-        "Executions run in a container of their own",
+        "Runs in a container of their own, by language",
+        true,
+        |s| s.fresh_runs as f64,
     ),
     (
         "codegen_sandbox_retries_total",
-        "Executions retried in a fresh container after their warm one failed",
+        "Runs retried in a fresh container after their warm one failed, by language",
+        true,
+        |s| s.retries as f64,
     ),
     (
         "codegen_sandbox_memory_updates_total",
-        "Memory limit updates of warm containers",
+        "Memory limit updates of warm containers, by language",
+        true,
+        |s| s.memory_updates as f64,
     ),
-];
-
-const POOL_GAUGES: &[(&str, &str)] = &[
-    ("codegen_sandbox_pool_idle", "Warm containers idle now"),
+    (
+        "codegen_sandbox_pool_wait_seconds_total",
+        "Time runs waited for a warm container, by language (over pooled_runs: the mean wait)",
+        true,
+        |s| s.wait_seconds,
+    ),
+    (
+        "codegen_sandbox_pool_size",
+        "Warm containers the pool keeps, by language",
+        false,
+        |s| s.size as f64,
+    ),
+    (
+        "codegen_sandbox_pool_idle",
+        "Warm containers idle now, by language",
+        false,
+        |s| s.idle as f64,
+    ),
     (
         "codegen_sandbox_pool_live",
-        "Pool containers existing now (idle, busy or starting)",
+        "Pool containers existing now (idle, busy or starting), by language",
+        false,
+        |s| s.live as f64,
+    ),
+    (
+        "codegen_sandbox_pool_waiting",
+        "Runs waiting for a warm container now, by language",
+        false,
+        |s| s.waiting as f64,
     ),
 ];
 
 impl PoolCollector {
-    pub fn new(stats: impl Fn() -> sandbox::PoolStats + Send + Sync + 'static) -> Self {
-        let descs = POOL_COUNTERS
+    pub fn new(
+        stats: impl Fn() -> Vec<(Language, sandbox::PoolStats)> + Send + Sync + 'static,
+    ) -> Self {
+        let descs = POOL_FIGURES
             .iter()
-            .chain(POOL_GAUGES)
-            .filter_map(|(name, help)| {
+            .filter_map(|(name, help, _, _)| {
                 prometheus::core::Desc::new(
                     (*name).into(),
                     (*help).into(),
-                    vec![],
+                    vec!["language".into()],
                     Default::default(),
                 )
                 .ok()
@@ -187,27 +281,26 @@ impl prometheus::core::Collector for PoolCollector {
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let s = (self.stats)();
-        let counters = [
-            s.containers_started,
-            s.containers_retired,
-            s.pooled_runs,
-            s.fresh_runs,
-            s.retries,
-            s.memory_updates,
-        ];
-        let gauges = [s.idle as i64, s.live as i64];
+        let stats = (self.stats)();
         let mut families = Vec::new();
-        for ((name, help), value) in POOL_COUNTERS.iter().zip(counters) {
-            if let Ok(counter) = prometheus::IntCounter::new(*name, *help) {
-                counter.inc_by(value);
-                families.extend(prometheus::core::Collector::collect(&counter));
-            }
-        }
-        for ((name, help), value) in POOL_GAUGES.iter().zip(gauges) {
-            if let Ok(gauge) = IntGauge::new(*name, *help) {
-                gauge.set(value);
-                families.extend(prometheus::core::Collector::collect(&gauge));
+        for (name, help, counter, value) in POOL_FIGURES {
+            let opts = Opts::new(*name, *help);
+            if *counter {
+                let Ok(vec) = CounterVec::new(opts, &["language"]) else {
+                    continue;
+                };
+                for (language, s) in &stats {
+                    vec.with_label_values(&[language.as_str()]).inc_by(value(s));
+                }
+                families.extend(prometheus::core::Collector::collect(&vec));
+            } else {
+                let Ok(vec) = GaugeVec::new(opts, &["language"]) else {
+                    continue;
+                };
+                for (language, s) in &stats {
+                    vec.with_label_values(&[language.as_str()]).set(value(s));
+                }
+                families.extend(prometheus::core::Collector::collect(&vec));
             }
         }
         families
@@ -219,45 +312,66 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pool_stats_appear_in_the_registry_at_scrape_time() {
+    fn each_languages_pool_appears_in_the_registry_at_scrape_time() {
         let registry = Registry::new();
         let runs = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(3));
         let seen = runs.clone();
         registry
-            .register(Box::new(PoolCollector::new(move || sandbox::PoolStats {
-                pooled_runs: seen.load(std::sync::atomic::Ordering::SeqCst),
-                idle: 2,
-                ..Default::default()
+            .register(Box::new(PoolCollector::new(move || {
+                vec![
+                    (
+                        Language::Python,
+                        sandbox::PoolStats {
+                            pooled_runs: seen.load(std::sync::atomic::Ordering::SeqCst),
+                            idle: 2,
+                            wait_seconds: 1.5,
+                            ..Default::default()
+                        },
+                    ),
+                    (
+                        Language::Go,
+                        sandbox::PoolStats {
+                            size: 4,
+                            ..Default::default()
+                        },
+                    ),
+                ]
             })))
             .unwrap();
-        let value = |name: &str| {
-            registry
-                .gather()
+        let value = |name: &str, language: &str| {
+            let family = registry.gather().into_iter().find(|f| f.name() == name)?;
+            family
+                .get_metric()
                 .iter()
-                .find(|f| f.name() == name)
-                .map(|f| f.get_metric()[0].clone())
+                .find(|m| {
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == "language" && l.value() == language)
+                })
+                .map(|m| {
+                    if name.ends_with("_total") {
+                        m.get_counter().get_value()
+                    } else {
+                        m.get_gauge().get_value()
+                    }
+                })
         };
         assert_eq!(
-            value("codegen_sandbox_pooled_runs_total")
-                .unwrap()
-                .get_counter()
-                .get_value(),
-            3.0
+            value("codegen_sandbox_pooled_runs_total", "python"),
+            Some(3.0)
         );
         runs.store(7, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(
-            value("codegen_sandbox_pooled_runs_total")
-                .unwrap()
-                .get_counter()
-                .get_value(),
-            7.0
+            value("codegen_sandbox_pooled_runs_total", "python"),
+            Some(7.0)
         );
+        assert_eq!(value("codegen_sandbox_pooled_runs_total", "go"), Some(0.0));
+        assert_eq!(value("codegen_sandbox_pool_idle", "python"), Some(2.0));
+        assert_eq!(value("codegen_sandbox_pool_size", "go"), Some(4.0));
         assert_eq!(
-            value("codegen_sandbox_pool_idle")
-                .unwrap()
-                .get_gauge()
-                .get_value(),
-            2.0
+            value("codegen_sandbox_pool_wait_seconds_total", "python"),
+            Some(1.5)
         );
+        assert_eq!(value("codegen_sandbox_pool_size", "rust"), None);
     }
 }

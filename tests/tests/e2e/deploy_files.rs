@@ -1,15 +1,18 @@
 //! The deployment files hold together: the alert rules pass promtool's checks and their own
-//! unit tests, and every metric a rule or dashboard panel names is exported by a running
-//! coordinator or worker (a renamed metric would otherwise leave an alert silently empty).
+//! unit tests, every metric a rule or dashboard panel names is exported by a running
+//! coordinator or worker (a renamed metric would otherwise leave an alert silently empty), and
+//! the compose stack's dashboard page shows every panel's query with data from a real
+//! Prometheus that scraped them.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
+use tests::prometheus::Prometheus;
 use tests::{Cluster, root};
 
 /// promtool from `PROMTOOL`, the copy `scripts/test` extracts from Debian's prometheus package,
@@ -149,7 +152,7 @@ async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_pro
     assert_eq!(status, 200, "{body}");
 
     let mut have = BTreeSet::new();
-    for url in [cluster.url(), worker_ops] {
+    for url in [cluster.url(), worker_ops.clone()] {
         let text = cluster
             .http
             .get(format!("{url}/metrics"))
@@ -166,5 +169,99 @@ async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_pro
         missing.is_empty(),
         "named in {files:?} but exported by no process: {missing:?}\nexported: {have:?}"
     );
+
+    // The dashboard page a Prometheus serves (the compose stack's, generated from the Grafana
+    // JSON) holds exactly the dashboard's queries, and once it has scraped the two processes,
+    // each query of ours shows data there (RabbitMQ's own are not scraped here).
+    let targets: Vec<String> = [cluster.url(), worker_ops.clone()]
+        .iter()
+        .map(|url| url.trim_start_matches("http://").to_owned())
+        .collect();
+    let prometheus = tokio::task::block_in_place(|| {
+        Prometheus::start(&targets.iter().map(String::as_str).collect::<Vec<_>>())
+    });
+    let queries = dashboard_queries();
+    // Bounds a failure only: the first scrapes come within seconds.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let page = cluster
+            .http
+            .get(format!("{}/consoles/codegen.html", prometheus.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200, "the console page renders");
+        let tables = console_tables(&page.text().await.unwrap());
+        let shown: BTreeSet<String> = tables.iter().map(|(expr, _)| expr.clone()).collect();
+        assert_eq!(
+            shown, queries,
+            "the console page and the Grafana dashboard differ: run deploy/prometheus/consoles/generate"
+        );
+        let empty: Vec<_> = tables
+            .iter()
+            .filter(|(expr, data)| !data && !expr.contains("rabbitmq_"))
+            .map(|(expr, _)| expr)
+            .collect();
+        if empty.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queries with no data on the console page: {empty:#?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     cluster.cleanup().await;
+}
+
+/// Every query of the Grafana dashboards, its queue prefix variable at its default.
+fn dashboard_queries() -> BTreeSet<String> {
+    let mut queries = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("deploy/grafana")).unwrap() {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                queries.insert(expr.replace("$prefix", "codegen"));
+            }
+        }
+    }
+    queries
+}
+
+/// The console page's tables of series now: each query, and whether it showed any series.
+fn console_tables(page: &str) -> Vec<(String, bool)> {
+    page.split(r#"<table class="table table-sm now" data-expr=""#)
+        .skip(1)
+        .map(|table| {
+            let (expr, rest) = table.split_once('"').unwrap();
+            let rows = rest.split("</table>").next().unwrap();
+            (unescape(expr), rows.contains(r#"class="value""#))
+        })
+        .collect()
+}
+
+/// HTML character references, as html/template writes them in an attribute.
+fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let (reference, tail) = rest[at + 1..].split_once(';').unwrap();
+        out.push(match reference {
+            "amp" => '&',
+            "lt" => '<',
+            "gt" => '>',
+            "quot" => '"',
+            numeric => numeric
+                .strip_prefix('#')
+                .and_then(|n| n.parse::<u32>().ok())
+                .and_then(char::from_u32)
+                .unwrap_or_else(|| panic!("unknown character reference &{numeric};")),
+        });
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
 }

@@ -80,14 +80,14 @@ async fn round_trip_passes_fails_and_reports_limits() {
     let passed = metric(
         &cluster.http,
         &worker_url,
-        "codegen_sandbox_runs_total{language=\"python\",status=\"passed\"}",
+        "codegen_sandbox_runs_total{language=\"python\",status=\"passed\",work=\"execution\"}",
     )
     .await;
     assert_eq!(passed, 1.0);
     let timeouts = metric(
         &cluster.http,
         &worker_url,
-        "codegen_sandbox_runs_total{language=\"python\",status=\"timeout\"}",
+        "codegen_sandbox_runs_total{language=\"python\",status=\"timeout\",work=\"execution\"}",
     )
     .await;
     assert_eq!(timeouts, 1.0);
@@ -95,7 +95,7 @@ async fn round_trip_passes_fails_and_reports_limits() {
     let pooled = metric(
         &cluster.http,
         &worker_url,
-        "codegen_sandbox_pooled_runs_total",
+        "codegen_sandbox_pooled_runs_total{language=\"python\"}",
     )
     .await;
     assert!(pooled >= 5.0, "pooled runs: {pooled}");

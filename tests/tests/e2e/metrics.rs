@@ -152,6 +152,57 @@ async fn counters_of_jobs_executions_and_requests_add_up_to_the_work_done() {
         "every execution accepted has one verdict"
     );
 
+    // Sandbox runs: one per execution, with its verdict; the jobs' runs (cases, tests, the
+    // final run) beside them; and every run is one the language's pool served, warm or fresh
+    // (a retried run is two of the pool's and one verdict).
+    let worker_only = [worker.as_str()];
+    for (language, status, expected) in [
+        ("python", "passed", 3.0),
+        ("python", "failed", 1.0),
+        ("bash", "passed", 1.0),
+    ] {
+        let labels = [
+            ("work", "execution"),
+            ("language", language),
+            ("status", status),
+        ];
+        let counted = total(&http, &worker_only, "codegen_sandbox_runs_total", &labels).await;
+        assert_eq!(
+            counted, expected,
+            "sandbox runs of {language} executions {status}"
+        );
+    }
+    let job_runs = total(
+        &http,
+        &worker_only,
+        "codegen_sandbox_runs_total",
+        &[("work", "job"), ("language", "python")],
+    )
+    .await;
+    assert!(
+        job_runs >= 1.0,
+        "the job that ran ran in the sandbox: {job_runs}"
+    );
+    for language in ["python", "bash"] {
+        let of = |name: &'static str| {
+            let (http, worker) = (http.clone(), worker.clone());
+            async move { total(&http, &[worker.as_str()], name, &[("language", language)]).await }
+        };
+        let served = of("codegen_sandbox_pooled_runs_total").await
+            + of("codegen_sandbox_fresh_runs_total").await
+            - of("codegen_sandbox_retries_total").await;
+        assert_eq!(
+            served,
+            of("codegen_sandbox_runs_total").await,
+            "{language}: every run the pool served has one verdict"
+        );
+        assert!(
+            of("codegen_sandbox_pool_size").await >= 1.0,
+            "{language} pool size"
+        );
+        assert!(of("codegen_sandbox_pool_wait_seconds_total").await >= 0.0);
+    }
+
     // Requests, by method, route and status code.
     let requests = |method: &'static str, route: &'static str, code: String| {
         let (http, coordinator) = (http.clone(), coordinator.clone());

@@ -15,6 +15,7 @@ use sandbox::HarnessOutcome;
 use serde_json::Value;
 
 use crate::gate::{Dependency, Outage};
+use crate::metrics::Work;
 
 use super::forms::{self, FunctionCases};
 use super::shared_runs::{Shared, SharedReport};
@@ -40,6 +41,23 @@ pub(super) struct FormRun {
     pub(super) result: proto::ExecutionResult,
     /// The code's line coverage, when the run measured it.
     pub(super) coverage: Option<f64>,
+}
+
+/// A sandbox run's verdict, for `codegen_sandbox_runs_total`.
+pub(super) trait Verdict {
+    fn status(&self) -> Status;
+}
+
+impl Verdict for proto::ExecutionResult {
+    fn status(&self) -> Status {
+        self.status
+    }
+}
+
+impl Verdict for HarnessOutcome {
+    fn status(&self) -> Status {
+        self.result.status
+    }
 }
 
 impl Pipeline {
@@ -84,6 +102,7 @@ impl Pipeline {
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, sandbox::Error>>,
+        T: Verdict,
     {
         loop {
             if held.is_none() {
@@ -100,6 +119,15 @@ impl Pipeline {
             let outcome = call().await;
             drop(turn);
             ctx.add_sandbox_time(started);
+            if let Some(runs) = &self.sandbox_runs {
+                let status = match &outcome {
+                    Ok(value) => Some(value.status()),
+                    Err(e) if settled(e) => Some(Status::SandboxError),
+                    // Tried again, or the task is: only the try that ends counts.
+                    Err(_) => None,
+                };
+                runs.ran(Work::Job, language, started, status);
+            }
             let e = match outcome {
                 Ok(value) => return Ok(Ok(value)),
                 Err(e) if settled(&e) => return Ok(Err(e)),

@@ -197,6 +197,8 @@ pub struct Pipeline {
     pub(crate) shared_runs: Arc<shared_runs::SharedRuns>,
     /// `codegen_sandbox_shared_cases_total`, once the pipeline belongs to a worker.
     pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
+    /// `codegen_sandbox_runs_total`, once the pipeline belongs to a worker.
+    pub(crate) sandbox_runs: Option<crate::metrics::SandboxRuns>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -231,6 +233,7 @@ impl Pipeline {
             sandbox_turns: None,
             shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
+            sandbox_runs: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
