@@ -341,6 +341,20 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         pipeline = pipeline.without_model_because(reason);
     }
     let id = format!("{}-{}", hostname(), std::process::id());
+    // Sessions: this worker's containers of their own, called by coordinators directly.
+    let hosting = match (&stores.sessions, settings.worker.sessions.enabled) {
+        (Some(sessions), true) => {
+            let hosting = worker::sessions::SessionHosting::build(
+                settings.worker.sessions.clone(),
+                id.clone(),
+                sandbox.clone(),
+                sessions.clone(),
+            )
+            .await?;
+            Some(tokio::spawn(hosting.run(shutdown.clone())))
+        }
+        _ => None,
+    };
     let worker =
         worker::Worker::build(settings.worker.clone(), broker, &stores, sandbox, &registry)?
             .with_pipeline(pipeline)
@@ -348,6 +362,9 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
             .with_gate(gate)
             .named(id);
     worker.run(shutdown).await;
+    if let Some(hosting) = hosting {
+        let _ = hosting.await;
+    }
     infra.cancel();
     let _ = ops_server.await;
     let _ = pools.await;

@@ -14,7 +14,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use proto::Language;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -58,6 +58,30 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
             "/v1/batches/{id}",
             delete(crate::cancel::cancel_batch),
         ),
+        ("POST", "/v1/sessions", post(crate::sessions::open)),
+        ("GET", "/v1/sessions", get(crate::sessions::list)),
+        ("GET", "/v1/sessions/{id}", get(crate::sessions::fetch)),
+        (
+            "DELETE",
+            "/v1/sessions/{id}",
+            delete(crate::sessions::delete),
+        ),
+        ("POST", "/v1/sessions/{id}/run", post(crate::sessions::run)),
+        (
+            "GET",
+            "/v1/sessions/{id}/files",
+            get(crate::sessions::files),
+        ),
+        (
+            "GET",
+            "/v1/sessions/{id}/files/{*path}",
+            get(crate::sessions::download),
+        ),
+        (
+            "PUT",
+            "/v1/sessions/{id}/files/{*path}",
+            put(crate::sessions::upload),
+        ),
         ("GET", "/v1/usage", get(crate::usage::usage)),
         ("GET", "/v1/languages", get(crate::languages::languages)),
         ("GET", "/v1/cache/stats", get(crate::cache::cache_stats)),
@@ -72,12 +96,13 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
     ]
 }
 
-/// The routes [`router`] serves, as (method, path). `/healthz`, `/readyz` and `/metrics`
-/// come from `telemetry::ops_router`, merged in by [`Coordinator::run`].
-pub fn routes() -> Vec<(&'static str, &'static str)> {
+/// The routes [`router`] serves, as (method, path as the OpenAPI document writes it: a
+/// wildcard `{*path}` as `{path}`). `/healthz`, `/readyz` and `/metrics` come from
+/// `telemetry::ops_router`, merged in by [`Coordinator::run`].
+pub fn routes() -> Vec<(&'static str, String)> {
     endpoints()
         .into_iter()
-        .map(|(method, path, _)| (method, path))
+        .map(|(method, path, _)| (method, path.replace("{*", "{")))
         .collect()
 }
 
@@ -264,6 +289,14 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::listing::executions,
         crate::cancel::cancel_batch,
         crate::usage::usage,
+        crate::sessions::open,
+        crate::sessions::list,
+        crate::sessions::fetch,
+        crate::sessions::delete,
+        crate::sessions::run,
+        crate::sessions::files,
+        crate::sessions::download,
+        crate::sessions::upload,
         crate::languages::languages,
         crate::cache::cache_stats,
         crate::cache::cache_clear,
@@ -282,6 +315,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         (name = "jobs", description = "Generate tested code from an instruction."),
         (name = "sandbox-fusion", description = "SandboxFusion's `/run_code`, for its clients and the tools built on them."),
         (name = "batches", description = "Many jobs in one request."),
+        (name = "sessions", description = "Stateful sessions: a container of their own whose interpreter keeps its state between cells."),
         (name = "usage", description = "What a tenant's finished work cost."),
         (name = "cache", description = "The solution and function-level caches."),
         (name = "operations", description = "Health, readiness, metrics and this document; never need a key."),

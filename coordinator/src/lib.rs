@@ -32,6 +32,7 @@ mod metrics;
 mod quotas;
 mod reaper;
 mod request_id;
+pub mod sessions;
 pub mod tenants;
 #[cfg(test)]
 mod testing;
@@ -129,6 +130,8 @@ pub struct Options {
     /// carrier-grade NAT, unique-local, multicast or unspecified address is refused after the
     /// host is resolved, whatever `webhook_allow` says (`egress`). Empty: none.
     pub egress_allow_cidrs: String,
+    /// Stateful sessions.
+    pub sessions: sessions::SessionLimits,
 }
 
 impl Options {
@@ -176,6 +179,7 @@ impl Default for Options {
             webhook_retry_for: Duration::from_secs(3600),
             webhook_timeout: Duration::from_secs(10),
             egress_allow_cidrs: String::new(),
+            sessions: sessions::SessionLimits::default(),
         }
     }
 }
@@ -214,6 +218,8 @@ pub struct Coordinator {
     pub(crate) webhook_client: reqwest::Client,
     /// The workers' sandbox image of each language, for `GET /v1/languages`.
     pub(crate) images: Arc<std::collections::BTreeMap<proto::Language, String>>,
+    /// The client of the workers' session APIs.
+    pub(crate) session_client: reqwest::Client,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -286,6 +292,7 @@ impl Coordinator {
             egress,
             webhook_client,
             images: Arc::default(),
+            session_client: sessions::host_client(),
         })
     }
 
@@ -388,6 +395,9 @@ impl Coordinator {
         ];
         if let Some(deliverer) = webhooks::Deliverer::build(&self) {
             services.push(tokio::spawn(deliverer.run(cancel.clone())));
+        }
+        if let Some(sweeper) = sessions::Sweeper::build(&self) {
+            services.push(tokio::spawn(sweeper.run(cancel.clone())));
         }
         if let Some(registration) =
             tenants::Registration::build(&self.options, self.stores.tenants.clone())

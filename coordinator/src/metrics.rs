@@ -19,6 +19,13 @@ pub struct Metrics {
     /// Jobs this coordinator ended (cancelled, overdue, dead-lettered, not queued, cache hits).
     pub jobs_finished: IntCounterVec,
     pub job_seconds: HistogramVec,
+    /// Sessions opened, by language.
+    pub sessions_opened: IntCounterVec,
+    /// Sessions this coordinator ended, by how (`ended`, `lost`).
+    pub sessions_ended: IntCounterVec,
+    /// Session cells answered through this coordinator, by language and status (`ok`,
+    /// `error`, `timeout`, `died`).
+    pub session_cells: IntCounterVec,
     /// What the work this coordinator ended (failed, cancelled, answered from the cache,
     /// dead-lettered) cost, by tenant.
     pub usage: telemetry::TenantUsage,
@@ -70,8 +77,32 @@ impl Metrics {
             )?,
             jobs_finished: telemetry::jobs_finished()?,
             job_seconds: telemetry::job_seconds()?,
+            sessions_opened: IntCounterVec::new(
+                Opts::new(
+                    "codegen_sessions_opened_total",
+                    "Sessions opened, by language",
+                ),
+                &["language"],
+            )?,
+            sessions_ended: IntCounterVec::new(
+                Opts::new(
+                    "codegen_sessions_ended_total",
+                    "Sessions this coordinator ended, by final state (ended: deleted, idle, past their lifetime or their kernel died; lost: with their worker)",
+                ),
+                &["state"],
+            )?,
+            session_cells: IntCounterVec::new(
+                Opts::new(
+                    "codegen_session_cells_total",
+                    "Session cells answered, by language and status (ok, error, timeout, died)",
+                ),
+                &["language", "status"],
+            )?,
             usage: telemetry::TenantUsage::register(registry)?,
         };
+        registry.register(Box::new(metrics.sessions_opened.clone()))?;
+        registry.register(Box::new(metrics.sessions_ended.clone()))?;
+        registry.register(Box::new(metrics.session_cells.clone()))?;
         registry.register(Box::new(metrics.job_seconds.clone()))?;
         registry.register(Box::new(metrics.jobs_submitted.clone()))?;
         registry.register(Box::new(metrics.jobs_finished.clone()))?;

@@ -39,6 +39,9 @@ pub struct TenantOptions {
     /// Sandbox CPU seconds the jobs and executions that ended in the current period may have
     /// used; once reached, new work gets 429 until the period ends (0 or none: no limit).
     pub sandbox_cpu_seconds_per_period: Option<u64>,
+    /// Live sessions at a time, across every coordinator (0 or none: no limit). Past it:
+    /// 429 naming this setting, nothing opened.
+    pub sessions: Option<u64>,
     /// The key webhooks to this tenant are signed with (HMAC-SHA256). A secret: give it in the
     /// environment (`CODEGEN__COORDINATOR__TENANTS__<NAME>__WEBHOOK_SECRET`). Without one the
     /// tenant cannot ask for webhooks. Never taken from `tenant_defaults` for a named tenant
@@ -56,6 +59,7 @@ pub struct TenantLimits {
     pub executions_in_flight: u64,
     pub model_tokens_per_period: u64,
     pub sandbox_cpu_seconds_per_period: u64,
+    pub sessions: u64,
 }
 
 /// The most a weight may be: beyond it, a stride of the fair scheduler loses precision.
@@ -84,6 +88,7 @@ impl Options {
             executions_in_flight: pick(|o| o.executions_in_flight),
             model_tokens_per_period: pick(|o| o.model_tokens_per_period),
             sandbox_cpu_seconds_per_period: pick(|o| o.sandbox_cpu_seconds_per_period),
+            sessions: pick(|o| o.sessions),
         }
     }
 

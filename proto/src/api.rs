@@ -5,6 +5,7 @@ mod errors;
 mod jobs;
 mod languages;
 mod lists;
+pub mod sessions;
 mod usage;
 mod webhooks;
 

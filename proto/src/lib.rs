@@ -19,6 +19,7 @@ pub mod harness;
 pub mod job;
 pub mod progress;
 pub mod queues;
+pub mod session;
 pub mod task;
 
 pub use clock::{now_ms, now_us};

@@ -36,6 +36,8 @@ use crate::{Error, HarnessOutcome, LABEL_SANDBOX, Options, Sandbox};
 /// Label naming the process that created a container (`host:pid`), so orphans of a dead
 /// worker can be told from containers of a live one on the same engine.
 pub const LABEL_OWNER: &str = "org.codegen.owner";
+/// Label naming the session a session's container holds.
+pub const LABEL_SESSION: &str = "org.codegen.session";
 /// Label naming the container's language.
 pub const LABEL_LANGUAGE: &str = "org.codegen.language";
 
@@ -254,7 +256,6 @@ impl Inner {
         self.options.image(language)
     }
 
-    /// The pool of `language`, or why this sandbox runs none.
     /// `language`'s counters; a language this worker does not serve counts in a set of its
     /// own that nothing reads (its runs fail before they count).
     fn counters(&self, language: Language) -> &Counters {
@@ -265,6 +266,7 @@ impl Inner {
             .map_or(&*UNSERVED, |pool| &pool.counters)
     }
 
+    /// The pool of `language`, or why this sandbox runs none.
     fn pool(&self, language: Language) -> Result<&Pool, Error> {
         self.pools.get(&language).ok_or_else(|| {
             Error::Config(format!(
@@ -379,14 +381,17 @@ impl Inner {
         }
     }
 
-    /// Creates and starts a container, attaches to it and waits for its runner's `ready`.
-    async fn spawn_runner(&self, language: Language, memory_mb: u64) -> Result<Runner, Error> {
+    /// Creates a container of `config`, attaches to its stdin and output, and starts it.
+    /// The container exists once this returns `Ok` (the caller removes it if it cannot use
+    /// it); on an error it is already removed.
+    async fn start_attached(
+        &self,
+        language: Language,
+        config: ContainerCreateBody,
+    ) -> Result<(String, crate::session::Input, crate::session::Output), Error> {
         let docker = self.docker().await?;
         let created = docker
-            .create_container(
-                None::<CreateContainerOptions>,
-                self.container_config(language, memory_mb),
-            )
+            .create_container(None::<CreateContainerOptions>, config)
             .await
             .map_err(|e| match e {
                 bollard::errors::Error::DockerResponseServerError {
@@ -420,31 +425,85 @@ impl Inner {
                 .start_container(&id, None::<StartContainerOptions>)
                 .await
                 .map_err(unavailable)?;
-            let mut runner = Runner::new(
-                id.clone(),
-                language,
-                memory_mb,
-                attached.input,
-                attached.output,
-                self.max_frame(),
-            );
-            match runner.wait_ready(self.options.start_timeout).await {
-                Ok(()) => Ok(runner),
-                Err(Failure::Fatal { message, .. }) => Err(Error::Config(format!(
-                    "the runner refuses to start: {message}"
-                ))),
-                Err(Failure::Protocol(message)) => Err(Error::Config(message)),
-                Err(e) => Err(Error::Unavailable(format!(
-                    "the runner did not start: {e} {}",
-                    runner.diagnostics()
-                ))),
-            }
+            Ok((attached.input, attached.output))
         }
         .await;
-        if started.is_err() {
+        match started {
+            Ok((input, output)) => Ok((id, input, output)),
+            Err(e) => {
+                self.remove(&id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates and starts a container, attaches to it and waits for its runner's `ready`.
+    async fn spawn_runner(&self, language: Language, memory_mb: u64) -> Result<Runner, Error> {
+        let (id, input, output) = self
+            .start_attached(language, self.container_config(language, memory_mb))
+            .await?;
+        let mut runner = Runner::new(
+            id.clone(),
+            language,
+            memory_mb,
+            input,
+            output,
+            self.max_frame(),
+        );
+        let ready = match runner.wait_ready(self.options.start_timeout).await {
+            Ok(()) => Ok(runner),
+            Err(Failure::Fatal { message, .. }) => Err(Error::Config(format!(
+                "the runner refuses to start: {message}"
+            ))),
+            Err(Failure::Protocol(message)) => Err(Error::Config(message)),
+            Err(e) => Err(Error::Unavailable(format!(
+                "the runner did not start: {e} {}",
+                runner.diagnostics()
+            ))),
+        };
+        if ready.is_err() {
             self.remove(&id).await;
         }
-        started
+        ready
+    }
+
+    /// Starts session `session`'s container: the pool's hardening, its own kernel
+    /// (`session.py`) instead of the runner, never pooled.
+    async fn open_session(
+        self: &Arc<Self>,
+        language: Language,
+        memory_mb: u64,
+        session: &str,
+    ) -> Result<crate::session::Kernel, Error> {
+        let mut config = self.container_config(language, memory_mb);
+        config.cmd = Some(
+            ["python3", "-I", "/opt/codegen/session.py"]
+                .map(String::from)
+                .to_vec(),
+        );
+        if let Some(labels) = config.labels.as_mut() {
+            labels.insert(LABEL_SESSION.to_string(), session.to_owned());
+        }
+        let (id, input, output) = self.start_attached(language, config).await?;
+        let inner = self.clone();
+        let mut kernel = crate::session::Kernel::new(
+            id.clone(),
+            language,
+            input,
+            output,
+            self.max_frame(),
+            Box::new(move |id: String| {
+                Box::pin(async move { inner.remove(&id).await })
+                    as futures::future::BoxFuture<'static, ()>
+            }),
+        );
+        if let Err(why) = kernel.wait_ready(self.options.start_timeout).await {
+            self.remove(&id).await;
+            return Err(Error::Config(format!(
+                "the session container did not start: {why}"
+            )));
+        }
+        Ok(kernel)
     }
 
     async fn remove(&self, id: &str) {
@@ -1017,6 +1076,19 @@ impl Sandbox for DockerSandbox {
             .ran(&harness_execution(run), Some(&run.request))
             .await?;
         harness_outcome(&run.request, result, report)
+    }
+
+    async fn open_session(
+        &self,
+        language: Language,
+        memory_mb: u64,
+        session: &str,
+    ) -> Result<Box<dyn crate::Session>, Error> {
+        Ok(Box::new(
+            self.inner
+                .open_session(language, memory_mb, session)
+                .await?,
+        ))
     }
 
     async fn health(&self) -> Result<(), String> {

@@ -25,6 +25,7 @@ mod pool;
 pub mod protocol;
 mod runner;
 pub mod scripted;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -37,6 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use docker::{DockerSandbox, PoolService, PoolStats};
 pub use harness::HarnessOutcome;
 pub use scripted::ScriptedSandbox;
+pub use session::{Session, SessionError};
 
 /// Label put on every sandbox container; its value is the cluster prefix.
 pub const LABEL_SANDBOX: &str = "org.codegen.sandbox";
@@ -284,6 +286,19 @@ pub trait Sandbox: Send + Sync + 'static {
 
     /// Runs the image's test harness (see [`proto::harness`]).
     async fn run_harness(&self, run: &HarnessRun) -> Result<HarnessOutcome, Error>;
+
+    /// Starts a session's container ([`session`]): its own, never pooled.
+    async fn open_session(
+        &self,
+        language: Language,
+        memory_mb: u64,
+        session: &str,
+    ) -> Result<Box<dyn Session>, Error> {
+        let _ = (memory_mb, session);
+        Err(Error::Config(format!(
+            "this sandbox holds no sessions ({language})"
+        )))
+    }
 
     /// `Ok` when executions can run; otherwise why not, for `/readyz`.
     async fn health(&self) -> Result<(), String>;

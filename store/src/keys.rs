@@ -293,6 +293,56 @@ pub fn workers_unable_reason(prefix: &str) -> String {
     format!("{prefix}:workers:unable:reason")
 }
 
+// Sessions.
+
+/// `{p}:session:{id}`, hash: the session's record (`proto::session::SessionRecord`, a field
+/// each); kept `result_ttl` after it ends.
+pub fn session(prefix: &str, id: &str) -> String {
+    format!("{prefix}:session:{id}")
+}
+
+/// `{p}:sessions:live:{tenant}`, sorted set: the tenant's live sessions → created (ms), its
+/// size is what the session quota counts.
+pub fn sessions_live(prefix: &str, tenant: Option<&str>) -> String {
+    format!("{prefix}:sessions:live:{}", tenant_part(tenant))
+}
+
+/// `{p}:sessions:all:{tenant}`, sorted set: the tenant's sessions, live or kept after their
+/// end → created (ms), for the listing (members whose record expired are dropped as found).
+pub fn sessions_all(prefix: &str, tenant: Option<&str>) -> String {
+    format!("{prefix}:sessions:all:{}", tenant_part(tenant))
+}
+
+/// `{p}:sessions:deadlines`, sorted set: live session id → when it ends unless called (idle
+/// timeout or lifetime, ms); any coordinator ends those past due.
+pub fn sessions_deadlines(prefix: &str) -> String {
+    format!("{prefix}:sessions:deadlines")
+}
+
+/// `{p}:sessions:hosts`, sorted set: worker id → until when (Redis's clock, ms) it is alive as
+/// a session host.
+pub fn session_hosts(prefix: &str) -> String {
+    format!("{prefix}:sessions:hosts")
+}
+
+/// `{p}:sessions:host:{id}`, string: JSON `proto::session::SessionHost`, with the same time
+/// to live.
+pub fn session_host(prefix: &str, id: &str) -> String {
+    format!("{}{id}", session_host_prefix(prefix))
+}
+
+/// `{p}:sessions:host:`: the beginning of every host record's key, for the script that reads
+/// the live hosts' records.
+pub fn session_host_prefix(prefix: &str) -> String {
+    format!("{prefix}:sessions:host:")
+}
+
+/// `{p}:sessions:secret`, string: the bearer token of the workers' session API, made by the
+/// first process that needs it (`SET NX`).
+pub fn sessions_secret(prefix: &str) -> String {
+    format!("{prefix}:sessions:secret")
+}
+
 // Tenants.
 
 /// `{p}:tenants`, hash: tenant → weight.
@@ -418,6 +468,16 @@ mod tests {
                 "codegen:workers:unable:reason".into(),
             ),
             (tenants(p), "codegen:tenants".into()),
+            (session(p, "s1"), "codegen:session:s1".into()),
+            (
+                sessions_live(p, Some("acme")),
+                "codegen:sessions:live:acme".into(),
+            ),
+            (sessions_all(p, None), "codegen:sessions:all:#".into()),
+            (sessions_deadlines(p), "codegen:sessions:deadlines".into()),
+            (session_hosts(p), "codegen:sessions:hosts".into()),
+            (session_host(p, "w1"), "codegen:sessions:host:w1".into()),
+            (sessions_secret(p), "codegen:sessions:secret".into()),
             (hook_prefix(p, "batch"), "codegen:hook:batch:".into()),
             (hook(p, "job", id), format!("codegen:hook:job:{ID}")),
             (

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::{
     CacheStore, Idempotency, Index, JobStore, MemoryCache, MemoryIdempotency, MemoryIndex,
     MemoryJobs, MemoryPresence, MemoryStore, MemoryTenants, Meters, Presence, Quotas, RedisStore,
-    Store, Tenants, Usage, Webhooks,
+    Sessions, Store, Tenants, Usage, Webhooks,
 };
 
 /// The stores; cheap to clone. A part that is `None` is a feature the process goes without
@@ -37,6 +37,8 @@ pub struct Stores {
     pub webhooks: Option<Arc<dyn Webhooks>>,
     /// Which workers are alive, and whether they can generate.
     pub presence: Option<Arc<dyn Presence>>,
+    /// Sessions, their hosts and the hosts' secret (Redis only).
+    pub sessions: Option<Arc<dyn Sessions>>,
     /// How long results (and what refers to them: idempotency keys, quota places) are kept.
     pub result_ttl: Duration,
     /// How long usage totals are kept.
@@ -66,7 +68,8 @@ impl Stores {
             usage: Some(shared.clone()),
             quotas: Some(shared.clone()),
             webhooks: Some(shared.clone()),
-            presence: Some(shared),
+            presence: Some(shared.clone()),
+            sessions: Some(shared),
             result_ttl: store.options().result_ttl,
             usage_retention: store.options().usage_retention,
         }
@@ -89,6 +92,7 @@ impl Stores {
             quotas: Some(Arc::new(jobs.clone())),
             webhooks: Some(Arc::new(jobs)),
             presence: Some(Arc::new(MemoryPresence::default())),
+            sessions: None,
             result_ttl: options.result_ttl,
             usage_retention: options.usage_retention,
         }
@@ -109,6 +113,7 @@ impl Stores {
             quotas: None,
             webhooks: None,
             presence: None,
+            sessions: None,
             result_ttl: options.result_ttl,
             usage_retention: options.usage_retention,
         }

@@ -23,6 +23,7 @@ mod metrics;
 pub mod model_limits;
 pub mod pipeline;
 pub mod sandbox_turns;
+pub mod sessions;
 pub mod static_check;
 
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub struct Options {
     pub watch_interval: Duration,
     /// The generation pipeline (plan, implement, integrate tasks).
     pub pipeline: pipeline::Options,
+    /// Holding sessions.
+    pub sessions: sessions::SessionOptions,
 }
 
 impl Default for Options {
@@ -94,6 +97,7 @@ impl Default for Options {
             probe_interval: Duration::from_secs(1),
             watch_interval: Duration::from_secs(2),
             pipeline: pipeline::Options::default(),
+            sessions: sessions::SessionOptions::default(),
         }
     }
 }

@@ -456,8 +456,8 @@ fn the_document_lists_every_route_once_with_its_answers() {
     let ops = [("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")];
     let mut served: Vec<(String, String)> = crate::routes()
         .into_iter()
-        .chain(ops)
-        .map(|(m, p)| (m.to_lowercase(), p.to_owned()))
+        .chain(ops.map(|(m, p)| (m, p.to_owned())))
+        .map(|(m, p)| (m.to_lowercase(), p))
         .collect();
     let mut documented = Vec::new();
     let mut operation_ids = std::collections::BTreeSet::new();

@@ -52,6 +52,9 @@ pub enum ErrorCode {
     StoreUnavailable,
     NotKept,
     NoGenerator,
+    SessionEnded,
+    SessionLost,
+    NoSessionHost,
 }
 
 impl ErrorCode {
@@ -82,6 +85,9 @@ impl ErrorCode {
         Self::StoreUnavailable,
         Self::NotKept,
         Self::NoGenerator,
+        Self::SessionEnded,
+        Self::SessionLost,
+        Self::NoSessionHost,
     ];
 
     /// The HTTP status every answer with this code has.
@@ -93,6 +99,7 @@ impl ErrorCode {
             Self::NotFound | Self::NoSuchRoute | Self::CachingDisabled => 404,
             Self::MethodNotAllowed => 405,
             Self::IdempotencyConflict | Self::IdempotencyInProgress | Self::AlreadyEnded => 409,
+            Self::SessionEnded | Self::SessionLost => 410,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidField | Self::UnknownLanguage => 422,
@@ -102,7 +109,8 @@ impl ErrorCode {
             | Self::NotQueued
             | Self::StoreUnavailable
             | Self::NotKept
-            | Self::NoGenerator => 503,
+            | Self::NoGenerator
+            | Self::NoSessionHost => 503,
         }
     }
 
@@ -135,6 +143,9 @@ impl ErrorCode {
             Self::StoreUnavailable => "store_unavailable",
             Self::NotKept => "not_kept",
             Self::NoGenerator => "no_generator",
+            Self::SessionEnded => "session_ended",
+            Self::SessionLost => "session_lost",
+            Self::NoSessionHost => "no_session_host",
         }
     }
 
@@ -200,6 +211,15 @@ impl ErrorCode {
             }
             Self::NoGenerator => {
                 "workers are alive but none of them can generate code (no model configured or reachable); the message says why."
+            }
+            Self::SessionEnded => {
+                "the session has ended (deleted, idle past its timeout, past its lifetime, or its kernel died: the message says which). Open a new one."
+            }
+            Self::SessionLost => {
+                "the worker holding the session was lost and nothing could restore it: its state is gone. Open a new one."
+            }
+            Self::NoSessionHost => {
+                "no live worker can take another session now (none announced, or all at `worker.sessions.max_per_worker`). Send again after `Retry-After` seconds."
             }
         }
     }

@@ -169,6 +169,18 @@ async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_pro
         missing.is_empty(),
         "named in {files:?} but exported by no process: {missing:?}\nexported: {have:?}"
     );
+    // And the operations page documents every metric of ours a process exports (a family's
+    // `_`-suffixed siblings written as `_idle` after its first name count).
+    let page = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let undocumented: Vec<_> = have
+        .iter()
+        .filter(|name| name.starts_with("codegen_"))
+        .filter(|name| !documented(&page, name))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not in docs/operations.md: {undocumented:?}"
+    );
 
     // The dashboard page a Prometheus serves (the compose stack's, generated from the Grafana
     // JSON) holds exactly the dashboard's queries, and once it has scraped the two processes,
@@ -212,6 +224,32 @@ async fn every_metric_the_rules_and_dashboards_name_is_exported_by_a_running_pro
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     cluster.cleanup().await;
+}
+
+/// Whether the page names `name`: whole, or as a suffix (`_live`) in a table cell that names
+/// a sibling of the same family first (`codegen_sandbox_pool_size`, `_live`).
+fn documented(page: &str, name: &str) -> bool {
+    if page.contains(&format!("`{name}`")) {
+        return true;
+    }
+    page.lines().any(|line| {
+        line.split('|').any(|cell| {
+            let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+            let mut family = None;
+            names.iter().any(|n| {
+                if let Some(suffix) = n.strip_prefix('_') {
+                    family.is_some_and(|f: &str| {
+                        (1..f.len())
+                            .filter(|&i| f.as_bytes()[i] == b'_')
+                            .any(|i| format!("{}_{suffix}", &f[..i]) == name)
+                    })
+                } else {
+                    family = Some(n);
+                    false
+                }
+            })
+        })
+    })
 }
 
 /// Every query of the Grafana dashboards, its queue prefix variable at its default.

@@ -31,6 +31,7 @@ mod real_model;
 mod sandbox_hostile;
 mod sandbox_images;
 mod sandbox_pool;
+mod sessions;
 mod silent_partitions;
 mod stack_faults;
 mod tenants;

@@ -21,13 +21,16 @@ async fn the_document_lists_every_route_the_coordinator_serves() {
     );
     let paths = doc["paths"].as_object().expect("paths");
 
-    let routes: Vec<(&str, &str)> = coordinator::routes()
+    let routes: Vec<(&str, String)> = coordinator::routes()
         .into_iter()
-        .chain(OPS_ROUTES)
+        .chain(OPS_ROUTES.iter().map(|(m, p)| (*m, (*p).to_owned())))
         .collect();
-    for &(method, path) in &routes {
+    for (method, path) in &routes {
+        let (method, path) = (*method, path.as_str());
         // Served: neither the API's fallback ("no such route") nor 405.
-        let uri = path.replace("{id}", &uuid::Uuid::now_v7().to_string());
+        let uri = path
+            .replace("{id}", &uuid::Uuid::now_v7().to_string())
+            .replace("{path}", "a.txt");
         let response = cluster
             .http
             .request(

@@ -1,0 +1,879 @@
+//! `/v1/sessions`: stateful sessions. A session lives in one worker's container; this
+//! coordinator keeps its record (`store::Sessions`), checks the caller may see it, and
+//! carries each call to that worker's session API ([`proto::session`]). Any coordinator
+//! serves any session: the record names the worker.
+//!
+//! A session ends once (the record's state moves from `live` once, whoever ends it): deleted,
+//! idle past its timeout or past its lifetime (the [`Sweeper`] of any coordinator), its kernel
+//! died (the worker says so), or its worker was lost (`lost`: nothing restores it yet).
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use proto::api::sessions::{
+    CellRequest, CellResult, SESSION_LANGUAGES, SessionCreate, SessionFiles, SessionList,
+    SessionState, SessionView,
+};
+use proto::api::{ErrorBody, ErrorCode};
+use proto::session::{
+    CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RunCell, SessionHost,
+    SessionRecord,
+};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Tenant;
+use crate::body::read_body;
+use crate::error::{ApiError, unavailable};
+use crate::{Coordinator, now_ms};
+
+/// Session settings (`[coordinator.sessions]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionLimits {
+    /// A session's memory when it asks for none, and the most it may ask, in MiB.
+    pub default_memory_mb: u64,
+    pub max_memory_mb: u64,
+    /// Seconds without a call after which a session ends, when it asks for none; the most it
+    /// may ask.
+    pub default_idle_timeout_s: u64,
+    pub max_idle_timeout_s: u64,
+    /// A session ends this long after it was opened, called or not.
+    #[serde(with = "humantime_serde")]
+    pub max_lifetime: Duration,
+    /// A cell's deadline when it gives none, and the most it may ask, in milliseconds.
+    pub default_cell_timeout_ms: u64,
+    pub max_cell_timeout_ms: u64,
+    /// Bytes of a cell's stdout and of its stderr kept; the rest is read and dropped.
+    pub max_output_bytes: u64,
+    /// How often sessions past their deadline are ended.
+    #[serde(with = "humantime_serde")]
+    pub check_interval: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            default_memory_mb: 512,
+            max_memory_mb: 4096,
+            default_idle_timeout_s: 600,
+            max_idle_timeout_s: 24 * 3600,
+            max_lifetime: Duration::from_secs(12 * 3600),
+            default_cell_timeout_ms: 30_000,
+            max_cell_timeout_ms: 600_000,
+            max_output_bytes: 1 << 20,
+            check_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The client of the workers' session APIs: no egress guard (workers are the cluster's own),
+/// connections kept alive (a cell is a round trip, not a connection).
+pub(crate) fn host_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()
+        .expect("a plain HTTP client builds")
+}
+
+/// What a call to a session's worker gave.
+enum HostAnswer {
+    Ok(reqwest::Response),
+    /// The worker answered with an error of its own.
+    Refused(StatusCode, HostError),
+    /// The worker could not be reached (gone), or the exchange broke.
+    Unreachable(String),
+}
+
+impl Coordinator {
+    fn sessions(&self) -> Result<&std::sync::Arc<dyn store::Sessions>, ApiError> {
+        self.stores.sessions.as_ref().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::NotKept,
+                "this coordinator runs without Redis and keeps no sessions",
+            )
+        })
+    }
+
+    async fn call_host(
+        &self,
+        url: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<reqwest::Body>,
+        json: bool,
+        timeout: Duration,
+    ) -> Result<HostAnswer, ApiError> {
+        let secret = self.sessions()?.secret().await.map_err(unavailable)?;
+        let mut request = self
+            .session_client
+            .request(method, format!("{url}{INTERNAL_PREFIX}{path}"))
+            .bearer_auth(secret)
+            .timeout(timeout);
+        if let Some(body) = body {
+            request = request
+                .header(
+                    header::CONTENT_TYPE,
+                    if json {
+                        "application/json"
+                    } else {
+                        "application/octet-stream"
+                    },
+                )
+                .body(body);
+        }
+        Ok(match request.send().await {
+            Err(e) => HostAnswer::Unreachable(e.to_string()),
+            Ok(response) if response.status().is_success() => HostAnswer::Ok(response),
+            Ok(response) => {
+                let status = StatusCode::from_u16(response.status().as_u16())
+                    .unwrap_or(StatusCode::BAD_GATEWAY);
+                match response.json::<HostError>().await {
+                    Ok(error) => HostAnswer::Refused(status, error),
+                    Err(e) => HostAnswer::Unreachable(format!(
+                        "the session's worker answered {status} without its error: {e}"
+                    )),
+                }
+            }
+        })
+    }
+
+    /// Session `id` of `tenant`, or 404 (another tenant's is as unknown as none).
+    async fn session_of(&self, tenant: &Tenant, id: &str) -> Result<SessionRecord, ApiError> {
+        if !valid_id(id) {
+            return Err(crate::error::invalid_id("session", "not a session id"));
+        }
+        match self.sessions()?.session(id).await.map_err(unavailable)? {
+            Some(record) if tenant.sees(&record.tenant) => Ok(record),
+            _ => Err(crate::error::not_found(format!("no session {id}"))),
+        }
+    }
+
+    /// Session `id`, live: else the 410 that says how it ended.
+    async fn live_session(&self, tenant: &Tenant, id: &str) -> Result<SessionRecord, ApiError> {
+        let record = self.session_of(tenant, id).await?;
+        match record.state {
+            SessionState::Live => Ok(record),
+            state => Err(ended(state, record.ended_reason.as_deref())),
+        }
+    }
+
+    /// Ends `record` (if still live) in `state`, and tells its worker to drop it.
+    async fn end(&self, record: &SessionRecord, state: SessionState, reason: &str) {
+        let Ok(sessions) = self.sessions() else {
+            return;
+        };
+        match sessions.end_session(record, state, reason).await {
+            Ok(true) => {
+                tracing::info!(session = %record.id, state = state.as_str(), reason, "session ended");
+                self.metrics
+                    .sessions_ended
+                    .with_label_values(&[state.as_str()])
+                    .inc();
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(session = %record.id, error = %e, "cannot end a session"),
+        }
+        if state != SessionState::Lost {
+            // Best effort: a worker that missed it finds the record ended at its next check.
+            let _ = self
+                .call_host(
+                    &record.host_url,
+                    reqwest::Method::DELETE,
+                    &format!("/{}", record.id),
+                    None,
+                    false,
+                    Duration::from_secs(10),
+                )
+                .await;
+        }
+    }
+
+    /// The answer for a call its worker could not take: the session is lost when the worker
+    /// is gone or no longer holds it.
+    async fn host_failed(&self, record: &SessionRecord, answer: HostAnswer) -> ApiError {
+        match answer {
+            HostAnswer::Refused(
+                _,
+                HostError {
+                    code: HostErrorCode::NoSession,
+                    message,
+                },
+            ) => {
+                let reason = format!("its worker {} no longer holds it ({message})", record.host);
+                self.end(record, SessionState::Lost, &reason).await;
+                ended(SessionState::Lost, Some(&reason))
+            }
+            HostAnswer::Refused(status, error) if status.is_client_error() => {
+                ApiError::new(ErrorCode::InvalidField, error.message)
+            }
+            HostAnswer::Refused(_, error) => ApiError::new(
+                ErrorCode::NoSessionHost,
+                format!("the session's worker refused the call: {}", error.message),
+            ),
+            HostAnswer::Unreachable(e) => {
+                let reason = format!("its worker {} was lost ({e})", record.host);
+                self.end(record, SessionState::Lost, &reason).await;
+                ended(SessionState::Lost, Some(&reason))
+            }
+            HostAnswer::Ok(_) => ApiError::new(ErrorCode::Internal, "not a failure"),
+        }
+    }
+}
+
+fn ended(state: SessionState, reason: Option<&str>) -> ApiError {
+    let code = if state == SessionState::Lost {
+        ErrorCode::SessionLost
+    } else {
+        ErrorCode::SessionEnded
+    };
+    ApiError::new(
+        code,
+        format!(
+            "the session is {}: {}",
+            state.as_str(),
+            reason.unwrap_or("no reason recorded")
+        ),
+    )
+}
+
+/// Session ids are UUIDs (simple form).
+fn valid_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn check(limits: &SessionLimits, create: &SessionCreate) -> Result<(u64, u64), ApiError> {
+    if !SESSION_LANGUAGES.contains(&create.language) {
+        return Err(ApiError::new(
+            ErrorCode::UnknownLanguage,
+            format!(
+                "sessions are offered in {}, not {}",
+                SESSION_LANGUAGES
+                    .iter()
+                    .map(|l| l.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                create.language
+            ),
+        )
+        .about("language"));
+    }
+    let memory_mb = create.memory_mb.unwrap_or(limits.default_memory_mb);
+    if !(16..=limits.max_memory_mb).contains(&memory_mb) {
+        return Err(ApiError::invalid(
+            "memory_mb",
+            format!(
+                "must be between 16 and {} (coordinator.sessions.max_memory_mb)",
+                limits.max_memory_mb
+            ),
+        ));
+    }
+    let idle = create
+        .idle_timeout_s
+        .unwrap_or(limits.default_idle_timeout_s);
+    if !(1..=limits.max_idle_timeout_s).contains(&idle) {
+        return Err(ApiError::invalid(
+            "idle_timeout_s",
+            format!(
+                "must be between 1 and {} (coordinator.sessions.max_idle_timeout_s)",
+                limits.max_idle_timeout_s
+            ),
+        ));
+    }
+    if !create.packages.is_empty() {
+        return Err(ApiError::invalid(
+            "packages",
+            "package installs into sessions are not offered yet",
+        ));
+    }
+    Ok((memory_mb, idle))
+}
+
+/// Opens a session: a container of its own on a worker, its interpreter kept between cells.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    operation_id = "open_session",
+    tag = "sessions",
+    request_body = SessionCreate,
+    responses(
+        (status = 201, description = "The session, live.", body = SessionView),
+        (status = 400, description = "The body is not a session request; `param` names the field.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 422, description = "A field out of range (`param`), or a language sessions are not offered in.", body = ErrorBody),
+        (status = 429, description = "The tenant's live sessions are at its quota (`limit`: `coordinator.tenants.<name>.sessions`), or its request rate.", body = ErrorBody),
+        (status = 503, description = "No worker can take a session now (`no_session_host`), or Redis is unavailable; `Retry-After` says when to retry.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn open(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let create: SessionCreate = read_body(body)?;
+    let limits = &c.options.sessions;
+    let (memory_mb, idle_timeout_s) = check(limits, &create)?;
+    let sessions = c.sessions()?;
+    let mut hosts: Vec<SessionHost> = sessions
+        .hosts()
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .filter(|h| h.sessions < h.capacity)
+        .collect();
+    // The emptiest first: sessions spread over the workers.
+    hosts.sort_by_key(|h| (std::cmp::Reverse(h.capacity - h.sessions), h.id.clone()));
+    if hosts.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::NoSessionHost,
+            "no live worker can take another session (none announced, or all at worker.sessions.max_per_worker)",
+        ));
+    }
+    let quota = c.options.tenant(tenant.0.as_deref()).sessions;
+    let now = now_ms();
+    let mut last_error = String::new();
+    for host in hosts {
+        let record = SessionRecord {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            tenant: tenant.0.clone(),
+            language: create.language,
+            memory_mb,
+            idle_timeout_s,
+            created_ms: now,
+            expires_ms: now
+                .saturating_add(u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX)),
+            last_used_ms: now,
+            cells: 0,
+            state: SessionState::Live,
+            ended_reason: None,
+            host: host.id.clone(),
+            host_url: host.url.clone(),
+        };
+        match sessions
+            .create_session(&record, quota)
+            .await
+            .map_err(unavailable)?
+        {
+            store::Created::Yes => {}
+            store::Created::OverQuota { live } => {
+                return Err(ApiError::new(
+                    ErrorCode::QuotaExceeded,
+                    format!("the tenant has {live} live sessions, its quota: end one first"),
+                )
+                .over(
+                    c.options
+                        .setting(tenant.0.as_deref(), "sessions", |o| o.sessions.is_some()),
+                )
+                .with_retry_after(limits.check_interval.as_secs().max(1)));
+            }
+        }
+        let open = OpenSession {
+            language: create.language,
+            memory_mb,
+            tenant: tenant.0.clone(),
+        };
+        let answer = c
+            .call_host(
+                &host.url,
+                reqwest::Method::POST,
+                &format!("/{}", record.id),
+                Some(serde_json::to_vec(&open).expect("serializes").into()),
+                true,
+                Duration::from_secs(120),
+            )
+            .await?;
+        match answer {
+            HostAnswer::Ok(_) => {
+                tracing::info!(session = %record.id, host = %host.id, language = %create.language, "session opened");
+                c.metrics
+                    .sessions_opened
+                    .with_label_values(&[create.language.as_str()])
+                    .inc();
+                return Ok((StatusCode::CREATED, axum::Json(record.view())).into_response());
+            }
+            HostAnswer::Refused(_, error) => {
+                last_error = format!("worker {}: {}", host.id, error.message);
+                let _ = sessions
+                    .end_session(
+                        &record,
+                        SessionState::Ended,
+                        &format!("it could not start: {last_error}"),
+                    )
+                    .await;
+                if error.code == HostErrorCode::Sandbox {
+                    // Docker or the image: another worker of the same build fails alike.
+                    break;
+                }
+            }
+            HostAnswer::Unreachable(e) => {
+                last_error = format!("worker {}: {e}", host.id);
+                let _ = sessions
+                    .end_session(
+                        &record,
+                        SessionState::Ended,
+                        &format!("it could not start: {last_error}"),
+                    )
+                    .await;
+            }
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::NoSessionHost,
+        format!("no worker could start the session: {last_error}"),
+    ))
+}
+
+/// The tenant's sessions, newest first (at most 100), live and ended.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    operation_id = "list_sessions",
+    tag = "sessions",
+    responses(
+        (status = 200, description = "The sessions.", body = SessionList),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn list(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+) -> Result<Response, ApiError> {
+    let sessions = c
+        .sessions()?
+        .list_sessions(tenant.0.as_deref(), 100)
+        .await
+        .map_err(unavailable)?;
+    Ok(axum::Json(SessionList {
+        sessions: sessions.iter().map(SessionRecord::view).collect(),
+    })
+    .into_response())
+}
+
+/// A session.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    operation_id = "get_session",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session's id.")),
+    responses(
+        (status = 200, description = "The session.", body = SessionView),
+        (status = 400, description = "Not a session id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn fetch(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = c.session_of(&tenant, &id).await?;
+    Ok(axum::Json(record.view()).into_response())
+}
+
+/// Ends a session: its container and everything in it are removed.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}",
+    operation_id = "delete_session",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session's id.")),
+    responses(
+        (status = 200, description = "The session, ended (or as it had ended before).", body = SessionView),
+        (status = 400, description = "Not a session id.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn delete(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = c.session_of(&tenant, &id).await?;
+    if record.state == SessionState::Live {
+        c.end(&record, SessionState::Ended, "deleted").await;
+    }
+    let record = c.session_of(&tenant, &id).await?;
+    Ok(axum::Json(record.view()).into_response())
+}
+
+/// Runs a cell in the session, after the calls before it: its output, the value of its final
+/// expression (Python, JavaScript), its rich outputs and the files it changed. Names,
+/// imports, open files and the working directory stay for the next cell.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/run",
+    operation_id = "run_cell",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session's id.")),
+    request_body = CellRequest,
+    responses(
+        (status = 200, description = "The cell's result (`status` ok, error or timeout: the session lives on).", body = CellResult),
+        (status = 400, description = "The body is not a cell; `param` names the field.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 410, description = "The session has ended (`session_ended`: this cell killed its kernel, or it ended before) or was lost with its worker (`session_lost`); the message says why.", body = ErrorBody),
+        (status = 422, description = "`timeout_ms` out of range, or code too large.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn run(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let cell: CellRequest = read_body(body)?;
+    let limits = &c.options.sessions;
+    let timeout_ms = cell.timeout_ms.unwrap_or(limits.default_cell_timeout_ms);
+    if !(1..=limits.max_cell_timeout_ms).contains(&timeout_ms) {
+        return Err(ApiError::invalid(
+            "timeout_ms",
+            format!(
+                "must be between 1 and {} (coordinator.sessions.max_cell_timeout_ms)",
+                limits.max_cell_timeout_ms
+            ),
+        ));
+    }
+    if cell.code.len() > c.options.max_code_bytes {
+        return Err(ApiError::invalid(
+            "code",
+            format!(
+                "is {} bytes, over coordinator.max_code_bytes ({})",
+                cell.code.len(),
+                c.options.max_code_bytes
+            ),
+        ));
+    }
+    let record = c.live_session(&tenant, &id).await?;
+    let request = RunCell {
+        code: cell.code,
+        timeout_ms,
+        max_output_bytes: limits.max_output_bytes,
+    };
+    // Calls before this one on the same session may hold it for their own deadlines.
+    let answer = c
+        .call_host(
+            &record.host_url,
+            reqwest::Method::POST,
+            &format!("/{id}/run"),
+            Some(serde_json::to_vec(&request).expect("serializes").into()),
+            true,
+            Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
+        )
+        .await?;
+    let HostAnswer::Ok(response) = answer else {
+        return Err(c.host_failed(&record, answer).await);
+    };
+    let outcome: CellOutcome = response
+        .json()
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
+    match outcome {
+        CellOutcome::Ran(result) => {
+            let _ = c.sessions()?.touch_session(&id, now_ms(), true).await;
+            c.metrics
+                .session_cells
+                .with_label_values(&[record.language.as_str(), cell_status(&result)])
+                .inc();
+            Ok(axum::Json(*result).into_response())
+        }
+        CellOutcome::Died { reason, oom_killed } => {
+            let reason = if oom_killed {
+                format!(
+                    "its kernel was killed at the memory limit of {} MiB ({reason})",
+                    record.memory_mb
+                )
+            } else {
+                format!("its kernel died: {reason}")
+            };
+            c.end(&record, SessionState::Ended, &reason).await;
+            c.metrics
+                .session_cells
+                .with_label_values(&[record.language.as_str(), "died"])
+                .inc();
+            Err(ended(SessionState::Ended, Some(&reason)))
+        }
+    }
+}
+
+fn cell_status(result: &CellResult) -> &'static str {
+    match result.status {
+        proto::api::sessions::CellStatus::Ok => "ok",
+        proto::api::sessions::CellStatus::Error => "error",
+        proto::api::sessions::CellStatus::Timeout => "timeout",
+    }
+}
+
+/// The files of the session's working directory.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/files",
+    operation_id = "list_session_files",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session's id.")),
+    responses(
+        (status = 200, description = "Regular files below the working directory, by path.", body = SessionFiles),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn files(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = c.live_session(&tenant, &id).await?;
+    let answer = c
+        .call_host(
+            &record.host_url,
+            reqwest::Method::GET,
+            &format!("/{id}/files"),
+            None,
+            false,
+            Duration::from_secs(120),
+        )
+        .await?;
+    let HostAnswer::Ok(response) = answer else {
+        return Err(c.host_failed(&record, answer).await);
+    };
+    let files = response
+        .json()
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
+    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    Ok(axum::Json(SessionFiles { files }).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct FilePath {
+    id: String,
+    path: String,
+}
+
+/// Downloads a file of the session's working directory, its bytes as they are.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/files/{path}",
+    operation_id = "get_session_file",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, description = "The session's id."),
+        ("path" = String, Path, description = "The file, relative to the working directory."),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes.", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 422, description = "No such file, a folder, a path leaving the working directory, or a file over `worker.sessions.max_file_bytes`.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn download(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(FilePath { id, path }): Path<FilePath>,
+) -> Result<Response, ApiError> {
+    let record = c.live_session(&tenant, &id).await?;
+    let answer = c
+        .call_host(
+            &record.host_url,
+            reqwest::Method::GET,
+            &format!("/{id}/files/{}", encode_path(&path)),
+            None,
+            false,
+            Duration::from_secs(120),
+        )
+        .await?;
+    let HostAnswer::Ok(response) = answer else {
+        return Err(c.host_failed(&record, answer).await.about("path"));
+    };
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
+    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+/// Uploads a file into the session's working directory (folders made as needed), written as
+/// the session's program user.
+#[utoipa::path(
+    put,
+    path = "/v1/sessions/{id}/files/{path}",
+    operation_id = "put_session_file",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, description = "The session's id."),
+        ("path" = String, Path, description = "The file, relative to the working directory."),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "Written."),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
+        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 413, description = "Over `coordinator.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "A path leaving the working directory, or a file over `worker.sessions.max_file_bytes`.", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn upload(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    Path(FilePath { id, path }): Path<FilePath>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
+    let record = c.live_session(&tenant, &id).await?;
+    let answer = c
+        .call_host(
+            &record.host_url,
+            reqwest::Method::PUT,
+            &format!("/{id}/files/{}", encode_path(&path)),
+            Some(body.into()),
+            false,
+            Duration::from_secs(120),
+        )
+        .await?;
+    let HostAnswer::Ok(_) = answer else {
+        return Err(c.host_failed(&record, answer).await.about("path"));
+    };
+    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A relative path as one URL path of segments, each percent-encoded.
+fn encode_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            segment
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        (b as char).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Ends the sessions past their deadline (idle past their timeout, or past their lifetime),
+/// whichever coordinator gets there first.
+pub(crate) struct Sweeper {
+    coordinator: Coordinator,
+}
+
+impl Sweeper {
+    pub(crate) fn build(coordinator: &Coordinator) -> Option<Self> {
+        coordinator.stores.sessions.as_ref()?;
+        Some(Self {
+            coordinator: coordinator.clone(),
+        })
+    }
+
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let c = self.coordinator;
+        let mut tick = tokio::time::interval(c.options.sessions.check_interval);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let Some(sessions) = c.stores.sessions.clone() else {
+                return;
+            };
+            let now = now_ms();
+            let due = match sessions.due_sessions(now, 100).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the sessions' deadlines");
+                    continue;
+                }
+            };
+            for id in due {
+                let Ok(Some(record)) = sessions.session(&id).await else {
+                    continue;
+                };
+                if record.state != SessionState::Live || record.deadline_ms() > now {
+                    continue;
+                }
+                let reason = if record.expires_ms <= now {
+                    "past its lifetime (coordinator.sessions.max_lifetime)".to_owned()
+                } else {
+                    format!("idle for {} s, its idle_timeout_s", record.idle_timeout_s)
+                };
+                c.end(&record, SessionState::Ended, &reason).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_sent_segment_by_segment_and_escaped() {
+        assert_eq!(encode_path("a/b c.txt"), "a/b%20c.txt");
+        assert_eq!(encode_path("..%2F"), "..%252F");
+    }
+
+    #[test]
+    fn only_the_session_languages_and_bounded_fields_pass() {
+        let limits = SessionLimits::default();
+        let ok = SessionCreate {
+            language: proto::Language::Python,
+            memory_mb: None,
+            idle_timeout_s: None,
+            packages: vec![],
+        };
+        assert_eq!(check(&limits, &ok).unwrap(), (512, 600));
+        let go = SessionCreate {
+            language: proto::Language::Go,
+            ..ok.clone()
+        };
+        assert_eq!(
+            check(&limits, &go).unwrap_err().body().param.as_deref(),
+            Some("language")
+        );
+        let huge = SessionCreate {
+            memory_mb: Some(1 << 20),
+            ..ok.clone()
+        };
+        assert_eq!(
+            check(&limits, &huge).unwrap_err().body().param.as_deref(),
+            Some("memory_mb")
+        );
+        let packages = SessionCreate {
+            packages: vec!["sympy".into()],
+            ..ok
+        };
+        assert_eq!(
+            check(&limits, &packages)
+                .unwrap_err()
+                .body()
+                .param
+                .as_deref(),
+            Some("packages")
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! The coordinator's calls to the worker that holds a session, and the workers' announcement
+//! of themselves as session hosts.
+//!
+//! A session's state lives in one process (its kernel, in a container one worker started), so
+//! its calls cannot go through a work queue that any worker may take: a coordinator looks up
+//! the session's host and calls it over HTTP (`POST {host.url}/internal/sessions/{id}/...`),
+//! with the cluster's session secret as a bearer token. Bodies are JSON.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Language;
+use crate::api::sessions::{CellResult, SessionFile};
+
+/// Path prefix of the worker's session API.
+pub const INTERNAL_PREFIX: &str = "/internal/sessions";
+
+/// A worker able to hold sessions, as it announces itself (`store::sessions`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionHost {
+    /// The worker's id.
+    pub id: String,
+    /// Where coordinators reach its session API (`sessions.advertise_url`).
+    pub url: String,
+    /// Sessions it holds now.
+    pub sessions: u64,
+    /// Sessions it takes at most (`sessions.max_per_worker`).
+    pub capacity: u64,
+}
+
+/// `POST /internal/sessions/{id}`: start the session's container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenSession {
+    pub language: Language,
+    pub memory_mb: u64,
+    /// The tenant, for the container's labels and logs only (the coordinator checks access).
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// `POST /internal/sessions/{id}/run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCell {
+    pub code: String,
+    pub timeout_ms: u64,
+    pub max_output_bytes: u64,
+}
+
+/// `PUT /internal/sessions/{id}/files/{path}` carries the bytes as its body;
+/// `GET` answers them. Listing: [`crate::api::sessions::SessionFiles`].
+pub type ListedFiles = Vec<SessionFile>;
+
+/// What a worker answers to a cell: its result, or that the session is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CellOutcome {
+    Ran(Box<CellResult>),
+    /// The kernel died (the memory limit, a cell that did not stop at its deadline, `exit` in
+    /// bash): the session has ended, its container is gone.
+    Died {
+        reason: String,
+        oom_killed: bool,
+    },
+}
+
+/// A worker's error answer (any non-2xx status).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostError {
+    pub code: HostErrorCode,
+    pub message: String,
+}
+
+/// Why a worker could not do what a coordinator asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostErrorCode {
+    /// The worker holds no such session (it ended, or the worker restarted).
+    NoSession,
+    /// The worker holds as many sessions as it takes.
+    Full,
+    /// The request itself is wrong (a bad path, a file too large).
+    Invalid,
+    /// The sandbox could not start the container (Docker down, image missing).
+    Sandbox,
+    /// The token was missing or wrong.
+    Unauthorized,
+}
+
+/// A session as the cluster keeps it (`store::Sessions`): who owns it, where it lives, its
+/// limits and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub id: String,
+    pub tenant: Option<String>,
+    pub language: Language,
+    pub memory_mb: u64,
+    pub idle_timeout_s: u64,
+    pub created_ms: u64,
+    /// Its end at the latest (`sessions.max_lifetime`).
+    pub expires_ms: u64,
+    pub last_used_ms: u64,
+    pub cells: u64,
+    pub state: crate::api::sessions::SessionState,
+    pub ended_reason: Option<String>,
+    /// The worker holding it, and where that worker takes calls.
+    pub host: String,
+    pub host_url: String,
+}
+
+impl SessionRecord {
+    /// When it ends unless called before: idle past its timeout, or at its lifetime's end.
+    pub fn deadline_ms(&self) -> u64 {
+        self.last_used_ms
+            .saturating_add(self.idle_timeout_s.saturating_mul(1000))
+            .min(self.expires_ms)
+    }
+
+    pub fn view(&self) -> crate::api::sessions::SessionView {
+        crate::api::sessions::SessionView {
+            id: self.id.clone(),
+            language: self.language,
+            state: self.state,
+            memory_mb: self.memory_mb,
+            idle_timeout_s: self.idle_timeout_s,
+            created_ms: self.created_ms,
+            last_used_ms: self.last_used_ms,
+            expires_ms: self.expires_ms,
+            cells: self.cells,
+            ended_reason: self.ended_reason.clone(),
+        }
+    }
+}

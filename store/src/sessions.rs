@@ -1,0 +1,308 @@
+//! Sessions as the cluster keeps them: each one's record (who owns it, which worker holds
+//! it, its limits and use), each tenant's live ones (what the quota counts), the deadlines
+//! any coordinator ends them at, the workers that host sessions, and the secret of the
+//! workers' session API. Redis only: a process without Redis offers no sessions.
+//!
+//! Keys: [`crate::keys::session`], [`crate::keys::sessions_live`],
+//! [`crate::keys::sessions_all`], [`crate::keys::sessions_deadlines`],
+//! [`crate::keys::session_hosts`], [`crate::keys::session_host`],
+//! [`crate::keys::sessions_secret`].
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proto::api::sessions::SessionState;
+use proto::session::{SessionHost, SessionRecord};
+use redis::AsyncCommands;
+
+use crate::redis::backend;
+use crate::{Error, RedisStore, keys};
+
+/// Whether a session was made, or how many live sessions the tenant already has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    Yes,
+    /// The tenant's quota of live sessions is reached.
+    OverQuota {
+        live: u64,
+    },
+}
+
+#[async_trait]
+pub trait Sessions: Send + Sync + 'static {
+    /// Records a new live session unless its tenant has `quota` live ones (0: no quota).
+    async fn create_session(&self, record: &SessionRecord, quota: u64) -> Result<Created, Error>;
+
+    async fn session(&self, id: &str) -> Result<Option<SessionRecord>, Error>;
+
+    /// A call reached the live session `id` at `now_ms` (a cell when `cell`); false when it
+    /// is not live.
+    async fn touch_session(&self, id: &str, now_ms: u64, cell: bool) -> Result<bool, Error>;
+
+    /// Ends the live session `id` in `state` for `reason`; false when it was not live (the
+    /// first ending wins).
+    async fn end_session(
+        &self,
+        record: &SessionRecord,
+        state: SessionState,
+        reason: &str,
+    ) -> Result<bool, Error>;
+
+    /// Ids of live sessions past their deadline at `now_ms`, at most `limit`.
+    async fn due_sessions(&self, now_ms: u64, limit: usize) -> Result<Vec<String>, Error>;
+
+    /// The tenant's sessions, newest first, at most `limit`.
+    async fn list_sessions(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, Error>;
+
+    /// Worker `host.id` hosts sessions for `ttl` more.
+    async fn announce_host(&self, host: &SessionHost, ttl: Duration) -> Result<(), Error>;
+
+    /// Worker `id` stops hosting sessions.
+    async fn withdraw_host(&self, id: &str) -> Result<(), Error>;
+
+    /// The live session hosts.
+    async fn hosts(&self) -> Result<Vec<SessionHost>, Error>;
+
+    /// The bearer token of the workers' session API (made by the first caller).
+    async fn secret(&self) -> Result<String, Error>;
+}
+
+static CREATE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_create.lua")));
+static TOUCH: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_touch.lua")));
+static END: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_end.lua")));
+static ANNOUNCE_HOST: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_announce_host.lua")));
+static HOSTS: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_hosts.lua")));
+
+/// A record's fields, as the hash holds them.
+fn fields(record: &SessionRecord) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
+        ("id", record.id.clone()),
+        ("language", record.language.as_str().to_owned()),
+        ("memory_mb", record.memory_mb.to_string()),
+        ("idle_timeout_s", record.idle_timeout_s.to_string()),
+        ("created_ms", record.created_ms.to_string()),
+        ("expires_ms", record.expires_ms.to_string()),
+        ("last_used_ms", record.last_used_ms.to_string()),
+        ("cells", record.cells.to_string()),
+        ("state", record.state.as_str().to_owned()),
+        ("host", record.host.clone()),
+        ("host_url", record.host_url.clone()),
+    ];
+    if let Some(tenant) = &record.tenant {
+        fields.push(("tenant", tenant.clone()));
+    }
+    if let Some(reason) = &record.ended_reason {
+        fields.push(("ended_reason", reason.clone()));
+    }
+    fields
+}
+
+/// A record from its hash; `None` for an empty hash (no such session).
+fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<SessionRecord>, Error> {
+    if hash.is_empty() {
+        return Ok(None);
+    }
+    let corrupt = |reason: String| Error::Corrupt {
+        key: key.to_owned(),
+        reason,
+    };
+    let mut take = |name: &str| {
+        hash.remove(name)
+            .ok_or_else(|| corrupt(format!("no field {name}")))
+    };
+    let number = |text: String, name: &str| {
+        text.parse::<u64>()
+            .map_err(|e| corrupt(format!("{name}: {e}")))
+    };
+    let language = take("language")?;
+    let state = take("state")?;
+    Ok(Some(SessionRecord {
+        id: take("id")?,
+        language: language
+            .parse()
+            .map_err(|e| corrupt(format!("language: {e}")))?,
+        memory_mb: number(take("memory_mb")?, "memory_mb")?,
+        idle_timeout_s: number(take("idle_timeout_s")?, "idle_timeout_s")?,
+        created_ms: number(take("created_ms")?, "created_ms")?,
+        expires_ms: number(take("expires_ms")?, "expires_ms")?,
+        last_used_ms: number(take("last_used_ms")?, "last_used_ms")?,
+        cells: number(take("cells")?, "cells")?,
+        state: SessionState::parse(&state).ok_or_else(|| corrupt(format!("state {state}")))?,
+        host: take("host")?,
+        host_url: take("host_url")?,
+        tenant: hash.remove("tenant"),
+        ended_reason: hash.remove("ended_reason"),
+    }))
+}
+
+#[async_trait]
+impl Sessions for RedisStore {
+    async fn create_session(&self, record: &SessionRecord, quota: u64) -> Result<Created, Error> {
+        let p = self.prefix();
+        let tenant = record.tenant.as_deref();
+        let mut call = CREATE.prepare_invoke();
+        call.key(keys::session(p, &record.id))
+            .key(keys::sessions_live(p, tenant))
+            .key(keys::sessions_all(p, tenant))
+            .key(keys::sessions_deadlines(p))
+            .arg(quota)
+            .arg(&record.id)
+            .arg(record.created_ms)
+            .arg(record.deadline_ms());
+        for (name, value) in fields(record) {
+            call.arg(name).arg(value);
+        }
+        let (made, live): (u64, u64) = call
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(if made == 1 {
+            Created::Yes
+        } else {
+            Created::OverQuota { live }
+        })
+    }
+
+    async fn session(&self, id: &str) -> Result<Option<SessionRecord>, Error> {
+        let key = keys::session(self.prefix(), id);
+        let hash: HashMap<String, String> =
+            self.connection().hgetall(&key).await.map_err(backend)?;
+        record(&key, hash)
+    }
+
+    async fn touch_session(&self, id: &str, now_ms: u64, cell: bool) -> Result<bool, Error> {
+        let p = self.prefix();
+        let touched: u64 = TOUCH
+            .key(keys::session(p, id))
+            .key(keys::sessions_deadlines(p))
+            .arg(now_ms)
+            .arg(u64::from(cell))
+            .arg(id)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(touched == 1)
+    }
+
+    async fn end_session(
+        &self,
+        record: &SessionRecord,
+        state: SessionState,
+        reason: &str,
+    ) -> Result<bool, Error> {
+        let p = self.prefix();
+        let ended: u64 = END
+            .key(keys::session(p, &record.id))
+            .key(keys::sessions_live(p, record.tenant.as_deref()))
+            .key(keys::sessions_deadlines(p))
+            .arg(&record.id)
+            .arg(state.as_str())
+            .arg(reason)
+            .arg(
+                u64::try_from(self.options().result_ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            )
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(ended == 1)
+    }
+
+    async fn due_sessions(&self, now_ms: u64, limit: usize) -> Result<Vec<String>, Error> {
+        self.connection()
+            .zrangebyscore_limit(
+                keys::sessions_deadlines(self.prefix()),
+                "-inf",
+                now_ms,
+                0,
+                isize::try_from(limit).unwrap_or(isize::MAX),
+            )
+            .await
+            .map_err(backend)
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, Error> {
+        let all = keys::sessions_all(self.prefix(), tenant);
+        let mut connection = self.connection();
+        let ids: Vec<String> = connection
+            .zrevrange(&all, 0, isize::try_from(limit).unwrap_or(isize::MAX) - 1)
+            .await
+            .map_err(backend)?;
+        let mut sessions = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.session(&id).await? {
+                Some(record) => sessions.push(record),
+                // Its record expired after its end: forget it.
+                None => connection
+                    .zrem::<_, _, ()>(&all, &id)
+                    .await
+                    .map_err(backend)?,
+            }
+        }
+        Ok(sessions)
+    }
+
+    async fn announce_host(&self, host: &SessionHost, ttl: Duration) -> Result<(), Error> {
+        let p = self.prefix();
+        let record = serde_json::to_string(host).expect("a host record serializes");
+        ANNOUNCE_HOST
+            .key(keys::session_hosts(p))
+            .key(keys::session_host(p, &host.id))
+            .arg(&host.id)
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
+            .arg(record)
+            .invoke_async::<i64>(&mut self.connection())
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    async fn withdraw_host(&self, id: &str) -> Result<(), Error> {
+        let p = self.prefix();
+        redis::pipe()
+            .zrem(keys::session_hosts(p), id)
+            .del(keys::session_host(p, id))
+            .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(backend)
+    }
+
+    async fn hosts(&self) -> Result<Vec<SessionHost>, Error> {
+        let p = self.prefix();
+        let records: Vec<String> = HOSTS
+            .key(keys::session_hosts(p))
+            .arg(keys::session_host_prefix(p))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(records
+            .iter()
+            .filter_map(|r| serde_json::from_str(r).ok())
+            .collect())
+    }
+
+    async fn secret(&self) -> Result<String, Error> {
+        let key = keys::sessions_secret(self.prefix());
+        let mut connection = self.connection();
+        let made =
+            uuid::Uuid::new_v4().simple().to_string() + &uuid::Uuid::new_v4().simple().to_string();
+        let _: bool = connection.set_nx(&key, &made).await.map_err(backend)?;
+        connection.get(&key).await.map_err(backend)
+    }
+}
