@@ -87,8 +87,10 @@ enum HostAnswer {
     Ok(reqwest::Response),
     /// The worker answered with an error of its own.
     Refused(StatusCode, HostError),
-    /// The worker could not be reached (gone), or the exchange broke.
+    /// The worker could not be reached, or the connection broke: it is gone.
     Unreachable(String),
+    /// The worker answered something that is not its answer (or not in time).
+    Garbled(String),
 }
 
 impl Coordinator {
@@ -129,6 +131,9 @@ impl Coordinator {
                 .body(body);
         }
         Ok(match request.send().await {
+            Err(e) if e.is_timeout() => {
+                HostAnswer::Garbled(format!("the session's worker did not answer in time: {e}"))
+            }
             Err(e) => HostAnswer::Unreachable(e.to_string()),
             Ok(response) if response.status().is_success() => HostAnswer::Ok(response),
             Ok(response) => {
@@ -136,7 +141,7 @@ impl Coordinator {
                     .unwrap_or(StatusCode::BAD_GATEWAY);
                 match response.json::<HostError>().await {
                     Ok(error) => HostAnswer::Refused(status, error),
-                    Err(e) => HostAnswer::Unreachable(format!(
+                    Err(e) => HostAnswer::Garbled(format!(
                         "the session's worker answered {status} without its error: {e}"
                     )),
                 }
@@ -222,6 +227,7 @@ impl Coordinator {
                 self.end(record, SessionState::Lost, &reason).await;
                 ended(SessionState::Lost, Some(&reason))
             }
+            HostAnswer::Garbled(e) => ApiError::new(ErrorCode::NoSessionHost, e),
             HostAnswer::Ok(_) => ApiError::new(ErrorCode::Internal, "not a failure"),
         }
     }
@@ -411,7 +417,7 @@ pub(crate) async fn open(
                     break;
                 }
             }
-            HostAnswer::Unreachable(e) => {
+            HostAnswer::Unreachable(e) | HostAnswer::Garbled(e) => {
                 last_error = format!("worker {}: {e}", host.id);
                 let _ = sessions
                     .end_session(
@@ -688,6 +694,7 @@ pub(crate) async fn download(
     Extension(tenant): Extension<Tenant>,
     Path(FilePath { id, path }): Path<FilePath>,
 ) -> Result<Response, ApiError> {
+    check_path(&path)?;
     let record = c.live_session(&tenant, &id).await?;
     let answer = c
         .call_host(
@@ -739,6 +746,7 @@ pub(crate) async fn upload(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
+    check_path(&path)?;
     let record = c.live_session(&tenant, &id).await?;
     let answer = c
         .call_host(
@@ -755,6 +763,24 @@ pub(crate) async fn upload(
     };
     let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A file's path as a session takes it: relative to its working directory, without `.`,
+/// `..` or empty segments.
+fn check_path(path: &str) -> Result<(), ApiError> {
+    let bad = path.is_empty()
+        || path.len() > 1024
+        || path.contains('\0')
+        || path
+            .split('/')
+            .any(|segment| segment.is_empty() || segment == "." || segment == "..");
+    if bad {
+        return Err(ApiError::invalid(
+            "path",
+            "must be a relative path below the working directory, without `.`, `..` or empty segments (at most 1024 bytes)",
+        ));
+    }
+    Ok(())
 }
 
 /// A relative path as one URL path of segments, each percent-encoded.
@@ -830,6 +856,20 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_leaving_the_working_directory_is_refused_before_it_is_sent() {
+        for bad in ["../etc/passwd", "a/../../b", "/etc/passwd", "a//b", "./a", "", "a\0b"] {
+            assert_eq!(
+                check_path(bad).unwrap_err().body().param.as_deref(),
+                Some("path"),
+                "{bad:?}"
+            );
+        }
+        for good in ["a.txt", "data/blob.bin", "..hidden", "a..b/c"] {
+            assert!(check_path(good).is_ok(), "{good:?}");
+        }
+    }
 
     #[test]
     fn paths_are_sent_segment_by_segment_and_escaped() {
