@@ -349,6 +349,7 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
                 id.clone(),
                 sandbox.clone(),
                 sessions.clone(),
+                &registry,
             )
             .await?;
             Some(tokio::spawn(hosting.run(shutdown.clone())))

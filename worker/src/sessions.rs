@@ -72,6 +72,7 @@ impl Default for SessionOptions {
 /// One held session: its kernel while it lives.
 struct Held {
     kernel: Option<Box<dyn Session>>,
+    language: proto::Language,
 }
 
 /// The sessions this worker holds, shared by its API and its loops.
@@ -83,6 +84,39 @@ struct Inner {
     /// The bearer token coordinators must present.
     secret: String,
     held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
+    metrics: SessionMetrics,
+}
+
+/// The worker's session metrics.
+#[derive(Debug, Clone)]
+struct SessionMetrics {
+    /// `codegen_sessions_held`: sessions this worker holds now.
+    held: prometheus::IntGauge,
+    /// `codegen_session_cell_seconds`: a cell's time in this worker, waiting for the calls
+    /// before it included, by language.
+    cell_seconds: prometheus::HistogramVec,
+}
+
+impl SessionMetrics {
+    fn register(registry: &prometheus::Registry) -> prometheus::Result<Self> {
+        let metrics = Self {
+            held: prometheus::IntGauge::new(
+                "codegen_sessions_held",
+                "Sessions this worker holds now (containers of their own)",
+            )?,
+            cell_seconds: prometheus::HistogramVec::new(
+                prometheus::HistogramOpts::new(
+                    "codegen_session_cell_seconds",
+                    "Time of a session call in the worker, waiting for the calls before it included, by language",
+                )
+                .buckets(telemetry::latency_buckets()),
+                &["language"],
+            )?,
+        };
+        registry.register(Box::new(metrics.held.clone()))?;
+        registry.register(Box::new(metrics.cell_seconds.clone()))?;
+        Ok(metrics)
+    }
 }
 
 /// The session host: `run` serves the API on `listener` and keeps the announcements going.
@@ -108,7 +142,10 @@ impl SessionHosting {
         id: String,
         sandbox: Arc<dyn Sandbox>,
         store: Arc<dyn store::Sessions>,
+        registry: &prometheus::Registry,
     ) -> Result<Self, crate::Error> {
+        let metrics =
+            SessionMetrics::register(registry).map_err(|e| crate::Error::Config(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| {
@@ -136,6 +173,7 @@ impl SessionHosting {
                 store,
                 secret,
                 held: Mutex::default(),
+                metrics,
             }),
             listener,
             url,
@@ -187,6 +225,14 @@ impl Inner {
         self.held.lock().expect("poisoned").len() as u64
     }
 
+    /// The held sessions changed: the gauge follows.
+    fn recount(&self) {
+        let held = self.held.lock().expect("poisoned").len();
+        self.metrics
+            .held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
     async fn announce(&self, url: &str) {
         let host = SessionHost {
             id: self.id.clone(),
@@ -236,6 +282,7 @@ impl Inner {
         let Some(held) = self.held.lock().expect("poisoned").remove(id) else {
             return;
         };
+        self.recount();
         let kernel = held.lock().await.kernel.take();
         if let Some(kernel) = kernel {
             kernel.close().await;
@@ -271,6 +318,7 @@ impl Inner {
     /// A session's kernel died: its container is gone, its record ends here.
     async fn died(&self, id: &str, reason: &str) {
         self.held.lock().expect("poisoned").remove(id);
+        self.recount();
         if let Ok(Some(record)) = self.store.session(id).await {
             let _ = self
                 .store
@@ -365,13 +413,17 @@ async fn open(
         );
     }
     // Counted while it starts, so concurrent opens cannot pass the limit together.
-    let slot = Arc::new(tokio::sync::Mutex::new(Held { kernel: None }));
+    let slot = Arc::new(tokio::sync::Mutex::new(Held {
+        kernel: None,
+        language: open.language,
+    }));
     let mut guard = slot.clone().lock_owned().await;
     inner
         .held
         .lock()
         .expect("poisoned")
         .insert(id.clone(), slot);
+    inner.recount();
     match inner
         .sandbox
         .open_session(open.language, open.memory_mb, &id)
@@ -384,6 +436,7 @@ async fn open(
         }
         Err(e) => {
             inner.held.lock().expect("poisoned").remove(&id);
+            inner.recount();
             tracing::warn!(session = %id, error = %e, "cannot open a session");
             refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -422,11 +475,14 @@ async fn with_kernel(
     id: &str,
     op: Op,
 ) -> Result<Result<Done, SessionError>, Response> {
+    let started = std::time::Instant::now();
     let held = inner.lookup(id).ok_or_else(|| no_session(id))?;
     let mut held = held.lock().await;
+    let language = held.language;
     let Some(kernel) = held.kernel.as_mut() else {
         return Err(no_session(id));
     };
+    let cell = matches!(op, Op::Cell(_));
     let outcome = match op {
         Op::Cell(cell) => kernel
             .run_cell(
@@ -440,6 +496,13 @@ async fn with_kernel(
         Op::Get(path, max) => kernel.get_file(&path, max).await.map(Done::Get),
         Op::List => kernel.list_files().await.map(Done::List),
     };
+    if cell {
+        inner
+            .metrics
+            .cell_seconds
+            .with_label_values(&[language.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+    }
     if let Err(SessionError::Dead { reason, .. }) = &outcome {
         tracing::info!(session = %id, reason = %reason, "session died");
         if let Some(kernel) = held.kernel.take() {
