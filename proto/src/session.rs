@@ -98,6 +98,9 @@ pub struct SessionRecord {
     /// Its end at the latest (`sessions.max_lifetime`).
     pub expires_ms: u64,
     pub last_used_ms: u64,
+    /// Until when a cell that started may run (its deadline): it does not idle out before.
+    #[serde(default)]
+    pub busy_until_ms: u64,
     pub cells: u64,
     pub state: crate::api::sessions::SessionState,
     pub ended_reason: Option<String>,
@@ -110,6 +113,7 @@ impl SessionRecord {
     /// When it ends unless called before: idle past its timeout, or at its lifetime's end.
     pub fn deadline_ms(&self) -> u64 {
         self.last_used_ms
+            .max(self.busy_until_ms)
             .saturating_add(self.idle_timeout_s.saturating_mul(1000))
             .min(self.expires_ms)
     }

@@ -37,9 +37,16 @@ pub trait Sessions: Send + Sync + 'static {
 
     async fn session(&self, id: &str) -> Result<Option<SessionRecord>, Error>;
 
-    /// A call reached the live session `id` at `now_ms` (a cell when `cell`); false when it
-    /// is not live.
-    async fn touch_session(&self, id: &str, now_ms: u64, cell: bool) -> Result<bool, Error>;
+    /// A call reached the live session `id` at `now_ms` (a cell when `cell`), and may run
+    /// until `busy_until_ms` (0: it is over): the session does not idle out before that.
+    /// False when it is not live.
+    async fn touch_session(
+        &self,
+        id: &str,
+        now_ms: u64,
+        cell: bool,
+        busy_until_ms: u64,
+    ) -> Result<bool, Error>;
 
     /// Ends the live session `id` in `state` for `reason`; false when it was not live (the
     /// first ending wins).
@@ -127,6 +134,7 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
     };
     let language = take("language")?;
     let state = take("state")?;
+    let busy = take("busy_until_ms").ok();
     Ok(Some(SessionRecord {
         id: take("id")?,
         language: language
@@ -137,6 +145,10 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
         created_ms: number(take("created_ms")?, "created_ms")?,
         expires_ms: number(take("expires_ms")?, "expires_ms")?,
         last_used_ms: number(take("last_used_ms")?, "last_used_ms")?,
+        busy_until_ms: busy
+            .map(|b| number(b, "busy_until_ms"))
+            .transpose()?
+            .unwrap_or(0),
         cells: number(take("cells")?, "cells")?,
         state: SessionState::parse(&state).ok_or_else(|| corrupt(format!("state {state}")))?,
         host: take("host")?,
@@ -181,7 +193,13 @@ impl Sessions for RedisStore {
         record(&key, hash)
     }
 
-    async fn touch_session(&self, id: &str, now_ms: u64, cell: bool) -> Result<bool, Error> {
+    async fn touch_session(
+        &self,
+        id: &str,
+        now_ms: u64,
+        cell: bool,
+        busy_until_ms: u64,
+    ) -> Result<bool, Error> {
         let p = self.prefix();
         let touched: u64 = TOUCH
             .key(keys::session(p, id))
@@ -189,6 +207,7 @@ impl Sessions for RedisStore {
             .arg(now_ms)
             .arg(u64::from(cell))
             .arg(id)
+            .arg(busy_until_ms)
             .invoke_async(&mut self.connection())
             .await
             .map_err(backend)?;
