@@ -323,116 +323,131 @@ pub(crate) async fn open(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let create: SessionCreate = read_body(body)?;
-    let limits = &c.options.sessions;
-    let (memory_mb, idle_timeout_s) = check(limits, &create)?;
-    let sessions = c.sessions()?;
-    let mut hosts: Vec<SessionHost> = sessions
-        .hosts()
-        .await
-        .map_err(unavailable)?
-        .into_iter()
-        .filter(|h| h.sessions < h.capacity)
-        .collect();
-    // The emptiest first: sessions spread over the workers.
-    hosts.sort_by_key(|h| (std::cmp::Reverse(h.capacity - h.sessions), h.id.clone()));
-    if hosts.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::NoSessionHost,
-            "no live worker can take another session (none announced, or all at worker.sessions.max_per_worker)",
-        ));
-    }
-    let quota = c.options.tenant(tenant.0.as_deref()).sessions;
-    let now = now_ms();
-    let mut last_error = String::new();
-    for host in hosts {
-        let record = SessionRecord {
-            id: uuid::Uuid::new_v4().simple().to_string(),
-            tenant: tenant.0.clone(),
-            language: create.language,
-            memory_mb,
-            idle_timeout_s,
-            created_ms: now,
-            expires_ms: now
-                .saturating_add(u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX)),
-            last_used_ms: now,
-            cells: 0,
-            state: SessionState::Live,
-            ended_reason: None,
-            host: host.id.clone(),
-            host_url: host.url.clone(),
-        };
-        match sessions
-            .create_session(&record, quota)
+    let record = c.open_session(&tenant, &create).await?;
+    Ok((StatusCode::CREATED, axum::Json(record.view())).into_response())
+}
+
+impl Coordinator {
+    /// Opens a session for `tenant`: `create` checked against `coordinator.sessions`, the
+    /// record kept (within the tenant's quota), its container started on the emptiest worker
+    /// that takes it. `POST /v1/sessions` and SandboxFusion's `/run_jupyter`.
+    pub(crate) async fn open_session(
+        &self,
+        tenant: &Tenant,
+        create: &SessionCreate,
+    ) -> Result<SessionRecord, ApiError> {
+        let limits = &self.options.sessions;
+        let (memory_mb, idle_timeout_s) = check(limits, create)?;
+        let sessions = self.sessions()?;
+        let mut hosts: Vec<SessionHost> = sessions
+            .hosts()
             .await
             .map_err(unavailable)?
-        {
-            store::Created::Yes => {}
-            store::Created::OverQuota { live } => {
-                return Err(ApiError::new(
-                    ErrorCode::QuotaExceeded,
-                    format!("the tenant has {live} live sessions, its quota: end one first"),
-                )
-                .over(
-                    c.options
-                        .setting(tenant.0.as_deref(), "sessions", |o| o.sessions.is_some()),
-                )
-                .with_retry_after(limits.check_interval.as_secs().max(1)));
-            }
+            .into_iter()
+            .filter(|h| h.sessions < h.capacity)
+            .collect();
+        // The emptiest first: sessions spread over the workers.
+        hosts.sort_by_key(|h| (std::cmp::Reverse(h.capacity - h.sessions), h.id.clone()));
+        if hosts.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::NoSessionHost,
+                "no live worker can take another session (none announced, or all at worker.sessions.max_per_worker)",
+            ));
         }
-        let open = OpenSession {
-            language: create.language,
-            memory_mb,
-            tenant: tenant.0.clone(),
-        };
-        let answer = c
-            .call_host(
-                &host.url,
-                reqwest::Method::POST,
-                &format!("/{}", record.id),
-                Some(serde_json::to_vec(&open).expect("serializes").into()),
-                true,
-                Duration::from_secs(120),
-            )
-            .await?;
-        match answer {
-            HostAnswer::Ok(_) => {
-                tracing::info!(session = %record.id, host = %host.id, language = %create.language, "session opened");
-                c.metrics
-                    .sessions_opened
-                    .with_label_values(&[create.language.as_str()])
-                    .inc();
-                return Ok((StatusCode::CREATED, axum::Json(record.view())).into_response());
-            }
-            HostAnswer::Refused(_, error) => {
-                last_error = format!("worker {}: {}", host.id, error.message);
-                let _ = sessions
-                    .end_session(
-                        &record,
-                        SessionState::Ended,
-                        &format!("it could not start: {last_error}"),
+        let quota = self.options.tenant(tenant.0.as_deref()).sessions;
+        let now = now_ms();
+        let mut last_error = String::new();
+        for host in hosts {
+            let record = SessionRecord {
+                id: uuid::Uuid::new_v4().simple().to_string(),
+                tenant: tenant.0.clone(),
+                language: create.language,
+                memory_mb,
+                idle_timeout_s,
+                created_ms: now,
+                expires_ms: now
+                    .saturating_add(u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX)),
+                last_used_ms: now,
+                busy_until_ms: 0,
+                cells: 0,
+                state: SessionState::Live,
+                ended_reason: None,
+                host: host.id.clone(),
+                host_url: host.url.clone(),
+            };
+            match sessions
+                .create_session(&record, quota)
+                .await
+                .map_err(unavailable)?
+            {
+                store::Created::Yes => {}
+                store::Created::OverQuota { live } => {
+                    return Err(ApiError::new(
+                        ErrorCode::QuotaExceeded,
+                        format!("the tenant has {live} live sessions, its quota: end one first"),
                     )
-                    .await;
-                if error.code == HostErrorCode::Sandbox {
-                    // Docker or the image: another worker of the same build fails alike.
-                    break;
+                    .over(
+                        self.options
+                            .setting(tenant.0.as_deref(), "sessions", |o| o.sessions.is_some()),
+                    )
+                    .with_retry_after(limits.check_interval.as_secs().max(1)));
                 }
             }
-            HostAnswer::Unreachable(e) | HostAnswer::Garbled(e) => {
-                last_error = format!("worker {}: {e}", host.id);
-                let _ = sessions
-                    .end_session(
-                        &record,
-                        SessionState::Ended,
-                        &format!("it could not start: {last_error}"),
-                    )
-                    .await;
+            let open = OpenSession {
+                language: create.language,
+                memory_mb,
+                tenant: tenant.0.clone(),
+            };
+            let answer = self
+                .call_host(
+                    &host.url,
+                    reqwest::Method::POST,
+                    &format!("/{}", record.id),
+                    Some(serde_json::to_vec(&open).expect("serializes").into()),
+                    true,
+                    Duration::from_secs(120),
+                )
+                .await?;
+            match answer {
+                HostAnswer::Ok(_) => {
+                    tracing::info!(session = %record.id, host = %host.id, language = %create.language, "session opened");
+                    self.metrics
+                        .sessions_opened
+                        .with_label_values(&[create.language.as_str()])
+                        .inc();
+                    return Ok(record);
+                }
+                HostAnswer::Refused(_, error) => {
+                    last_error = format!("worker {}: {}", host.id, error.message);
+                    let _ = sessions
+                        .end_session(
+                            &record,
+                            SessionState::Ended,
+                            &format!("it could not start: {last_error}"),
+                        )
+                        .await;
+                    if error.code == HostErrorCode::Sandbox {
+                        // Docker or the image: another worker of the same build fails alike.
+                        break;
+                    }
+                }
+                HostAnswer::Unreachable(e) | HostAnswer::Garbled(e) => {
+                    last_error = format!("worker {}: {e}", host.id);
+                    let _ = sessions
+                        .end_session(
+                            &record,
+                            SessionState::Ended,
+                            &format!("it could not start: {last_error}"),
+                        )
+                        .await;
+                }
             }
         }
+        Err(ApiError::new(
+            ErrorCode::NoSessionHost,
+            format!("no worker could start the session: {last_error}"),
+        ))
     }
-    Err(ApiError::new(
-        ErrorCode::NoSessionHost,
-        format!("no worker could start the session: {last_error}"),
-    ))
 }
 
 /// The tenant's sessions, newest first (at most 100), live and ended.
@@ -506,12 +521,25 @@ pub(crate) async fn delete(
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = c.session_of(&tenant, &id).await?;
-    if record.state == SessionState::Live {
-        c.end(&record, SessionState::Ended, "deleted").await;
-    }
-    let record = c.session_of(&tenant, &id).await?;
+    let record = c.end_session(&tenant, &id, "deleted").await?;
     Ok(axum::Json(record.view()).into_response())
+}
+
+impl Coordinator {
+    /// Ends session `id` of `tenant` (when still live) for `reason`; its record as it then
+    /// stands. `DELETE /v1/sessions/{id}` and SandboxFusion's `/run_jupyter`.
+    pub(crate) async fn end_session(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        reason: &str,
+    ) -> Result<SessionRecord, ApiError> {
+        let record = self.session_of(tenant, id).await?;
+        if record.state == SessionState::Live {
+            self.end(&record, SessionState::Ended, reason).await;
+        }
+        self.session_of(tenant, id).await
+    }
 }
 
 /// Runs a cell in the session, after the calls before it: its output, the value of its final
@@ -541,75 +569,102 @@ pub(crate) async fn run(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let cell: CellRequest = read_body(body)?;
-    let limits = &c.options.sessions;
-    let timeout_ms = cell.timeout_ms.unwrap_or(limits.default_cell_timeout_ms);
-    if !(1..=limits.max_cell_timeout_ms).contains(&timeout_ms) {
-        return Err(ApiError::invalid(
-            "timeout_ms",
-            format!(
-                "must be between 1 and {} (coordinator.sessions.max_cell_timeout_ms)",
-                limits.max_cell_timeout_ms
-            ),
-        ));
+    match c.run_cell(&tenant, &id, cell).await? {
+        CellRun::Ran(result) => Ok(axum::Json(*result).into_response()),
+        CellRun::Died { reason, .. } => Err(ended(SessionState::Ended, Some(&reason))),
     }
-    if cell.code.len() > c.options.max_code_bytes {
-        return Err(ApiError::invalid(
-            "code",
-            format!(
-                "is {} bytes, over coordinator.max_code_bytes ({})",
-                cell.code.len(),
-                c.options.max_code_bytes
-            ),
-        ));
-    }
-    let record = c.live_session(&tenant, &id).await?;
-    let request = RunCell {
-        code: cell.code,
-        timeout_ms,
-        max_output_bytes: limits.max_output_bytes,
-    };
-    // Calls before this one on the same session may hold it for their own deadlines.
-    let answer = c
-        .call_host(
-            &record.host_url,
-            reqwest::Method::POST,
-            &format!("/{id}/run"),
-            Some(serde_json::to_vec(&request).expect("serializes").into()),
-            true,
-            Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
-        )
-        .await?;
-    let HostAnswer::Ok(response) = answer else {
-        return Err(c.host_failed(&record, answer).await);
-    };
-    let outcome: CellOutcome = response
-        .json()
-        .await
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
-    match outcome {
-        CellOutcome::Ran(result) => {
-            let _ = c.sessions()?.touch_session(&id, now_ms(), true).await;
-            c.metrics
-                .session_cells
-                .with_label_values(&[record.language.as_str(), cell_status(&result)])
-                .inc();
-            Ok(axum::Json(*result).into_response())
-        }
-        CellOutcome::Died { reason, oom_killed } => {
-            let reason = if oom_killed {
+}
+
+/// What a cell gave: its result, or the death of its kernel (the session has ended).
+pub(crate) enum CellRun {
+    Ran(Box<CellResult>),
+    Died {
+        /// Why, as the session's `ended_reason` says.
+        reason: String,
+        /// At the session's memory limit.
+        oom_killed: bool,
+    },
+}
+
+impl Coordinator {
+    /// Runs `cell` in session `id` of `tenant`, after the calls before it (its timeout
+    /// checked against `coordinator.sessions`). A kernel that died ends the session here.
+    /// `POST /v1/sessions/{id}/run` and SandboxFusion's `/run_jupyter`.
+    pub(crate) async fn run_cell(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        cell: CellRequest,
+    ) -> Result<CellRun, ApiError> {
+        let limits = &self.options.sessions;
+        let timeout_ms = cell.timeout_ms.unwrap_or(limits.default_cell_timeout_ms);
+        if !(1..=limits.max_cell_timeout_ms).contains(&timeout_ms) {
+            return Err(ApiError::invalid(
+                "timeout_ms",
                 format!(
-                    "its kernel was killed at the memory limit of {} MiB ({reason})",
-                    record.memory_mb
-                )
-            } else {
-                format!("its kernel died: {reason}")
-            };
-            c.end(&record, SessionState::Ended, &reason).await;
-            c.metrics
-                .session_cells
-                .with_label_values(&[record.language.as_str(), "died"])
-                .inc();
-            Err(ended(SessionState::Ended, Some(&reason)))
+                    "must be between 1 and {} (coordinator.sessions.max_cell_timeout_ms)",
+                    limits.max_cell_timeout_ms
+                ),
+            ));
+        }
+        if cell.code.len() > self.options.max_code_bytes {
+            return Err(ApiError::invalid(
+                "code",
+                format!(
+                    "is {} bytes, over coordinator.max_code_bytes ({})",
+                    cell.code.len(),
+                    self.options.max_code_bytes
+                ),
+            ));
+        }
+        let record = self.live_session(tenant, id).await?;
+        let request = RunCell {
+            code: cell.code,
+            timeout_ms,
+            max_output_bytes: limits.max_output_bytes,
+        };
+        // Calls before this one on the same session may hold it for their own deadlines.
+        let answer = self
+            .call_host(
+                &record.host_url,
+                reqwest::Method::POST,
+                &format!("/{id}/run"),
+                Some(serde_json::to_vec(&request).expect("serializes").into()),
+                true,
+                Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
+            )
+            .await?;
+        let HostAnswer::Ok(response) = answer else {
+            return Err(self.host_failed(&record, answer).await);
+        };
+        let outcome: CellOutcome = response.json().await.map_err(|e| {
+            ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}"))
+        })?;
+        match outcome {
+            CellOutcome::Ran(result) => {
+                let _ = self.sessions()?.touch_session(id, now_ms(), true, 0).await;
+                self.metrics
+                    .session_cells
+                    .with_label_values(&[record.language.as_str(), cell_status(&result)])
+                    .inc();
+                Ok(CellRun::Ran(result))
+            }
+            CellOutcome::Died { reason, oom_killed } => {
+                let reason = if oom_killed {
+                    format!(
+                        "its kernel was killed at the memory limit of {} MiB ({reason})",
+                        record.memory_mb
+                    )
+                } else {
+                    format!("its kernel died: {reason}")
+                };
+                self.end(&record, SessionState::Ended, &reason).await;
+                self.metrics
+                    .session_cells
+                    .with_label_values(&[record.language.as_str(), "died"])
+                    .inc();
+                Ok(CellRun::Died { reason, oom_killed })
+            }
         }
     }
 }
@@ -660,7 +715,7 @@ pub(crate) async fn files(
         .json()
         .await
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
-    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    let _ = c.sessions()?.touch_session(&id, now_ms(), false, 0).await;
     Ok(axum::Json(SessionFiles { files }).into_response())
 }
 
@@ -694,27 +749,69 @@ pub(crate) async fn download(
     Extension(tenant): Extension<Tenant>,
     Path(FilePath { id, path }): Path<FilePath>,
 ) -> Result<Response, ApiError> {
-    check_path(&path)?;
-    let record = c.live_session(&tenant, &id).await?;
-    let answer = c
-        .call_host(
-            &record.host_url,
-            reqwest::Method::GET,
-            &format!("/{id}/files/{}", encode_path(&path)),
-            None,
-            false,
-            Duration::from_secs(120),
-        )
-        .await?;
-    let HostAnswer::Ok(response) = answer else {
-        return Err(c.host_failed(&record, answer).await.about("path"));
-    };
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
-    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    let bytes = c.get_session_file(&tenant, &id, &path).await?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+impl Coordinator {
+    /// The bytes of file `path` (relative to the working directory) of session `id` of
+    /// `tenant`. `GET /v1/sessions/{id}/files/{path}` and SandboxFusion's `/run_jupyter`.
+    pub(crate) async fn get_session_file(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        path: &str,
+    ) -> Result<Bytes, ApiError> {
+        check_path(path)?;
+        let record = self.live_session(tenant, id).await?;
+        let answer = self
+            .call_host(
+                &record.host_url,
+                reqwest::Method::GET,
+                &format!("/{id}/files/{}", encode_path(path)),
+                None,
+                false,
+                Duration::from_secs(120),
+            )
+            .await?;
+        let HostAnswer::Ok(response) = answer else {
+            return Err(self.host_failed(&record, answer).await.about("path"));
+        };
+        let bytes = response.bytes().await.map_err(|e| {
+            ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}"))
+        })?;
+        let _ = self.sessions()?.touch_session(id, now_ms(), false, 0).await;
+        Ok(bytes)
+    }
+
+    /// Writes `bytes` to file `path` (relative to the working directory, folders made as
+    /// needed) of session `id` of `tenant`. `PUT /v1/sessions/{id}/files/{path}` and
+    /// SandboxFusion's `/run_jupyter`.
+    pub(crate) async fn put_session_file(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        path: &str,
+        bytes: Bytes,
+    ) -> Result<(), ApiError> {
+        check_path(path)?;
+        let record = self.live_session(tenant, id).await?;
+        let answer = self
+            .call_host(
+                &record.host_url,
+                reqwest::Method::PUT,
+                &format!("/{id}/files/{}", encode_path(path)),
+                Some(bytes.into()),
+                false,
+                Duration::from_secs(120),
+            )
+            .await?;
+        let HostAnswer::Ok(_) = answer else {
+            return Err(self.host_failed(&record, answer).await.about("path"));
+        };
+        let _ = self.sessions()?.touch_session(id, now_ms(), false, 0).await;
+        Ok(())
+    }
 }
 
 /// Uploads a file into the session's working directory (folders made as needed), written as
@@ -746,28 +843,13 @@ pub(crate) async fn upload(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|e| crate::error::body_rejected(e.status(), e.body_text()))?;
-    check_path(&path)?;
-    let record = c.live_session(&tenant, &id).await?;
-    let answer = c
-        .call_host(
-            &record.host_url,
-            reqwest::Method::PUT,
-            &format!("/{id}/files/{}", encode_path(&path)),
-            Some(body.into()),
-            false,
-            Duration::from_secs(120),
-        )
-        .await?;
-    let HostAnswer::Ok(_) = answer else {
-        return Err(c.host_failed(&record, answer).await.about("path"));
-    };
-    let _ = c.sessions()?.touch_session(&id, now_ms(), false).await;
+    c.put_session_file(&tenant, &id, &path, body).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// A file's path as a session takes it: relative to its working directory, without `.`,
 /// `..` or empty segments.
-fn check_path(path: &str) -> Result<(), ApiError> {
+pub(crate) fn check_path(path: &str) -> Result<(), ApiError> {
     let bad = path.is_empty()
         || path.len() > 1024
         || path.contains('\0')
