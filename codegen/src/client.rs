@@ -53,7 +53,7 @@ pub struct ExecArgs {
     pub json: bool,
 }
 
-fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
+pub(crate) fn read_text(path: &std::path::Path) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         return std::io::read_to_string(std::io::stdin()).context("reading standard input");
     }
@@ -473,13 +473,7 @@ async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView>
     if status.is_success() {
         return serde_json::from_slice(&bytes).context("unreadable answer from the coordinator");
     }
-    match serde_json::from_slice::<ErrorBody>(&bytes) {
-        Ok(body) => bail!("the coordinator answered {status}: {}", body.error),
-        Err(_) => bail!(
-            "the coordinator answered {status}: {}",
-            String::from_utf8_lossy(&bytes)
-        ),
-    }
+    Err(refusal(status, &bytes))
 }
 
 // ------------------------------------------------------------------------------------------
@@ -724,13 +718,30 @@ impl Api {
         request: reqwest::RequestBuilder,
         key: Option<&str>,
     ) -> anyhow::Result<reqwest::Response> {
+        let key = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+        self.send_retrying(
+            request.header("Idempotency-Key", key),
+            creating_backoff(),
+            true,
+        )
+        .await
+    }
+
+    /// Sends `request`, and again after `backoff`'s delays while the coordinator says to try
+    /// later (503, 429: after its `Retry-After` at least), and with `unanswered` also while it
+    /// cannot be reached (only for a request that is safe to send twice). Returns the last
+    /// answer.
+    pub(crate) async fn send_retrying(
+        &self,
+        request: reqwest::RequestBuilder,
+        backoff: backon::ExponentialBuilder,
+        unanswered: bool,
+    ) -> anyhow::Result<reqwest::Response> {
         use backon::Retryable;
 
-        let key = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
-        let request = request.header("Idempotency-Key", key);
         let once = || async {
             let Some(again) = request.try_clone() else {
-                unreachable!("a request that creates work has a body in memory");
+                unreachable!("the requests of this client have their bodies in memory");
             };
             match again.send().await {
                 Ok(response)
@@ -756,8 +767,11 @@ impl Api {
             }
         };
         let answered = once
-            .retry(creating_backoff())
-            .when(|t| !matches!(t, Try::Unanswered(e) if e.is_builder()))
+            .retry(backoff)
+            .when(|t| match t {
+                Try::Later { .. } => true,
+                Try::Unanswered(e) => unanswered && !e.is_builder(),
+            })
             .adjust(|t, delay| match t {
                 Try::Later {
                     retry_after: Some(after),
@@ -826,11 +840,16 @@ pub(crate) async fn read_json(
             serde_json::from_slice(&bytes).context("unreadable answer from the coordinator")?;
         return Ok((status, value));
     }
-    match serde_json::from_slice::<ErrorBody>(&bytes) {
-        Ok(body) => bail!("the coordinator answered {status}: {}", body.error),
-        Err(_) => bail!(
+    Err(refusal(status, &bytes))
+}
+
+/// The error of a non-2xx answer (`body`): the coordinator's message.
+pub(crate) fn refusal(status: reqwest::StatusCode, body: &[u8]) -> anyhow::Error {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(body) => anyhow::anyhow!("the coordinator answered {status}: {}", body.error),
+        Err(_) => anyhow::anyhow!(
             "the coordinator answered {status}: {}",
-            String::from_utf8_lossy(&bytes)
+            String::from_utf8_lossy(body)
         ),
     }
 }

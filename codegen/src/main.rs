@@ -3,6 +3,7 @@
 mod client;
 mod control;
 mod report;
+mod session;
 mod settings;
 
 use std::path::PathBuf;
@@ -68,6 +69,9 @@ enum Command {
     /// What your finished work cost over a window (jobs, executions, model calls, tokens,
     /// sandbox time), as JSON.
     Usage(control::UsageArgs),
+    /// Stateful sessions: open one, run cells in it (names, imports and files stay between
+    /// them), move files in and out, list and end them.
+    Session(session::SessionArgs),
     /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
     ModelServer(ModelServerArgs),
 }
@@ -120,6 +124,7 @@ fn main() -> std::process::ExitCode {
             Command::Cancel(args) => control::cancel(args).await,
             Command::Jobs(args) => control::list(args).await,
             Command::Usage(args) => control::usage(args).await,
+            Command::Session(args) => session::session(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });

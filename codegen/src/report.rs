@@ -9,7 +9,7 @@ use proto::job::{CacheOutcome, JobResult, JobStatus, TestResult, Validation};
 use proto::{ErrorKind, Progress};
 
 /// Milliseconds for people: `850 ms`, `3.2 s`, `2 min 5 s`.
-fn duration(ms: u64) -> String {
+pub(crate) fn duration(ms: u64) -> String {
     match ms {
         0..=999 => format!("{ms} ms"),
         1_000..=59_999 => format!("{:.1} s", ms as f64 / 1000.0),

@@ -92,6 +92,12 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
             "/fusion/{key}/run_code",
             post(crate::fusion::run_code_keyed),
         ),
+        ("POST", "/run_jupyter", post(crate::fusion::run_jupyter)),
+        (
+            "POST",
+            "/fusion/{key}/run_jupyter",
+            post(crate::fusion::run_jupyter_keyed),
+        ),
         ("GET", "/openapi.json", get(openapi_json)),
     ]
 }
@@ -302,6 +308,8 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::cache::cache_clear,
         crate::fusion::run_code,
         crate::fusion::run_code_keyed,
+        crate::fusion::run_jupyter,
+        crate::fusion::run_jupyter_keyed,
         openapi_json,
         ops::healthz,
         ops::readyz,
@@ -313,7 +321,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
     tags(
         (name = "executions", description = "Run a program in the sandbox."),
         (name = "jobs", description = "Generate tested code from an instruction."),
-        (name = "sandbox-fusion", description = "SandboxFusion's `/run_code`, for its clients and the tools built on them."),
+        (name = "sandbox-fusion", description = "SandboxFusion's `/run_code` and `/run_jupyter`, for its clients and the tools built on them."),
         (name = "batches", description = "Many jobs in one request."),
         (name = "sessions", description = "Stateful sessions: a container of their own whose interpreter keeps its state between cells."),
         (name = "usage", description = "What a tenant's finished work cost."),
@@ -427,7 +435,9 @@ pub fn openapi_document(options: &crate::Options) -> Value {
                     .iter_mut()
                     .filter(|(method, _)| methods.contains(&method.as_str()))
                 {
-                    let description = if creates && method == "post" {
+                    let description = if path.ends_with("/run_jupyter") {
+                        "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`) or its live sessions at its quota (`coordinator.tenants.<name>.sessions`); the message names it. Nothing ran; retry after `Retry-After` seconds."
+                    } else if creates && method == "post" {
                         "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`) or one of its quotas (`jobs_in_flight`, `executions_in_flight`, `model_tokens_per_period`, `sandbox_cpu_seconds_per_period`); the message names it. Nothing was queued; retry after `Retry-After` seconds."
                     } else {
                         "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`): nothing was done; retry after `Retry-After` seconds."
@@ -515,6 +525,30 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         &mut run_code["fetch_files"],
         json!({"maxItems": proto::execution::MAX_FILES,
                "items": {"type": "string", "minLength": 1, "pattern": path_pattern}}),
+    );
+    let run_jupyter = &mut schemas["RunJupyterRequest"]["properties"];
+    limit(&mut run_jupyter["kernel"], json!({"enum": ["python3"]}));
+    limit(
+        &mut run_jupyter["cell_timeout"],
+        json!({"minimum": 0, "maximum": options.sessions.max_cell_timeout_ms as f64 / 1000.0}),
+    );
+    limit(
+        &mut run_jupyter["total_timeout"],
+        json!({"exclusiveMinimum": 0, "maximum": options.sessions.max_lifetime.as_secs_f64()}),
+    );
+    limit(
+        &mut run_jupyter["memory_limit_MB"],
+        json!({"anyOf": [{"maximum": 0},
+                         {"minimum": 16, "maximum": options.sessions.max_memory_mb}]}),
+    );
+    limit(
+        &mut run_jupyter["files"],
+        json!({"maxProperties": proto::execution::MAX_FILES,
+               "additionalProperties": {"type": "string", "pattern": proto::file::BASE64_PATTERN}}),
+    );
+    limit(
+        &mut run_jupyter["fetch_files"],
+        json!({"maxItems": proto::execution::MAX_FILES}),
     );
     // An event's data is a `Progress` as JSON text; its name is one of the `event` values.
     let event_names: Vec<Value> = schemas["Progress"]["oneOf"]

@@ -11,8 +11,21 @@
 //! with `-9` (the sandbox kills with SIGKILL) and the reason on stderr; `sandbox_error` and
 //! `error` → `SandboxError` (which the client retries). Unknown request fields are ignored,
 //! as SandboxFusion's server does.
+//!
+//! `POST /run_jupyter`: SandboxFusion's Jupyter mode, answered by a stateful session
+//! ([`crate::sessions`]): one Python session is opened for the request (`kernel` `python3`;
+//! `memory_limit_MB`, when positive, its memory), `files` are written into its working
+//! directory, `cells` run in order in its one kernel (each within `cell_timeout` seconds when
+//! positive, all within `total_timeout`), `fetch_files` are read back base64 (a missing one
+//! is left out, as SandboxFusion leaves it out) and the session is deleted before the answer,
+//! whatever happened. A cell's error does not stop the next ones and the answer stays
+//! `Success`, as in SandboxFusion; a cell past its deadline stops the run: `Failed`, the
+//! `driver` `TimeLimitExceeded`, the cells so far; a kernel that died (its memory limit):
+//! `Failed`, the `driver` `Finished` (`return_code` -9 at the memory limit), the cells before
+//! it. A session lost with its worker, or a worker that refused a call: `SandboxError`.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -21,7 +34,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use proto::api::ExecutionSubmission;
+use proto::api::sessions::{CellRequest, CellResult, CellStatus, SessionCreate};
+use proto::api::{ErrorCode, ExecutionSubmission};
 use proto::{CompileStatus, ExecutionResult, FileContent, Language, Status, TaskId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -32,6 +46,7 @@ use crate::body::read_body;
 use crate::error::ApiError;
 use crate::executions::{accept, validate};
 use crate::request_id::RequestIdOf;
+use crate::sessions::CellRun;
 
 /// SandboxFusion's `RunCodeRequest`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -150,7 +165,7 @@ pub(crate) async fn run_code(
     )
     .await?;
     // SandboxFusion answers synchronously: wait for the run itself plus the usual margin.
-    let wait = c.options.wait + std::time::Duration::from_millis(timeout_ms);
+    let wait = c.options.wait + Duration::from_millis(timeout_ms);
     let result = match c.stores.executions.wait_execution(id, wait).await {
         Ok(Some(result)) => result,
         Ok(None) => ExecutionResult::error(
@@ -265,6 +280,470 @@ pub(crate) async fn run_code_keyed(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     run_code(state, tenant, request_id, body).await
+}
+
+/// SandboxFusion's `RunJupyterRequest`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub(crate) struct RunJupyterRequest {
+    /// The cells, run in order in one Python kernel: names, imports and files stay from one
+    /// cell to the next.
+    cells: Vec<String>,
+    /// Seconds each cell may run; 0 (SandboxFusion's default): no deadline of its own (then
+    /// `coordinator.sessions.max_cell_timeout_ms` and `total_timeout` bound it).
+    #[serde(default)]
+    #[schema(default = 0.0)]
+    cell_timeout: f64,
+    /// Seconds all the cells may run together (SandboxFusion's default: 45).
+    #[serde(default = "forty_five")]
+    #[schema(default = 45.0)]
+    total_timeout: f64,
+    /// MiB of the kernel's session; zero or negative takes `coordinator.sessions.default_memory_mb`.
+    #[serde(default, rename = "memory_limit_MB")]
+    memory_limit_mb: Option<i64>,
+    /// `python3`, the only kernel (as in SandboxFusion).
+    #[serde(default = "python3")]
+    #[schema(default = "python3")]
+    kernel: String,
+    /// Path (relative to the working directory) → base64 content, written before the first
+    /// cell.
+    #[serde(default)]
+    files: BTreeMap<String, String>,
+    /// Paths (relative to the working directory) to return, base64-encoded, after the cells.
+    #[serde(default)]
+    fetch_files: Vec<String>,
+}
+
+fn forty_five() -> f64 {
+    45.0
+}
+
+fn python3() -> String {
+    "python3".to_owned()
+}
+
+/// SandboxFusion's `CellRunResult`: what a cell gave, in the terms of Jupyter's messages.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CellRunResult {
+    stdout: String,
+    stderr: String,
+    /// Jupyter's MIME bundles, in order: `{"image/png": base64}` or `{"text/plain": text}`
+    /// for each thing the cell displayed (a matplotlib figure, `display(...)`), then
+    /// `{"text/plain": repr}` for the value of its final expression (when not `None`).
+    display: Vec<BTreeMap<String, String>>,
+    /// The uncaught error that ended the cell, as Jupyter's `error` message (none or one).
+    error: Vec<JupyterError>,
+}
+
+/// The content of Jupyter's `error` message.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct JupyterError {
+    /// The exception's class, e.g. `ZeroDivisionError`.
+    ename: String,
+    /// Its message.
+    evalue: String,
+    /// The formatted traceback, a line an item (without Jupyter's colours).
+    traceback: Vec<String>,
+}
+
+/// SandboxFusion's `RunJupyterResponse`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RunJupyterResponse {
+    status: RunStatus,
+    message: String,
+    /// The run of the cells as one command: `Finished` (`return_code` 0; -9 when the kernel
+    /// was killed at its memory limit, null when it died otherwise) or `TimeLimitExceeded`;
+    /// `execution_time` and `cpu_time` over all the cells. Null for `SandboxError`.
+    #[schema(required = true)]
+    driver: Option<CommandRunResult>,
+    /// One per cell that ran (the one that ran past its deadline included).
+    cells: Vec<CellRunResult>,
+    #[schema(required = true)]
+    executor_pod_name: Option<String>,
+    /// The fetched files, base64.
+    files: BTreeMap<String, String>,
+}
+
+/// How long `/run_jupyter` waits for a worker able to hold its session (right after the
+/// workers start, none has announced itself yet) before it answers 503 `no_session_host`.
+const HOST_WAIT: Duration = Duration::from_secs(10);
+
+/// Runs cells in a Jupyter-like kernel: SandboxFusion's `/run_jupyter`.
+#[utoipa::path(
+    post,
+    path = "/run_jupyter",
+    operation_id = "run_jupyter",
+    tag = "sandbox-fusion",
+    request_body = RunJupyterRequest,
+    responses(
+        (status = 200, description = "The cells' results, in SandboxFusion's shape (also for `Failed` and `SandboxError`). The session was deleted before this answer.", body = RunJupyterResponse),
+        (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = proto::api::ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
+        (status = 422, description = "A kernel other than `python3`, a timeout or memory limit out of range, a cell over `coordinator.max_code_bytes`, a file path leaving the working directory, a file that is not base64 or over `worker.sessions.max_file_bytes`; the message names the field.", body = proto::api::ErrorBody),
+        (status = 429, description = "The tenant's live sessions are at its quota (`coordinator.tenants.<name>.sessions`), or its request rate.", body = proto::api::ErrorBody),
+        (status = 503, description = "No worker could take the session within a few seconds (`no_session_host`), or Redis is unavailable (`store_unavailable`, `not_kept` without Redis); nothing ran.", body = proto::api::ErrorBody),
+    )
+)]
+pub(crate) async fn run_jupyter(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request: RunJupyterRequest = read_body(body)?;
+    let plan = jupyter_plan(request, &c.options)?;
+    // On a task of its own: a client that hangs up mid-run does not leave the session behind.
+    let answer = tokio::spawn(async move { jupyter(&c, &tenant, plan).await })
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the run failed: {e}")))??;
+    Ok(axum::Json(answer).into_response())
+}
+
+/// `/run_jupyter` under a path that carries the API key, as `/fusion/{key}/run_code`.
+#[utoipa::path(
+    post,
+    path = "/fusion/{key}/run_jupyter",
+    operation_id = "run_jupyter_keyed",
+    tag = "sandbox-fusion",
+    params(("key" = String, Path, description = "The caller's API key (with keys configured; any value without).")),
+    request_body = RunJupyterRequest,
+    responses(
+        (status = 200, description = "The cells' results, in SandboxFusion's shape (also for `Failed` and `SandboxError`). The session was deleted before this answer.", body = RunJupyterResponse),
+        (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
+        (status = 401, description = "API keys are configured and the path's key is unknown.", body = proto::api::ErrorBody),
+        (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
+        (status = 422, description = "A kernel other than `python3`, a timeout or memory limit out of range, a cell over `coordinator.max_code_bytes`, a file path leaving the working directory, a file that is not base64 or over `worker.sessions.max_file_bytes`; the message names the field.", body = proto::api::ErrorBody),
+        (status = 429, description = "The tenant's live sessions are at its quota (`coordinator.tenants.<name>.sessions`), or its request rate.", body = proto::api::ErrorBody),
+        (status = 503, description = "No worker could take the session within a few seconds (`no_session_host`), or Redis is unavailable (`store_unavailable`, `not_kept` without Redis); nothing ran.", body = proto::api::ErrorBody),
+    )
+)]
+pub(crate) async fn run_jupyter_keyed(
+    state: State<Coordinator>,
+    tenant: Extension<Tenant>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    run_jupyter(state, tenant, body).await
+}
+
+/// A `/run_jupyter` request, checked.
+#[derive(Debug)]
+struct JupyterPlan {
+    cells: Vec<String>,
+    /// None: no deadline of the cells' own.
+    cell_timeout_ms: Option<u64>,
+    total: Duration,
+    memory_mb: Option<u64>,
+    files: Vec<(String, Vec<u8>)>,
+    fetch_files: Vec<String>,
+}
+
+fn jupyter_plan(
+    request: RunJupyterRequest,
+    options: &crate::Options,
+) -> Result<JupyterPlan, ApiError> {
+    let limits = &options.sessions;
+    if request.kernel != "python3" {
+        return Err(ApiError::invalid(
+            "kernel",
+            format!(
+                "{:?} is not offered (only \"python3\", as SandboxFusion)",
+                request.kernel
+            ),
+        ));
+    }
+    let max_cell_s = limits.max_cell_timeout_ms as f64 / 1000.0;
+    if !(request.cell_timeout >= 0.0 && request.cell_timeout <= max_cell_s) {
+        return Err(ApiError::invalid(
+            "cell_timeout",
+            format!(
+                "must be 0 (no deadline of its own) to {max_cell_s} seconds (coordinator.sessions.max_cell_timeout_ms)"
+            ),
+        ));
+    }
+    let max_total_s = limits.max_lifetime.as_secs_f64();
+    if !(request.total_timeout > 0.0 && request.total_timeout <= max_total_s) {
+        return Err(ApiError::invalid(
+            "total_timeout",
+            format!(
+                "must be more than 0 and at most {max_total_s} seconds (coordinator.sessions.max_lifetime)"
+            ),
+        ));
+    }
+    let memory_mb = request
+        .memory_limit_mb
+        .filter(|m| *m > 0)
+        .map(|m| m.unsigned_abs());
+    if let Some(memory_mb) = memory_mb
+        && !(16..=limits.max_memory_mb).contains(&memory_mb)
+    {
+        return Err(ApiError::invalid(
+            "memory_limit_MB",
+            format!(
+                "must be 0 or less (the default) or between 16 and {} (coordinator.sessions.max_memory_mb)",
+                limits.max_memory_mb
+            ),
+        ));
+    }
+    for (i, cell) in request.cells.iter().enumerate() {
+        if cell.len() > options.max_code_bytes {
+            return Err(ApiError::invalid(
+                &format!("cells[{i}]"),
+                format!(
+                    "is {} bytes, over coordinator.max_code_bytes ({})",
+                    cell.len(),
+                    options.max_code_bytes
+                ),
+            ));
+        }
+    }
+    for (field, count) in [
+        ("files", request.files.len()),
+        ("fetch_files", request.fetch_files.len()),
+    ] {
+        if count > proto::execution::MAX_FILES {
+            return Err(ApiError::invalid(
+                field,
+                format!("at most {} files", proto::execution::MAX_FILES),
+            ));
+        }
+    }
+    let path_error = |field: &str, path: &str| {
+        ApiError::invalid(
+            field,
+            format!(
+                "{path:?} must be a relative path below the working directory, without `.`, `..` or empty segments (at most 1024 bytes)"
+            ),
+        )
+    };
+    let mut files = Vec::with_capacity(request.files.len());
+    for (path, content) in request.files {
+        crate::sessions::check_path(&path).map_err(|_| path_error("files", &path))?;
+        let bytes = proto::file::decode_base64(&content)
+            .map_err(|e| ApiError::invalid(&format!("files[{path:?}]"), e))?;
+        files.push((path, bytes));
+    }
+    for path in &request.fetch_files {
+        crate::sessions::check_path(path).map_err(|_| path_error("fetch_files", path))?;
+    }
+    let milliseconds = |seconds: f64| ((seconds * 1000.0).ceil() as u64).max(1);
+    Ok(JupyterPlan {
+        cells: request.cells,
+        cell_timeout_ms: (request.cell_timeout > 0.0).then(|| milliseconds(request.cell_timeout)),
+        total: Duration::from_millis(milliseconds(request.total_timeout)),
+        memory_mb,
+        files,
+        fetch_files: request.fetch_files,
+    })
+}
+
+/// Opens the request's session, runs it, and ends the session whatever happened.
+async fn jupyter(
+    c: &Coordinator,
+    tenant: &Tenant,
+    plan: JupyterPlan,
+) -> Result<RunJupyterResponse, ApiError> {
+    let limits = &c.options.sessions;
+    // Idles out soon after the request's own deadline, should this coordinator die mid-run.
+    let idle_timeout_s = (plan.total.as_secs() + 60).clamp(1, limits.max_idle_timeout_s.max(1));
+    let create = SessionCreate {
+        language: Language::Python,
+        memory_mb: plan.memory_mb,
+        idle_timeout_s: Some(idle_timeout_s),
+        packages: vec![],
+    };
+    let waited = Instant::now() + HOST_WAIT;
+    let record = loop {
+        match c.open_session(tenant, &create).await {
+            Err(e) if e.body().code == ErrorCode::NoSessionHost && Instant::now() < waited => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            opened => break opened?,
+        }
+    };
+    let outcome = run_session(c, tenant, &record.id, plan).await;
+    if let Err(e) = c
+        .end_session(
+            tenant,
+            &record.id,
+            "deleted: its /run_jupyter request was answered",
+        )
+        .await
+    {
+        // Its idle timeout ends it.
+        tracing::warn!(session = %record.id, error = %e.message(), "cannot delete a /run_jupyter session");
+    }
+    match outcome {
+        Ok(answer) => Ok(answer),
+        // The request's own fault (a file over the workers' limit): as the checks before.
+        Err(e) if e.status() == axum::http::StatusCode::UNPROCESSABLE_ENTITY => Err(e),
+        // The session was lost, its worker refused a call, Redis went away: the sandbox's.
+        Err(e) => Ok(RunJupyterResponse {
+            status: RunStatus::SandboxError,
+            message: e.message().to_owned(),
+            driver: None,
+            cells: vec![],
+            executor_pod_name: None,
+            files: BTreeMap::new(),
+        }),
+    }
+}
+
+/// Why the cells stopped before the last one.
+enum Stopped {
+    /// Past `cell_timeout` or `total_timeout`: the message.
+    Timeout(String),
+    /// The kernel died: its reason, and whether at the memory limit.
+    Died(String, bool),
+}
+
+/// Writes the files, runs the cells, reads the files back.
+async fn run_session(
+    c: &Coordinator,
+    tenant: &Tenant,
+    id: &str,
+    plan: JupyterPlan,
+) -> Result<RunJupyterResponse, ApiError> {
+    for (path, bytes) in plan.files {
+        c.put_session_file(tenant, id, &path, bytes.into())
+            .await
+            .map_err(|e| e.prefixed(&format!("files[{path:?}]: ")))?;
+    }
+    let max_cell_ms = c.options.sessions.max_cell_timeout_ms;
+    let own_limit_ms = plan.cell_timeout_ms.unwrap_or(max_cell_ms).min(max_cell_ms);
+    let started = Instant::now();
+    let deadline = started + plan.total;
+    let mut cells = Vec::with_capacity(plan.cells.len());
+    let mut cpu_ms: Option<u64> = None;
+    let mut stopped = None;
+    for (i, code) in plan.cells.into_iter().enumerate() {
+        let left_ms = u64::try_from(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let past_total = || {
+            format!(
+                "the cells ran past total_timeout ({} s) at cell {i}",
+                plan.total.as_secs_f64()
+            )
+        };
+        if left_ms == 0 {
+            stopped = Some(Stopped::Timeout(past_total()));
+            break;
+        }
+        let timeout_ms = own_limit_ms.min(left_ms);
+        let cell = CellRequest {
+            code,
+            timeout_ms: Some(timeout_ms),
+        };
+        match c.run_cell(tenant, id, cell).await? {
+            CellRun::Ran(result) => {
+                if let Some(ms) = result.cpu_ms {
+                    cpu_ms = Some(cpu_ms.unwrap_or(0) + ms);
+                }
+                cells.push(cell_result(&result));
+                if result.status == CellStatus::Timeout {
+                    stopped = Some(Stopped::Timeout(if timeout_ms < own_limit_ms {
+                        past_total()
+                    } else {
+                        format!(
+                            "cell {i} ran past its deadline of {} s",
+                            timeout_ms as f64 / 1000.0
+                        )
+                    }));
+                    break;
+                }
+            }
+            CellRun::Died { reason, oom_killed } => {
+                stopped = Some(Stopped::Died(
+                    format!("cell {i} ended the session: {reason}"),
+                    oom_killed,
+                ));
+                break;
+            }
+        }
+    }
+    let mut files = BTreeMap::new();
+    if !matches!(stopped, Some(Stopped::Died(..))) {
+        for path in plan.fetch_files {
+            match c.get_session_file(tenant, id, &path).await {
+                Ok(bytes) => {
+                    files.insert(path, STANDARD.encode(&bytes));
+                }
+                // Missing (or a folder, or too large): left out, as SandboxFusion leaves out
+                // a file that is not there.
+                Err(e) if e.status() == axum::http::StatusCode::UNPROCESSABLE_ENTITY => {}
+                Err(e) => return Err(e.prefixed(&format!("fetch_files[{path:?}]: "))),
+            }
+        }
+    }
+    let driver = |status, return_code, stderr: String| CommandRunResult {
+        status,
+        execution_time: started.elapsed().as_secs_f64(),
+        cpu_time: cpu_ms.map(|ms| ms as f64 / 1000.0),
+        return_code,
+        stdout: String::new(),
+        stderr,
+    };
+    let (status, message, driver) = match stopped {
+        None => (
+            RunStatus::Success,
+            String::new(),
+            driver(CommandRunStatus::Finished, Some(0), String::new()),
+        ),
+        Some(Stopped::Timeout(message)) => (
+            RunStatus::Failed,
+            message,
+            driver(CommandRunStatus::TimeLimitExceeded, None, String::new()),
+        ),
+        Some(Stopped::Died(message, oom_killed)) => (
+            RunStatus::Failed,
+            message.clone(),
+            driver(
+                CommandRunStatus::Finished,
+                oom_killed.then_some(-9),
+                message,
+            ),
+        ),
+    };
+    Ok(RunJupyterResponse {
+        status,
+        message,
+        driver: Some(driver),
+        cells,
+        executor_pod_name: None,
+        files,
+    })
+}
+
+/// A session's cell result as SandboxFusion's (Jupyter's) cell.
+fn cell_result(result: &CellResult) -> CellRunResult {
+    let mut display: Vec<BTreeMap<String, String>> = result
+        .display
+        .iter()
+        .filter_map(|d| {
+            let content = d.base64.clone().or_else(|| d.text.clone())?;
+            Some(BTreeMap::from([(d.mime.clone(), content)]))
+        })
+        .collect();
+    if let Some(value) = &result.value {
+        display.push(BTreeMap::from([("text/plain".to_owned(), value.clone())]));
+    }
+    let error = result
+        .error
+        .iter()
+        .map(|e| JupyterError {
+            ename: e.ty.clone(),
+            evalue: e.message.clone(),
+            traceback: e.traceback.lines().map(str::to_owned).collect(),
+        })
+        .collect();
+    CellRunResult {
+        stdout: result.stdout.clone(),
+        stderr: result.stderr.clone(),
+        display,
+        error,
+    }
 }
 
 /// A verdict in SandboxFusion's terms (see the module documentation).
@@ -542,5 +1021,107 @@ mod tests {
         .unwrap();
         let mapped = submission(request, &options).unwrap();
         assert_eq!(mapped.files.unwrap()["b"], FileContent::Bytes(vec![0xff]));
+    }
+
+    #[test]
+    fn jupyter_requests_are_checked_and_take_sandbox_fusions_defaults() {
+        let options = crate::Options::default();
+        let plan =
+            |body: serde_json::Value| jupyter_plan(serde_json::from_value(body).unwrap(), &options);
+        let defaults =
+            plan(serde_json::json!({"cells": ["x = 5", "x"], "newer_field": 1})).unwrap();
+        assert_eq!(defaults.cells, ["x = 5", "x"]);
+        assert_eq!(defaults.cell_timeout_ms, None, "0: no deadline of its own");
+        assert_eq!(defaults.total, Duration::from_secs(45));
+        assert_eq!(defaults.memory_mb, None);
+        let full = plan(serde_json::json!({
+            "cells": [], "cell_timeout": 1.5, "total_timeout": 3, "memory_limit_MB": 256,
+            "kernel": "python3", "files": {"data/in.txt": "aGk="}, "fetch_files": ["out.txt"]
+        }))
+        .unwrap();
+        assert_eq!(full.cell_timeout_ms, Some(1500));
+        assert_eq!(full.total, Duration::from_secs(3));
+        assert_eq!(full.memory_mb, Some(256));
+        assert_eq!(full.files, [("data/in.txt".to_owned(), b"hi".to_vec())]);
+        assert_eq!(full.fetch_files, ["out.txt"]);
+        assert_eq!(
+            plan(serde_json::json!({"cells": [], "memory_limit_MB": -1}))
+                .unwrap()
+                .memory_mb,
+            None
+        );
+
+        let refused = |body: serde_json::Value| plan(body).unwrap_err().message().to_owned();
+        for (field, body) in [
+            ("kernel", serde_json::json!({"cells": [], "kernel": "ir"})),
+            (
+                "cell_timeout",
+                serde_json::json!({"cells": [], "cell_timeout": -1}),
+            ),
+            (
+                "cell_timeout",
+                serde_json::json!({"cells": [], "cell_timeout": 1e9}),
+            ),
+            (
+                "total_timeout",
+                serde_json::json!({"cells": [], "total_timeout": 0}),
+            ),
+            (
+                "memory_limit_MB",
+                serde_json::json!({"cells": [], "memory_limit_MB": 1 << 30}),
+            ),
+            (
+                "files",
+                serde_json::json!({"cells": [], "files": {"../x": "aGk="}}),
+            ),
+            (
+                "files",
+                serde_json::json!({"cells": [], "files": {"/etc/x": "aGk="}}),
+            ),
+            (
+                "files[\"a\"]",
+                serde_json::json!({"cells": [], "files": {"a": "%%"}}),
+            ),
+            (
+                "fetch_files",
+                serde_json::json!({"cells": [], "fetch_files": ["a//b"]}),
+            ),
+        ] {
+            let message = refused(body);
+            assert!(message.starts_with(&format!("{field}: ")), "{message}");
+        }
+        let huge = "x".repeat(options.max_code_bytes + 1);
+        assert!(refused(serde_json::json!({"cells": ["1", huge]})).starts_with("cells[1]: "));
+    }
+
+    #[test]
+    fn a_session_cell_reads_as_a_jupyter_cell() {
+        let result: CellResult = serde_json::from_value(serde_json::json!({
+            "status": "error", "stdout": "10\n", "stderr": "", "value": "'v'",
+            "error": {"type": "ZeroDivisionError", "message": "division by zero",
+                      "traceback": "Traceback (most recent call last):\n  File \"<cell 3>\", line 1, in <module>\nZeroDivisionError: division by zero\n"},
+            "display": [{"mime": "image/png", "base64": "iVBO"}, {"mime": "text/plain", "text": "t"}],
+            "duration_ms": 3
+        }))
+        .unwrap();
+        let cell = serde_json::to_value(cell_result(&result)).unwrap();
+        assert_eq!(
+            cell,
+            serde_json::json!({
+                "stdout": "10\n", "stderr": "",
+                "display": [{"image/png": "iVBO"}, {"text/plain": "t"}, {"text/plain": "'v'"}],
+                "error": [{"ename": "ZeroDivisionError", "evalue": "division by zero",
+                           "traceback": ["Traceback (most recent call last):",
+                                         "  File \"<cell 3>\", line 1, in <module>",
+                                         "ZeroDivisionError: division by zero"]}]
+            })
+        );
+        let quiet: CellResult = serde_json::from_value(serde_json::json!({
+            "status": "ok", "stdout": "", "stderr": "", "duration_ms": 1
+        }))
+        .unwrap();
+        let cell = serde_json::to_value(cell_result(&quiet)).unwrap();
+        assert_eq!(cell["display"], serde_json::json!([]));
+        assert_eq!(cell["error"], serde_json::json!([]));
     }
 }

@@ -365,8 +365,9 @@ impl Coordinator {
                 memory_mb,
                 idle_timeout_s,
                 created_ms: now,
-                expires_ms: now
-                    .saturating_add(u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX)),
+                expires_ms: now.saturating_add(
+                    u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX),
+                ),
                 last_used_ms: now,
                 busy_until_ms: 0,
                 cells: 0,
@@ -623,6 +624,12 @@ impl Coordinator {
             timeout_ms,
             max_output_bytes: limits.max_output_bytes,
         };
+        // The session cannot idle out under this cell (at least until its deadline).
+        let now = now_ms();
+        let _ = self
+            .sessions()?
+            .touch_session(id, now, false, now.saturating_add(timeout_ms))
+            .await;
         // Calls before this one on the same session may hold it for their own deadlines.
         let answer = self
             .call_host(
@@ -634,12 +641,22 @@ impl Coordinator {
                 Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
             )
             .await?;
-        let HostAnswer::Ok(response) = answer else {
-            return Err(self.host_failed(&record, answer).await);
+        let answer = match answer {
+            HostAnswer::Ok(response) => response,
+            // The cell may have run: a 503 would invite running it again.
+            HostAnswer::Garbled(e) => {
+                return Err(ApiError::new(
+                    ErrorCode::Internal,
+                    format!("the cell's outcome is unknown (it may have run): {e}"),
+                ));
+            }
+            answer => return Err(self.host_failed(&record, answer).await),
         };
-        let outcome: CellOutcome = response.json().await.map_err(|e| {
-            ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}"))
-        })?;
+        let response = answer;
+        let outcome: CellOutcome = response
+            .json()
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
         match outcome {
             CellOutcome::Ran(result) => {
                 let _ = self.sessions()?.touch_session(id, now_ms(), true, 0).await;
@@ -777,9 +794,10 @@ impl Coordinator {
         let HostAnswer::Ok(response) = answer else {
             return Err(self.host_failed(&record, answer).await.about("path"));
         };
-        let bytes = response.bytes().await.map_err(|e| {
-            ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}"))
-        })?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
         let _ = self.sessions()?.touch_session(id, now_ms(), false, 0).await;
         Ok(bytes)
     }
@@ -941,7 +959,15 @@ mod tests {
 
     #[test]
     fn a_path_leaving_the_working_directory_is_refused_before_it_is_sent() {
-        for bad in ["../etc/passwd", "a/../../b", "/etc/passwd", "a//b", "./a", "", "a\0b"] {
+        for bad in [
+            "../etc/passwd",
+            "a/../../b",
+            "/etc/passwd",
+            "a//b",
+            "./a",
+            "",
+            "a\0b",
+        ] {
             assert_eq!(
                 check_path(bad).unwrap_err().body().param.as_deref(),
                 Some("path"),

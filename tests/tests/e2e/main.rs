@@ -6,6 +6,7 @@
 
 mod broker_failover;
 mod cli_jobs;
+mod cli_sessions;
 mod cluster_script;
 mod control;
 mod deploy_files;
@@ -32,6 +33,7 @@ mod sandbox_hostile;
 mod sandbox_images;
 mod sandbox_pool;
 mod sessions;
+mod sessions_jupyter;
 mod silent_partitions;
 mod stack_faults;
 mod tenants;

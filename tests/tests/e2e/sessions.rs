@@ -223,7 +223,14 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
         .await
         .unwrap();
     assert_eq!(escape.status(), 422, "a path out of the working directory");
-    let (_, linked) = run(&cluster, &other, None, &id, "os.symlink('/etc/passwd', '/work/link')").await;
+    let (_, linked) = run(
+        &cluster,
+        &other,
+        None,
+        &id,
+        "os.symlink('/etc/passwd', '/work/link')",
+    )
+    .await;
     assert_eq!(linked["status"], "ok", "{linked}");
     let through = cluster
         .http
@@ -231,9 +238,16 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
         .send()
         .await
         .unwrap();
-    assert_eq!(through.status(), 422, "a symlink out of the working directory");
+    assert_eq!(
+        through.status(),
+        422,
+        "a symlink out of the working directory"
+    );
     let (_, alive) = run(&cluster, &first, None, &id, "x").await;
-    assert_eq!(alive["value"], "41", "refused paths leave the session as it was: {alive}");
+    assert_eq!(
+        alive["value"], "41",
+        "refused paths leave the session as it was: {alive}"
+    );
 
     // The view counts the cells; the listing has it; a delete ends it and removes everything.
     let (_, view) = call(
