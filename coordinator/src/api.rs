@@ -541,14 +541,39 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         json!({"anyOf": [{"maximum": 0},
                          {"minimum": 16, "maximum": options.sessions.max_memory_mb}]}),
     );
+    let session_path = json!(SESSION_PATH_PATTERN);
     limit(
         &mut run_jupyter["files"],
         json!({"maxProperties": proto::execution::MAX_FILES,
+               "propertyNames": {"minLength": 1, "maxLength": 1024, "pattern": session_path},
                "additionalProperties": {"type": "string", "pattern": proto::file::BASE64_PATTERN}}),
     );
     limit(
         &mut run_jupyter["fetch_files"],
-        json!({"maxItems": proto::execution::MAX_FILES}),
+        json!({"maxItems": proto::execution::MAX_FILES,
+               "items": {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": session_path}}),
+    );
+    // Sessions: the languages they are offered in, and the configured bounds.
+    let limits = &options.sessions;
+    let create = &mut schemas["SessionCreate"]["properties"];
+    let session_languages: Vec<&str> = proto::api::sessions::SESSION_LANGUAGES
+        .iter()
+        .map(|l| l.as_str())
+        .collect();
+    create["language"] = json!({"type": "string", "enum": session_languages});
+    limit(
+        &mut create["memory_mb"],
+        json!({"minimum": 16, "maximum": limits.max_memory_mb}),
+    );
+    limit(
+        &mut create["idle_timeout_s"],
+        json!({"minimum": 1, "maximum": limits.max_idle_timeout_s}),
+    );
+    // Not offered yet: a request naming any package is refused.
+    limit(&mut create["packages"], json!({"maxItems": 0}));
+    limit(
+        &mut schemas["CellRequest"]["properties"]["timeout_ms"],
+        json!({"minimum": 1, "maximum": limits.max_cell_timeout_ms}),
     );
     // An event's data is a `Progress` as JSON text; its name is one of the `event` values.
     let event_names: Vec<Value> = schemas["Progress"]["oneOf"]
@@ -588,6 +613,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
             ["schema"],
         json!({"minItems": 1, "maxItems": options.max_batch_jobs}),
     );
+    session_parameters(&mut doc);
     doc
 }
 
@@ -624,6 +650,41 @@ fn file_path_pattern() -> String {
         proto::DATA_DIR
     )
 }
+
+/// The session routes' path parameters: an id is a UUID, a file path one a session takes.
+fn session_parameters(doc: &mut Value) {
+    if let Value::Object(paths) = &mut doc["paths"] {
+        for (path, item) in paths.iter_mut() {
+            if !path.starts_with("/v1/sessions/{id}") {
+                continue;
+            }
+            let Value::Object(operations) = item else {
+                continue;
+            };
+            for operation in operations.values_mut() {
+                let Some(Value::Array(parameters)) = operation.get_mut("parameters") else {
+                    continue;
+                };
+                for parameter in parameters.iter_mut() {
+                    match parameter["name"].as_str() {
+                        Some("id") => {
+                            parameter["schema"] = json!({"type": "string", "format": "uuid"})
+                        }
+                        Some("path") => {
+                            parameter["schema"] = json!({"type": "string", "minLength": 1,
+                            "maxLength": 1024, "pattern": SESSION_PATH_PATTERN});
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `sessions::check_path` as a regular expression: relative, `/`-separated components, none
+/// empty, `.` or `..`, no NUL (the 1024-byte limit is the schema's `maxLength`, in characters).
+const SESSION_PATH_PATTERN: &str = r"^(?!(?:[^/]*/)*\.{1,2}(?:/|$))[^/\x00]+(?:/[^/\x00]+)*$";
 
 /// An instruction is trimmed (Unicode white space) and must not be empty.
 const NOT_BLANK_PATTERN: &str =

@@ -672,7 +672,10 @@ async fn run_session(
                 }
                 // Missing (or a folder, or too large): left out, as SandboxFusion leaves out
                 // a file that is not there.
-                Err(e) if e.status() == axum::http::StatusCode::UNPROCESSABLE_ENTITY => {}
+                Err(e)
+                    if e.status() == axum::http::StatusCode::UNPROCESSABLE_ENTITY
+                        || (e.status() == axum::http::StatusCode::NOT_FOUND
+                            && e.body().param.as_deref() == Some("path")) => {}
                 Err(e) => return Err(e.prefixed(&format!("fetch_files[{path:?}]: "))),
             }
         }

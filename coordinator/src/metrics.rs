@@ -100,6 +100,20 @@ impl Metrics {
             )?,
             usage: telemetry::TenantUsage::register(registry)?,
         };
+        // At zero from the start, so the dashboard's rates and the first event show.
+        for language in proto::api::sessions::SESSION_LANGUAGES {
+            metrics
+                .sessions_opened
+                .with_label_values(&[language.as_str()]);
+            for status in ["ok", "error", "timeout", "died"] {
+                metrics
+                    .session_cells
+                    .with_label_values(&[language.as_str(), status]);
+            }
+        }
+        for state in ["ended", "lost"] {
+            metrics.sessions_ended.with_label_values(&[state]);
+        }
         registry.register(Box::new(metrics.sessions_opened.clone()))?;
         registry.register(Box::new(metrics.sessions_ended.clone()))?;
         registry.register(Box::new(metrics.session_cells.clone()))?;

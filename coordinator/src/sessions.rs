@@ -151,16 +151,15 @@ impl Coordinator {
 
     /// Session `id` of `tenant`, or 404 (another tenant's is as unknown as none).
     async fn session_of(&self, tenant: &Tenant, id: &str) -> Result<SessionRecord, ApiError> {
-        if !valid_id(id) {
-            return Err(crate::error::invalid_id("session", "not a session id"));
-        }
+        let id = canonical_id(id)?;
+        let id = id.as_str();
         match self.sessions()?.session(id).await.map_err(unavailable)? {
             Some(record) if tenant.sees(&record.tenant) => Ok(record),
             _ => Err(crate::error::not_found(format!("no session {id}"))),
         }
     }
 
-    /// Session `id`, live: else the 410 that says how it ended.
+    /// Session `id`, live: else the 409 that says how it ended.
     async fn live_session(&self, tenant: &Tenant, id: &str) -> Result<SessionRecord, ApiError> {
         let record = self.session_of(tenant, id).await?;
         match record.state {
@@ -215,6 +214,13 @@ impl Coordinator {
                 self.end(record, SessionState::Lost, &reason).await;
                 ended(SessionState::Lost, Some(&reason))
             }
+            HostAnswer::Refused(
+                _,
+                HostError {
+                    code: HostErrorCode::NoFile,
+                    message,
+                },
+            ) => ApiError::new(ErrorCode::NotFound, message),
             HostAnswer::Refused(status, error) if status.is_client_error() => {
                 ApiError::new(ErrorCode::InvalidField, error.message)
             }
@@ -249,9 +255,11 @@ fn ended(state: SessionState, reason: Option<&str>) -> ApiError {
     )
 }
 
-/// Session ids are UUIDs (simple form).
-fn valid_id(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+/// Session ids are UUIDs, kept in their lowercase hyphenated form.
+fn canonical_id(id: &str) -> Result<String, ApiError> {
+    uuid::Uuid::parse_str(id)
+        .map(|id| id.to_string())
+        .map_err(|e| crate::error::invalid_id("session", e))
 }
 
 fn check(limits: &SessionLimits, create: &SessionCreate) -> Result<(u64, u64), ApiError> {
@@ -359,7 +367,7 @@ impl Coordinator {
         let mut last_error = String::new();
         for host in hosts {
             let record = SessionRecord {
-                id: uuid::Uuid::new_v4().simple().to_string(),
+                id: uuid::Uuid::now_v7().to_string(),
                 tenant: tenant.0.clone(),
                 language: create.language,
                 memory_mb,
@@ -558,7 +566,7 @@ impl Coordinator {
         (status = 400, description = "The body is not a cell; `param` names the field.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
-        (status = 410, description = "The session has ended (`session_ended`: this cell killed its kernel, or it ended before) or was lost with its worker (`session_lost`); the message says why.", body = ErrorBody),
+        (status = 409, description = "The session has ended (`session_ended`: this cell killed its kernel, or it ended before) or was lost with its worker (`session_lost`); the message says why.", body = ErrorBody),
         (status = 422, description = "`timeout_ms` out of range, or code too large.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
     )
@@ -628,14 +636,14 @@ impl Coordinator {
         let now = now_ms();
         let _ = self
             .sessions()?
-            .touch_session(id, now, false, now.saturating_add(timeout_ms))
+            .touch_session(&record.id, now, false, now.saturating_add(timeout_ms))
             .await;
         // Calls before this one on the same session may hold it for their own deadlines.
         let answer = self
             .call_host(
                 &record.host_url,
                 reqwest::Method::POST,
-                &format!("/{id}/run"),
+                &format!("/{}/run", record.id),
                 Some(serde_json::to_vec(&request).expect("serializes").into()),
                 true,
                 Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
@@ -659,7 +667,10 @@ impl Coordinator {
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
         match outcome {
             CellOutcome::Ran(result) => {
-                let _ = self.sessions()?.touch_session(id, now_ms(), true, 0).await;
+                let _ = self
+                    .sessions()?
+                    .touch_session(&record.id, now_ms(), true, 0)
+                    .await;
                 self.metrics
                     .session_cells
                     .with_label_values(&[record.language.as_str(), cell_status(&result)])
@@ -702,10 +713,11 @@ fn cell_status(result: &CellResult) -> &'static str {
     tag = "sessions",
     params(("id" = String, Path, description = "The session's id.")),
     responses(
+        (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 200, description = "Regular files below the working directory, by path.", body = SessionFiles),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
-        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
     )
 )]
@@ -719,7 +731,7 @@ pub(crate) async fn files(
         .call_host(
             &record.host_url,
             reqwest::Method::GET,
-            &format!("/{id}/files"),
+            &format!("/{}/files", record.id),
             None,
             false,
             Duration::from_secs(120),
@@ -732,7 +744,10 @@ pub(crate) async fn files(
         .json()
         .await
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
-    let _ = c.sessions()?.touch_session(&id, now_ms(), false, 0).await;
+    let _ = c
+        .sessions()?
+        .touch_session(&record.id, now_ms(), false, 0)
+        .await;
     Ok(axum::Json(SessionFiles { files }).into_response())
 }
 
@@ -753,10 +768,11 @@ pub(crate) struct FilePath {
         ("path" = String, Path, description = "The file, relative to the working directory."),
     ),
     responses(
+        (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 200, description = "The file's bytes.", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
-        (status = 404, description = "No such session for this tenant.", body = ErrorBody),
-        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 404, description = "No such session for this tenant, or no such file (`param`: `path`).", body = ErrorBody),
+        (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 422, description = "No such file, a folder, a path leaving the working directory, or a file over `worker.sessions.max_file_bytes`.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
     )
@@ -785,7 +801,7 @@ impl Coordinator {
             .call_host(
                 &record.host_url,
                 reqwest::Method::GET,
-                &format!("/{id}/files/{}", encode_path(path)),
+                &format!("/{}/files/{}", record.id, encode_path(path)),
                 None,
                 false,
                 Duration::from_secs(120),
@@ -798,7 +814,10 @@ impl Coordinator {
             .bytes()
             .await
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
-        let _ = self.sessions()?.touch_session(id, now_ms(), false, 0).await;
+        let _ = self
+            .sessions()?
+            .touch_session(&record.id, now_ms(), false, 0)
+            .await;
         Ok(bytes)
     }
 
@@ -818,7 +837,7 @@ impl Coordinator {
             .call_host(
                 &record.host_url,
                 reqwest::Method::PUT,
-                &format!("/{id}/files/{}", encode_path(path)),
+                &format!("/{}/files/{}", record.id, encode_path(path)),
                 Some(bytes.into()),
                 false,
                 Duration::from_secs(120),
@@ -827,7 +846,10 @@ impl Coordinator {
         let HostAnswer::Ok(_) = answer else {
             return Err(self.host_failed(&record, answer).await.about("path"));
         };
-        let _ = self.sessions()?.touch_session(id, now_ms(), false, 0).await;
+        let _ = self
+            .sessions()?
+            .touch_session(&record.id, now_ms(), false, 0)
+            .await;
         Ok(())
     }
 }
@@ -845,10 +867,11 @@ impl Coordinator {
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses(
+        (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 204, description = "Written."),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
-        (status = 410, description = "The session has ended or was lost.", body = ErrorBody),
+        (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 413, description = "Over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "A path leaving the working directory, or a file over `worker.sessions.max_file_bytes`.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),

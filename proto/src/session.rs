@@ -79,6 +79,8 @@ pub enum HostErrorCode {
     Full,
     /// The request itself is wrong (a bad path, a file too large).
     Invalid,
+    /// The file asked for does not exist.
+    NoFile,
     /// The sandbox could not start the container (Docker down, image missing).
     Sandbox,
     /// The token was missing or wrong.

@@ -73,7 +73,8 @@ many bytes of a JSON object; S's frames are pure ASCII).
          10000 in that order).
     A request S cannot serve (not JSON, an unknown type, a missing or mistyped field, a bad
     path), or a file request K refuses (a missing file, a folder, a symlink leaving /work,
-    a file over max_bytes, a full disk...) -> {"type": "error", "message": str}; the
+    a file over max_bytes, a full disk...) -> {"type": "error", "message": str} (with
+    "missing": true when the file a get_file names does not exist); the
     session goes on.
   S -> worker  {"type": "fatal", "message": str, "oom_killed": bool}: the session is over.
                S has killed every process of PROGRAM_UID and exits (status 3); the worker
@@ -755,6 +756,8 @@ class Kernel:
     @staticmethod
     def refusal(f):
         message = clean_text(f.get("error"), 2000) or "the kernel could not do it"
+        if f.get("missing") is True:
+            return {"type": "error", "message": message, "missing": True}
         return {"type": "error", "message": message}
 
     def run_cell(self, req):
@@ -1160,7 +1163,7 @@ class KernelBase:
             return {"file": {"path": path, "size": len(data),
                              "base64": binascii.b2a_base64(data, newline=False).decode("ascii")}}
         except FileNotFoundError:
-            return {"error": "%s: no such file" % path}
+            return {"error": "%s: no such file" % path, "missing": True}
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 return {"error": "%s: a symbolic link on the path cannot be followed (a loop, "

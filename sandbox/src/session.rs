@@ -46,6 +46,9 @@ pub enum SessionError {
     /// The kernel refused the request (a bad path, a file too large); the session goes on.
     #[error("{0}")]
     Refused(String),
+    /// The file asked for does not exist; the session goes on.
+    #[error("{0}")]
+    NoFile(String),
     /// The kernel is gone (the memory limit, a cell that did not stop at its deadline, an
     /// `exit` in bash, a container that stopped answering): the session is over.
     #[error("the session ended: {reason}")]
@@ -117,6 +120,8 @@ enum Message {
     },
     Error {
         message: String,
+        #[serde(default)]
+        missing: bool,
     },
     Fatal {
         message: String,
@@ -176,9 +181,11 @@ impl Kernel {
             )),
             Ok(Message::Fatal { message, .. }) => Err(message),
             Ok(_) => Err("the session container answered before it was ready".into()),
-            Err(SessionError::Dead { reason, .. } | SessionError::Refused(reason)) => {
-                Err(format!("{reason} {}", self.diagnostics()))
-            }
+            Err(
+                SessionError::Dead { reason, .. }
+                | SessionError::Refused(reason)
+                | SessionError::NoFile(reason),
+            ) => Err(format!("{reason} {}", self.diagnostics())),
         }
     }
 
@@ -246,7 +253,11 @@ impl Kernel {
             Ok(Ok(())) => {}
         }
         match self.next(deadline).await? {
-            Message::Error { message } => Err(SessionError::Refused(message)),
+            Message::Error {
+                message,
+                missing: true,
+            } => Err(SessionError::NoFile(message)),
+            Message::Error { message, .. } => Err(SessionError::Refused(message)),
             message => Ok(message),
         }
     }

@@ -519,6 +519,9 @@ fn refused(outcome: SessionError) -> Response {
         SessionError::Refused(message) => {
             refuse(StatusCode::BAD_REQUEST, HostErrorCode::Invalid, message)
         }
+        SessionError::NoFile(message) => {
+            refuse(StatusCode::NOT_FOUND, HostErrorCode::NoFile, message)
+        }
         SessionError::Dead { reason, .. } => {
             refuse(StatusCode::GONE, HostErrorCode::NoSession, reason)
         }

@@ -98,8 +98,11 @@ impl ErrorCode {
             Self::Forbidden => 403,
             Self::NotFound | Self::NoSuchRoute | Self::CachingDisabled => 404,
             Self::MethodNotAllowed => 405,
-            Self::IdempotencyConflict | Self::IdempotencyInProgress | Self::AlreadyEnded => 409,
-            Self::SessionEnded | Self::SessionLost => 410,
+            Self::IdempotencyConflict
+            | Self::IdempotencyInProgress
+            | Self::AlreadyEnded
+            | Self::SessionEnded
+            | Self::SessionLost => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidField | Self::UnknownLanguage => 422,

@@ -22,12 +22,12 @@ pub struct SessionCreate {
     pub language: Language,
     /// The session container's memory limit (default and bounds: `sessions.*memory_mb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1)]
+    #[schema(minimum = 1)]
     pub memory_mb: Option<u64>,
     /// Seconds without a call after which the session ends (default and bound:
     /// `sessions.*idle_timeout_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1)]
+    #[schema(minimum = 1)]
     pub idle_timeout_s: Option<u64>,
     /// Packages to install before the first cell (pip requirement specifiers for Python).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -97,7 +97,7 @@ pub struct CellRequest {
     /// The cell's deadline (default and bound: `sessions.*cell_timeout_ms`). At it the cell
     /// is interrupted; a cell that does not stop at the interrupt ends the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1)]
+    #[schema(minimum = 1)]
     pub timeout_ms: Option<u64>,
 }
 

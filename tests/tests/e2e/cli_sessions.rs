@@ -54,7 +54,7 @@ async fn a_session_through_the_cli() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(
-        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        uuid::Uuid::parse_str(&id).is_ok_and(|u| u.to_string() == id),
         "the id alone on stdout: {id:?}"
     );
 
@@ -185,7 +185,7 @@ async fn a_session_through_the_cli() {
     let run = session(&url, &["run", &id, "x"]).await;
     assert_eq!(run.code, Some(2), "{run}");
     assert_eq!(run.stdout, "", "{run}");
-    assert!(run.stderr.contains("410"), "{run}");
+    assert!(run.stderr.contains("409"), "{run}");
     assert!(
         run.stderr.contains("the session is ended: deleted"),
         "{run}"

@@ -291,7 +291,7 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
     let (status, gone) = run(&cluster, &first, None, &id, "x").await;
     assert_eq!(
         (status, gone["code"].as_str()),
-        (410, Some("session_ended")),
+        (409, Some("session_ended")),
         "{gone}"
     );
     wait_no_container(&id).await;
@@ -550,7 +550,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
     .await;
     assert_eq!(
         (status, bomb["code"].as_str()),
-        (410, Some("session_ended")),
+        (409, Some("session_ended")),
         "{bomb}"
     );
     assert!(bomb["error"].as_str().unwrap().contains("memory"), "{bomb}");
@@ -569,7 +569,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
     .await;
     assert_eq!(
         (status, stuck["code"].as_str()),
-        (410, Some("session_ended")),
+        (409, Some("session_ended")),
         "{stuck}"
     );
     wait_no_container(&stubborn).await;
@@ -644,7 +644,7 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
         let (status, lost) = run(&cluster, &base, None, id, "state").await;
         assert_eq!(
             (status, lost["code"].as_str()),
-            (410, Some("session_lost")),
+            (409, Some("session_lost")),
             "{lost}"
         );
         let (_, view) = call(
@@ -658,5 +658,121 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
         assert_eq!(view["state"], "lost", "{view}");
         wait_no_container(id).await;
     }
+    cluster.cleanup().await;
+}
+
+/// What a session's kernel sees of its container: pids and memory limits, its uid, its
+/// effective capabilities and no_new_privs (read before any bomb goes off).
+const PROBE: &str = r#"
+import os
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return 'error: %s' % e
+status = dict(l.split(':', 1) for l in read('/proc/self/status').splitlines() if ':' in l)
+(read('/sys/fs/cgroup/pids/pids.max'), int(read('/sys/fs/cgroup/memory/memory.limit_in_bytes')) >> 20,
+ os.getuid(), status['CapEff'].strip(), status['NoNewPrivs'].strip())
+"#;
+
+#[tokio::test]
+async fn hostile_cells_are_contained_and_no_session_sees_another() {
+    let (cluster, _coordinator, worker, _) = cluster_with(&[]).await;
+    let base = cluster.url();
+    // A neighbour with a secret in its files and its memory.
+    let (_, neighbour) = open(&cluster, &base, None, json!({"language": "python"})).await;
+    let neighbour = neighbour["id"].as_str().unwrap().to_owned();
+    let (_, kept) = run(&cluster, &base, None, &neighbour, "secret = 'n-7f3a'\nopen('/work/secret.txt', 'w').write(secret)\nopen('/tmp/secret.txt', 'w').write(secret)").await;
+    assert_eq!(kept["status"], "ok", "{kept}");
+
+    let (status, session) = open(
+        &cluster,
+        &base,
+        None,
+        json!({"language": "python", "memory_mb": 256}),
+    )
+    .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    // The limits, confirmed from inside before anything hostile runs.
+    let (_, probe) = run(&cluster, &base, None, &id, PROBE).await;
+    let probe = probe["value"].as_str().unwrap().to_owned();
+    let fields: Vec<&str> = probe.trim_matches(['(', ')']).split(", ").collect();
+    let pids: u64 = fields[0].trim_matches('\'').parse().unwrap_or(u64::MAX);
+    let memory_mb: u64 = fields[1].parse().unwrap();
+    assert!(
+        pids > 0 && pids <= 1024,
+        "refusing to run a bomb: pids.max {probe}"
+    );
+    assert!(memory_mb <= 1024, "refusing to run a bomb: memory {probe}");
+    assert!(
+        fields[2] != "0" && fields[3] == "'0000000000000000'" && fields[4] == "'1'",
+        "refusing to run a bomb: the kernel is privileged: {probe}"
+    );
+
+    // Escapes: no network, no other session's files, nothing of the host's processes.
+    let escapes = r#"
+import os, socket, glob
+found = []
+for path in ['/work/secret.txt', '/tmp/secret.txt'] + glob.glob('/proc/*/root/work/secret.txt'):
+    try:
+        found.append(open(path).read())
+    except OSError:
+        pass
+try:
+    socket.create_connection(('10.0.0.1', 80), timeout=2)
+    net = 'connected'
+except OSError as e:
+    net = type(e).__name__
+try:
+    os.setuid(0)
+    root = 'became root'
+except OSError:
+    root = 'refused'
+(found, net, root, sorted(os.listdir('/proc'))[:0])
+"#;
+    let (_, escaped) = run(&cluster, &base, None, &id, escapes).await;
+    assert_eq!(escaped["status"], "ok", "{escaped}");
+    let value = escaped["value"].as_str().unwrap();
+    assert!(
+        value.starts_with("([], "),
+        "another session's secret was read: {value}"
+    );
+    assert!(
+        !value.contains("'connected'") && value.contains("'refused'"),
+        "{value}"
+    );
+
+    // A fork bomb: contained by the pids limit, ended at its deadline with everything of the
+    // program killed; the neighbour and the worker go on.
+    let bomb =
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass";
+    let (status, bombed) = call(
+        &cluster,
+        reqwest::Method::POST,
+        format!("{base}/v1/sessions/{id}/run"),
+        None,
+        Some(json!({"code": bomb, "timeout_ms": 2000})),
+    )
+    .await;
+    assert!(
+        (status == 200 && bombed["status"] == "timeout")
+            || (status == 409 && bombed["code"] == "session_ended"),
+        "{status} {bombed}"
+    );
+    let (_, after) = run(&cluster, &base, None, &neighbour, "secret").await;
+    assert_eq!(
+        after["value"], "'n-7f3a'",
+        "the neighbour lost its state: {after}"
+    );
+    let mut worker = worker;
+    assert!(
+        worker.is_running(),
+        "the worker died: {}",
+        worker.log_text()
+    );
+    let (status, fresh) = open(&cluster, &base, None, json!({"language": "bash"})).await;
+    assert_eq!(status, 201, "the worker still opens sessions: {fresh}");
     cluster.cleanup().await;
 }
