@@ -446,24 +446,31 @@ def reset_signals():
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
+def become_program(stdin_r, out_w, err_w, keep):
+    """Turns this freshly forked process into one of the program's: a session of its own, the
+    OOM killer's first choice, PROGRAM_UID without any capability, the given stdio, no other
+    descriptor but `keep`, in WORKDIR. The runner's P and a session's kernel both start so."""
+    os.setsid()
+    try:
+        write_small("/proc/self/oom_score_adj", b"1000")
+    except OSError:
+        pass
+    drop_to_program_uid()
+    prctl(PR_SET_DUMPABLE, 1)  # an ordinary process of its uid (it may read its own /proc)
+    os.dup2(stdin_r, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    close_other_fds(keep=keep)
+    os.chdir(WORKDIR)
+    os.umask(0o022)
+
+
 def program_main(fds, language):
     """P: prepares empty-handed, waits for the request, has `language` run it. Never returns."""
     req_r, stdin_r, out_w, err_w, status_w = fds
     code = 70
     try:
-        os.setsid()
-        try:
-            write_small("/proc/self/oom_score_adj", b"1000")
-        except OSError:
-            pass
-        drop_to_program_uid()
-        prctl(PR_SET_DUMPABLE, 1)  # an ordinary process of its uid (it may read its own /proc)
-        os.dup2(stdin_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        close_other_fds(keep=(req_r, status_w))
-        os.chdir(WORKDIR)
-        os.umask(0o022)
+        become_program(stdin_r, out_w, err_w, keep=(req_r, status_w))
         # The environment and the signal dispositions are the zygote's, set once in serve():
         # redoing them here cost a third of a millisecond of every run.
         if "random" in sys.modules:  # the zygote's generator state must not repeat across runs

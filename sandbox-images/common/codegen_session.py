@@ -168,9 +168,8 @@ import sys
 import time
 
 from codegen_guard import (
-    CHILD_ENV, PR_SET_DUMPABLE, PROGRAM_UID, REAPED, Capture, close_other_fds, cpu_ns,
-    drop_to_program_uid, kill_program, oom_kills, prctl, read_cgroup, read_small,
-    reset_signals, wait_for, write_small,
+    CHILD_ENV, PROGRAM_UID, REAPED, Capture, become_program, cpu_ns, kill_program, oom_kills,
+    read_cgroup, read_small, reset_signals, wait_for,
 )
 from codegen_protocol import (
     CHUNK, MAX_OUTPUT_BYTES, MAX_TIMEOUT_MS, WORKDIR, Fatal, FrameReader, frame, read_frame,
@@ -934,19 +933,7 @@ def kernel_main(fds, kind, language):
     req_r, rep_w, in_r, out_w, err_w = fds
     code = 70
     try:
-        os.setsid()
-        try:
-            write_small("/proc/self/oom_score_adj", b"1000")
-        except OSError:
-            pass
-        drop_to_program_uid()
-        prctl(PR_SET_DUMPABLE, 1)  # an ordinary process of its uid (it may read its own /proc)
-        os.dup2(in_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        close_other_fds(keep=(req_r, rep_w))
-        os.chdir(WORKDIR)
-        os.umask(0o022)
+        become_program(in_r, out_w, err_w, keep=(req_r, rep_w))
         reset_signals()
         pid = os.getpid()
         kernel = {"python": PythonKernel, "bash": BashKernel,

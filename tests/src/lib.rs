@@ -984,6 +984,36 @@ impl Drop for TestSandbox {
     }
 }
 
+/// Ids of the containers holding session `id`, in any state.
+pub fn session_containers(id: &str) -> Vec<String> {
+    let output = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label={}={id}", sandbox::docker::LABEL_SESSION),
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until no container holds session `id` (its worker removes it as the session ends;
+/// the five minutes only bound a failure).
+pub async fn wait_session_containers_gone(id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !session_containers(id).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "session {id}'s container is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Ids of the containers carrying a sandbox cluster label.
 pub fn sandbox_containers(cluster: &str) -> Vec<String> {
     let output = Command::new("docker")

@@ -86,35 +86,6 @@ async fn run(
     .await
 }
 
-/// The containers holding session `id`.
-fn containers_of(id: &str) -> Vec<String> {
-    let output = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=org.codegen.session={id}"),
-        ])
-        .output()
-        .expect("docker CLI");
-    String::from_utf8_lossy(&output.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Waits until no container holds session `id` (removal takes a moment after the answer).
-async fn wait_no_container(id: &str) {
-    let deadline = Instant::now() + WITHIN;
-    while !containers_of(id).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "session {id}'s container is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test]
 async fn names_imports_open_files_and_the_working_directory_persist_across_coordinators() {
     let (cluster, _coordinator, _worker, _) = cluster_with(&[]).await;
@@ -124,7 +95,11 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
     assert_eq!(status, 201, "{session}");
     let id = session["id"].as_str().unwrap().to_owned();
     assert_eq!(session["state"], "live");
-    assert_eq!(containers_of(&id).len(), 1, "a container of its own");
+    assert_eq!(
+        tests::session_containers(&id).len(),
+        1,
+        "a container of its own"
+    );
 
     // Each cell through the other coordinator than the one before.
     let cells = [
@@ -294,7 +269,7 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
         (409, Some("session_ended")),
         "{gone}"
     );
-    wait_no_container(&id).await;
+    tests::wait_session_containers_gone(&id).await;
     cluster.cleanup().await;
 }
 
@@ -554,7 +529,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
         "{bomb}"
     );
     assert!(bomb["error"].as_str().unwrap().contains("memory"), "{bomb}");
-    wait_no_container(&id).await;
+    tests::wait_session_containers_gone(&id).await;
 
     // A cell that ignores the interrupt at its deadline: everything of it is killed.
     let (_, stubborn) = open(&cluster, &base, None, json!({"language": "python"})).await;
@@ -572,7 +547,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
         (409, Some("session_ended")),
         "{stuck}"
     );
-    wait_no_container(&stubborn).await;
+    tests::wait_session_containers_gone(&stubborn).await;
 
     // A cell past its deadline that stops at the interrupt keeps the session.
     let (_, timed) = call(
@@ -625,7 +600,7 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    wait_no_container(&idle).await;
+    tests::wait_session_containers_gone(&idle).await;
 
     // The worker dies between two cells: the next call says the session is lost, never
     // answers from a fresh kernel; its containers go with it.
@@ -656,7 +631,7 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
         )
         .await;
         assert_eq!(view["state"], "lost", "{view}");
-        wait_no_container(id).await;
+        tests::wait_session_containers_gone(id).await;
     }
     cluster.cleanup().await;
 }

@@ -57,35 +57,6 @@ async fn sessions(cluster: &Cluster, key: Option<&str>) -> Vec<Value> {
     list["sessions"].as_array().expect("sessions").clone()
 }
 
-/// The containers holding session `id`, in any state.
-fn containers_of(id: &str) -> Vec<String> {
-    let output = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=org.codegen.session={id}"),
-        ])
-        .output()
-        .expect("docker CLI");
-    String::from_utf8_lossy(&output.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Waits until no container holds session `id` (the worker removes it as the session ends).
-async fn wait_no_container(id: &str) {
-    let deadline = Instant::now() + WITHIN;
-    while !containers_of(id).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "session {id}'s container is still there"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The one session a request opened is ended, and its container gone.
 async fn assert_only_session_ended(cluster: &Cluster, key: Option<&str>) {
     let listed = sessions(cluster, key).await;
@@ -95,7 +66,7 @@ async fn assert_only_session_ended(cluster: &Cluster, key: Option<&str>) {
     assert_eq!(session["language"], "python", "{session}");
     let reason = session["ended_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("run_jupyter"), "{session}");
-    wait_no_container(session["id"].as_str().expect("an id")).await;
+    tests::wait_session_containers_gone(session["id"].as_str().expect("an id")).await;
 }
 
 #[tokio::test]
@@ -183,7 +154,7 @@ async fn state_persists_between_cells_an_error_comes_back_in_jupyter_shape_and_t
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed.iter().all(|s| s["state"] == "ended"), "{listed:?}");
     for session in &listed {
-        wait_no_container(session["id"].as_str().expect("an id")).await;
+        tests::wait_session_containers_gone(session["id"].as_str().expect("an id")).await;
     }
 
     // A request that is not SandboxFusion's is refused before any session opens.
@@ -216,7 +187,7 @@ async fn a_cell_past_its_deadline_fails_the_run_through_the_keyed_route_and_the_
             "import time\nwhile True:\n    time.sleep(0.05)",
             "print('never run')",
         ],
-        "cell_timeout": 1,
+        "cell_timeout": 5,
         "fetch_files": ["out.txt"],
     });
     let (status, _) = post(&cluster, "/fusion/wrong/run_jupyter", None, &request).await;
