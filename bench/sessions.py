@@ -3,9 +3,12 @@
 the host memory each one costs), then a trivial cell's latency over HTTP on one of them while
 all N stay open, next to a one-shot execution's (`POST /v1/executions` of `pass`) measured
 alternating in the same run; at the end every session is deleted and its container counted
-gone.
+gone. Between the two: a cell that changes the session's state (so its checkpoint is taken
+and kept) next to the trivial one, alternating; then worker 1 is SIGKILLed and every session
+is called once: those of worker 1 are restored on worker 2 from their checkpoints (the
+first call's time, next to opening a session).
 
-Usage: sessions.py URL N CELLS"""
+Usage: sessions.py URL N CELLS [STATE_DIR]"""
 import concurrent.futures
 import http.client
 import json
@@ -99,6 +102,51 @@ print(f"trivial cell over HTTP with {n} sessions open, {cells} cells: p50 "
 print(f"one-shot execution of `pass` over HTTP, same run, alternating: p50 "
       f"{pct(exec_ms, 50):.2f} ms, p95 {pct(exec_ms, 95):.2f} ms")
 print(f"ratio (p50, cell / execution): {pct(cell_ms, 50) / pct(exec_ms, 50):.2f}")
+
+# A cell that changes state (its checkpoint taken and kept before the answer) next to the
+# trivial one (nothing changed: nothing sent to Redis), alternating on the same session.
+changing_ms, trivial_ms = [], []
+for i in range(cells // 5 + 10):
+    t = time.perf_counter()
+    status, answer = call(conn_cell, "POST", f"/v1/sessions/{target}/run",
+                          {"code": f"v = [{i}] * 1000\nopen('blob', 'wb').write(b'%d' % {i} * 65536)"})
+    assert status == 200 and answer["checkpoint"]["saved"], (status, answer)
+    elapsed_changing = (time.perf_counter() - t) * 1000
+    t = time.perf_counter()
+    status, answer = call(conn_cell, "POST", f"/v1/sessions/{target}/run", {"code": "1"})
+    assert status == 200, (status, answer)
+    elapsed_trivial = (time.perf_counter() - t) * 1000
+    if i >= 10:
+        changing_ms.append(elapsed_changing)
+        trivial_ms.append(elapsed_trivial)
+print(f"a cell that changes the state (a list and a 64 KiB file; checkpoint of "
+      f"{answer['checkpoint']['bytes']} bytes kept before the answer): p50 "
+      f"{pct(changing_ms, 50):.2f} ms against the trivial cell's {pct(trivial_ms, 50):.2f} ms "
+      f"alternating ({pct(changing_ms, 50) / pct(trivial_ms, 50):.2f}x)")
+
+state_dir = sys.argv[4] if len(sys.argv) > 4 else ".cluster"
+with open(f"{state_dir}/pids/worker-1.pid") as f:
+    worker_1 = int(f.read().strip())
+import os
+import signal
+os.kill(worker_1, signal.SIGKILL)
+restore_ms, others_ms = [], []
+conn = connect()
+for sid in ids:
+    for _ in range(600):
+        t = time.perf_counter()
+        status, answer = call(conn, "POST", f"/v1/sessions/{sid}/run", {"code": "1"})
+        if status != 503 or answer.get("code") != "no_session_host":
+            break
+        time.sleep(0.5)
+    elapsed = (time.perf_counter() - t) * 1000
+    assert status == 200 and answer["value"] == "1", (status, answer)
+    (restore_ms if answer.get("restored") else others_ms).append(elapsed)
+print(f"worker 1 SIGKILLed: {len(restore_ms)} of its sessions restored on worker 2 at their "
+      f"next call (restore and cell): p50 {pct(restore_ms, 50):.0f} ms, p95 "
+      f"{pct(restore_ms, 95):.0f} ms, against opening a session {pct(open_ms, 50):.0f} ms "
+      f"({pct(restore_ms, 50) / pct(open_ms, 50):.2f}x); the other {len(others_ms)} answered "
+      f"as before")
 
 # Every session deleted; none of their containers stays.
 with concurrent.futures.ThreadPoolExecutor(8) as pool:

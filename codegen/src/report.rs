@@ -256,7 +256,16 @@ fn change_section(change: &proto::job::Change) -> String {
 fn history(result: &JobResult) -> String {
     let mut out = String::new();
     if result.improvement_history.is_empty() {
-        out.push_str("Every function passed its tests on the first attempt.\n");
+        // Only a job whose functions were implemented and tested can have passed first time.
+        out.push_str(
+            if result.implementations.is_empty() || result.test_results.is_empty() {
+                "No function was implemented and tested, so nothing was repaired.\n"
+            } else if result.all_tests_passed {
+                "Every function passed its tests on the first attempt.\n"
+            } else {
+                "No repair was attempted.\n"
+            },
+        );
         return out;
     }
     let mut by_function: BTreeMap<&str, Vec<&proto::job::Improvement>> = BTreeMap::new();

@@ -307,6 +307,15 @@ async fn run(
 /// The cell's output as it wrote it, its text displays and final value on stdout; its error
 /// and, unless it ended ok, a summary line on stderr.
 fn print_cell(result: &CellResult) -> anyhow::Result<()> {
+    if let Some(restore) = &result.restored {
+        eprintln!(
+            "[the session's worker {} was lost ({}); restored after cell {}{}]",
+            restore.lost_worker,
+            printable(&restore.reason),
+            restore.after_cell,
+            unrestorable(&restore.unrestorable)
+        );
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(result.stdout.as_bytes())?;
     for display in &result.display {
@@ -344,6 +353,11 @@ fn print_cell(result: &CellResult) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(note) = &result.checkpoint
+        && let Some(error) = &note.error
+    {
+        eprintln!("[no checkpoint: {}]", printable(error));
+    }
     let mut summary = match result.status {
         CellStatus::Ok => return Ok(()),
         CellStatus::Error => "status=error".to_owned(),
@@ -355,6 +369,21 @@ fn print_cell(result: &CellResult) -> anyhow::Result<()> {
     summary.push_str(&format!(" duration_ms={}", result.duration_ms));
     eprintln!("{summary}; the session lives on");
     Ok(())
+}
+
+/// `; not restored: a (why), b (why)`, or nothing.
+fn unrestorable(names: &[proto::api::sessions::Unrestorable]) -> String {
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; not restored: {}",
+        names
+            .iter()
+            .map(|u| format!("{} ({})", printable(&u.name), printable(&u.reason)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 async fn list(api: &Api, json: bool) -> anyhow::Result<u8> {
@@ -391,6 +420,16 @@ fn print_view(view: &SessionView) {
         println!("ended         {}", printable(reason));
     }
     println!("cells         {}", view.cells);
+    if let Some(restore) = &view.last_restore {
+        println!(
+            "restored      {} time(s), last {} after cell {} (worker {} lost{})",
+            view.restores,
+            ago(restore.restored_ms),
+            restore.after_cell,
+            restore.lost_worker,
+            unrestorable(&restore.unrestorable)
+        );
+    }
     println!("memory        {} MiB", view.memory_mb);
     println!("idle timeout  {} s", view.idle_timeout_s);
     println!("created       {}", ago(view.created_ms));

@@ -34,7 +34,16 @@ impl Settings {
         };
         let built = config::Config::builder()
             .add_source(file_source)
-            .add_source(env.prefix_separator("__").separator("__").try_parsing(true))
+            .add_source(
+                env.prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    // The lists an operator sets from the environment: space-separated.
+                    .list_separator(" ")
+                    .with_list_parse_key("worker.sessions.packages.allow")
+                    .with_list_parse_key("worker.sessions.packages.pip")
+                    .with_list_parse_key("worker.sessions.packages.platforms"),
+            )
             .build()
             .context("reading configuration")?;
         built
@@ -102,6 +111,32 @@ mod tests {
         assert_eq!(
             settings.sandbox.pids_limit,
             sandbox::Options::default().pids_limit
+        );
+    }
+
+    #[test]
+    fn package_lists_come_from_the_environment_space_separated() {
+        let settings = Settings::load_from(
+            None,
+            env(&[
+                (
+                    "CODEGEN__WORKER__SESSIONS__PACKAGES__ALLOW",
+                    "sympy mpmath scikit-*",
+                ),
+                (
+                    "CODEGEN__WORKER__SESSIONS__PACKAGES__PIP",
+                    "/usr/bin/python3 -m pip",
+                ),
+                ("CODEGEN__BROKER__PREFIX", "one two"),
+            ]),
+        )
+        .unwrap();
+        let packages = &settings.worker.sessions.packages;
+        assert_eq!(packages.allow, ["sympy", "mpmath", "scikit-*"]);
+        assert_eq!(packages.pip, ["/usr/bin/python3", "-m", "pip"]);
+        assert_eq!(
+            settings.broker.prefix, "one two",
+            "other strings stay whole"
         );
     }
 

@@ -5,7 +5,13 @@
 //!
 //! A session ends once (the record's state moves from `live` once, whoever ends it): deleted,
 //! idle past its timeout or past its lifetime (the [`Sweeper`] of any coordinator), its kernel
-//! died (the worker says so), or its worker was lost (`lost`: nothing restores it yet).
+//! died (the worker says so), or its worker was lost and it had no checkpoint to be restored
+//! from (`lost`).
+//!
+//! A call that finds the session's worker gone (the connection refused or broken, or a worker
+//! that no longer holds it) restores the session on another live worker from its last
+//! checkpoint ([`Coordinator::recover`]) and goes on there; a call the loss interrupted is
+//! answered `session_restored` (it is not run twice).
 
 use std::time::Duration;
 
@@ -14,14 +20,15 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use proto::Language;
 use proto::api::sessions::{
-    CellRequest, CellResult, SESSION_LANGUAGES, SessionCreate, SessionFiles, SessionList,
+    CellRequest, CellResult, Restore, SESSION_LANGUAGES, SessionCreate, SessionFiles, SessionList,
     SessionState, SessionView,
 };
 use proto::api::{ErrorBody, ErrorCode};
 use proto::session::{
-    CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RunCell, SessionHost,
-    SessionRecord,
+    CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RestoreSession, RunCell,
+    SessionHost, SessionRecord,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -87,8 +94,12 @@ enum HostAnswer {
     Ok(reqwest::Response),
     /// The worker answered with an error of its own.
     Refused(StatusCode, HostError),
-    /// The worker could not be reached, or the connection broke: it is gone.
-    Unreachable(String),
+    /// The worker could not be reached (`sent`: false), or the connection broke once the
+    /// request was on its way (`sent`: it may have been acted on): it is gone.
+    Unreachable {
+        error: String,
+        sent: bool,
+    },
     /// The worker answered something that is not its answer (or not in time).
     Garbled(String),
 }
@@ -134,7 +145,10 @@ impl Coordinator {
             Err(e) if e.is_timeout() => {
                 HostAnswer::Garbled(format!("the session's worker did not answer in time: {e}"))
             }
-            Err(e) => HostAnswer::Unreachable(e.to_string()),
+            Err(e) => HostAnswer::Unreachable {
+                sent: !e.is_connect(),
+                error: e.to_string(),
+            },
             Ok(response) if response.status().is_success() => HostAnswer::Ok(response),
             Ok(response) => {
                 let status = StatusCode::from_u16(response.status().as_u16())
@@ -199,21 +213,10 @@ impl Coordinator {
         }
     }
 
-    /// The answer for a call its worker could not take: the session is lost when the worker
-    /// is gone or no longer holds it.
-    async fn host_failed(&self, record: &SessionRecord, answer: HostAnswer) -> ApiError {
+    /// The answer for a call its worker refused (a loss of the worker is [`Self::recover`]ed
+    /// before it gets here).
+    fn host_failed(&self, answer: HostAnswer) -> ApiError {
         match answer {
-            HostAnswer::Refused(
-                _,
-                HostError {
-                    code: HostErrorCode::NoSession,
-                    message,
-                },
-            ) => {
-                let reason = format!("its worker {} no longer holds it ({message})", record.host);
-                self.end(record, SessionState::Lost, &reason).await;
-                ended(SessionState::Lost, Some(&reason))
-            }
             HostAnswer::Refused(
                 _,
                 HostError {
@@ -228,15 +231,252 @@ impl Coordinator {
                 ErrorCode::NoSessionHost,
                 format!("the session's worker refused the call: {}", error.message),
             ),
-            HostAnswer::Unreachable(e) => {
-                let reason = format!("its worker {} was lost ({e})", record.host);
-                self.end(record, SessionState::Lost, &reason).await;
-                ended(SessionState::Lost, Some(&reason))
-            }
+            HostAnswer::Unreachable { error, .. } => ApiError::new(
+                ErrorCode::NoSessionHost,
+                format!("the session's worker could not be reached: {error}"),
+            ),
             HostAnswer::Garbled(e) => ApiError::new(ErrorCode::NoSessionHost, e),
             HostAnswer::Ok(_) => ApiError::new(ErrorCode::Internal, "not a failure"),
         }
     }
+
+    /// Carries `call` to session `record`'s worker. A worker found lost (unreachable, or no
+    /// longer holding the session) has the session restored on another one, where the call
+    /// goes on, unless the loss interrupted it (`session_restored`: it is never run twice).
+    async fn on_host(
+        &self,
+        mut record: SessionRecord,
+        call: &HostCall,
+    ) -> Result<Reached, ApiError> {
+        let mut restored = None;
+        // A restored session's new worker may be lost too: a few times, then 503.
+        for _ in 0..3 {
+            let answer = self
+                .call_host(
+                    &record.host_url,
+                    call.method.clone(),
+                    &format!("/{}{}", record.id, call.path),
+                    call.body.clone().map(reqwest::Body::from),
+                    call.json,
+                    call.timeout,
+                )
+                .await?;
+            let (why, interrupted) = match answer {
+                HostAnswer::Ok(response) => {
+                    return Ok(Reached {
+                        record,
+                        response,
+                        restored,
+                    });
+                }
+                HostAnswer::Unreachable { error, sent } => (
+                    format!("its worker {} was lost ({error})", record.host),
+                    sent && !call.repeatable,
+                ),
+                HostAnswer::Refused(
+                    _,
+                    HostError {
+                        code: HostErrorCode::NoSession,
+                        message,
+                    },
+                ) => (
+                    format!("its worker {} no longer holds it ({message})", record.host),
+                    false,
+                ),
+                // It may have been acted on: a 503 would invite sending it again.
+                HostAnswer::Garbled(e) if !call.repeatable => {
+                    return Err(ApiError::new(
+                        ErrorCode::Internal,
+                        format!("the call's outcome is unknown (it may have run): {e}"),
+                    ));
+                }
+                answer => return Err(self.host_failed(answer)),
+            };
+            let (now, restore) = self.recover(&record, &why).await?;
+            if interrupted {
+                // Whether this very call's cell is in the checkpoint the session came back from.
+                let ran = match (&call.call, self.sessions()?.checkpoint_kept(&now.id).await) {
+                    (Some(mine), Ok(Ok((_, last)))) => *mine == last,
+                    _ => false,
+                };
+                let outcome = if ran {
+                    "this call ran and what it did is kept, but its answer was lost with the worker: do not send it again"
+                } else {
+                    "this call did not finish and nothing of it is kept: send it again"
+                };
+                return Err(ApiError::new(
+                    ErrorCode::SessionRestored,
+                    format!(
+                        "{why} during this call; the session was restored on worker {} from its checkpoint after cell {}{}; {outcome}",
+                        now.host,
+                        restore.after_cell,
+                        unrestorable_note(&restore),
+                    ),
+                ));
+            }
+            record = now;
+            restored = Some(restore);
+        }
+        Err(ApiError::new(
+            ErrorCode::NoSessionHost,
+            "the session's workers were lost one after another; send the call again",
+        ))
+    }
+
+    /// Session `record`'s worker is lost (`why`): restores the session on another live worker
+    /// from its last checkpoint (the first restore wins; a session without one ends `lost`).
+    /// The session's record after the restore, and the restore.
+    async fn recover(
+        &self,
+        record: &SessionRecord,
+        why: &str,
+    ) -> Result<(SessionRecord, Restore), ApiError> {
+        let sessions = self.sessions()?;
+        if let Err(none) = sessions
+            .checkpoint_kept(&record.id)
+            .await
+            .map_err(unavailable)?
+        {
+            let reason = format!("{why} and it could not be restored: {none}");
+            self.end(record, SessionState::Lost, &reason).await;
+            return Err(ended(SessionState::Lost, Some(&reason)));
+        }
+        let mut hosts: Vec<SessionHost> = sessions
+            .hosts()
+            .await
+            .map_err(unavailable)?
+            .into_iter()
+            .filter(|h| h.sessions < h.capacity && h.id != record.host)
+            .collect();
+        hosts.sort_by_key(|h| (std::cmp::Reverse(h.capacity - h.sessions), h.id.clone()));
+        let request = RestoreSession {
+            open: OpenSession {
+                language: record.language,
+                memory_mb: record.memory_mb,
+                tenant: record.tenant.clone(),
+                packages: record.packages.clone(),
+            },
+            lost_host: record.host.clone(),
+            reason: why.to_owned(),
+        };
+        let body = serde_json::to_vec(&request).expect("serializes");
+        let mut last_error = "no other worker hosts sessions".to_owned();
+        for host in hosts {
+            let answer = self
+                .call_host(
+                    &host.url,
+                    reqwest::Method::POST,
+                    &format!("/{}/restore", record.id),
+                    Some(body.clone().into()),
+                    true,
+                    Duration::from_secs(300),
+                )
+                .await?;
+            match answer {
+                HostAnswer::Ok(response) => {
+                    let restore: Option<Restore> = response.json().await.map_err(|e| {
+                        ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}"))
+                    })?;
+                    let now = self.live_session_record(&record.id).await?;
+                    let Some(restore) = restore.or_else(|| now.last_restore.clone()) else {
+                        return Err(ApiError::new(
+                            ErrorCode::Internal,
+                            "the worker restored the session without saying how",
+                        ));
+                    };
+                    tracing::info!(session = %record.id, lost = %record.host, host = %now.host, after_cell = restore.after_cell, "session restored");
+                    return Ok((now, restore));
+                }
+                HostAnswer::Refused(
+                    _,
+                    HostError {
+                        code: HostErrorCode::NoCheckpoint,
+                        message,
+                    },
+                ) => {
+                    let reason = format!("{why} and it could not be restored: {message}");
+                    self.end(record, SessionState::Lost, &reason).await;
+                    return Err(ended(SessionState::Lost, Some(&reason)));
+                }
+                HostAnswer::Refused(
+                    _,
+                    HostError {
+                        code: HostErrorCode::Moved,
+                        ..
+                    },
+                ) => {
+                    // Another call found the loss first and restored it (or it ended).
+                    let now = self.live_session_record(&record.id).await?;
+                    if now.host == record.host {
+                        last_error = format!("worker {}: refused to take it over", host.id);
+                        continue;
+                    }
+                    let restore = now.last_restore.clone().ok_or_else(|| {
+                        ApiError::new(
+                            ErrorCode::Internal,
+                            "a restored session without its restore",
+                        )
+                    })?;
+                    return Ok((now, restore));
+                }
+                HostAnswer::Refused(_, error) => {
+                    last_error = format!("worker {}: {}", host.id, error.message);
+                }
+                HostAnswer::Unreachable { error, .. } | HostAnswer::Garbled(error) => {
+                    last_error = format!("worker {}: {error}", host.id);
+                }
+            }
+        }
+        Err(ApiError::new(
+            ErrorCode::NoSessionHost,
+            format!("{why}; no worker could restore the session yet ({last_error})"),
+        ))
+    }
+
+    /// Session `id`'s record, live: else the 409 that says how it ended.
+    async fn live_session_record(&self, id: &str) -> Result<SessionRecord, ApiError> {
+        match self.sessions()?.session(id).await.map_err(unavailable)? {
+            Some(record) if record.state == SessionState::Live => Ok(record),
+            Some(record) => Err(ended(record.state, record.ended_reason.as_deref())),
+            None => Err(crate::error::not_found(format!("no session {id}"))),
+        }
+    }
+}
+
+/// A call for a session's worker (its path after `/internal/sessions/{id}`).
+struct HostCall {
+    method: reqwest::Method,
+    path: String,
+    body: Option<Bytes>,
+    json: bool,
+    timeout: Duration,
+    /// Sending it twice does what sending it once does (a read, an upload of the same bytes).
+    repeatable: bool,
+    /// A cell's call id (`RunCell::call`).
+    call: Option<String>,
+}
+
+/// A call that reached the session's worker: its answer, and the restore it took first.
+struct Reached {
+    record: SessionRecord,
+    response: reqwest::Response,
+    restored: Option<Restore>,
+}
+
+/// ` (not restored: a (why), b (why))`, or nothing.
+fn unrestorable_note(restore: &Restore) -> String {
+    if restore.unrestorable.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (not restored: {})",
+        restore
+            .unrestorable
+            .iter()
+            .map(|u| format!("{} ({})", u.name, u.reason))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn ended(state: SessionState, reason: Option<&str>) -> ApiError {
@@ -261,6 +501,9 @@ fn canonical_id(id: &str) -> Result<String, ApiError> {
         .map(|id| id.to_string())
         .map_err(|e| crate::error::invalid_id("session", e))
 }
+
+/// Requirements one session may ask for (`packages`), at most.
+const MAX_PACKAGES: usize = 50;
 
 fn check(limits: &SessionLimits, create: &SessionCreate) -> Result<(u64, u64), ApiError> {
     if !SESSION_LANGUAGES.contains(&create.language) {
@@ -300,10 +543,21 @@ fn check(limits: &SessionLimits, create: &SessionCreate) -> Result<(u64, u64), A
             ),
         ));
     }
-    if !create.packages.is_empty() {
+    if !create.packages.is_empty()
+        && !matches!(create.language, Language::Python | Language::PythonSci)
+    {
         return Err(ApiError::invalid(
             "packages",
-            "package installs into sessions are not offered yet",
+            format!(
+                "packages are not offered in {}: it has no offline package source (python and python-sci take pip requirements)",
+                create.language
+            ),
+        ));
+    }
+    if create.packages.len() > MAX_PACKAGES {
+        return Err(ApiError::invalid(
+            "packages",
+            format!("at most {MAX_PACKAGES} requirements"),
         ));
     }
     Ok((memory_mb, idle))
@@ -372,6 +626,7 @@ impl Coordinator {
                 language: create.language,
                 memory_mb,
                 idle_timeout_s,
+                packages: create.packages.clone(),
                 created_ms: now,
                 expires_ms: now.saturating_add(
                     u64::try_from(limits.max_lifetime.as_millis()).unwrap_or(u64::MAX),
@@ -383,6 +638,8 @@ impl Coordinator {
                 ended_reason: None,
                 host: host.id.clone(),
                 host_url: host.url.clone(),
+                restores: 0,
+                last_restore: None,
             };
             match sessions
                 .create_session(&record, quota)
@@ -406,6 +663,7 @@ impl Coordinator {
                 language: create.language,
                 memory_mb,
                 tenant: tenant.0.clone(),
+                packages: create.packages.clone(),
             };
             let answer = self
                 .call_host(
@@ -414,7 +672,8 @@ impl Coordinator {
                     &format!("/{}", record.id),
                     Some(serde_json::to_vec(&open).expect("serializes").into()),
                     true,
-                    Duration::from_secs(120),
+                    // Packages may be downloaded first.
+                    Duration::from_secs(if create.packages.is_empty() { 120 } else { 900 }),
                 )
                 .await?;
             match answer {
@@ -435,12 +694,15 @@ impl Coordinator {
                             &format!("it could not start: {last_error}"),
                         )
                         .await;
+                    if error.code == HostErrorCode::Package {
+                        return Err(ApiError::invalid("packages", error.message));
+                    }
                     if error.code == HostErrorCode::Sandbox {
                         // Docker or the image: another worker of the same build fails alike.
                         break;
                     }
                 }
-                HostAnswer::Unreachable(e) | HostAnswer::Garbled(e) => {
+                HostAnswer::Unreachable { error: e, .. } | HostAnswer::Garbled(e) => {
                     last_error = format!("worker {}: {e}", host.id);
                     let _ = sessions
                         .end_session(
@@ -631,6 +893,7 @@ impl Coordinator {
             code: cell.code,
             timeout_ms,
             max_output_bytes: limits.max_output_bytes,
+            call: uuid::Uuid::new_v4().to_string(),
         };
         // The session cannot idle out under this cell (at least until its deadline).
         let now = now_ms();
@@ -639,32 +902,32 @@ impl Coordinator {
             .touch_session(&record.id, now, false, now.saturating_add(timeout_ms))
             .await;
         // Calls before this one on the same session may hold it for their own deadlines.
-        let answer = self
-            .call_host(
-                &record.host_url,
-                reqwest::Method::POST,
-                &format!("/{}/run", record.id),
-                Some(serde_json::to_vec(&request).expect("serializes").into()),
-                true,
-                Duration::from_millis(limits.max_cell_timeout_ms) * 2 + Duration::from_secs(60),
-            )
-            .await?;
-        let answer = match answer {
-            HostAnswer::Ok(response) => response,
-            // The cell may have run: a 503 would invite running it again.
-            HostAnswer::Garbled(e) => {
-                return Err(ApiError::new(
-                    ErrorCode::Internal,
-                    format!("the cell's outcome is unknown (it may have run): {e}"),
-                ));
-            }
-            answer => return Err(self.host_failed(&record, answer).await),
+        let call = HostCall {
+            method: reqwest::Method::POST,
+            path: "/run".into(),
+            body: Some(serde_json::to_vec(&request).expect("serializes").into()),
+            json: true,
+            timeout: Duration::from_millis(limits.max_cell_timeout_ms) * 2
+                + Duration::from_secs(60),
+            repeatable: false,
+            call: Some(request.call.clone()),
         };
-        let response = answer;
+        let Reached {
+            record,
+            response,
+            restored,
+        } = self.on_host(record, &call).await?;
         let outcome: CellOutcome = response
             .json()
             .await
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
+        let outcome = match outcome {
+            CellOutcome::Ran(mut result) => {
+                result.restored = restored;
+                CellOutcome::Ran(result)
+            }
+            died => died,
+        };
         match outcome {
             CellOutcome::Ran(result) => {
                 let _ = self
@@ -727,19 +990,18 @@ pub(crate) async fn files(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let record = c.live_session(&tenant, &id).await?;
-    let answer = c
-        .call_host(
-            &record.host_url,
-            reqwest::Method::GET,
-            &format!("/{}/files", record.id),
-            None,
-            false,
-            Duration::from_secs(120),
-        )
-        .await?;
-    let HostAnswer::Ok(response) = answer else {
-        return Err(c.host_failed(&record, answer).await);
+    let call = HostCall {
+        method: reqwest::Method::GET,
+        path: "/files".into(),
+        body: None,
+        json: false,
+        timeout: Duration::from_secs(120),
+        repeatable: true,
+        call: None,
     };
+    let Reached {
+        record, response, ..
+    } = c.on_host(record, &call).await?;
     let files = response
         .json()
         .await
@@ -797,19 +1059,21 @@ impl Coordinator {
     ) -> Result<Bytes, ApiError> {
         check_path(path)?;
         let record = self.live_session(tenant, id).await?;
-        let answer = self
-            .call_host(
-                &record.host_url,
-                reqwest::Method::GET,
-                &format!("/{}/files/{}", record.id, encode_path(path)),
-                None,
-                false,
-                Duration::from_secs(120),
-            )
-            .await?;
-        let HostAnswer::Ok(response) = answer else {
-            return Err(self.host_failed(&record, answer).await.about("path"));
+        let call = HostCall {
+            method: reqwest::Method::GET,
+            path: format!("/files/{}", encode_path(path)),
+            body: None,
+            json: false,
+            timeout: Duration::from_secs(120),
+            repeatable: true,
+            call: None,
         };
+        let Reached {
+            record, response, ..
+        } = self
+            .on_host(record, &call)
+            .await
+            .map_err(|e| e.about("path"))?;
         let bytes = response
             .bytes()
             .await
@@ -833,19 +1097,19 @@ impl Coordinator {
     ) -> Result<(), ApiError> {
         check_path(path)?;
         let record = self.live_session(tenant, id).await?;
-        let answer = self
-            .call_host(
-                &record.host_url,
-                reqwest::Method::PUT,
-                &format!("/{}/files/{}", record.id, encode_path(path)),
-                Some(bytes.into()),
-                false,
-                Duration::from_secs(120),
-            )
-            .await?;
-        let HostAnswer::Ok(_) = answer else {
-            return Err(self.host_failed(&record, answer).await.about("path"));
+        let call = HostCall {
+            method: reqwest::Method::PUT,
+            path: format!("/files/{}", encode_path(path)),
+            body: Some(bytes),
+            json: false,
+            timeout: Duration::from_secs(120),
+            repeatable: true,
+            call: None,
         };
+        let Reached { record, .. } = self
+            .on_host(record, &call)
+            .await
+            .map_err(|e| e.about("path"))?;
         let _ = self
             .sessions()?
             .touch_session(&record.id, now_ms(), false, 0)
@@ -1012,14 +1276,14 @@ mod tests {
     fn only_the_session_languages_and_bounded_fields_pass() {
         let limits = SessionLimits::default();
         let ok = SessionCreate {
-            language: proto::Language::Python,
+            language: Language::Python,
             memory_mb: None,
             idle_timeout_s: None,
             packages: vec![],
         };
         assert_eq!(check(&limits, &ok).unwrap(), (512, 600));
         let go = SessionCreate {
-            language: proto::Language::Go,
+            language: Language::Go,
             ..ok.clone()
         };
         assert_eq!(
@@ -1034,8 +1298,19 @@ mod tests {
             check(&limits, &huge).unwrap_err().body().param.as_deref(),
             Some("memory_mb")
         );
+        assert!(
+            check(
+                &limits,
+                &SessionCreate {
+                    packages: vec!["sympy".into()],
+                    ..ok.clone()
+                }
+            )
+            .is_ok()
+        );
         let packages = SessionCreate {
-            packages: vec!["sympy".into()],
+            language: Language::Bash,
+            packages: vec!["jq".into()],
             ..ok
         };
         assert_eq!(

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Language;
-use crate::api::sessions::{CellResult, SessionFile};
+use crate::api::sessions::{CellResult, Restore, SessionFile};
 
 /// Path prefix of the worker's session API.
 pub const INTERNAL_PREFIX: &str = "/internal/sessions";
@@ -35,6 +35,9 @@ pub struct OpenSession {
     /// The tenant, for the container's labels and logs only (the coordinator checks access).
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Requirements to install before the first cell (pip's, Python only).
+    #[serde(default)]
+    pub packages: Vec<String>,
 }
 
 /// `POST /internal/sessions/{id}/run`.
@@ -43,6 +46,23 @@ pub struct RunCell {
     pub code: String,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
+    /// The call's own id, kept with the checkpoint taken after it: a coordinator whose call
+    /// was interrupted by the worker's loss learns from it whether its cell ran.
+    #[serde(default)]
+    pub call: String,
+}
+
+/// `POST /internal/sessions/{id}/restore`: start the session's container on this worker from
+/// the session's last checkpoint (in Redis), then take it over from `lost_host` (the record's
+/// host must still be that one: the first restore wins). Answered with a [`Restore`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreSession {
+    #[serde(flatten)]
+    pub open: OpenSession,
+    /// The worker the session's record names, which was lost.
+    pub lost_host: String,
+    /// Why the coordinator thinks it is lost.
+    pub reason: String,
 }
 
 /// `PUT /internal/sessions/{id}/files/{path}` carries the bytes as its body;
@@ -85,6 +105,12 @@ pub enum HostErrorCode {
     Sandbox,
     /// The token was missing or wrong.
     Unauthorized,
+    /// The session has no checkpoint to restore from (the message says why).
+    NoCheckpoint,
+    /// Another worker restored the session first: its record names that one now.
+    Moved,
+    /// The session's packages cannot be installed (the message names the package).
+    Package,
 }
 
 /// A session as the cluster keeps it (`store::Sessions`): who owns it, where it lives, its
@@ -96,6 +122,9 @@ pub struct SessionRecord {
     pub language: Language,
     pub memory_mb: u64,
     pub idle_timeout_s: u64,
+    /// Installed before its first cell (and again where it is restored).
+    #[serde(default)]
+    pub packages: Vec<String>,
     pub created_ms: u64,
     /// Its end at the latest (`sessions.max_lifetime`).
     pub expires_ms: u64,
@@ -109,6 +138,11 @@ pub struct SessionRecord {
     /// The worker holding it, and where that worker takes calls.
     pub host: String,
     pub host_url: String,
+    /// Times it was restored on another worker, and the last of those restores.
+    #[serde(default)]
+    pub restores: u64,
+    #[serde(default)]
+    pub last_restore: Option<Restore>,
 }
 
 impl SessionRecord {
@@ -127,11 +161,14 @@ impl SessionRecord {
             state: self.state,
             memory_mb: self.memory_mb,
             idle_timeout_s: self.idle_timeout_s,
+            packages: self.packages.clone(),
             created_ms: self.created_ms,
             last_used_ms: self.last_used_ms,
             expires_ms: self.expires_ms,
             cells: self.cells,
             ended_reason: self.ended_reason.clone(),
+            restores: self.restores,
+            last_restore: self.last_restore.clone(),
         }
     }
 }

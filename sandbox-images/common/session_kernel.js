@@ -21,11 +21,55 @@
 // Promise stops waiting (the same error); outside a cell it is ignored. An uncaught
 // exception or unhandled rejection of a callback (a timer, a late promise) does not end
 // the session: it is printed to stderr, as node's REPL does. process.exit() ends the
-// session (the kernel says so).
+// session (the kernel says so). The context's require() notes what it returns (for
+// checkpoints, below).
+//
+// Checkpoints (protocol "session/2"; the kernel asks on the same pipes, between cells):
+//   {"op": "checkpoint", "max_bytes"} -> {"op": "checkpoint", "state": base64, "sha256",
+//     "skipped": [{"name", "reason"}]}, or "too_large": its size instead of "state" when the
+//     blob is over max_bytes (its sha256 still tells the kernel whether it changed);
+//   {"op": "restore", "state"} -> {"op": "restored", "skipped"}, or {"op": "restored",
+//     "error", "unreadable": true} when the blob cannot be read (nothing was restored).
+// The blob: the line "codegen-session-state javascript 1", a JSON line, then one
+// v8.serialize. What it holds:
+//   - own properties of the context's global object that cells added (`var`, function
+//     declarations, assignments to globalThis), with their attributes: the names not there
+//     right after the context was made (a base global a cell replaced or deleted is not
+//     kept); an accessor property is skipped;
+//   - top-level let / const / class bindings, which are not properties of the global
+//     object. Their names come from the cells' sources by a regular expression: `let`,
+//     `const` or `class` then a name, at the start of a line or after `;` or `}`, and the
+//     names of a flat destructuring (`const {a, b: c, ...d} =`, `let [x, , y] =`). Missed:
+//     the second name of `let a = 1, b = 2`, a declaration after other code on its line
+//     that does not end in `;` or `}`, nested patterns, defaults holding commas. Each
+//     candidate is read with vm.runInContext(name) (one that is not defined is no binding;
+//     one in its temporal dead zone is skipped) and restored as the same kind of binding (a
+//     class as `let`, as a class declaration binds);
+//   - a value a cell's require() gave, or an own data property of one (`const fs =
+//     require('fs')`, `const {join} = require('path')`): as require(id) again, so changes
+//     made to it since are not kept;
+//   - functions and classes by their source text (Function.prototype.toString), evaluated
+//     again in the new context (file name "<restored NAME>"). Native and bound functions,
+//     and methods taken from an object (their source is no expression), are skipped. A
+//     closure comes back without what it closed over (it is evaluated at the top level),
+//     and a function without its own properties;
+//   - every other value in ONE v8.serialize (the structured clone: what two names share
+//     comes back shared). What it refuses (a promise, a timer, a function inside a value, a
+//     symbol) is skipped with its error; when the whole fails, each value alone finds them.
+//     v8.deserialize makes objects of node's realm: they are copied into the context's
+//     (objects, arrays, Map, Set, Date, RegExp, errors, typed arrays, boxed primitives), so
+//     that `instanceof Array` holds. A named value made by a kept class gets that class's
+//     prototype back; objects nested in values come back plain (the structured clone keeps
+//     no prototype);
+//   - the working directory (process.cwd()).
+// Restore order: the required values, the functions and classes (one that misses a name,
+// such as a class extending a value, is evaluated again after the values), the values.
+const crypto = require('crypto');
 const fs = require('fs');
 const net = require('net');
 const path = require('path');
 const util = require('util');
+const v8 = require('v8');
 const vm = require('vm');
 const Module = require('module');
 
@@ -42,6 +86,8 @@ const exit = process.exit.bind(process);
 const stdout = process.stdout;
 const stderr = process.stderr;
 const streamWrite = (stream, data, cb) => stream.constructor.prototype.write.call(stream, data, cb);
+const fnToString = Function.prototype.toString;
+const hasOwn = Object.prototype.hasOwnProperty;
 
 function reply(obj) {
   const data = bufferFrom(stringify(obj) + '\n', 'utf8');
@@ -70,16 +116,58 @@ for (const name of Object.getOwnPropertyNames(globalThis)) {
   const descriptor = Object.getOwnPropertyDescriptor(globalThis, name);
   if (descriptor !== undefined) Object.defineProperty(sandbox, name, descriptor);
 }
+// What each require() of a cell returned (and the own data properties of it), by the id
+// it was required with: a checkpoint keeps such a value as that reference.
+const baseRequire = Module.createRequire(sessionFile);
+const required = new Map();
+const scanned = new WeakSet(); // once each: require() is cached, and often called in loops
+function note(exported, id) {
+  if (exported === null || (typeof exported !== 'object' && typeof exported !== 'function')) return;
+  if (scanned.has(exported)) return;
+  scanned.add(exported);
+  const known = required.get(exported);
+  if (known === undefined || known.key !== null) required.set(exported, { id, key: null });
+  let keys = [];
+  try {
+    keys = Object.getOwnPropertyNames(exported).slice(0, 10000);
+  } catch (_) {
+    return;
+  }
+  for (const key of keys) {
+    let d;
+    try {
+      d = Object.getOwnPropertyDescriptor(exported, key);
+    } catch (_) {
+      continue;
+    }
+    const v = d && d.value;
+    if (v !== null && (typeof v === 'object' || typeof v === 'function') && !required.has(v)) {
+      required.set(v, { id, key });
+    }
+  }
+}
+function sessionRequire(id) {
+  const exported = baseRequire(id);
+  note(exported, String(id));
+  return exported;
+}
+Object.assign(sessionRequire, baseRequire);
 // V8 gives every context a console of its own, which only talks to an inspector: node's.
 Object.assign(sandbox, {
   console,
   global: contextGlobal,
-  require: Module.createRequire(sessionFile),
+  require: sessionRequire,
   module: sessionModule,
   exports: sessionModule.exports,
   __filename: sessionFile,
   __dirname: workDir,
 });
+// The global object's names as the context starts: a checkpoint keeps the others.
+const baseNames = new Set(Object.getOwnPropertyNames(contextGlobal));
+// Every cell's source, for the names of its top-level let / const / class; and the let /
+// const bindings a restore made (no cell of this process declared them).
+const cellSources = [];
+const restoredLexical = new Map();
 
 const runOptions = { breakOnSigint: true, displayErrors: true };
 if (vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER !== undefined) {
@@ -174,6 +262,7 @@ function drain(stream) {
 }
 
 async function runCell(n, code) {
+  cellSources.push(code);
   let status = 'ok';
   let value = null;
   let error = null;
@@ -190,6 +279,401 @@ async function runCell(n, code) {
   reply({ n, status, value, error });
 }
 
+// ---------------------------------------------------------------------------- checkpoints
+
+const MAGIC = Buffer.from('codegen-session-state javascript 1\n');
+const IDENT = /^[A-Za-z_$][\w$]*$/;
+const WHERE = ['global', 'let', 'const'];
+const MAX_REASON = 300;
+
+function reasonOf(err) {
+  let text;
+  try {
+    text = err !== null && typeof err === 'object' && 'message' in err
+      ? `${err.name || 'Error'}: ${err.message}` : String(err);
+  } catch (_) {
+    text = 'an error that cannot be described';
+  }
+  return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON)}...` : text;
+}
+
+// The names the cells declare with let / const / class at their top level, as far as a
+// regular expression tells (see the header): name -> 'let' | 'const' | 'class'.
+function lexicalCandidates() {
+  const found = new Map(restoredLexical);
+  const declaration = /(?:^|[;}])[ \t]*(let|const|class)[ \t]+([A-Za-z_$][\w$]*)/gm;
+  const destructuring = /(?:^|[;}])[ \t]*(let|const)[ \t]*(\{[^{}]*\}|\[[^[\]]*\])[ \t]*=/gm;
+  for (const source of cellSources) {
+    for (const m of source.matchAll(declaration)) found.set(m[2], m[1]);
+    for (const m of source.matchAll(destructuring)) {
+      for (let part of m[2].slice(1, -1).split(',')) {
+        part = part.replace(/=[\s\S]*$/, '').trim();
+        if (part.startsWith('...')) part = part.slice(3).trim();
+        if (part.includes(':')) part = part.slice(part.indexOf(':') + 1).trim();
+        if (IDENT.test(part)) found.set(part, m[1]);
+      }
+    }
+  }
+  return found;
+}
+
+// What a checkpoint keeps: [{name, where: 'global' | 'let' | 'const', value, attrs}].
+function stateEntries(skipped) {
+  const entries = [];
+  for (const name of Object.getOwnPropertyNames(contextGlobal)) {
+    if (baseNames.has(name)) continue;
+    let d;
+    try {
+      d = Object.getOwnPropertyDescriptor(contextGlobal, name);
+    } catch (err) {
+      skipped.push({ name, reason: `it cannot be read: ${reasonOf(err)}` });
+      continue;
+    }
+    if (d === undefined) continue;
+    if (!('value' in d)) {
+      skipped.push({ name, reason: 'an accessor property (a getter or setter) is not kept' });
+      continue;
+    }
+    entries.push({
+      name,
+      where: 'global',
+      value: d.value,
+      attrs: { writable: d.writable, enumerable: d.enumerable, configurable: d.configurable },
+    });
+  }
+  for (const [name, kind] of lexicalCandidates()) {
+    let value;
+    try {
+      value = vm.runInContext(name, context);
+    } catch (err) {
+      if (err && err.name === 'ReferenceError' && /not defined/.test(String(err.message))) continue;
+      skipped.push({ name, reason: `it cannot be read (${reasonOf(err)})` });
+      continue;
+    }
+    // A global property of that name, not a binding that shadows it.
+    if (hasOwn.call(contextGlobal, name) && Object.is(contextGlobal[name], value)) continue;
+    entries.push({ name, where: kind === 'const' ? 'const' : 'let', value });
+  }
+  return entries;
+}
+
+function checkpoint(maxBytes) {
+  const skipped = [];
+  const defs = [];
+  const refs = [];
+  let values = [];
+  for (const e of stateEntries(skipped)) {
+    const v = e.value;
+    const isObject = v !== null && (typeof v === 'object' || typeof v === 'function');
+    const ref = isObject ? required.get(v) : undefined;
+    if (ref !== undefined) {
+      refs.push({ name: e.name, where: e.where, attrs: e.attrs, id: ref.id, key: ref.key });
+    } else if (typeof v === 'function') {
+      let source;
+      try {
+        source = fnToString.call(v);
+      } catch (err) {
+        skipped.push({ name: e.name, reason: `its source cannot be read: ${reasonOf(err)}` });
+        continue;
+      }
+      if (/\{\s*\[native code\]\s*\}\s*$/.test(source)) {
+        skipped.push({ name: e.name, reason: 'a native or bound function cannot be checkpointed' });
+        continue;
+      }
+      try {
+        new vm.Script(`({[""]: ${source}\n})`); // eslint-disable-line no-new
+      } catch (_) {
+        skipped.push({
+          name: e.name,
+          reason: 'its source cannot be evaluated alone (a method taken from an object)',
+        });
+        continue;
+      }
+      defs.push({ ...e, source });
+    } else {
+      values.push(e);
+    }
+  }
+  // A value made by a class (or constructor) the checkpoint keeps gets its prototype back.
+  const owners = new Map();
+  for (const d of defs) {
+    try {
+      const proto = d.value.prototype;
+      if (proto !== null && typeof proto === 'object' && !owners.has(proto)) owners.set(proto, d);
+    } catch (_) {
+      // no prototype to give
+    }
+  }
+  for (const e of values) {
+    if (e.value === null || typeof e.value !== 'object') continue;
+    const owner = owners.get(Object.getPrototypeOf(e.value));
+    if (owner !== undefined) e.proto = { name: owner.name, where: owner.where };
+  }
+  // Every value in ONE v8.serialize: what two names share comes back shared. When that
+  // fails, each value alone finds the ones that cannot be serialized.
+  const record = () => {
+    const r = { global: new Map(), let: new Map(), const: new Map() };
+    for (const e of values) r[e.where].set(e.name, e.value);
+    return r;
+  };
+  let payload;
+  for (let round = 0; payload === undefined; round++) {
+    try {
+      payload = v8.serialize(record());
+    } catch (err) {
+      const failing = round === 0 ? values.filter((e) => {
+        try {
+          v8.serialize(e.value);
+          return false;
+        } catch (err2) {
+          skipped.push({ name: e.name, reason: `it cannot be serialized: ${reasonOf(err2)}` });
+          return true;
+        }
+      }) : values;
+      if (round > 0) {
+        for (const e of values) {
+          const reason = `it cannot be serialized with the others: ${reasonOf(err)}`;
+          skipped.push({ name: e.name, reason });
+        }
+      }
+      values = values.filter((e) => !failing.includes(e));
+    }
+  }
+  let cwd = null;
+  try {
+    cwd = process.cwd();
+  } catch (err) {
+    skipped.push({ name: '<working directory>', reason: `it cannot be found: ${reasonOf(err)}` });
+  }
+  const header = {
+    cwd,
+    defs: defs.map(({ name, where, attrs, source }) => ({ name, where, attrs, source })),
+    refs,
+    values: values.map(({ name, where, attrs, proto }) => ({ name, where, attrs, proto })),
+  };
+  const blob = Buffer.concat([MAGIC, bufferFrom(`${stringify(header)}\n`, 'utf8'), payload]);
+  const sha256 = crypto.createHash('sha256').update(blob).digest('hex');
+  if (blob.length > maxBytes) return { too_large: blob.length, sha256, skipped };
+  return { state: blob.toString('base64'), sha256, skipped };
+}
+
+// Run in the context: a copy of what v8.deserialize made (objects of node's own realm)
+// with the context's own Object, Array, Map, ... (so that `instanceof Array` holds), what
+// is shared kept shared. Buffers stay as they are (the context shares node's Buffer).
+const COPIER = `(function copy(root, isBuffer) {
+  const seen = new Map();
+  const errors = { Error, EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError };
+  const put = (out, k, x) => {
+    if (k === '__proto__') {
+      const d = { value: x, writable: true, enumerable: true, configurable: true };
+      Object.defineProperty(out, k, d);
+    } else {
+      out[k] = x;
+    }
+  };
+  const c = (v) => {
+    if (v === null || typeof v !== 'object') return v;
+    if (seen.has(v)) return seen.get(v);
+    if (isBuffer(v)) {
+      seen.set(v, v);
+      return v;
+    }
+    const tag = Object.prototype.toString.call(v);
+    let out;
+    if (Array.isArray(v)) {
+      out = new Array(v.length);
+      seen.set(v, out);
+      for (const k of Object.keys(v)) put(out, k, c(v[k]));
+      return out;
+    }
+    if (tag === '[object Map]') {
+      out = new Map();
+      seen.set(v, out);
+      for (const [k, x] of v) out.set(c(k), c(x));
+      return out;
+    }
+    if (tag === '[object Set]') {
+      out = new Set();
+      seen.set(v, out);
+      for (const x of v) out.add(c(x));
+      return out;
+    }
+    if (tag === '[object Date]') {
+      out = new Date(v.getTime());
+    } else if (tag === '[object RegExp]') {
+      out = new RegExp(v.source, v.flags);
+      out.lastIndex = v.lastIndex;
+    } else if (tag === '[object ArrayBuffer]') {
+      out = new ArrayBuffer(v.byteLength);
+      new Uint8Array(out).set(new Uint8Array(v));
+    } else if (ArrayBuffer.isView(v)) {
+      const buffer = c(v.buffer);
+      out = tag === '[object DataView]' ? new DataView(buffer, v.byteOffset, v.byteLength)
+        : new globalThis[tag.slice(8, -1)](buffer, v.byteOffset, v.length);
+    } else if (tag === '[object Error]') {
+      out = new (errors[v.name] || Error)(v.message);
+      if (typeof v.stack === 'string') {
+        Object.defineProperty(out, 'stack', { value: v.stack, writable: true, configurable: true });
+      }
+    } else if (/^\\[object (Boolean|Number|String|BigInt)\\]$/.test(tag)) {
+      out = Object(v.valueOf());
+    } else {
+      out = {};
+      seen.set(v, out);
+      for (const k of Object.keys(v)) put(out, k, c(v[k]));
+      return out;
+    }
+    seen.set(v, out);
+    return out;
+  };
+  return c(root);
+})`;
+
+function checkHeader(h) {
+  const damaged = () => new Error('its header is damaged');
+  if (h === null || typeof h !== 'object') throw damaged();
+  if (!(h.cwd === null || typeof h.cwd === 'string')) throw damaged();
+  for (const list of [h.defs, h.refs, h.values]) if (!Array.isArray(list)) throw damaged();
+  for (const e of [...h.defs, ...h.refs, ...h.values]) {
+    if (e === null || typeof e !== 'object' || typeof e.name !== 'string') throw damaged();
+    if (!WHERE.includes(e.where) || (e.where !== 'global' && !IDENT.test(e.name))) throw damaged();
+  }
+  for (const d of h.defs) if (typeof d.source !== 'string') throw damaged();
+  for (const r of h.refs) {
+    if (typeof r.id !== 'string' || !(r.key === null || typeof r.key === 'string')) throw damaged();
+  }
+}
+
+function restore(encoded) {
+  const blob = bufferFrom(encoded, 'base64');
+  let header;
+  let record;
+  try {
+    if (!blob.subarray(0, MAGIC.length).equals(MAGIC)) {
+      throw new Error("it is not a JavaScript kernel's checkpoint");
+    }
+    const end = blob.indexOf(10, MAGIC.length);
+    if (end < 0) throw new Error('its header is cut');
+    header = JSON.parse(blob.subarray(MAGIC.length, end).toString('utf8'));
+    checkHeader(header);
+    record = v8.deserialize(blob.subarray(end + 1));
+    if (record === null || typeof record !== 'object'
+        || !WHERE.every((w) => record[w] instanceof Map)) {
+      throw new Error('its values are damaged');
+    }
+  } catch (err) {
+    return { error: reasonOf(err), unreadable: true };
+  }
+  const skipped = [];
+  if (header.cwd !== null) {
+    try {
+      process.chdir(header.cwd);
+    } catch (err) {
+      const reason = `${header.cwd} cannot be entered again: ${reasonOf(err)}`;
+      skipped.push({ name: '<working directory>', reason });
+    }
+  }
+  // A let / const binding is made by a script at the context's top level; its value comes
+  // through a property of the global object that lives only as long as the restore.
+  const slot = `__codegen_restore_${crypto.randomBytes(8).toString('hex')}`;
+  const carrier = new Map();
+  Object.defineProperty(contextGlobal, slot, { value: carrier, configurable: true });
+  const bind = (entry, value) => {
+    if (entry.where === 'global') {
+      const a = entry.attrs || {};
+      Object.defineProperty(contextGlobal, entry.name, {
+        value,
+        writable: a.writable !== false,
+        enumerable: a.enumerable !== false,
+        configurable: a.configurable !== false,
+      });
+      return;
+    }
+    carrier.set(entry.name, value);
+    try {
+      const carried = `globalThis[${stringify(slot)}].get(${stringify(entry.name)})`;
+      vm.runInContext(`${entry.where} ${entry.name} = ${carried};`, context);
+      restoredLexical.set(entry.name, entry.where);
+    } finally {
+      carrier.delete(entry.name);
+    }
+  };
+  try {
+    for (const r of header.refs) {
+      try {
+        let v = sessionRequire(r.id);
+        if (r.key !== null) v = v[r.key];
+        bind(r, v);
+      } catch (err) {
+        const reason = `require(${stringify(r.id)}) no longer gives it: ${reasonOf(err)}`;
+        skipped.push({ name: r.name, reason });
+      }
+    }
+    // Functions and classes by their source; one that misses a name (a class extending a
+    // value) is tried again after the values.
+    const made = new Map();
+    const pending = [...header.defs];
+    const errors = new Map();
+    const define = () => {
+      for (let progress = true; progress && pending.length > 0;) {
+        progress = false;
+        for (const d of [...pending]) {
+          const key = stringify(d.name);
+          try {
+            const fn = vm.runInContext(`({[${key}]: ${d.source}\n})[${key}]`, context, {
+              filename: `<restored ${d.name}>`,
+            });
+            bind(d, fn);
+            made.set(`${d.where}:${d.name}`, fn);
+          } catch (err) {
+            errors.set(d, err);
+            if (err && err.name === 'ReferenceError') continue;
+            const reason = `its source does not evaluate: ${reasonOf(err)}`;
+            skipped.push({ name: d.name, reason });
+          }
+          pending.splice(pending.indexOf(d), 1);
+          progress = true;
+        }
+      }
+    };
+    define();
+    let copied = null;
+    try {
+      copied = vm.runInContext(COPIER, context)(record, Buffer.isBuffer);
+    } catch (err) {
+      for (const v of header.values) {
+        const reason = `it cannot be copied into the context: ${reasonOf(err)}`;
+        skipped.push({ name: v.name, reason });
+      }
+    }
+    for (const v of copied === null ? [] : header.values) {
+      try {
+        bind(v, copied[v.where].get(v.name));
+      } catch (err) {
+        skipped.push({ name: v.name, reason: `it cannot be bound again: ${reasonOf(err)}` });
+      }
+    }
+    define();
+    for (const d of pending) {
+      const reason = `its source does not evaluate: ${reasonOf(errors.get(d))}`;
+      skipped.push({ name: d.name, reason });
+    }
+    for (const v of copied === null ? [] : header.values) {
+      const fn = v.proto ? made.get(`${v.proto.where}:${v.proto.name}`) : undefined;
+      const value = copied[v.where].get(v.name);
+      if (fn === undefined || value === null || typeof value !== 'object') continue;
+      try {
+        Object.setPrototypeOf(value, fn.prototype);
+      } catch (_) {
+        // it stays a plain object
+      }
+    }
+  } finally {
+    delete contextGlobal[slot];
+  }
+  return { skipped };
+}
+
 const queue = [];
 let running = false;
 
@@ -204,7 +688,25 @@ async function pump() {
       continue;
     }
     if (req === null || typeof req !== 'object') continue;
-    await runCell(req.n, String(req.code));
+    if (req.op === 'checkpoint') {
+      let outcome;
+      try {
+        outcome = checkpoint(Number(req.max_bytes));
+      } catch (err) {
+        outcome = { error: String(describe(err).message || err) };
+      }
+      reply({ op: 'checkpoint', ...outcome });
+    } else if (req.op === 'restore') {
+      let outcome;
+      try {
+        outcome = restore(String(req.state));
+      } catch (err) {
+        outcome = { error: String(describe(err).message || err) };
+      }
+      reply({ op: 'restored', ...outcome });
+    } else {
+      await runCell(req.n, String(req.code));
+    }
   }
   running = false;
 }

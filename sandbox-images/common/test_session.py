@@ -1,5 +1,5 @@
 """Tests for stateful sessions (session.py, codegen_session.py, session_kernel.js; protocol
-"session/1", benign programs only).
+"session/2", benign programs only).
 
 Run from the repository root:
     python3 -m unittest discover -s sandbox-images/common -p 'test_*.py'
@@ -9,15 +9,21 @@ hardened containers of the Python, bash and JavaScript sandbox images (sandbox-i
 started as the worker starts a session (`python3 -I /opt/codegen/session.py`) with the working
 tree's files of /opt/codegen mounted over the image's (testlib.py). Those tests are skipped when
 Docker or the image is missing; the matplotlib test also when python-sci has no matplotlib.
+Checkpoints are restored into a second, new container, as another worker would.
 """
 
 import base64
+import io
 import json
 import os
+import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import unittest
 
@@ -90,6 +96,172 @@ class PureFunctionTest(unittest.TestCase):
         self.assertEqual(session.clean_text("abcdef", 3, tail=True), "def")
         self.assertEqual(session.clean_text(None, 3), "")
 
+    def test_checkpoint_and_restore_requests_are_validated(self):
+        ck = {"type": "checkpoint", "max_bytes": 5, "full": False}
+        self.assertEqual(self.parse(ck), ck)
+        self.assertEqual(self.parse(dict(ck, max_bytes=1 << 40))["max_bytes"],
+                         session.MAX_CHECKPOINT_BYTES)
+        rs = {"type": "restore", "state": "AAE=", "files": None, "cells": 3}
+        self.assertEqual(self.parse(rs), rs)
+        self.assertEqual(self.parse({k: v for k, v in rs.items() if k != "files"}), rs)
+        bad = [
+            dict(ck, full=None), dict(ck, full=1), dict(ck, max_bytes=-1),
+            {"type": "checkpoint", "full": True}, dict(rs, state=None), dict(rs, state="%%"),
+            dict(rs, files=3), dict(rs, files="A"), dict(rs, cells=-1), dict(rs, cells=True),
+            {k: v for k, v in rs.items() if k != "cells"},
+        ]
+        for obj in bad:
+            with self.subTest(request=obj), self.assertRaises(session.RequestError):
+                self.parse(obj)
+
+    def test_a_skipped_list_from_the_kernel_is_checked_and_bounded(self):
+        raw = [{"name": "a", "reason": "r"}, {"name": 3}, "x", {"name": "b\ud800"},
+               {"name": "n" * 5000, "reason": "z" * 5000}]
+        got = session.skipped_list(raw)
+        self.assertEqual(got[:2], [{"name": "a", "reason": "r"},
+                                   {"name": "b?", "reason": "it is not restored"}])
+        self.assertEqual((len(got[2]["name"]), len(got[2]["reason"])),
+                         (session.MAX_SKIPPED_NAME, session.MAX_SKIPPED_REASON))
+        self.assertEqual(session.skipped_list(None), [])
+        many = session.skipped_list([{"name": str(i), "reason": "r"}
+                                     for i in range(session.MAX_SKIPPED + 5)])
+        self.assertEqual(len(many), session.MAX_SKIPPED + 1)
+        self.assertIn("5 more names", many[-1]["reason"])
+
+    def test_a_checkpoint_answer_is_one_frame_written_in_pieces(self):
+        state = bytes(range(256)) * 5000  # several base64 pieces, a length not a multiple of 3
+        for files in (None, b"", b"tar"):
+            answer = session.CheckpointAnswer(bytearray(state), files,
+                                              [{"name": "f", "reason": "why"}])
+            with tempfile.TemporaryFile() as f:
+                answer.write(f.fileno())
+                f.seek(0)
+                data = f.read()
+            (n,) = struct.unpack(">I", data[:4])
+            self.assertEqual(n, len(data) - 4)
+            obj = json.loads(data[4:].decode("ascii"))
+            self.assertEqual(base64.b64decode(obj["state"]), state)
+            self.assertEqual(obj["files"], None if files is None else
+                             base64.b64encode(files).decode())
+            self.assertEqual((obj["type"], obj["state_bytes"], obj["files_bytes"],
+                              obj["skipped"]),
+                             ("checkpoint", len(state), len(files or b""),
+                              [{"name": "f", "reason": "why"}]))
+        too = session.too_large(12, 10)
+        self.assertEqual(too, {"type": "error", "too_large": True, "message":
+                               "the checkpoint is 12 bytes, over its limit of 10 bytes "
+                               "(worker.sessions.checkpoint_max_bytes)"})
+
+
+def tar_of(*members):
+    """base64 of a tar of (name, "file" | "dir" | "link", content or link target), written
+    as given (absolute names and ".." kept)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, payload in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+                continue
+            info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.SYMTYPE
+            if kind == "link":
+                info.linkname = payload
+            tar.addfile(info)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+# Crafted tars whose members would land outside /work (each refuses the whole restore).
+ESCAPING_TARS = [
+    tar_of(("../x", "file", b"x")),
+    tar_of(("/tmp/abs", "file", b"x")),
+    tar_of(("ok", "file", b"fine"), ("t", "link", "/tmp"), ("t/evil", "file", b"x")),
+    tar_of(("sub", "dir", None), ("in", "link", "sub"), ("in/evil", "file", b"x")),
+    tar_of(("d", "dir", None), ("d/up", "link", "../../tmp")),
+    tar_of(("d", "dir", None), ("d/../../tmp/evil", "file", b"x")),
+]
+# Where the escaping members would have landed.
+OUTSIDE = ("/x", "/tmp/abs", "/tmp/evil", "/work/../x")
+
+
+class WorkFilesTest(unittest.TestCase):
+    """The files half of checkpoints on the host: the walk of /work, its tar, and the
+    extraction that refuses what would leave /work (WORKDIR pointed at a temporary folder)."""
+
+    def setUp(self):
+        self.top = tempfile.mkdtemp(prefix="codegen-session-test-")
+        self.addCleanup(shutil.rmtree, self.top, True)
+        self.work = os.path.join(self.top, "work")
+        os.mkdir(self.work)
+        saved = session.WORKDIR
+        session.WORKDIR = self.work
+        self.addCleanup(setattr, session, "WORKDIR", saved)
+
+    def test_the_walk_and_its_tar_keep_files_folders_modes_and_inner_links(self):
+        w = self.work
+        os.makedirs(w + "/d/e")
+        with open(w + "/d/run.sh", "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chmod(w + "/d/run.sh", 0o750)
+        with open(w + "/empty", "wb"):
+            pass
+        os.chmod(w + "/d/e", 0o700)
+        os.symlink("d/run.sh", w + "/in-link")
+        os.symlink("/etc/passwd", w + "/out-link")
+        os.symlink("d/../..", w + "/up-link")
+        os.mkfifo(w + "/fifo")
+        entries, skipped, digest = session.walk_tree()
+        self.assertEqual([e[0] for e in entries], ["d", "empty", "in-link", "d/e", "d/run.sh"])
+        self.assertEqual(sorted(s["name"] for s in skipped),
+                         [w + "/fifo", w + "/out-link", w + "/up-link"])
+        pieces, size, unread = session.build_tar(entries, 1 << 20)
+        data = b"".join(pieces)
+        self.assertEqual((len(data), unread), (size, []))
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            got = {m.name: (m.type, m.mode, m.linkname, m.uid, m.uname) for m in tar}
+            self.assertEqual(tar.extractfile("d/run.sh").read(), b"#!/bin/sh\n")
+        self.assertEqual(got["d/run.sh"], (tarfile.REGTYPE, 0o750, "", 0, ""))
+        self.assertEqual(got["d/e"], (tarfile.DIRTYPE, 0o700, "", 0, ""))
+        self.assertEqual(got["in-link"], (tarfile.SYMTYPE, 0o777, "d/run.sh", 0, ""))
+        # The same tree, the same digest; a deletion changes it.
+        self.assertEqual(session.walk_tree()[2], digest)
+        os.unlink(w + "/empty")
+        self.assertNotEqual(session.walk_tree()[2], digest)
+        # Over its budget the tar is not kept, but its size is still exact.
+        entries = session.walk_tree()[0]
+        self.assertEqual(session.build_tar(entries, 100)[:2],
+                         (None, len(b"".join(session.build_tar(entries, 1 << 20)[0]))))
+
+    def test_extraction_restores_bytes_and_modes_and_refuses_what_leaves_work(self):
+        for files in ESCAPING_TARS:
+            with self.subTest(files=files[:40]), self.assertRaises(session.RestoreRefused):
+                session.extract_files(base64.b64decode(files))
+            self.assertEqual(os.listdir(self.work), [])
+            self.assertEqual(os.listdir(self.top), ["work"])
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, kind, mode, payload in (
+                    ("ro", "dir", 0o555, None), ("ro/x.bin", "file", 0o640, bytes(range(256))),
+                    ("b", "link", 0o777, "."), ("a", "link", 0o777, "b/.."),
+                    ("ro/in", "link", 0o777, "x.bin")):
+                info = tarfile.TarInfo(name)
+                info.mode = mode
+                if kind == "file":
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+                else:
+                    info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.SYMTYPE
+                    info.linkname = payload or ""
+                    tar.addfile(info)
+        skipped = session.extract_files(buf.getvalue())
+        self.assertEqual([s["name"] for s in skipped], [self.work + "/a"])
+        self.assertFalse(os.path.lexists(self.work + "/a"))
+        with open(self.work + "/ro/in", "rb") as f:
+            self.assertEqual(f.read(), bytes(range(256)))
+        self.assertEqual(oct(os.stat(self.work + "/ro/x.bin").st_mode & 0o7777), "0o640")
+        self.assertEqual(oct(os.stat(self.work + "/ro").st_mode & 0o7777), "0o555")
+        os.chmod(self.work + "/ro", 0o755)
+
 
 # ------------------------------------------------------------------------------- container
 
@@ -104,18 +276,18 @@ class Session:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
 
     def read_exact(self, n, deadline):
-        buf = b""
+        buf = bytearray()  # not bytes: a checkpoint's answer is tens of MiB
         fd = self.proc.stdout.fileno()
         while len(buf) < n:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise AssertionError("no answer from the session within %d s"
                                      % ANSWER_TIMEOUT_S)
-            chunk = os.read(fd, n - len(buf))
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
             if not chunk:
                 return None
             buf += chunk
-        return buf
+        return bytes(buf)
 
     def recv(self):
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
@@ -161,7 +333,7 @@ class SessionCase(unittest.TestCase):
     def setUpClass(cls):
         cls.s = Session(cls.LANGUAGE)
         ready = cls.s.recv()
-        assert ready == {"type": "ready", "protocol": "session/1",
+        assert ready == {"type": "ready", "protocol": session.PROTOCOL,
                          "language": cls.LANGUAGE}, ready
 
     @classmethod
@@ -579,6 +751,344 @@ class PythonSciMatplotlibTest(unittest.TestCase):
             self.assertEqual((r["value"], r["display"]), ("[]", []))
         finally:
             s.close()
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+
+def open_session(language):
+    s = Session(language)
+    ready = s.recv()
+    assert ready is not None and ready["type"] == "ready", ready
+    return s
+
+
+class CheckpointContract:
+    """Checkpoints and restores, in every session language. A test class sets LANGUAGE and:
+
+      SET_X, SET_X_AGAIN, SET_X_THIRD   cells that give the variable x a new value
+      DELETE_A                          a cell that deletes /work/a.txt and changes no state
+      PROBE_OUTSIDE                     a cell that prints, for each path of OUTSIDE,
+                                        True or False (whether it exists), space-separated
+    """
+
+    def session(self):
+        s = open_session(self.LANGUAGE)
+        self.addCleanup(s.close)
+        return s
+
+    def ok(self, s, code):
+        r = s.cell(code)
+        self.assertEqual((r["type"], r["status"]), ("cell_result", "ok"), r)
+        return r
+
+    def checkpoint(self, s, max_bytes=64 << 20, full=False):
+        a = s.ask({"type": "checkpoint", "max_bytes": max_bytes, "full": full})
+        if a["type"] == "checkpoint":
+            self.assertEqual(set(a), {"type", "state", "files", "state_bytes", "files_bytes",
+                                      "skipped"})
+            for part in ("state", "files"):
+                self.assertEqual(a[part + "_bytes"],
+                                 0 if a[part] is None else len(base64.b64decode(a[part])))
+        return a
+
+    def restore(self, s, state, files, cells=0):
+        return s.ask({"type": "restore", "state": state, "files": files, "cells": cells})
+
+    def tar_names(self, files):
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(files))) as tar:
+            return {m.name: tar.extractfile(m).read() if m.isreg() else None for m in tar}
+
+    def test_unchanged_parts_are_null_and_changes_are_sent(self):
+        s = self.session()
+        self.ok(s, self.SET_X)
+        self.assertEqual(s.ask({"type": "put_file", "path": "a.txt", "base64":
+                                base64.b64encode(b"alpha").decode()}), {"type": "ok"})
+        first = self.checkpoint(s)
+        self.assertEqual(first["type"], "checkpoint", first)
+        self.assertIsNotNone(first["state"])
+        self.assertEqual(self.tar_names(first["files"]), {"a.txt": b"alpha"})
+        same = self.checkpoint(s)
+        self.assertEqual((same["state"], same["files"], same["state_bytes"],
+                          same["files_bytes"]), (None, None, 0, 0), same)
+        self.ok(s, self.SET_X_AGAIN)
+        changed = self.checkpoint(s)
+        self.assertIsNotNone(changed["state"])
+        self.assertNotEqual(changed["state"], first["state"])
+        self.assertIsNone(changed["files"])
+        self.ok(s, self.DELETE_A)  # a deletion is a change of the files
+        deleted = self.checkpoint(s)
+        self.assertIsNone(deleted["state"], deleted)
+        self.assertEqual(self.tar_names(deleted["files"]), {})
+        full = self.checkpoint(s, full=True)
+        self.assertEqual((full["state"], full["files"]), (changed["state"], deleted["files"]))
+        # Over its limit: an error, and the next checkpoint still compares with `full`.
+        self.ok(s, self.SET_X_THIRD)
+        over = self.checkpoint(s, max_bytes=10)
+        self.assertEqual((over["type"], over.get("too_large")), ("error", True), over)
+        self.assertRegex(over["message"], r"^the checkpoint is \d+ bytes, over its limit of 10 "
+                         r"bytes \(worker\.sessions\.checkpoint_max_bytes\)$")
+        n = int(over["message"].split()[3])
+        after = self.checkpoint(s)
+        self.assertIsNotNone(after["state"])
+        self.assertIsNone(after["files"])
+        self.assertEqual(after["state_bytes"], n)  # what was too large is exactly this
+        self.assertEqual(self.checkpoint(s, max_bytes=0)["state"], None)  # nothing to send
+
+    def test_tar_members_leaving_work_are_refused(self):
+        empty = self.checkpoint(self.session())
+        state = empty["state"]
+        s = self.session()
+        other = "python" if self.LANGUAGE != "python" else "bash"
+        for bad_state in ("", base64.b64encode(b"not a checkpoint").decode(),
+                          base64.b64encode(b"codegen-session-state %s 1\n{}\n"
+                                           % other.encode()).decode(),
+                          base64.b64encode(base64.b64decode(state)[:60]).decode()):
+            a = self.restore(s, bad_state, None)
+            self.assertEqual(a["type"], "error", a)
+            self.assertIn("state", a["message"])
+        for files in ESCAPING_TARS:
+            a = self.restore(s, state, files)
+            self.assertEqual(a["type"], "error", a)
+            self.assertIn("refused", a["message"])
+        # Each link is checked by its text, then where it leads once all are in place.
+        a = self.restore(s, state, tar_of(("keep.txt", "file", b"kept"), ("b", "link", "."),
+                                          ("a", "link", "b/..")), cells=2)
+        self.assertEqual(a["type"], "restored", a)
+        self.assertEqual([x["name"] for x in a["skipped"]], ["/work/a"])
+        r = self.ok(s, self.PROBE_OUTSIDE)
+        self.assertEqual(r["stdout"].split(), ["False"] * len(OUTSIDE))
+        self.assertEqual([f["path"] for f in s.ask({"type": "list_files"})["files"]],
+                         ["keep.txt"])
+
+    def test_a_restore_must_be_the_first_request(self):
+        state = self.checkpoint(self.session())["state"]
+        s = self.session()
+        self.ok(s, self.SET_X)
+        a = self.restore(s, state, None)
+        self.assertEqual(a["type"], "error", a)
+        self.assertIn("first request", a["message"])
+        s = self.session()
+        self.assertEqual(self.restore(s, state, None, cells=5)["type"], "restored")
+        a = self.restore(s, state, None)
+        self.assertEqual(a["type"], "error", a)
+        self.assertIn("first request", a["message"])
+
+
+@skip_without_image("python")
+class PythonCheckpointTest(CheckpointContract, unittest.TestCase):
+    LANGUAGE = "python"
+    SET_X = "x = 1"
+    SET_X_AGAIN = "x = 2"
+    SET_X_THIRD = "x = 3"
+    DELETE_A = "__import__('os').remove('/work/a.txt')"
+    PROBE_OUTSIDE = "import os\nprint(*[os.path.lexists(p) for p in %r])" % (OUTSIDE,)
+
+    def test_a_restored_session_has_everything_back(self):
+        s = self.session()
+        self.ok(s, "import json, os\nimport collections as co\nlimit = 41\nshared = [1, 2]\n"
+                   "alias = shared\nos.makedirs('/work/sub/deep')\n"
+                   "with open('/work/sub/run.sh', 'w') as f:\n    f.write('#!/bin/sh\\n')\n"
+                   "os.chmod('/work/sub/run.sh', 0o750)\n"
+                   "os.symlink('sub/run.sh', '/work/in-link')\n"
+                   "os.symlink('/etc/passwd', '/work/out-link')\n"
+                   "with open('/work/blob.bin', 'wb') as f:\n    f.write(bytes(range(256)) * 3)\n"
+                   "SCALE = 3")
+        self.ok(s, "def boom():\n    raise ValueError('bad')\n\n\nclass Point:\n"
+                   "    def __init__(self, x):\n        self.x = x\n\n    def norm(self):\n"
+                   "        return abs(self.x)\n\n\nimport functools\n\n\n@functools.lru_cache\n"
+                   "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n\n"
+                   "def scaled(v, s=SCALE):\n    return v * s\n\n\n"
+                   "from dataclasses import dataclass\n\n\n@dataclass\nclass Pair:\n    a: int\n"
+                   "    b: int = 0\n\n\np = Point(-3)\npair = Pair(1)\n"
+                   "reg = {'boom': boom, 'mod': co}\nsquare = lambda v: v * v")
+        self.ok(s, "notes = open('/work/notes.txt', 'w')\ngen = (i for i in range(3))\n"
+                   "import threading, time\n"
+                   "worker = threading.Thread(target=time.sleep, args=(60,), daemon=True)\n"
+                   "worker.start()\nos.chdir('/work/sub')")
+        ck = self.checkpoint(s)
+        self.assertEqual(ck["type"], "checkpoint", ck)
+        self.assertEqual({x["name"]: x["reason"] for x in ck["skipped"]}, {
+            "notes": "an open file (io.TextIOWrapper) cannot be checkpointed",
+            "gen": "a generator cannot be checkpointed (its running frame cannot be saved)",
+            "f": "a closed file object (io.BufferedWriter) cannot be checkpointed",
+            "worker": "a running thread is not restored",
+            "/work/out-link": "a symbolic link leading out of /work (to /etc/passwd) is not "
+                              "checkpointed"})
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=3),
+                         {"type": "restored", "skipped": []})
+        # The counter goes on, and the restored function's frame shows its cell's source.
+        r = t.cell("boom()")
+        self.assertEqual(r["status"], "error", r)
+        self.assertIn('File "<cell 4>", line 1, in <module>\n    boom()\n', r["error"]["traceback"])
+        self.assertIn('File "<cell 2>", line 2, in boom\n    raise ValueError(\'bad\')\n',
+                      r["error"]["traceback"])
+        r = self.ok(t, "(limit, shared is alias, reg['boom'] is boom, reg['mod'] is co, p.norm(),"
+                       " type(p) is Point, fib(30), hasattr(fib, 'cache_info'), scaled(2),"
+                       " pair == Pair(1, 0), square(5), os.getcwd(), json.dumps([1]),"
+                       " [n for n in ('notes', 'gen', 'worker') if n in dir()])")
+        self.assertEqual(r["value"], repr((41, True, True, True, 3, True, 832040, True, 6, True,
+                                           25, "/work/sub", "[1]", [])))
+        r = self.ok(t, "import inspect\nprint(inspect.getsource(Point.norm), end='')")
+        self.assertEqual(r["stdout"], "    def norm(self):\n        return abs(self.x)\n")
+        r = self.ok(t, "st = os.stat('/work/sub/run.sh')\n(oct(st.st_mode & 0o777), st.st_uid,"
+                       " os.readlink('/work/in-link'), os.path.lexists('/work/out-link'),"
+                       " open('/work/blob.bin', 'rb').read() == bytes(range(256)) * 3,"
+                       " open('/work/notes.txt').read(), os.path.isdir('/work/sub/deep'))")
+        self.assertEqual(r["value"], repr(("0o750", 10002, "sub/run.sh", False, True, "", True)))
+        # A restored session checkpoints again (another worker lost): a third container.
+        u = self.session()
+        ck = self.checkpoint(t)
+        self.assertEqual(self.restore(u, ck["state"], ck["files"], cells=9)["type"], "restored")
+        r = u.cell("(p.norm(), fib(10), os.getcwd(), st.st_mode & 0o777)\nboom()")
+        self.assertIn('File "<cell 2>", line 2, in boom\n', r["error"]["traceback"])
+        self.assertEqual(self.ok(u, "(p.norm(), fib(10), os.getcwd(), st.st_mode & 0o777)")
+                         ["value"], "(3, 55, '/work/sub', 488)")
+        # What cannot be kept is said at the checkpoint, what fails at the restore then.
+        u = self.session()
+        self.ok(u, "class Gone:\n    pass\n\n\nkept = [Gone(), 1]\ndel Gone\n"
+                   "with open('/work/mymod.py', 'w') as f:\n    f.write('X = 1\\n')\n"
+                   "import mymod, os\nos.remove('/work/mymod.py')\nlast = 1\ndel f")
+        ck = self.checkpoint(u)
+        self.assertEqual([x["name"] for x in ck["skipped"]], ["kept"])
+        self.assertIn("it cannot be pickled", ck["skipped"][0]["reason"])
+        v = self.session()
+        self.assertEqual(self.restore(v, ck["state"], ck["files"]), {"type": "restored",
+                         "skipped": [{"name": "mymod", "reason": "the module mymod no longer "
+                                      "imports: ModuleNotFoundError: No module named 'mymod'"}]})
+        self.assertEqual(self.ok(v, "(last, 'mymod' in dir())")["value"], "(1, False)")
+
+
+@skip_without_image("bash")
+class BashCheckpointTest(CheckpointContract, unittest.TestCase):
+    LANGUAGE = "bash"
+    SET_X = "x=1"
+    SET_X_AGAIN = "x=2"
+    SET_X_THIRD = "x=3"
+    DELETE_A = "rm /work/a.txt"
+    PROBE_OUTSIDE = ("for p in %s; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then printf 'True ';"
+                     " else printf 'False '; fi; done; echo" % " ".join(OUTSIDE))
+
+    def test_a_restored_session_has_everything_back(self):
+        s = self.session()
+        self.ok(s, "greeting='hi there'\nshout() { echo \"${1^^}\"; }\n"
+                   "declare -a list=(1 2 '3 4')\ndeclare -A map=([k]=v [x]='y z')\n"
+                   "export EXPORTED=yes\ndeclare -i num=7\nmulti=$'one\\ntwo \\'q\\''\n"
+                   "alias ll='echo listing'\nshopt -s extglob\nset -o noclobber\n"
+                   "mkdir -p /work/d && cd /work/d\n"
+                   "printf data > /work/d/f.txt && chmod 640 /work/d/f.txt\nsleep 60 &")
+        ck = self.checkpoint(s)
+        self.assertEqual(ck["type"], "checkpoint", ck)
+        self.assertEqual(ck["skipped"], [{"name": "%1", "reason": "a running background job "
+                                          "(sleep 60 &) is not restored"}])
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=1),
+                         {"type": "restored", "skipped": []})
+        r = self.ok(t, "shout \"$greeting\"\necho \"${#list[@]} ${list[2]} ${map[x]} $num $PWD\"\n"
+                       "echo \"$multi\"\nbash -c 'echo $EXPORTED'\nshopt -p extglob\n"
+                       "set +o | grep noclobber\nll\necho \"$BASH_SOURCE\"\n"
+                       "stat -c '%a %u' /work/d/f.txt\ncat /work/d/f.txt; echo\necho @(x|y)")
+        self.assertEqual(r["stdout"], "HI THERE\n3 3 4 y z 7 /work/d\none\ntwo 'q'\nyes\n"
+                         "shopt -s extglob\nset -o noclobber\nlisting\n"
+                         "/tmp/.codegen-session/cell-2.sh\n640 10002\ndata\n@(x|y)\n")
+        self.assertEqual(r["stderr"], "")
+        u = self.session()
+        ck = self.checkpoint(t)
+        self.assertEqual(self.restore(u, ck["state"], ck["files"], cells=9)["type"], "restored")
+        self.assertEqual(self.ok(u, "shout x; echo $num $PWD; ll")["stdout"],
+                         "X\n7 /work/d\nlisting\n")
+
+
+@skip_without_image("javascript")
+class JavaScriptCheckpointTest(CheckpointContract, unittest.TestCase):
+    LANGUAGE = "javascript"
+    SET_X = "var x = 1;"
+    SET_X_AGAIN = "x = 2;"
+    SET_X_THIRD = "x = 3;"
+    DELETE_A = "require('fs').unlinkSync('/work/a.txt');"
+    PROBE_OUTSIDE = ("console.log(%s.map((p) => { try { require('fs').lstatSync(p); return 'True';"
+                     " } catch (_) { return 'False'; } }).join(' '))" % json.dumps(OUTSIDE))
+
+    def test_a_restored_session_has_everything_back(self):
+        s = self.session()
+        self.ok(s, "let count = 1;\nconst base = 40;\nfunction add(a, b) { return a + b; }\n"
+                   "class Box {\n  constructor(v) { this.v = v; }\n"
+                   "  get double() { return this.v * 2; }\n}\n"
+                   "var shared = [1, 2];\nvar alias = shared;\nconst fs = require('fs');\n"
+                   "const { join } = require('path');\nconst box = new Box(21);\n"
+                   "const byKey = new Map([['s', shared]]);\n"
+                   "const timer = setInterval(() => {}, 100000);\n"
+                   "const pending = new Promise(() => {});\nconst log = console.log;\n"
+                   "let [first, , third] = [1, 2, 3];\n"
+                   "fs.mkdirSync('/work/dsub/deep', { recursive: true });\n"
+                   "fs.writeFileSync('/work/dsub/x.sh', 'echo');\n"
+                   "fs.chmodSync('/work/dsub/x.sh', 0o750);\nprocess.chdir('/work/dsub');")
+        self.ok(s, "function deep() { throw new TypeError('boom'); }\ncount += 1;")
+        ck = self.checkpoint(s)
+        self.assertEqual(ck["type"], "checkpoint", ck)
+        reasons = {x["name"]: x["reason"] for x in ck["skipped"]}
+        self.assertEqual(sorted(reasons), ["log", "pending", "timer"])
+        self.assertEqual(reasons["log"], "a native or bound function cannot be checkpointed")
+        self.assertTrue(reasons["timer"].startswith("it cannot be serialized: "), reasons)
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=2),
+                         {"type": "restored", "skipped": []})
+        r = t.cell("deep()")
+        self.assertEqual((r["status"], r["error"]["type"]), ("error", "TypeError"), r)
+        self.assertIn("at <cell 3>:1:1", r["error"]["traceback"])
+        r = self.ok(t, "console.log(JSON.stringify([count, base, add(base, 2), box.double,"
+                       " box instanceof Box, shared === alias, byKey.get('s') === shared,"
+                       " shared instanceof Array, typeof fs.readFileSync, join('a', 'b'), first,"
+                       " third, process.cwd(), typeof timer, typeof pending, typeof log]))")
+        self.assertEqual(json.loads(r["stdout"]), [2, 40, 42, 42, True, True, True, True,
+                                                   "function", "a/b", 1, 3, "/work/dsub",
+                                                   "undefined", "undefined", "undefined"])
+        # let stays let, const stays const.
+        self.assertEqual(self.ok(t, "count = 10; count")["value"], "10")
+        r = t.cell("base = 1")
+        self.assertEqual((r["status"], r["error"]["type"]), ("error", "TypeError"), r)
+        r = self.ok(t, "const st = fs.statSync('/work/dsub/x.sh');\n"
+                       "[(st.mode & 0o777).toString(8), st.uid, fs.readFileSync('/work/dsub/x.sh',"
+                       " 'utf8'), fs.statSync('/work/dsub/deep').isDirectory()]")
+        self.assertEqual(r["value"], "[ '750', 10002, 'echo', true ]")
+        u = self.session()
+        ck = self.checkpoint(t)
+        self.assertEqual(self.restore(u, ck["state"], ck["files"], cells=9)["type"], "restored")
+        r = self.ok(u, "JSON.stringify([count, base, box instanceof Box, typeof deep, st.uid])")
+        self.assertEqual(r["value"], "'[10,40,true,\"function\",10002]'")
+
+
+class PythonSciCheckpointTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not docker_ready("python-sci"):
+            raise unittest.SkipTest("needs Docker and the python-sci sandbox image")
+
+    def test_random_generators_and_arrays_continue_after_a_restore(self):
+        s = open_session("python-sci")
+        self.addCleanup(s.close)
+        r = s.cell("import numpy as np, random, pandas as pd\nnp.random.seed(1)\nrandom.seed(2)\n"
+                   "np.random.rand(3); np.random.randn(); random.random(); random.gauss(0, 1)\n"
+                   "rng = np.random.default_rng(5)\nrng.random()\n"
+                   "frame = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\n"
+                   "arr = np.arange(6).reshape(2, 3)\nboth = [arr, arr]\n"
+                   "big = np.arange(1 << 20, dtype=np.float64)")
+        self.assertEqual(r["status"], "ok", r)
+        ck = s.ask({"type": "checkpoint", "max_bytes": 64 << 20, "full": False})
+        self.assertEqual((ck["type"], ck["skipped"]), ("checkpoint", []), ck)
+        draw = ("print(np.random.rand(3).tolist(), np.random.randn(), random.random(),"
+                " random.gauss(0, 1), rng.random(), frame.to_dict(), arr.tolist(),"
+                " big.sum(), big.dtype, both[0] is both[1])")
+        expected = s.cell(draw)
+        self.assertEqual(expected["status"], "ok", expected)
+        t = open_session("python-sci")
+        self.addCleanup(t.close)
+        a = t.ask({"type": "restore", "state": ck["state"], "files": ck["files"], "cells": 1})
+        self.assertEqual(a, {"type": "restored", "skipped": []})
+        got = t.cell(draw)
+        self.assertEqual(got["stdout"], expected["stdout"])
+        self.assertTrue(got["stdout"].endswith(" True\n"), got)
 
 
 if __name__ == "__main__":

@@ -474,8 +474,18 @@ impl Inner {
         language: Language,
         memory_mb: u64,
         session: &str,
+        packages: Option<&std::path::Path>,
     ) -> Result<crate::session::Kernel, Error> {
         let mut config = self.container_config(language, memory_mb);
+        if let (Some(dir), Some(host)) = (packages, config.host_config.as_mut()) {
+            // Read-only and the engine's own path: the program imports them, never writes
+            // them; compiled modules load (the mount is not noexec, the root is read-only).
+            host.binds = Some(vec![format!(
+                "{}:{}:ro",
+                dir.display(),
+                crate::PACKAGES_DIR
+            )]);
+        }
         config.cmd = Some(
             ["python3", "-I", "/opt/codegen/session.py"]
                 .map(String::from)
@@ -1083,10 +1093,11 @@ impl Sandbox for DockerSandbox {
         language: Language,
         memory_mb: u64,
         session: &str,
+        packages: Option<&std::path::Path>,
     ) -> Result<Box<dyn crate::Session>, Error> {
         Ok(Box::new(
             self.inner
-                .open_session(language, memory_mb, session)
+                .open_session(language, memory_mb, session, packages)
                 .await?,
         ))
     }

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use docker::{DockerSandbox, PoolService, PoolStats};
 pub use harness::HarnessOutcome;
 pub use scripted::ScriptedSandbox;
-pub use session::{Session, SessionError};
+pub use session::{Session, SessionError, Snapshot};
 
 /// Label put on every sandbox container; its value is the cluster prefix.
 pub const LABEL_SANDBOX: &str = "org.codegen.sandbox";
@@ -279,6 +279,9 @@ impl Error {
     }
 }
 
+/// Where a session's packages are, in its container (read-only; on the kernel's `sys.path`).
+pub const PACKAGES_DIR: &str = "/opt/packages";
+
 /// Runs code in isolation.
 #[async_trait]
 pub trait Sandbox: Send + Sync + 'static {
@@ -287,14 +290,16 @@ pub trait Sandbox: Send + Sync + 'static {
     /// Runs the image's test harness (see [`proto::harness`]).
     async fn run_harness(&self, run: &HarnessRun) -> Result<HarnessOutcome, Error>;
 
-    /// Starts a session's container ([`session`]): its own, never pooled.
+    /// Starts a session's container ([`session`]): its own, never pooled. `packages`: a
+    /// folder of installed packages, mounted read-only at [`PACKAGES_DIR`].
     async fn open_session(
         &self,
         language: Language,
         memory_mb: u64,
         session: &str,
+        packages: Option<&std::path::Path>,
     ) -> Result<Box<dyn Session>, Error> {
-        let _ = (memory_mb, session);
+        let _ = (memory_mb, session, packages);
         Err(Error::Config(format!(
             "this sandbox holds no sessions ({language})"
         )))

@@ -4,8 +4,13 @@
 //!
 //! Frames as the runner's (a 4-byte big-endian length, then JSON). The container says
 //! `ready` once its kernel is up; then one request at a time, each answered before the next:
-//! `cell`, `put_file`, `get_file`, `list_files`. A `fatal` answer means the kernel is gone and
-//! the container exits: the session is over.
+//! `cell`, `put_file`, `get_file`, `list_files`, `checkpoint` and, as the first request of a
+//! container that takes over a lost session, `restore`. A `fatal` answer means the kernel is
+//! gone and the container exits: the session is over.
+//!
+//! A checkpoint's state is the kernel's own format, opaque here: only a `restore` in the same
+//! image reads it, in the same session's container (it may be a pickle of the program's
+//! objects: it is never read outside the sandbox).
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -16,7 +21,7 @@ use base64::engine::general_purpose::STANDARD;
 use bollard::container::LogOutput;
 use futures::{Stream, StreamExt};
 use proto::Language;
-use proto::api::sessions::{CellResult, SessionFile};
+use proto::api::sessions::{CellResult, SessionFile, Unrestorable};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -28,7 +33,7 @@ pub(crate) type Output =
 pub(crate) type Input = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// The protocol the container must announce.
-pub const SESSION_PROTOCOL: &str = "session/1";
+pub const SESSION_PROTOCOL: &str = "session/2";
 
 /// Time past a cell's deadline the container has to answer: its kernel gets 2 s to stop at
 /// the interrupt, then everything of the program is killed and it answers `fatal`.
@@ -75,11 +80,36 @@ pub trait Session: Send {
     /// The regular files below the working directory.
     async fn list_files(&mut self) -> Result<Vec<SessionFile>, SessionError>;
 
+    /// The kernel's state and working directory as they are now, at most `max_bytes`
+    /// (a too-large checkpoint is [`SessionError::Refused`]). Unless `full`, a part unchanged
+    /// since the last checkpoint it answered is left out.
+    async fn checkpoint(&mut self, max_bytes: u64, full: bool) -> Result<Snapshot, SessionError>;
+
+    /// Restores a checkpoint into this fresh session (its first request): what did not come
+    /// back. `cells`: the cells the state is after (the next cell is numbered after them).
+    async fn restore(
+        &mut self,
+        state: &[u8],
+        files: Option<&[u8]>,
+        cells: u64,
+    ) -> Result<Vec<Unrestorable>, SessionError>;
+
     /// Ends the session: its container is removed.
     async fn close(self: Box<Self>);
 
     /// The container's id, for logs.
     fn container(&self) -> &str;
+}
+
+/// A checkpoint as the kernel answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The kernel's state; `None`: unchanged since the last checkpoint.
+    pub state: Option<Vec<u8>>,
+    /// A tar of the working directory; `None`: unchanged since the last checkpoint.
+    pub files: Option<Vec<u8>>,
+    /// What the state does not hold, and why.
+    pub unrestorable: Vec<Unrestorable>,
 }
 
 #[derive(Debug, Serialize)]
@@ -99,6 +129,15 @@ enum Command<'a> {
         max_bytes: u64,
     },
     ListFiles,
+    Checkpoint {
+        max_bytes: u64,
+        full: bool,
+    },
+    Restore {
+        state: String,
+        files: Option<String>,
+        cells: u64,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,13 +149,29 @@ enum Message {
         #[serde(default)]
         language: String,
     },
-    CellResult(CellResult),
+    CellResult(Box<CellResult>),
     Ok,
     File {
         base64: String,
     },
     Files {
         files: Vec<SessionFile>,
+    },
+    Checkpoint {
+        state: Option<String>,
+        files: Option<String>,
+        #[allow(dead_code)] // the decoded parts' sizes are their lengths
+        #[serde(default)]
+        state_bytes: u64,
+        #[allow(dead_code)]
+        #[serde(default)]
+        files_bytes: u64,
+        #[serde(default)]
+        skipped: Vec<Unrestorable>,
+    },
+    Restored {
+        #[serde(default)]
+        skipped: Vec<Unrestorable>,
     },
     Error {
         message: String,
@@ -287,7 +342,7 @@ impl Session for Kernel {
             .call(&command, Instant::now() + timeout + CELL_GRACE)
             .await?
         {
-            Message::CellResult(result) => Ok(result),
+            Message::CellResult(result) => Ok(*result),
             _ => Err(self.unexpected("something else than a cell's result")),
         }
     }
@@ -326,6 +381,58 @@ impl Session for Kernel {
         {
             Message::Files { files } => Ok(files),
             _ => Err(self.unexpected("something else than a listing")),
+        }
+    }
+
+    async fn checkpoint(&mut self, max_bytes: u64, full: bool) -> Result<Snapshot, SessionError> {
+        let command = Command::Checkpoint { max_bytes, full };
+        match self
+            .call(&command, Instant::now() + REQUEST_TIMEOUT)
+            .await?
+        {
+            Message::Checkpoint {
+                state,
+                files,
+                skipped,
+                ..
+            } => {
+                let mut decode = |part: Option<String>, what: &str| {
+                    part.map(|b| {
+                        STANDARD.decode(b.as_bytes()).map_err(|e| {
+                            self.died(format!("a checkpoint's {what} is not base64: {e}"), false)
+                        })
+                    })
+                    .transpose()
+                };
+                let state = decode(state, "state")?;
+                let files = decode(files, "files")?;
+                Ok(Snapshot {
+                    state,
+                    files,
+                    unrestorable: skipped,
+                })
+            }
+            _ => Err(self.unexpected("something else than a checkpoint")),
+        }
+    }
+
+    async fn restore(
+        &mut self,
+        state: &[u8],
+        files: Option<&[u8]>,
+        cells: u64,
+    ) -> Result<Vec<Unrestorable>, SessionError> {
+        let command = Command::Restore {
+            state: STANDARD.encode(state),
+            files: files.map(|f| STANDARD.encode(f)),
+            cells,
+        };
+        match self
+            .call(&command, Instant::now() + REQUEST_TIMEOUT)
+            .await?
+        {
+            Message::Restored { skipped } => Ok(skipped),
+            _ => Err(self.unexpected("something else than a restore's answer")),
         }
     }
 

@@ -301,6 +301,16 @@ pub fn session(prefix: &str, id: &str) -> String {
     format!("{prefix}:session:{id}")
 }
 
+/// `{p}:session:{id}:checkpoint`, hash: the session's last checkpoint, what restores it on
+/// another worker: `state` (its kernel's, opaque), `files` (a tar of its working directory),
+/// `cells` (the cells it is the state after), `last_call` (the last one's call id),
+/// `unrestorable` (JSON), `bytes`, `taken_ms`; or
+/// only `unavailable` (why the last one could not be taken). Expires with the session's
+/// lifetime; removed when the session ends.
+pub fn session_checkpoint(prefix: &str, id: &str) -> String {
+    format!("{prefix}:session:{id}:checkpoint")
+}
+
 /// `{p}:sessions:live:{tenant}`, sorted set: the tenant's live sessions → created (ms), its
 /// size is what the session quota counts.
 pub fn sessions_live(prefix: &str, tenant: Option<&str>) -> String {

@@ -52,7 +52,7 @@ pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};
 pub use quotas::Quotas;
-pub use sessions::{Created, Sessions};
+pub use sessions::{Checkpoint, Created, Kept, KeptCheckpoint, NewCheckpoint, Sessions};
 pub use stores::Stores;
 pub use tenants::{MemoryTenants, Tenants};
 pub use usage::Usage;

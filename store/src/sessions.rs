@@ -6,14 +6,14 @@
 //! Keys: [`crate::keys::session`], [`crate::keys::sessions_live`],
 //! [`crate::keys::sessions_all`], [`crate::keys::sessions_deadlines`],
 //! [`crate::keys::session_hosts`], [`crate::keys::session_host`],
-//! [`crate::keys::sessions_secret`].
+//! [`crate::keys::sessions_secret`], [`crate::keys::session_checkpoint`].
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::api::sessions::SessionState;
+use proto::api::sessions::{Restore, SessionState, Unrestorable};
 use proto::session::{SessionHost, SessionRecord};
 use redis::AsyncCommands;
 
@@ -28,6 +28,49 @@ pub enum Created {
     OverQuota {
         live: u64,
     },
+}
+
+/// A checkpoint to keep: the parts left out are unchanged since the last one kept.
+#[derive(Debug, Clone, Copy)]
+pub struct NewCheckpoint<'a> {
+    /// The cells the session had run when it was taken.
+    pub cells: u64,
+    pub state: Option<&'a [u8]>,
+    pub files: Option<&'a [u8]>,
+    pub unrestorable: &'a [Unrestorable],
+    /// Its whole size (state and files, as kept).
+    pub bytes: u64,
+    /// The call of the last cell it holds (`RunCell::call`), if any.
+    pub last_call: &'a str,
+}
+
+/// What keeping a checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    Yes,
+    /// The session is not live on this worker any more (it ended, or was restored elsewhere).
+    NotHere,
+    /// A part left out is not kept (an earlier save failed): send every part.
+    Incomplete,
+}
+
+/// A session's last checkpoint, as kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checkpoint {
+    None,
+    /// The last one could not be taken: why.
+    Unavailable(String),
+    Kept(KeptCheckpoint),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCheckpoint {
+    pub cells: u64,
+    pub state: Vec<u8>,
+    pub files: Option<Vec<u8>>,
+    pub unrestorable: Vec<Unrestorable>,
+    pub bytes: u64,
+    pub taken_ms: u64,
 }
 
 #[async_trait]
@@ -78,6 +121,36 @@ pub trait Sessions: Send + Sync + 'static {
 
     /// The bearer token of the workers' session API (made by the first caller).
     async fn secret(&self) -> Result<String, Error>;
+
+    /// Keeps the checkpoint `host` took of session `id`, which it holds.
+    async fn save_checkpoint(
+        &self,
+        id: &str,
+        host: &str,
+        checkpoint: NewCheckpoint<'_>,
+    ) -> Result<Kept, Error>;
+
+    /// Session `id`'s checkpoint could not be taken (`why`): the one kept before is dropped
+    /// (a restore must not go back past cells the caller saw).
+    async fn checkpoint_unavailable(&self, id: &str, host: &str, why: &str) -> Result<Kept, Error>;
+
+    async fn checkpoint(&self, id: &str) -> Result<Checkpoint, Error>;
+
+    /// Whether session `id` has a checkpoint to restore from, without reading it: the cells
+    /// it is the state after and the call of the last one, or why there is none.
+    async fn checkpoint_kept(&self, id: &str) -> Result<Result<(u64, String), String>, Error>;
+
+    /// Worker `host` (at `url`) restored session `id`, whose record named `lost_host`: the
+    /// session is its now. False when the record names another worker (the first restore
+    /// wins) or the session is not live.
+    async fn rehost_session(
+        &self,
+        id: &str,
+        lost_host: &str,
+        host: &str,
+        url: &str,
+        restore: &Restore,
+    ) -> Result<bool, Error>;
 }
 
 static CREATE: LazyLock<redis::Script> =
@@ -90,6 +163,10 @@ static ANNOUNCE_HOST: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_announce_host.lua")));
 static HOSTS: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_hosts.lua")));
+static CHECKPOINT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_checkpoint.lua")));
+static REHOST: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/sessions_rehost.lua")));
 
 /// A record's fields, as the hash holds them.
 fn fields(record: &SessionRecord) -> Vec<(&'static str, String)> {
@@ -111,6 +188,21 @@ fn fields(record: &SessionRecord) -> Vec<(&'static str, String)> {
     }
     if let Some(reason) = &record.ended_reason {
         fields.push(("ended_reason", reason.clone()));
+    }
+    if !record.packages.is_empty() {
+        fields.push((
+            "packages",
+            serde_json::to_string(&record.packages).expect("names serialize"),
+        ));
+    }
+    if record.restores > 0 {
+        fields.push(("restores", record.restores.to_string()));
+    }
+    if let Some(restore) = &record.last_restore {
+        fields.push((
+            "last_restore",
+            serde_json::to_string(restore).expect("a restore serializes"),
+        ));
     }
     fields
 }
@@ -135,6 +227,16 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
     let language = take("language")?;
     let state = take("state")?;
     let busy = take("busy_until_ms").ok();
+    let restores = take("restores").ok();
+    let packages = take("packages")
+        .ok()
+        .map(|json| serde_json::from_str(&json).map_err(|e| corrupt(format!("packages: {e}"))))
+        .transpose()?
+        .unwrap_or_default();
+    let last_restore = take("last_restore")
+        .ok()
+        .map(|json| serde_json::from_str(&json).map_err(|e| corrupt(format!("last_restore: {e}"))))
+        .transpose()?;
     Ok(Some(SessionRecord {
         id: take("id")?,
         language: language
@@ -142,6 +244,7 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
             .map_err(|e| corrupt(format!("language: {e}")))?,
         memory_mb: number(take("memory_mb")?, "memory_mb")?,
         idle_timeout_s: number(take("idle_timeout_s")?, "idle_timeout_s")?,
+        packages,
         created_ms: number(take("created_ms")?, "created_ms")?,
         expires_ms: number(take("expires_ms")?, "expires_ms")?,
         last_used_ms: number(take("last_used_ms")?, "last_used_ms")?,
@@ -153,6 +256,11 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
         state: SessionState::parse(&state).ok_or_else(|| corrupt(format!("state {state}")))?,
         host: take("host")?,
         host_url: take("host_url")?,
+        restores: restores
+            .map(|r| number(r, "restores"))
+            .transpose()?
+            .unwrap_or(0),
+        last_restore,
         tenant: hash.remove("tenant"),
         ended_reason: hash.remove("ended_reason"),
     }))
@@ -225,6 +333,7 @@ impl Sessions for RedisStore {
             .key(keys::session(p, &record.id))
             .key(keys::sessions_live(p, record.tenant.as_deref()))
             .key(keys::sessions_deadlines(p))
+            .key(keys::session_checkpoint(p, &record.id))
             .arg(&record.id)
             .arg(state.as_str())
             .arg(reason)
@@ -324,4 +433,141 @@ impl Sessions for RedisStore {
         let _: bool = connection.set_nx(&key, &made).await.map_err(backend)?;
         connection.get(&key).await.map_err(backend)
     }
+
+    async fn save_checkpoint(
+        &self,
+        id: &str,
+        host: &str,
+        checkpoint: NewCheckpoint<'_>,
+    ) -> Result<Kept, Error> {
+        let p = self.prefix();
+        let flag = |part: Option<&[u8]>| if part.is_some() { "1" } else { "0" };
+        let kept: i64 = CHECKPOINT
+            .key(keys::session(p, id))
+            .key(keys::session_checkpoint(p, id))
+            .arg(host)
+            .arg("save")
+            .arg(now_ms())
+            .arg(checkpoint.cells)
+            .arg(flag(checkpoint.state))
+            .arg(checkpoint.state.unwrap_or_default())
+            .arg(flag(checkpoint.files))
+            .arg(checkpoint.files.unwrap_or_default())
+            .arg(serde_json::to_string(checkpoint.unrestorable).expect("serializes"))
+            .arg(checkpoint.bytes)
+            .arg(checkpoint.last_call)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(match kept {
+            1 => Kept::Yes,
+            -1 => Kept::Incomplete,
+            _ => Kept::NotHere,
+        })
+    }
+
+    async fn checkpoint_unavailable(&self, id: &str, host: &str, why: &str) -> Result<Kept, Error> {
+        let p = self.prefix();
+        let kept: i64 = CHECKPOINT
+            .key(keys::session(p, id))
+            .key(keys::session_checkpoint(p, id))
+            .arg(host)
+            .arg("unavailable")
+            .arg(now_ms())
+            .arg(why)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(if kept == 1 { Kept::Yes } else { Kept::NotHere })
+    }
+
+    async fn checkpoint(&self, id: &str) -> Result<Checkpoint, Error> {
+        let key = keys::session_checkpoint(self.prefix(), id);
+        let mut hash: HashMap<String, Vec<u8>> =
+            self.connection().hgetall(&key).await.map_err(backend)?;
+        if hash.is_empty() {
+            return Ok(Checkpoint::None);
+        }
+        let corrupt = |reason: String| Error::Corrupt {
+            key: key.clone(),
+            reason,
+        };
+        let text = |bytes: Vec<u8>, name: &str| {
+            String::from_utf8(bytes).map_err(|e| corrupt(format!("{name}: {e}")))
+        };
+        if let Some(why) = hash.remove("unavailable") {
+            return Ok(Checkpoint::Unavailable(text(why, "unavailable")?));
+        }
+        let mut number = |name: &str| -> Result<u64, Error> {
+            let bytes = hash
+                .remove(name)
+                .ok_or_else(|| corrupt(format!("no field {name}")))?;
+            text(bytes, name)?
+                .parse()
+                .map_err(|e| corrupt(format!("{name}: {e}")))
+        };
+        let cells = number("cells")?;
+        let bytes = number("bytes")?;
+        let taken_ms = number("taken_ms")?;
+        let unrestorable = match hash.remove("unrestorable") {
+            Some(json) => {
+                serde_json::from_slice(&json).map_err(|e| corrupt(format!("unrestorable: {e}")))?
+            }
+            None => Vec::new(),
+        };
+        Ok(Checkpoint::Kept(KeptCheckpoint {
+            cells,
+            state: hash
+                .remove("state")
+                .ok_or_else(|| corrupt("no field state".into()))?,
+            files: hash.remove("files"),
+            unrestorable,
+            bytes,
+            taken_ms,
+        }))
+    }
+
+    async fn checkpoint_kept(&self, id: &str) -> Result<Result<(u64, String), String>, Error> {
+        let (unavailable, cells, last_call): (Option<String>, Option<u64>, Option<String>) =
+            redis::cmd("HMGET")
+                .arg(keys::session_checkpoint(self.prefix(), id))
+                .arg("unavailable")
+                .arg("cells")
+                .arg("last_call")
+                .query_async(&mut self.connection())
+                .await
+                .map_err(backend)?;
+        Ok(match (unavailable, cells) {
+            (Some(why), _) => Err(why),
+            (None, Some(cells)) => Ok((cells, last_call.unwrap_or_default())),
+            (None, None) => Err("it has no checkpoint".to_owned()),
+        })
+    }
+
+    async fn rehost_session(
+        &self,
+        id: &str,
+        lost_host: &str,
+        host: &str,
+        url: &str,
+        restore: &Restore,
+    ) -> Result<bool, Error> {
+        let moved: u64 = REHOST
+            .key(keys::session(self.prefix(), id))
+            .arg(lost_host)
+            .arg(host)
+            .arg(url)
+            .arg(serde_json::to_string(restore).expect("a restore serializes"))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(moved == 1)
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }

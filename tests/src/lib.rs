@@ -984,6 +984,19 @@ impl Drop for TestSandbox {
     }
 }
 
+/// A store on the shared Redis under a prefix of its own (records kept ten minutes).
+pub fn isolated_redis_store() -> store::RedisStore {
+    let options = store::Options {
+        url: redis_url(),
+        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        result_ttl: Duration::from_secs(600),
+        ..store::Options::default()
+    };
+    store::RedisStore::build(options)
+        .expect("a Redis store builds")
+        .0
+}
+
 /// Ids of the containers holding session `id`, in any state.
 pub fn session_containers(id: &str) -> Vec<String> {
     let output = Command::new("docker")

@@ -21,6 +21,7 @@ pub mod gate;
 mod harness_contract;
 mod metrics;
 pub mod model_limits;
+pub mod packages;
 pub mod pipeline;
 pub mod sandbox_turns;
 pub mod sessions;

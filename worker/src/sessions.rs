@@ -9,8 +9,17 @@
 //! session); calls on different sessions run side by side. The worker announces itself as a
 //! session host (how many it holds, how many it takes) every `announce_interval`; every
 //! `check_interval` it closes the sessions whose record is no longer live (a coordinator ended
-//! them: deleted, idle, past their lifetime). At shutdown it removes every session's
-//! container and records the sessions as lost (nothing restores them yet).
+//! them: deleted, idle, past their lifetime, or restored on another worker).
+//!
+//! After every call that may have changed a session (a cell, an upload) the worker takes the
+//! session's checkpoint (its kernel's state and a tar of its working directory, at most
+//! `checkpoint_max_bytes`, the parts unchanged since the last one left out) and keeps it in
+//! Redis before it answers: a session whose worker is lost is restored from it on another
+//! worker (`POST /internal/sessions/{id}/restore`, asked by the coordinator that found the
+//! loss), with every cell its caller saw. A checkpoint that cannot be taken drops the one
+//! before it, so a restore never goes back past a cell a caller saw: such a session is lost
+//! with its worker. At shutdown the worker removes every session's container and leaves the
+//! checkpointed sessions live, for the next call to restore elsewhere.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,9 +32,10 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use proto::api::sessions::SessionState;
+use proto::api::sessions::{CheckpointNote, Restore, SessionState, Unrestorable};
 use proto::session::{
-    CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RunCell, SessionHost,
+    CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RestoreSession, RunCell,
+    SessionHost,
 };
 use sandbox::{Sandbox, Session, SessionError};
 use serde::{Deserialize, Serialize};
@@ -53,7 +63,16 @@ pub struct SessionOptions {
     /// How often held sessions are checked against their records.
     #[serde(with = "humantime_serde")]
     pub check_interval: Duration,
+    /// Largest checkpoint (a kernel's state and the tar of its files) kept for a session, in
+    /// bytes, at most 48 MiB; 0: no checkpoints (a lost worker's sessions are lost).
+    pub checkpoint_max_bytes: u64,
+    /// Package installs into sessions.
+    pub packages: crate::packages::PackageOptions,
 }
+
+/// The most `checkpoint_max_bytes` may be: a checkpoint comes from the container in one frame
+/// (base64), within the frame bound of the sandbox.
+pub const MAX_CHECKPOINT_BYTES: u64 = 48 << 20;
 
 impl Default for SessionOptions {
     fn default() -> Self {
@@ -65,14 +84,39 @@ impl Default for SessionOptions {
             max_file_bytes: 16 << 20,
             announce_interval: Duration::from_secs(2),
             check_interval: Duration::from_secs(10),
+            checkpoint_max_bytes: 32 << 20,
+            packages: crate::packages::PackageOptions::default(),
         }
     }
 }
 
-/// One held session: its kernel while it lives.
+/// One held session: its kernel while it lives, and where its checkpoints stand.
 struct Held {
     kernel: Option<Box<dyn Session>>,
     language: proto::Language,
+    /// Cells run (restored: the cells of the checkpoint it came from), and the call of the
+    /// last one.
+    cells: u64,
+    last_call: String,
+    /// The next checkpoint must carry every part: the last one was not kept.
+    full: bool,
+    /// Sizes of the kept checkpoint's parts.
+    state_bytes: u64,
+    files_bytes: u64,
+}
+
+impl Held {
+    fn new(language: proto::Language) -> Self {
+        Self {
+            kernel: None,
+            language,
+            cells: 0,
+            last_call: String::new(),
+            full: true,
+            state_bytes: 0,
+            files_bytes: 0,
+        }
+    }
 }
 
 /// The sessions this worker holds, shared by its API and its loops.
@@ -83,6 +127,9 @@ struct Inner {
     store: Arc<dyn store::Sessions>,
     /// The bearer token coordinators must present.
     secret: String,
+    /// Where coordinators reach this worker's sessions.
+    url: String,
+    packages: crate::packages::Packages,
     held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
     metrics: SessionMetrics,
 }
@@ -95,6 +142,21 @@ struct SessionMetrics {
     /// `codegen_session_cell_seconds`: a cell's time in this worker, waiting for the calls
     /// before it included, by language.
     cell_seconds: prometheus::HistogramVec,
+    /// `codegen_session_checkpoints_total{result}`: checkpoints taken (`saved`), found too
+    /// large (`too_large`) or not kept (`failed`: Redis, a kernel that died).
+    checkpoints: prometheus::IntCounterVec,
+    /// `codegen_session_checkpoint_seconds`: taking and keeping one.
+    checkpoint_seconds: prometheus::Histogram,
+    /// `codegen_session_checkpoint_bytes`: a kept checkpoint's whole size.
+    checkpoint_bytes: prometheus::Histogram,
+    /// `codegen_session_restores_total{result}`: sessions restored here (`restored`), or not
+    /// (`no_checkpoint`, `failed`, `moved`: another worker restored it first).
+    restores: prometheus::IntCounterVec,
+    /// `codegen_session_restore_seconds`: a restore, its container's start included.
+    restore_seconds: prometheus::Histogram,
+    /// `codegen_session_package_installs_total{result}`: sessions' package sets installed
+    /// (`installed`), found in the cache (`cached`), or refused (`refused`).
+    package_installs: prometheus::IntCounterVec,
 }
 
 impl SessionMetrics {
@@ -112,9 +174,66 @@ impl SessionMetrics {
                 .buckets(telemetry::latency_buckets()),
                 &["language"],
             )?,
+            checkpoints: prometheus::IntCounterVec::new(
+                prometheus::Opts::new(
+                    "codegen_session_checkpoints_total",
+                    "Session checkpoints by result: saved, too_large, failed",
+                ),
+                &["result"],
+            )?,
+            checkpoint_seconds: prometheus::Histogram::with_opts(
+                prometheus::HistogramOpts::new(
+                    "codegen_session_checkpoint_seconds",
+                    "Time to take a session's checkpoint and keep it in Redis",
+                )
+                .buckets(telemetry::latency_buckets()),
+            )?,
+            checkpoint_bytes: prometheus::Histogram::with_opts(
+                prometheus::HistogramOpts::new(
+                    "codegen_session_checkpoint_bytes",
+                    "Size of a kept session checkpoint (kernel state and files), bytes",
+                )
+                .buckets(prometheus::exponential_buckets(1024.0, 4.0, 10)?),
+            )?,
+            restores: prometheus::IntCounterVec::new(
+                prometheus::Opts::new(
+                    "codegen_session_restores_total",
+                    "Sessions restored on this worker after theirs was lost, by result: restored, no_checkpoint, failed, moved",
+                ),
+                &["result"],
+            )?,
+            restore_seconds: prometheus::Histogram::with_opts(
+                prometheus::HistogramOpts::new(
+                    "codegen_session_restore_seconds",
+                    "Time to restore a session from its checkpoint, its container's start included",
+                )
+                .buckets(telemetry::latency_buckets()),
+            )?,
+            package_installs: prometheus::IntCounterVec::new(
+                prometheus::Opts::new(
+                    "codegen_session_package_installs_total",
+                    "Package sets for sessions by result: installed, cached, refused",
+                ),
+                &["result"],
+            )?,
         };
         registry.register(Box::new(metrics.held.clone()))?;
         registry.register(Box::new(metrics.cell_seconds.clone()))?;
+        registry.register(Box::new(metrics.checkpoints.clone()))?;
+        registry.register(Box::new(metrics.checkpoint_seconds.clone()))?;
+        registry.register(Box::new(metrics.checkpoint_bytes.clone()))?;
+        registry.register(Box::new(metrics.restores.clone()))?;
+        registry.register(Box::new(metrics.restore_seconds.clone()))?;
+        registry.register(Box::new(metrics.package_installs.clone()))?;
+        for result in ["installed", "cached", "refused"] {
+            metrics.package_installs.with_label_values(&[result]);
+        }
+        for result in ["saved", "too_large", "failed"] {
+            metrics.checkpoints.with_label_values(&[result]);
+        }
+        for result in ["restored", "no_checkpoint", "failed", "moved"] {
+            metrics.restores.with_label_values(&[result]);
+        }
         Ok(metrics)
     }
 }
@@ -144,6 +263,12 @@ impl SessionHosting {
         store: Arc<dyn store::Sessions>,
         registry: &prometheus::Registry,
     ) -> Result<Self, crate::Error> {
+        if options.checkpoint_max_bytes > MAX_CHECKPOINT_BYTES {
+            return Err(crate::Error::Config(format!(
+                "worker.sessions.checkpoint_max_bytes is {}, over the most a checkpoint may be ({MAX_CHECKPOINT_BYTES})",
+                options.checkpoint_max_bytes
+            )));
+        }
         let metrics =
             SessionMetrics::register(registry).map_err(|e| crate::Error::Config(e.to_string()))?;
         let listener = tokio::net::TcpListener::bind(options.listen)
@@ -167,11 +292,13 @@ impl SessionHosting {
             .map_err(|e| crate::Error::Config(format!("the session secret: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
+                packages: crate::packages::Packages::build(options.packages.clone()),
                 options,
                 id,
                 sandbox,
                 store,
                 secret,
+                url: url.clone(),
                 held: Mutex::default(),
                 metrics,
             }),
@@ -298,13 +425,23 @@ impl Inner {
             .cloned()
             .collect();
         for id in ids {
-            if let Ok(Some(record)) = self.store.session(&id).await
+            // A checkpointed session stays live: the next call restores it on another
+            // worker. One without a checkpoint ends here, with the reason it has none.
+            let why = match self.store.checkpoint(&id).await {
+                Ok(store::Checkpoint::Kept(_)) => None,
+                Ok(store::Checkpoint::Unavailable(why)) => Some(why),
+                Ok(store::Checkpoint::None) => Some("it has no checkpoint".to_owned()),
+                Err(e) => Some(format!("its checkpoint could not be read: {e}")),
+            };
+            if let Some(why) = why
+                && let Ok(Some(record)) = self.store.session(&id).await
+                && record.host == self.id
                 && let Err(e) = self
                     .store
                     .end_session(
                         &record,
                         SessionState::Lost,
-                        "its worker stopped; a session does not outlive its worker yet",
+                        &format!("its worker stopped and {why}"),
                     )
                     .await
             {
@@ -369,6 +506,7 @@ fn router(inner: Arc<Inner>) -> Router {
             post(open).delete(delete),
         )
         .route(&format!("{INTERNAL_PREFIX}/{{id}}/run"), post(run_cell))
+        .route(&format!("{INTERNAL_PREFIX}/{{id}}/restore"), post(restore))
         .route(&format!("{INTERNAL_PREFIX}/{{id}}/files"), get(list_files))
         .route(
             &format!("{INTERNAL_PREFIX}/{{id}}/files/{{*path}}"),
@@ -413,10 +551,7 @@ async fn open(
         );
     }
     // Counted while it starts, so concurrent opens cannot pass the limit together.
-    let slot = Arc::new(tokio::sync::Mutex::new(Held {
-        kernel: None,
-        language: open.language,
-    }));
+    let slot = Arc::new(tokio::sync::Mutex::new(Held::new(open.language)));
     let mut guard = slot.clone().lock_owned().await;
     inner
         .held
@@ -424,14 +559,24 @@ async fn open(
         .expect("poisoned")
         .insert(id.clone(), slot);
     inner.recount();
+    let packages = match inner.install(&open).await {
+        Ok(packages) => packages,
+        Err(refusal) => {
+            inner.held.lock().expect("poisoned").remove(&id);
+            inner.recount();
+            return refusal;
+        }
+    };
     match inner
         .sandbox
-        .open_session(open.language, open.memory_mb, &id)
+        .open_session(open.language, open.memory_mb, &id, packages.as_deref())
         .await
     {
         Ok(kernel) => {
             tracing::info!(session = %id, language = %open.language, container = kernel.container(), tenant = open.tenant.as_deref().unwrap_or("-"), "session opened");
             guard.kernel = Some(kernel);
+            // Checkpointed from the start (an empty session restores as one), unless off.
+            inner.checkpoint(&id, &mut guard).await;
             StatusCode::CREATED.into_response()
         }
         Err(e) => {
@@ -468,8 +613,8 @@ enum Done {
     List(Vec<proto::api::sessions::SessionFile>),
 }
 
-/// Runs `op` on session `id`'s kernel, after the calls before it; a dead kernel ends the
-/// session.
+/// Runs `op` on session `id`'s kernel, after the calls before it, and checkpoints the session
+/// when `op` may have changed it; a dead kernel ends the session.
 async fn with_kernel(
     inner: &Inner,
     id: &str,
@@ -483,6 +628,10 @@ async fn with_kernel(
         return Err(no_session(id));
     };
     let cell = matches!(op, Op::Cell(_));
+    let call = match &op {
+        Op::Cell(cell) => Some(cell.call.clone()),
+        _ => None,
+    };
     let outcome = match op {
         Op::Cell(cell) => kernel
             .run_cell(
@@ -495,6 +644,19 @@ async fn with_kernel(
         Op::Put(path, bytes) => kernel.put_file(&path, &bytes).await.map(|()| Done::Put),
         Op::Get(path, max) => kernel.get_file(&path, max).await.map(Done::Get),
         Op::List => kernel.list_files().await.map(Done::List),
+    };
+    let outcome = match outcome {
+        Ok(Done::Cell(mut result)) => {
+            held.cells += 1;
+            held.last_call = call.unwrap_or_default();
+            result.checkpoint = Some(inner.checkpoint(id, &mut held).await);
+            Ok(Done::Cell(result))
+        }
+        Ok(Done::Put) => {
+            inner.checkpoint(id, &mut held).await;
+            Ok(Done::Put)
+        }
+        other => other,
     };
     if cell {
         inner
@@ -510,8 +672,172 @@ async fn with_kernel(
         }
         drop(held);
         inner.died(id, reason).await;
+    } else if held.kernel.is_none() {
+        // The kernel died while it was checkpointed: the call's own answer stands, the
+        // session has ended (the checkpoint's note says why).
+        drop(held);
+        inner
+            .died(id, "its kernel died while its state was checkpointed")
+            .await;
     }
     Ok(outcome)
+}
+
+impl Inner {
+    /// Installs the packages `open` asks for (from the cache when they are there): the folder
+    /// the session's container mounts, or the refusal naming the package.
+    async fn install(&self, open: &OpenSession) -> Result<Option<std::path::PathBuf>, Response> {
+        if open.packages.is_empty() {
+            return Ok(None);
+        }
+        let started = std::time::Instant::now();
+        match self.packages.install(open.language, &open.packages).await {
+            Ok(installed) => {
+                tracing::info!(packages = ?open.packages, wheels = installed.wheels.len(), cached = installed.cached, seconds = started.elapsed().as_secs_f64(), "session packages ready");
+                self.metrics
+                    .package_installs
+                    .with_label_values(&[if installed.cached {
+                        "cached"
+                    } else {
+                        "installed"
+                    }])
+                    .inc();
+                Ok(Some(installed.dir))
+            }
+            Err(e) => {
+                tracing::info!(packages = ?open.packages, error = %e, "session packages refused");
+                self.metrics
+                    .package_installs
+                    .with_label_values(&["refused"])
+                    .inc();
+                Err(refuse(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    HostErrorCode::Package,
+                    e.to_string(),
+                ))
+            }
+        }
+    }
+
+    /// Takes session `id`'s checkpoint and keeps it in Redis (or, when it cannot be taken,
+    /// drops the one before): what the caller's answer says of it.
+    async fn checkpoint(&self, id: &str, held: &mut Held) -> CheckpointNote {
+        let max = self.options.checkpoint_max_bytes;
+        let not_saved = |error: String| CheckpointNote {
+            saved: false,
+            bytes: 0,
+            unrestorable: Vec::new(),
+            error: Some(error),
+        };
+        if max == 0 {
+            let why = "checkpoints are off (worker.sessions.checkpoint_max_bytes = 0)";
+            let _ = self.store.checkpoint_unavailable(id, &self.id, why).await;
+            return not_saved(why.to_owned());
+        }
+        let started = std::time::Instant::now();
+        // Twice at most: a save that finds a part it left out missing (an earlier save was
+        // lost) is taken again whole.
+        for _ in 0..2 {
+            let Some(kernel) = held.kernel.as_mut() else {
+                return not_saved("the session has ended".into());
+            };
+            let snapshot = match kernel.checkpoint(max, held.full).await {
+                Ok(snapshot) => snapshot,
+                Err(SessionError::Dead { reason, .. }) => {
+                    self.metrics
+                        .checkpoints
+                        .with_label_values(&["failed"])
+                        .inc();
+                    tracing::info!(session = %id, reason = %reason, "session died while checkpointed");
+                    if let Some(kernel) = held.kernel.take() {
+                        kernel.close().await;
+                    }
+                    return not_saved(format!(
+                        "its kernel died while its state was checkpointed ({reason}): the session has ended"
+                    ));
+                }
+                Err(SessionError::Refused(why) | SessionError::NoFile(why)) => {
+                    self.metrics
+                        .checkpoints
+                        .with_label_values(&["too_large"])
+                        .inc();
+                    held.full = true;
+                    let why = format!(
+                        "its checkpoint could not be taken: {why}; until one is, the session is lost with its worker"
+                    );
+                    if let Err(e) = self.store.checkpoint_unavailable(id, &self.id, &why).await {
+                        tracing::warn!(session = %id, error = %e, "cannot drop a stale checkpoint");
+                    }
+                    return not_saved(why);
+                }
+            };
+            let state_bytes = snapshot
+                .state
+                .as_ref()
+                .map_or(held.state_bytes, |s| s.len() as u64);
+            let files_bytes = snapshot
+                .files
+                .as_ref()
+                .map_or(held.files_bytes, |f| f.len() as u64);
+            let bytes = state_bytes + files_bytes;
+            let kept = self
+                .store
+                .save_checkpoint(
+                    id,
+                    &self.id,
+                    store::NewCheckpoint {
+                        cells: held.cells,
+                        state: snapshot.state.as_deref(),
+                        files: snapshot.files.as_deref(),
+                        unrestorable: &snapshot.unrestorable,
+                        bytes,
+                        last_call: &held.last_call,
+                    },
+                )
+                .await;
+            match kept {
+                Ok(store::Kept::Yes) => {
+                    held.full = false;
+                    held.state_bytes = state_bytes;
+                    held.files_bytes = files_bytes;
+                    self.metrics.checkpoints.with_label_values(&["saved"]).inc();
+                    self.metrics
+                        .checkpoint_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics.checkpoint_bytes.observe(bytes as f64);
+                    return CheckpointNote {
+                        saved: true,
+                        bytes,
+                        unrestorable: snapshot.unrestorable,
+                        error: None,
+                    };
+                }
+                Ok(store::Kept::Incomplete) => held.full = true,
+                Ok(store::Kept::NotHere) => {
+                    return not_saved(
+                        "the session is no longer held by this worker (it ended, or was restored elsewhere)"
+                            .into(),
+                    );
+                }
+                Err(e) => {
+                    held.full = true;
+                    self.metrics
+                        .checkpoints
+                        .with_label_values(&["failed"])
+                        .inc();
+                    tracing::warn!(session = %id, error = %e, "cannot keep a session's checkpoint");
+                    return not_saved(format!(
+                        "its checkpoint could not be kept ({e}); until one is, a restore would go back to an earlier one"
+                    ));
+                }
+            }
+        }
+        self.metrics
+            .checkpoints
+            .with_label_values(&["failed"])
+            .inc();
+        not_saved("its checkpoint could not be kept whole".into())
+    }
 }
 
 fn refused(outcome: SessionError) -> Response {
@@ -589,5 +915,174 @@ async fn list_files(State(inner): State<Arc<Inner>>, Path(id): Path<String>) -> 
         Ok(Ok(Done::List(files))) => axum::Json(files).into_response(),
         Ok(Ok(_)) => unreachable!("a listing is answered with the files"),
         Ok(Err(e)) => refused(e),
+    }
+}
+
+/// Takes over session `id` whose worker was lost: a container of its own here, restored from
+/// the session's last checkpoint, then the record moved to this worker (the first restore
+/// wins). Answers what came back.
+async fn restore(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+    axum::Json(request): axum::Json<RestoreSession>,
+) -> Response {
+    let started = std::time::Instant::now();
+    let count = |result: &str| inner.metrics.restores.with_label_values(&[result]).inc();
+    if let Some(slot) = inner.lookup(&id) {
+        // Restored here already (a concurrent call found the loss too): answer that restore.
+        let alive = slot.lock().await.kernel.is_some();
+        return match inner.store.session(&id).await {
+            Ok(Some(record)) if alive && record.host == inner.id => {
+                axum::Json(record.last_restore).into_response()
+            }
+            _ => no_session(&id),
+        };
+    }
+    if inner.count() >= inner.options.max_per_worker {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            HostErrorCode::Full,
+            format!(
+                "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
+                inner.options.max_per_worker
+            ),
+        );
+    }
+    let checkpoint = match inner.store.checkpoint(&id).await {
+        Ok(store::Checkpoint::Kept(checkpoint)) => checkpoint,
+        Ok(store::Checkpoint::Unavailable(why)) => {
+            count("no_checkpoint");
+            return refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why);
+        }
+        Ok(store::Checkpoint::None) => {
+            count("no_checkpoint");
+            return refuse(
+                StatusCode::CONFLICT,
+                HostErrorCode::NoCheckpoint,
+                "it has no checkpoint",
+            );
+        }
+        Err(e) => {
+            count("failed");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                HostErrorCode::Sandbox,
+                format!("its checkpoint could not be read: {e}"),
+            );
+        }
+    };
+    let slot = Arc::new(tokio::sync::Mutex::new(Held::new(request.open.language)));
+    let mut guard = slot.clone().lock_owned().await;
+    inner
+        .held
+        .lock()
+        .expect("poisoned")
+        .insert(id.clone(), slot);
+    inner.recount();
+    let forget = |inner: &Inner| {
+        inner.held.lock().expect("poisoned").remove(&id);
+        inner.recount();
+    };
+    let packages = match inner.install(&request.open).await {
+        Ok(packages) => packages,
+        Err(refusal) => {
+            forget(&inner);
+            count("failed");
+            return refusal;
+        }
+    };
+    let mut kernel = match inner
+        .sandbox
+        .open_session(
+            request.open.language,
+            request.open.memory_mb,
+            &id,
+            packages.as_deref(),
+        )
+        .await
+    {
+        Ok(kernel) => kernel,
+        Err(e) => {
+            forget(&inner);
+            count("failed");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                HostErrorCode::Sandbox,
+                e.to_string(),
+            );
+        }
+    };
+    let skipped = match kernel
+        .restore(
+            &checkpoint.state,
+            checkpoint.files.as_deref(),
+            checkpoint.cells,
+        )
+        .await
+    {
+        Ok(skipped) => skipped,
+        Err(e) => {
+            kernel.close().await;
+            forget(&inner);
+            count("failed");
+            return refuse(
+                StatusCode::CONFLICT,
+                HostErrorCode::NoCheckpoint,
+                format!("its checkpoint could not be restored: {e}"),
+            );
+        }
+    };
+    let mut unrestorable: Vec<Unrestorable> = checkpoint.unrestorable;
+    unrestorable.extend(skipped);
+    let restore = Restore {
+        lost_worker: request.lost_host.clone(),
+        reason: request.reason,
+        after_cell: checkpoint.cells,
+        unrestorable,
+        restored_ms: u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX),
+    };
+    match inner
+        .store
+        .rehost_session(&id, &request.lost_host, &inner.id, &inner.url, &restore)
+        .await
+    {
+        Ok(true) => {
+            tracing::info!(session = %id, lost = %request.lost_host, after_cell = checkpoint.cells, container = kernel.container(), "session restored");
+            guard.kernel = Some(kernel);
+            guard.cells = checkpoint.cells;
+            count("restored");
+            inner
+                .metrics
+                .restore_seconds
+                .observe(started.elapsed().as_secs_f64());
+            // The restored kernel has no checkpoint of its own yet: its first one is whole.
+            axum::Json(Some(restore)).into_response()
+        }
+        Ok(false) => {
+            kernel.close().await;
+            forget(&inner);
+            count("moved");
+            refuse(
+                StatusCode::CONFLICT,
+                HostErrorCode::Moved,
+                "another worker restored the session first, or it ended",
+            )
+        }
+        Err(e) => {
+            kernel.close().await;
+            forget(&inner);
+            count("failed");
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                HostErrorCode::Sandbox,
+                format!("the restored session could not be recorded: {e}"),
+            )
+        }
     }
 }

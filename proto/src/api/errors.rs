@@ -55,6 +55,7 @@ pub enum ErrorCode {
     SessionEnded,
     SessionLost,
     NoSessionHost,
+    SessionRestored,
 }
 
 impl ErrorCode {
@@ -88,6 +89,7 @@ impl ErrorCode {
         Self::SessionEnded,
         Self::SessionLost,
         Self::NoSessionHost,
+        Self::SessionRestored,
     ];
 
     /// The HTTP status every answer with this code has.
@@ -113,7 +115,8 @@ impl ErrorCode {
             | Self::StoreUnavailable
             | Self::NotKept
             | Self::NoGenerator
-            | Self::NoSessionHost => 503,
+            | Self::NoSessionHost
+            | Self::SessionRestored => 503,
         }
     }
 
@@ -149,6 +152,7 @@ impl ErrorCode {
             Self::SessionEnded => "session_ended",
             Self::SessionLost => "session_lost",
             Self::NoSessionHost => "no_session_host",
+            Self::SessionRestored => "session_restored",
         }
     }
 
@@ -219,10 +223,13 @@ impl ErrorCode {
                 "the session has ended (deleted, idle past its timeout, past its lifetime, or its kernel died: the message says which). Open a new one."
             }
             Self::SessionLost => {
-                "the worker holding the session was lost and nothing could restore it: its state is gone. Open a new one."
+                "the worker holding the session was lost and nothing could restore it (no checkpoint, or its last one could not be taken: the message says why): its state is gone. Open a new one."
             }
             Self::NoSessionHost => {
                 "no live worker can take another session now (none announced, or all at `worker.sessions.max_per_worker`). Send again after `Retry-After` seconds."
+            }
+            Self::SessionRestored => {
+                "the worker holding the session was lost during this call; the session now lives on another worker, restored from its checkpoint after its last finished cell (the message names what did not come back). This call did not finish and nothing of it remains: send it again."
             }
         }
     }

@@ -29,8 +29,11 @@ pub struct SessionCreate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub idle_timeout_s: Option<u64>,
-    /// Packages to install before the first cell (pip requirement specifiers for Python).
+    /// Packages to install before the first cell: pip requirements (`sympy==1.12`) for
+    /// python and python-sci, from the operator's index, names it allows
+    /// (`worker.sessions.packages.allow`); other languages take none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 50)]
     pub packages: Vec<String>,
 }
 
@@ -42,7 +45,8 @@ pub enum SessionState {
     Live,
     /// Ended: deleted, idle past its timeout, past its lifetime, or its kernel died.
     Ended,
-    /// Its worker was lost and there was nothing to restore it from.
+    /// Its worker was lost and there was nothing to restore it from (no checkpoint, or the
+    /// last one could not be taken).
     Lost,
 }
 
@@ -70,6 +74,9 @@ pub struct SessionView {
     pub state: SessionState,
     pub memory_mb: u64,
     pub idle_timeout_s: u64,
+    /// The packages installed for it, as asked.
+    #[serde(default)]
+    pub packages: Vec<String>,
     /// Milliseconds since the epoch.
     pub created_ms: u64,
     pub last_used_ms: u64,
@@ -81,6 +88,13 @@ pub struct SessionView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub ended_reason: Option<String>,
+    /// Times it was restored on another worker after its worker was lost.
+    #[serde(default)]
+    pub restores: u64,
+    /// The last of those restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub last_restore: Option<Restore>,
 }
 
 /// `GET /v1/sessions`: the tenant's sessions, newest first.
@@ -167,6 +181,54 @@ pub struct CellResult {
     /// The session's resident memory high-water mark so far.
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
+    /// The checkpoint taken after this cell: what a restore would bring back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub checkpoint: Option<CheckpointNote>,
+    /// Set on the first call after the session's worker was lost: the session was restored
+    /// on another worker before this cell ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub restored: Option<Restore>,
+}
+
+/// A name of the session's state that a checkpoint does not hold (so a restore does not bring
+/// it back), and why: an open file, a running thread, a value that cannot be serialized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Unrestorable {
+    pub name: String,
+    pub reason: String,
+}
+
+/// The checkpoint after a cell (taken when the cell may have changed the session's state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointNote {
+    /// Whether the session can be restored from the state after this cell.
+    pub saved: bool,
+    /// Bytes the session's checkpoint holds (its kernel's state and its files).
+    pub bytes: u64,
+    /// What it does not hold.
+    #[serde(default)]
+    pub unrestorable: Vec<Unrestorable>,
+    /// Why it could not be saved (too large, Redis unavailable): until a later one is, the
+    /// session is lost with its worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub error: Option<String>,
+}
+
+/// How a session came back after its worker was lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Restore {
+    /// The worker that was lost, and why the cluster thinks so.
+    pub lost_worker: String,
+    pub reason: String,
+    /// The cells the restored state is the state after (the session's cells before the loss).
+    pub after_cell: u64,
+    /// What did not come back (it was not in the checkpoint, or could not be restored).
+    pub unrestorable: Vec<Unrestorable>,
+    /// Milliseconds since the epoch.
+    pub restored_ms: u64,
 }
 
 /// A file of a session's working directory.

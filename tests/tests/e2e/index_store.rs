@@ -3,19 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::time::Duration;
-
 use proto::TaskId;
 use store::index::{Index, Kind, Query};
 
 fn redis_store() -> store::RedisStore {
-    let options = store::Options {
-        url: tests::redis_url(),
-        prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-        result_ttl: Duration::from_secs(600),
-        ..store::Options::default()
-    };
-    store::RedisStore::build(options).unwrap().0
+    tests::isolated_redis_store()
 }
 
 fn query(tenant: &str, limit: usize) -> Query {

@@ -11,11 +11,11 @@ use tests::{Cluster, Process};
 
 /// Bounds a failure only: a session's container starts in about a second, more on a slow or
 /// busy machine.
-const WITHIN: Duration = Duration::from_secs(300);
+pub(crate) const WITHIN: Duration = Duration::from_secs(300);
 
 /// A coordinator and a worker of a cluster whose sessions idle out after `idle` seconds when
 /// they ask for no timeout of their own.
-async fn cluster_with(env: &[(&str, &str)]) -> (Cluster, Process, Process, String) {
+pub(crate) async fn cluster_with(env: &[(&str, &str)]) -> (Cluster, Process, Process, String) {
     let mut cluster =
         Cluster::new().with_env("CODEGEN__COORDINATOR__SESSIONS__CHECK_INTERVAL", "1s");
     for (key, value) in env {
@@ -26,7 +26,7 @@ async fn cluster_with(env: &[(&str, &str)]) -> (Cluster, Process, Process, Strin
     (cluster, coordinator, worker, ops)
 }
 
-async fn call(
+pub(crate) async fn call(
     cluster: &Cluster,
     method: reqwest::Method,
     url: String,
@@ -50,7 +50,12 @@ async fn call(
 }
 
 /// Opens a session through `base` (retrying while no worker has announced itself yet).
-async fn open(cluster: &Cluster, base: &str, key: Option<&str>, body: Value) -> (u16, Value) {
+pub(crate) async fn open(
+    cluster: &Cluster,
+    base: &str,
+    key: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
     let deadline = Instant::now() + WITHIN;
     loop {
         let (status, answer) = call(
@@ -69,7 +74,7 @@ async fn open(cluster: &Cluster, base: &str, key: Option<&str>, body: Value) -> 
     }
 }
 
-async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     base: &str,
     key: Option<&str>,
@@ -565,8 +570,11 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
 }
 
 #[tokio::test]
-async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_left_behind() {
-    let (cluster, _coordinator, mut worker, _) = cluster_with(&[]).await;
+async fn a_killed_workers_sessions_without_a_checkpoint_are_lost_and_an_idle_one_ends_with_nothing_left_behind()
+ {
+    // Checkpoints of at most 64 KiB: a session holding more has none to be restored from.
+    let (cluster, _coordinator, mut worker, _) =
+        cluster_with(&[("CODEGEN__WORKER__SESSIONS__CHECKPOINT_MAX_BYTES", "65536")]).await;
     let base = cluster.url();
     // Idle: ends once its timeout passes with no call, whichever coordinator's sweep finds it.
     let (_, idle) = open(
@@ -602,17 +610,26 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
     }
     tests::wait_session_containers_gone(&idle).await;
 
-    // The worker dies between two cells: the next call says the session is lost, never
-    // answers from a fresh kernel; its containers go with it.
+    // Each cell's answer says its checkpoint could not be taken, and why.
     let mut ids = Vec::new();
     for _ in 0..3 {
         let (status, session) = open(&cluster, &base, None, json!({"language": "python"})).await;
         assert_eq!(status, 201, "{session}");
         let id = session["id"].as_str().unwrap().to_owned();
-        let (_, set) = run(&cluster, &base, None, &id, "state = 1").await;
+        let (_, set) = run(&cluster, &base, None, &id, "state = bytes(200_000)").await;
         assert_eq!(set["status"], "ok", "{set}");
+        assert_eq!(set["checkpoint"]["saved"], false, "{set}");
+        assert!(
+            set["checkpoint"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("checkpoint_max_bytes"),
+            "{set}"
+        );
         ids.push(id);
     }
+    // The worker dies between two cells: the next call says the session is lost and why,
+    // never answers from a fresh kernel; its containers go with it.
     worker.signal("KILL");
     worker.wait_exit(Duration::from_secs(60));
     for id in &ids {
@@ -620,6 +637,13 @@ async fn a_killed_workers_sessions_are_lost_and_an_idle_one_ends_with_nothing_le
         assert_eq!(
             (status, lost["code"].as_str()),
             (409, Some("session_lost")),
+            "{lost}"
+        );
+        assert!(
+            lost["error"]
+                .as_str()
+                .unwrap()
+                .contains("checkpoint_max_bytes"),
             "{lost}"
         );
         let (_, view) = call(

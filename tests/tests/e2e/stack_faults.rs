@@ -533,3 +533,174 @@ async fn a_rolling_restart_of_every_coordinator_and_worker_loses_nothing() {
     }
     run.account("rolling restart (SIGTERM drain)").await;
 }
+
+/// Sessions on the compose stack: the worker container holding most of them is killed
+/// (`docker kill`: its host gone, as far as the cluster can tell); each session's next call,
+/// through the proxy and either coordinator, restores it on a live worker with its state and
+/// files, those of the other workers answer as before, and nothing is left once they are
+/// deleted (containers, checkpoint keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "longer run on the compose stack: scripts/test-deploy"]
+async fn a_worker_container_killed_loses_no_session() {
+    use redis::AsyncCommands;
+
+    const SESSIONS: usize = 9;
+    let dir = tempfile::tempdir().unwrap();
+    let script = distinct_jobs_script(dir.path(), 1, LATENCY_MS);
+    let stack = tokio::task::block_in_place(|| Stack::up(&script));
+    let client = stack.client();
+    let base = client.url();
+    let post = |url: String, body: Value| {
+        let http = client.http.clone();
+        async move {
+            let response = http.post(url).json(&body).send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    // Runs a cell, waiting out a moment with no worker to restore on (bounded).
+    let run = |id: String, code: String| {
+        let post = &post;
+        let base = base.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                let (status, answer) = post(
+                    format!("{base}/v1/sessions/{id}/run"),
+                    json!({ "code": code }),
+                )
+                .await;
+                if status == 503 && answer["code"] == "no_session_host" && Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                return (status, answer);
+            }
+        }
+    };
+    let mut ids = Vec::new();
+    for i in 0..SESSIONS {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let session = loop {
+            let (status, session) =
+                post(format!("{base}/v1/sessions"), json!({"language": "python"})).await;
+            if status == 201 {
+                break session;
+            }
+            assert!(Instant::now() < deadline, "{status} {session}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let id = session["id"].as_str().unwrap().to_owned();
+        let (status, set) = run(
+            id.clone(),
+            format!("v = {i}\nopen('v.txt', 'w').write(str(v) * 1000)\nv"),
+        )
+        .await;
+        assert_eq!(
+            (status, &set["checkpoint"]["saved"]),
+            (200, &json!(true)),
+            "{set}"
+        );
+        ids.push(id);
+    }
+    // Which worker holds which session, from the records (the host's advertised URL names
+    // its compose service).
+    let redis_url = format!("redis://{}:6379/", stack.address("redis"));
+    let mut redis = redis::Client::open(redis_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut hosts = Vec::new();
+    for id in &ids {
+        let url: String = redis
+            .hget(format!("codegen:session:{id}"), "host_url")
+            .await
+            .unwrap();
+        hosts.push(
+            url.trim_start_matches("http://")
+                .split(':')
+                .next()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let victim = ["worker-1", "worker-2", "worker-3"]
+        .into_iter()
+        .max_by_key(|w| hosts.iter().filter(|h| h.as_str() == *w).count())
+        .unwrap();
+    let on_victim = hosts.iter().filter(|h| h.as_str() == victim).count();
+    stack.kill(victim);
+    let started = Instant::now();
+    for (i, id) in ids.iter().enumerate() {
+        let (status, after) = run(
+            id.clone(),
+            "(v, open('v.txt').read() == str(v) * 1000)".into(),
+        )
+        .await;
+        assert_eq!((status, &after["status"]), (200, &json!("ok")), "{after}");
+        assert_eq!(after["value"], format!("({i}, True)"), "{after}");
+        assert_eq!(
+            after.get("restored").is_some(),
+            hosts[i] == victim,
+            "session {i} on {}: {after}",
+            hosts[i]
+        );
+    }
+    let mut restores = 0;
+    for id in &ids {
+        let view: Value = client
+            .http
+            .get(format!("{base}/v1/sessions/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (&view["state"], &view["cells"]),
+            (&json!("live"), &json!(2)),
+            "{view}"
+        );
+        restores += view["restores"].as_u64().unwrap();
+    }
+    assert_eq!(restores, on_victim as u64);
+    println!(
+        "STACK sessions: {victim} killed holding {on_victim} of {SESSIONS} sessions; all answered with their state in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    for id in &ids {
+        let response = client
+            .http
+            .delete(format!("{base}/v1/sessions/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let containers = stack.docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=org.codegen.sandbox={}", stack.project),
+            "--filter",
+            "label=org.codegen.session",
+        ]);
+        let keys: Vec<String> = redis.keys("codegen:session:*:checkpoint").await.unwrap();
+        if containers.trim().is_empty() && keys.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: containers {containers:?}, checkpoint keys {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
