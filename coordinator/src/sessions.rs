@@ -94,11 +94,9 @@ enum HostAnswer {
     Ok(reqwest::Response),
     /// The worker answered with an error of its own.
     Refused(StatusCode, HostError),
-    /// The worker could not be reached (`sent`: false), or the connection broke once the
-    /// request was on its way (`sent`: it may have been acted on): it is gone.
+    /// The worker could not be reached, or the connection broke: it is gone.
     Unreachable {
         error: String,
-        sent: bool,
     },
     /// The worker answered something that is not its answer (or not in time).
     Garbled(String),
@@ -146,7 +144,6 @@ impl Coordinator {
                 HostAnswer::Garbled(format!("the session's worker did not answer in time: {e}"))
             }
             Err(e) => HostAnswer::Unreachable {
-                sent: !e.is_connect(),
                 error: e.to_string(),
             },
             Ok(response) if response.status().is_success() => HostAnswer::Ok(response),
@@ -261,7 +258,7 @@ impl Coordinator {
                     call.timeout,
                 )
                 .await?;
-            let (why, interrupted) = match answer {
+            let why = match answer {
                 HostAnswer::Ok(response) => {
                     return Ok(Reached {
                         record,
@@ -269,20 +266,16 @@ impl Coordinator {
                         restored,
                     });
                 }
-                HostAnswer::Unreachable { error, sent } => (
-                    format!("its worker {} was lost ({error})", record.host),
-                    sent && !call.repeatable,
-                ),
+                HostAnswer::Unreachable { error, .. } => {
+                    format!("its worker {} was lost ({error})", record.host)
+                }
                 HostAnswer::Refused(
                     _,
                     HostError {
                         code: HostErrorCode::NoSession,
                         message,
                     },
-                ) => (
-                    format!("its worker {} no longer holds it ({message})", record.host),
-                    false,
-                ),
+                ) => format!("its worker {} no longer holds it ({message})", record.host),
                 // It may have been acted on: a 503 would invite sending it again.
                 HostAnswer::Garbled(e) if !call.repeatable => {
                     return Err(ApiError::new(
@@ -293,27 +286,10 @@ impl Coordinator {
                 answer => return Err(self.host_failed(answer)),
             };
             let (now, restore) = self.recover(&record, &why).await?;
-            if interrupted {
-                // Whether this very call's cell is in the checkpoint the session came back from.
-                let ran = match (&call.call, self.sessions()?.checkpoint_kept(&now.id).await) {
-                    (Some(mine), Ok(Ok((_, last)))) => *mine == last,
-                    _ => false,
-                };
-                let outcome = if ran {
-                    "this call ran and what it did is kept, but its answer was lost with the worker: do not send it again"
-                } else {
-                    "this call did not finish and nothing of it is kept: send it again"
-                };
-                return Err(ApiError::new(
-                    ErrorCode::SessionRestored,
-                    format!(
-                        "{why} during this call; the session was restored on worker {} from its checkpoint after cell {}{}; {outcome}",
-                        now.host,
-                        restore.after_cell,
-                        unrestorable_note(&restore),
-                    ),
-                ));
-            }
+            // A call the loss interrupted goes on like the others: whatever it did on the lost
+            // worker went with it (the session came back from before it), and a cell that ran
+            // there to its end is in the checkpoint with its call's id, so the new worker
+            // answers `AlreadyRan` instead of running it twice.
             record = now;
             restored = Some(restore);
         }
@@ -452,8 +428,6 @@ struct HostCall {
     timeout: Duration,
     /// Sending it twice does what sending it once does (a read, an upload of the same bytes).
     repeatable: bool,
-    /// A cell's call id (`RunCell::call`).
-    call: Option<String>,
 }
 
 /// A call that reached the session's worker: its answer, and the restore it took first.
@@ -910,7 +884,6 @@ impl Coordinator {
             timeout: Duration::from_millis(limits.max_cell_timeout_ms) * 2
                 + Duration::from_secs(60),
             repeatable: false,
-            call: Some(request.call.clone()),
         };
         let Reached {
             record,
@@ -923,10 +896,10 @@ impl Coordinator {
             .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the worker's answer: {e}")))?;
         let outcome = match outcome {
             CellOutcome::Ran(mut result) => {
-                result.restored = restored;
+                result.restored = restored.clone();
                 CellOutcome::Ran(result)
             }
-            died => died,
+            other => other,
         };
         match outcome {
             CellOutcome::Ran(result) => {
@@ -955,6 +928,22 @@ impl Coordinator {
                     .with_label_values(&[record.language.as_str(), "died"])
                     .inc();
                 Ok(CellRun::Died { reason, oom_killed })
+            }
+            CellOutcome::AlreadyRan => {
+                let _ = self
+                    .sessions()?
+                    .touch_session(&record.id, now_ms(), true, 0)
+                    .await;
+                let restore = restored.as_ref().or(record.last_restore.as_ref());
+                Err(ApiError::new(
+                    ErrorCode::SessionRestored,
+                    format!(
+                        "the session's worker {} was lost after this cell ran and before its answer came back; the session was restored on worker {} with this cell's effects{}; its output is lost: do not send it again",
+                        restore.map_or("-", |r| r.lost_worker.as_str()),
+                        record.host,
+                        restore.map(unrestorable_note).unwrap_or_default(),
+                    ),
+                ))
             }
         }
     }
@@ -997,7 +986,6 @@ pub(crate) async fn files(
         json: false,
         timeout: Duration::from_secs(120),
         repeatable: true,
-        call: None,
     };
     let Reached {
         record, response, ..
@@ -1066,7 +1054,6 @@ impl Coordinator {
             json: false,
             timeout: Duration::from_secs(120),
             repeatable: true,
-            call: None,
         };
         let Reached {
             record, response, ..
@@ -1104,7 +1091,6 @@ impl Coordinator {
             json: false,
             timeout: Duration::from_secs(120),
             repeatable: true,
-            call: None,
         };
         let Reached { record, .. } = self
             .on_host(record, &call)

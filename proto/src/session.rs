@@ -46,8 +46,8 @@ pub struct RunCell {
     pub code: String,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
-    /// The call's own id, kept with the checkpoint taken after it: a coordinator whose call
-    /// was interrupted by the worker's loss learns from it whether its cell ran.
+    /// The call's own id: a cell sent again after its worker was lost (its answer lost) is
+    /// not run again if the session's checkpoint holds it (the last cells' ids are kept).
     #[serde(default)]
     pub call: String,
 }
@@ -80,6 +80,9 @@ pub enum CellOutcome {
         reason: String,
         oom_killed: bool,
     },
+    /// This call's cell ran before (on a worker that was lost before its answer reached the
+    /// coordinator): it is in the restored state and is not run again.
+    AlreadyRan,
 }
 
 /// A worker's error answer (any non-2xx status).

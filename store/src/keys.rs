@@ -303,7 +303,7 @@ pub fn session(prefix: &str, id: &str) -> String {
 
 /// `{p}:session:{id}:checkpoint`, hash: the session's last checkpoint, what restores it on
 /// another worker: `state` (its kernel's, opaque), `files` (a tar of its working directory),
-/// `cells` (the cells it is the state after), `last_call` (the last one's call id),
+/// `cells` (the cells it is the state after), `calls` (JSON: its last cells' call ids),
 /// `unrestorable` (JSON), `bytes`, `taken_ms`; or
 /// only `unavailable` (why the last one could not be taken). Expires with the session's
 /// lifetime; removed when the session ends.

@@ -40,8 +40,8 @@ pub struct NewCheckpoint<'a> {
     pub unrestorable: &'a [Unrestorable],
     /// Its whole size (state and files, as kept).
     pub bytes: u64,
-    /// The call of the last cell it holds (`RunCell::call`), if any.
-    pub last_call: &'a str,
+    /// The calls of the last cells it holds (`RunCell::call`), oldest first.
+    pub calls: &'a [String],
 }
 
 /// What keeping a checkpoint did.
@@ -71,6 +71,8 @@ pub struct KeptCheckpoint {
     pub unrestorable: Vec<Unrestorable>,
     pub bytes: u64,
     pub taken_ms: u64,
+    /// The calls of its last cells, oldest first.
+    pub calls: Vec<String>,
 }
 
 #[async_trait]
@@ -137,8 +139,8 @@ pub trait Sessions: Send + Sync + 'static {
     async fn checkpoint(&self, id: &str) -> Result<Checkpoint, Error>;
 
     /// Whether session `id` has a checkpoint to restore from, without reading it: the cells
-    /// it is the state after and the call of the last one, or why there is none.
-    async fn checkpoint_kept(&self, id: &str) -> Result<Result<(u64, String), String>, Error>;
+    /// it is the state after, or why there is none.
+    async fn checkpoint_kept(&self, id: &str) -> Result<Result<u64, String>, Error>;
 
     /// Worker `host` (at `url`) restored session `id`, whose record named `lost_host`: the
     /// session is its now. False when the record names another worker (the first restore
@@ -455,7 +457,7 @@ impl Sessions for RedisStore {
             .arg(checkpoint.files.unwrap_or_default())
             .arg(serde_json::to_string(checkpoint.unrestorable).expect("serializes"))
             .arg(checkpoint.bytes)
-            .arg(checkpoint.last_call)
+            .arg(serde_json::to_string(checkpoint.calls).expect("serializes"))
             .invoke_async(&mut self.connection())
             .await
             .map_err(backend)?;
@@ -509,6 +511,12 @@ impl Sessions for RedisStore {
         let cells = number("cells")?;
         let bytes = number("bytes")?;
         let taken_ms = number("taken_ms")?;
+        let calls = match hash.remove("calls") {
+            Some(json) => {
+                serde_json::from_slice(&json).map_err(|e| corrupt(format!("calls: {e}")))?
+            }
+            None => Vec::new(),
+        };
         let unrestorable = match hash.remove("unrestorable") {
             Some(json) => {
                 serde_json::from_slice(&json).map_err(|e| corrupt(format!("unrestorable: {e}")))?
@@ -524,22 +532,21 @@ impl Sessions for RedisStore {
             unrestorable,
             bytes,
             taken_ms,
+            calls,
         }))
     }
 
-    async fn checkpoint_kept(&self, id: &str) -> Result<Result<(u64, String), String>, Error> {
-        let (unavailable, cells, last_call): (Option<String>, Option<u64>, Option<String>) =
-            redis::cmd("HMGET")
-                .arg(keys::session_checkpoint(self.prefix(), id))
-                .arg("unavailable")
-                .arg("cells")
-                .arg("last_call")
-                .query_async(&mut self.connection())
-                .await
-                .map_err(backend)?;
+    async fn checkpoint_kept(&self, id: &str) -> Result<Result<u64, String>, Error> {
+        let (unavailable, cells): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(keys::session_checkpoint(self.prefix(), id))
+            .arg("unavailable")
+            .arg("cells")
+            .query_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
         Ok(match (unavailable, cells) {
             (Some(why), _) => Err(why),
-            (None, Some(cells)) => Ok((cells, last_call.unwrap_or_default())),
+            (None, Some(cells)) => Ok(cells),
             (None, None) => Err("it has no checkpoint".to_owned()),
         })
     }

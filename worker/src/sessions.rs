@@ -90,14 +90,18 @@ impl Default for SessionOptions {
     }
 }
 
+/// Calls of a session's last cells kept (in its checkpoint too): more than a coordinator
+/// can have in flight on one session when its worker is lost.
+const RECENT_CALLS: usize = 64;
+
 /// One held session: its kernel while it lives, and where its checkpoints stand.
 struct Held {
     kernel: Option<Box<dyn Session>>,
     language: proto::Language,
-    /// Cells run (restored: the cells of the checkpoint it came from), and the call of the
-    /// last one.
+    /// Cells run (restored: the cells of the checkpoint it came from), and the calls of the
+    /// last [`RECENT_CALLS`] (a cell sent again after a restore is not run twice).
     cells: u64,
-    last_call: String,
+    calls: std::collections::VecDeque<String>,
     /// The next checkpoint must carry every part: the last one was not kept.
     full: bool,
     /// Sizes of the kept checkpoint's parts.
@@ -111,7 +115,7 @@ impl Held {
             kernel: None,
             language,
             cells: 0,
-            last_call: String::new(),
+            calls: std::collections::VecDeque::new(),
             full: true,
             state_bytes: 0,
             files_bytes: 0,
@@ -611,6 +615,8 @@ enum Done {
     Put,
     Get(Vec<u8>),
     List(Vec<proto::api::sessions::SessionFile>),
+    /// The cell's call ran before this worker restored the session.
+    AlreadyRan,
 }
 
 /// Runs `op` on session `id`'s kernel, after the calls before it, and checkpoints the session
@@ -624,13 +630,19 @@ async fn with_kernel(
     let held = inner.lookup(id).ok_or_else(|| no_session(id))?;
     let mut held = held.lock().await;
     let language = held.language;
-    let Some(kernel) = held.kernel.as_mut() else {
-        return Err(no_session(id));
-    };
     let cell = matches!(op, Op::Cell(_));
     let call = match &op {
         Op::Cell(cell) => Some(cell.call.clone()),
         _ => None,
+    };
+    if let Some(call) = &call
+        && !call.is_empty()
+        && held.calls.contains(call)
+    {
+        return Ok(Ok(Done::AlreadyRan));
+    }
+    let Some(kernel) = held.kernel.as_mut() else {
+        return Err(no_session(id));
     };
     let outcome = match op {
         Op::Cell(cell) => kernel
@@ -648,7 +660,12 @@ async fn with_kernel(
     let outcome = match outcome {
         Ok(Done::Cell(mut result)) => {
             held.cells += 1;
-            held.last_call = call.unwrap_or_default();
+            if let Some(call) = call.filter(|c| !c.is_empty()) {
+                held.calls.push_back(call);
+                if held.calls.len() > RECENT_CALLS {
+                    held.calls.pop_front();
+                }
+            }
             result.checkpoint = Some(inner.checkpoint(id, &mut held).await);
             Ok(Done::Cell(result))
         }
@@ -791,7 +808,7 @@ impl Inner {
                         files: snapshot.files.as_deref(),
                         unrestorable: &snapshot.unrestorable,
                         bytes,
-                        last_call: &held.last_call,
+                        calls: held.calls.make_contiguous(),
                     },
                 )
                 .await;
@@ -862,6 +879,7 @@ async fn run_cell(
     let answer = match with_kernel(&inner, &id, Op::Cell(cell)).await {
         Err(response) => return response,
         Ok(Ok(Done::Cell(result))) => CellOutcome::Ran(result),
+        Ok(Ok(Done::AlreadyRan)) => CellOutcome::AlreadyRan,
         Ok(Ok(_)) => unreachable!("a cell is answered with its result"),
         Ok(Err(SessionError::Dead { reason, oom_killed })) => {
             CellOutcome::Died { reason, oom_killed }
@@ -1056,6 +1074,7 @@ async fn restore(
             tracing::info!(session = %id, lost = %request.lost_host, after_cell = checkpoint.cells, container = kernel.container(), "session restored");
             guard.kernel = Some(kernel);
             guard.cells = checkpoint.cells;
+            guard.calls = checkpoint.calls.into();
             count("restored");
             inner
                 .metrics

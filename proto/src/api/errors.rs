@@ -229,7 +229,7 @@ impl ErrorCode {
                 "no live worker can take another session now (none announced, or all at `worker.sessions.max_per_worker`). Send again after `Retry-After` seconds."
             }
             Self::SessionRestored => {
-                "the worker holding the session was lost during this call; the session now lives on another worker, restored from its checkpoint after its last finished cell (the message names what did not come back). This call did not finish and nothing of it remains: send it again."
+                "the worker holding the session was lost after this cell ran and before its answer came back: the session now lives on another worker with the cell's effects (the message names what did not come back); its output is lost. Do not send it again."
             }
         }
     }

@@ -2,7 +2,7 @@
 -- KEYS: 1 the session's hash, 2 its checkpoint.
 -- ARGV: 1 the worker, 2 mode ('save' or 'unavailable'), 3 now (ms);
 --   save: 4 cells, 5 has state ('1'/'0'), 6 state, 7 has files, 8 files, 9 unrestorable
---         (JSON), 10 bytes, 11 the last cell's call;
+--         (JSON), 10 bytes, 11 the calls of its last cells (JSON);
 --   unavailable: 4 why.
 -- A part left out ('0') is unchanged since the last save, which must then hold it.
 -- Returns 1 when kept, 0 when the session is not live on this worker (it ended, or another
@@ -27,7 +27,7 @@ else
     redis.call('HSET', KEYS[2], 'files', ARGV[8])
   end
   redis.call('HSET', KEYS[2], 'cells', ARGV[4], 'unrestorable', ARGV[9], 'bytes', ARGV[10],
-    'taken_ms', ARGV[3], 'last_call', ARGV[11])
+    'taken_ms', ARGV[3], 'calls', ARGV[11])
 end
 -- Kept a minute past the session's lifetime at most; the session's end removes it sooner.
 redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', expires + 60000))

@@ -48,7 +48,7 @@ fn checkpoint<'a>(
         files,
         unrestorable,
         bytes: 10,
-        last_call: "call-1",
+        calls: &[],
     }
 }
 
@@ -110,7 +110,14 @@ async fn checkpoints_follow_the_worker_that_holds_the_session_and_go_with_it() {
     // The files unchanged: left out, kept as they were.
     assert_eq!(
         store
-            .save_checkpoint(&id, "w1", checkpoint(2, Some(b"\x00pickle2"), None, &[]))
+            .save_checkpoint(
+                &id,
+                "w1",
+                NewCheckpoint {
+                    calls: &["call-1".into(), "call-2".into()],
+                    ..checkpoint(2, Some(b"\x00pickle2"), None, &[])
+                }
+            )
             .await
             .unwrap(),
         Kept::Yes
@@ -123,10 +130,8 @@ async fn checkpoints_follow_the_worker_that_holds_the_session_and_go_with_it() {
         (2, &b"\x00pickle2"[..], Some(&b"tar1"[..]))
     );
     assert!(kept.unrestorable.is_empty());
-    assert_eq!(
-        store.checkpoint_kept(&id).await.unwrap(),
-        Ok((2, "call-1".to_owned()))
-    );
+    assert_eq!(kept.calls, ["call-1", "call-2"]);
+    assert_eq!(store.checkpoint_kept(&id).await.unwrap(), Ok(2));
 
     // One that could not be taken drops the one before, and says why.
     store

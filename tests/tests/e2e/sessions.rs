@@ -609,6 +609,19 @@ async fn a_killed_workers_sessions_without_a_checkpoint_are_lost_and_an_idle_one
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tests::wait_session_containers_gone(&idle).await;
+    // Its checkpoint (taken when it opened) went with it.
+    let mut redis = redis::Client::open(cluster.redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let kept: bool = redis::AsyncCommands::exists(
+        &mut redis,
+        format!("{}:session:{idle}:checkpoint", cluster.prefix),
+    )
+    .await
+    .unwrap();
+    assert!(!kept, "an ended session's checkpoint is left");
 
     // Each cell's answer says its checkpoint could not be taken, and why.
     let mut ids = Vec::new();
