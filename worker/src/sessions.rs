@@ -394,12 +394,32 @@ impl Inner {
             .cloned()
             .collect();
         for id in ids {
+            let Some(slot) = self.lookup(&id) else {
+                continue;
+            };
+            // A session being opened, restored or called is left for the next round: the
+            // record is read under its lock, so a restore that moves the record here is seen
+            // whole (never the record before it with the kernel after it).
+            let Ok(mut guard) = slot.clone().try_lock_owned() else {
+                continue;
+            };
             match self.store.session(&id).await {
                 Ok(Some(record))
                     if record.state == SessionState::Live && record.host == self.id => {}
                 Ok(_) => {
                     tracing::info!(session = %id, "session ended elsewhere; removing its container");
-                    self.close(&id).await;
+                    let kernel = guard.kernel.take();
+                    drop(guard);
+                    {
+                        let mut held = self.held.lock().expect("poisoned");
+                        if held.get(&id).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                            held.remove(&id);
+                        }
+                    }
+                    self.recount();
+                    if let Some(kernel) = kernel {
+                        kernel.close().await;
+                    }
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, session = %id, "cannot check a session's record");
