@@ -61,10 +61,11 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e} (scripts/test extracts it)", binary.display()));
-        // The deadline only bounds a failure.
+        // Ready, not only listening: it answers 503 until its storage is open (on a busy
+        // machine, for a while). The deadline only bounds a failure.
         let deadline = Instant::now() + Duration::from_secs(120);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "prometheus did not start");
+        while !ready(port) {
+            assert!(Instant::now() < deadline, "prometheus did not become ready");
             std::thread::sleep(Duration::from_millis(50));
         }
         Self {
@@ -84,4 +85,21 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether the Prometheus on `port` answers `/-/ready` with 200.
+fn ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream
+        .write_all(b"GET /-/ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.ends_with(b" 200")
 }
