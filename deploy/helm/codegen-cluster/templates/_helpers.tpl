@@ -36,3 +36,42 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   valueFrom: {secretKeyRef: {name: {{ include "codegen.secretName" . }}, key: redisUrl, optional: true}}
 {{- end }}
 {{- end -}}
+
+{{/* Pod-spec fields every component takes the same way: the pull secrets and the scheduling
+of one component's values. A spread constraint without a labelSelector gets the component's
+pod labels, since one that selects nothing spreads nothing. */}}
+{{- define "codegen.podScheduling" -}}
+{{- $root := .root -}}
+{{- $v := .values -}}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+{{- $selector := include "codegen.selector" $root | fromYaml -}}
+{{- $_ := set $selector "app.kubernetes.io/component" $.component -}}
+{{- $constraints := list -}}
+{{- range . }}
+{{- $c := deepCopy . -}}
+{{- if not $c.labelSelector -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) -}}
+{{- end -}}
+{{- $constraints = append $constraints $c -}}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
+{{- end }}
+{{- end -}}
+
