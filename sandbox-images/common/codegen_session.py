@@ -1,4 +1,4 @@
-"""Stateful sessions (stdlib only, Python 3.11): the in-container side of protocol "session/2",
+"""Stateful sessions (stdlib only, Python 3.11): the in-container side of protocol "session/3",
 run as `python3 -I /opt/codegen/session.py` in a container of the session's own (never pooled,
 never reused) with the pool's hardening. The worker's side is sandbox/src/session.rs.
 
@@ -32,13 +32,15 @@ Processes
   javascript; in any other image S answers the fatal "sessions are not offered in <name>"
   and exits.
 
-Protocol "session/2" ("session/1" plus checkpoint and restore): frames as in codegen_protocol
+Protocol "session/3" ("session/1" plus checkpoint and restore, and a cell that asks for the
+checkpoint after it): frames as in codegen_protocol
 (a 4-byte big-endian length, then that many bytes of a JSON object; S's frames are pure ASCII).
 
-  S -> worker  {"type": "ready", "protocol": "session/2", "language": <language.json name>}
+  S -> worker  {"type": "ready", "protocol": "session/3", "language": <language.json name>}
                once K is up (and its shell or node child answers).
   worker -> S  one request at a time; S answers each before it reads the next:
-    {"type": "cell", "code": str, "timeout_ms": int >= 1, "max_output_bytes": int >= 0}
+    {"type": "cell", "code": str, "timeout_ms": int >= 1, "max_output_bytes": int >= 0,
+     "checkpoint": null | {"max_bytes": int >= 0, "full": bool}}
       -> {"type": "cell_result",
           "status": "ok" | "error" | "timeout",
           "stdout": str, "stderr": str,        what the cell and its child processes wrote,
@@ -61,6 +63,9 @@ Protocol "session/2" ("session/1" plus checkpoint and restore): frames as in cod
                                                (codegen_guard.cpu_ns, as the runner's)
           "peak_memory_kb": int | null}        see "Peak memory" below
          or {"type": "fatal", ...} (below) when the session ended during the cell.
+         With "checkpoint" not null, the cell_result is followed, without another request,
+         by the answer to {"type": "checkpoint", ...those two fields} (below): one request
+         less through the Docker engine for the worker that checkpoints after every cell.
     {"type": "put_file", "path": rel, "base64": str}
       -> {"type": "ok"}: K writes the decoded bytes to /work/<rel> (parent folders made,
          mode 0644, folders 0755).
@@ -297,7 +302,7 @@ from codegen_protocol import (
     write_all, write_frame,
 )
 
-PROTOCOL = "session/2"
+PROTOCOL = "session/3"
 # Where the worker mounts a session's installed packages (sandbox::PACKAGES_DIR).
 PACKAGES_DIR = "/opt/packages"
 # language.json name -> kernel kind.
@@ -412,6 +417,11 @@ def parse_request(raw):
         req = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise RequestError("request is not valid JSON: %s" % e)
+    return check_request(req)
+
+
+def check_request(req):
+    """A decoded request, checked: the fields S uses, and nothing else."""
     if not isinstance(req, dict):
         raise RequestError("request must be a JSON object")
     kind = req.get("type")
@@ -428,9 +438,15 @@ def parse_request(raw):
             raise RequestError("'code' must be a string")
         if not is_utf8_name(code):
             raise RequestError("'code' must be valid Unicode (no lone surrogates)")
+        then = req.get("checkpoint")
+        if then is not None:
+            if not isinstance(then, dict):
+                raise RequestError("'checkpoint' must be null or an object")
+            then = check_request(dict(then, type="checkpoint"))
         return {"type": "cell", "code": code,
                 "timeout_ms": integer("timeout_ms", 1, MAX_TIMEOUT_MS),
-                "max_output_bytes": integer("max_output_bytes", 0, MAX_OUTPUT_BYTES)}
+                "max_output_bytes": integer("max_output_bytes", 0, MAX_OUTPUT_BYTES),
+                "checkpoint": then}
     if kind == "put_file":
         check_path(req.get("path"))
         data = req.get("base64")
@@ -604,13 +620,18 @@ def serve(language):
                 write_frame(1, {"type": "error", "message": str(e)})
                 continue
             del raw
+            then = req.get("checkpoint") if req["type"] == "cell" else None
             answer = kernel.serve(req)
             del req
-            if isinstance(answer, CheckpointAnswer):
-                answer.write(1)
-            else:
-                write_frame(1, answer)
-            del answer
+            while True:
+                if isinstance(answer, CheckpointAnswer):
+                    answer.write(1)
+                else:
+                    write_frame(1, answer)
+                del answer
+                if then is None:
+                    break
+                answer, then = kernel.serve(then), None
     except BrokenPipeError:
         kill_program()  # the worker is gone
         return 0

@@ -1,7 +1,7 @@
 """In-container entry point of a stateful session (stdlib only, Python 3.11), run as
 `python3 -I /opt/codegen/session.py` in a container of the session's own, hardened as the
 pool's are (uid 0 with only CAP_SETUID, CAP_SETGID and CAP_KILL, no-new-privileges; it refuses
-to start otherwise). It speaks protocol "session/2" on its stdin/stdout: see
+to start otherwise). It speaks protocol "session/3" on its stdin/stdout: see
 codegen_session.py, which holds the session supervisor (S) and the kernel (K); the security
 core it shares with the runner is codegen_guard.py, the image's language codegen_languages.py.
 

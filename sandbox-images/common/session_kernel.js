@@ -24,7 +24,7 @@
 // session (the kernel says so). The context's require() notes what it returns (for
 // checkpoints, below).
 //
-// Checkpoints (protocol "session/2"; the kernel asks on the same pipes, between cells):
+// Checkpoints (protocol "session/3"; the kernel asks on the same pipes, between cells):
 //   {"op": "checkpoint", "max_bytes"} -> {"op": "checkpoint", "state": base64, "sha256",
 //     "skipped": [{"name", "reason"}]}, or "too_large": its size instead of "state" when the
 //     blob is over max_bytes (its sha256 still tells the kernel whether it changed);

@@ -1,5 +1,5 @@
 """Tests for stateful sessions (session.py, codegen_session.py, session_kernel.js; protocol
-"session/2", benign programs only).
+"session/3", benign programs only).
 
 Run from the repository root:
     python3 -m unittest discover -s sandbox-images/common -p 'test_*.py'
@@ -47,7 +47,10 @@ class PureFunctionTest(unittest.TestCase):
 
     def test_requests_are_validated(self):
         cell = {"type": "cell", "code": "x", "timeout_ms": 5, "max_output_bytes": 0}
-        self.assertEqual(self.parse(cell), cell)
+        self.assertEqual(self.parse(cell), dict(cell, checkpoint=None))
+        then = dict(cell, checkpoint={"max_bytes": 1 << 40, "full": False, "extra": 1})
+        self.assertEqual(self.parse(then)["checkpoint"], {
+            "type": "checkpoint", "full": False, "max_bytes": session.MAX_CHECKPOINT_BYTES})
         self.assertEqual(self.parse({"type": "list_files", "extra": 1}), {"type": "list_files"})
         self.assertEqual(self.parse({"type": "get_file", "path": "a/b", "max_bytes": 1 << 40}),
                          {"type": "get_file", "path": "a/b", "max_bytes": session.MAX_GET_BYTES})
@@ -58,6 +61,8 @@ class PureFunctionTest(unittest.TestCase):
             dict(cell, code=5), dict(cell, code="\ud800"), dict(cell, timeout_ms=0),
             dict(cell, timeout_ms=True), dict(cell, timeout_ms="5"), dict(cell, timeout_ms=1e3),
             dict(cell, max_output_bytes=-1), {k: v for k, v in cell.items() if k != "code"},
+            dict(cell, checkpoint=5), dict(cell, checkpoint={"max_bytes": 5}),
+            dict(cell, checkpoint={"max_bytes": -1, "full": True}),
             {"type": "put_file", "path": "a", "base64": "%%"},
             {"type": "put_file", "path": "a", "base64": 5},
             {"type": "put_file", "path": "../a", "base64": ""},
@@ -791,6 +796,29 @@ class CheckpointContract:
                 self.assertEqual(a[part + "_bytes"],
                                  0 if a[part] is None else len(base64.b64decode(a[part])))
         return a
+
+    def test_a_cell_asking_for_its_checkpoint_is_answered_with_both(self):
+        s = self.session()
+        self.ok(s, self.SET_X)
+        s.send({"type": "cell", "code": self.SET_X_AGAIN, "timeout_ms": 60_000,
+                "max_output_bytes": 1 << 20,
+                "checkpoint": {"max_bytes": 64 << 20, "full": False}})
+        r = s.recv()
+        self.assertEqual((r["type"], r["status"]), ("cell_result", "ok"), r)
+        first = s.recv()
+        self.assertEqual(first["type"], "checkpoint", first)
+        self.assertIsNotNone(first["state"])  # a session's first checkpoint is whole
+        # It was answered, so it is what the next one compares with: nothing changed since.
+        same = self.checkpoint(s)
+        self.assertEqual((same["state"], same["files"]), (None, None), same)
+        # Over its limit: the cell's result stands, then the refusal.
+        s.send({"type": "cell", "code": self.SET_X_THIRD, "timeout_ms": 60_000,
+                "max_output_bytes": 1 << 20, "checkpoint": {"max_bytes": 10, "full": False}})
+        self.assertEqual(s.recv()["type"], "cell_result")
+        over = s.recv()
+        self.assertEqual((over["type"], over.get("too_large")), ("error", True), over)
+        # The session goes on, one answer per request again.
+        self.assertEqual(s.cell(self.SET_X)["type"], "cell_result")
 
     def restore(self, s, state, files, cells=0):
         return s.ask({"type": "restore", "state": state, "files": files, "cells": cells})

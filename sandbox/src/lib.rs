@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use docker::{DockerSandbox, PoolService, PoolStats};
 pub use harness::HarnessOutcome;
 pub use scripted::ScriptedSandbox;
-pub use session::{Session, SessionError, Snapshot};
+pub use session::{CellDone, CheckpointAsk, Session, SessionError, Snapshot};
 
 /// Label put on every sandbox container; its value is the cluster prefix.
 pub const LABEL_SANDBOX: &str = "org.codegen.sandbox";

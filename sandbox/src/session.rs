@@ -1,6 +1,6 @@
 //! A session's container: a container of its own (never pooled, never reused), with every
 //! hardening of the pool's, whose kernel keeps its state between cells. The worker's end of
-//! protocol "session/1"; the container's end is `sandbox-images/common/codegen_session.py`.
+//! protocol "session/3"; the container's end is `sandbox-images/common/codegen_session.py`.
 //!
 //! Frames as the runner's (a 4-byte big-endian length, then JSON). The container says
 //! `ready` once its kernel is up; then one request at a time, each answered before the next:
@@ -33,7 +33,7 @@ pub(crate) type Output =
 pub(crate) type Input = Pin<Box<dyn AsyncWrite + Send>>;
 
 /// The protocol the container must announce.
-pub const SESSION_PROTOCOL: &str = "session/2";
+pub const SESSION_PROTOCOL: &str = "session/3";
 
 /// Time past a cell's deadline the container has to answer: its kernel gets 2 s to stop at
 /// the interrupt, then everything of the program is killed and it answers `fatal`.
@@ -64,12 +64,15 @@ pub enum SessionError {
 #[async_trait]
 pub trait Session: Send {
     /// Runs a cell: its deadline is the container's to enforce (it interrupts the cell).
+    /// With `then`, the checkpoint it asks for is taken right after, in the same request (a
+    /// round trip through the Docker engine less than [`Session::checkpoint`] after it).
     async fn run_cell(
         &mut self,
         code: &str,
         timeout: Duration,
         max_output_bytes: u64,
-    ) -> Result<CellResult, SessionError>;
+        then: Option<CheckpointAsk>,
+    ) -> Result<CellDone, SessionError>;
 
     /// Writes a file below the working directory, as the program's user.
     async fn put_file(&mut self, path: &str, bytes: &[u8]) -> Result<(), SessionError>;
@@ -101,6 +104,22 @@ pub trait Session: Send {
     fn container(&self) -> &str;
 }
 
+/// A checkpoint asked for: at most `max_bytes`; unless `full`, the parts unchanged since the
+/// last checkpoint answered are left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CheckpointAsk {
+    pub max_bytes: u64,
+    pub full: bool,
+}
+
+/// A cell's result, and the checkpoint asked for with it (`None`: none was); an error of the
+/// checkpoint is its own, the cell's result stands.
+#[derive(Debug)]
+pub struct CellDone {
+    pub result: CellResult,
+    pub checkpoint: Option<Result<Snapshot, SessionError>>,
+}
+
 /// A checkpoint as the kernel answered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -119,6 +138,7 @@ enum Command<'a> {
         code: &'a str,
         timeout_ms: u64,
         max_output_bytes: u64,
+        checkpoint: Option<CheckpointAsk>,
     },
     PutFile {
         path: &'a str,
@@ -307,6 +327,11 @@ impl Kernel {
             Ok(Err(e)) => return Err(self.died(format!("writing to the session: {e}"), false)),
             Ok(Ok(())) => {}
         }
+        self.answer(deadline).await
+    }
+
+    /// Reads the answer to the request sent last, by `deadline`.
+    async fn answer(&mut self, deadline: Instant) -> Result<Message, SessionError> {
         match self.next(deadline).await? {
             Message::Error {
                 message,
@@ -314,6 +339,35 @@ impl Kernel {
             } => Err(SessionError::NoFile(message)),
             Message::Error { message, .. } => Err(SessionError::Refused(message)),
             message => Ok(message),
+        }
+    }
+
+    /// A checkpoint's answer, decoded.
+    fn snapshot(&mut self, answer: Message) -> Result<Snapshot, SessionError> {
+        match answer {
+            Message::Checkpoint {
+                state,
+                files,
+                skipped,
+                ..
+            } => {
+                let mut decode = |part: Option<String>, what: &str| {
+                    part.map(|b| {
+                        STANDARD.decode(b.as_bytes()).map_err(|e| {
+                            self.died(format!("a checkpoint's {what} is not base64: {e}"), false)
+                        })
+                    })
+                    .transpose()
+                };
+                let state = decode(state, "state")?;
+                let files = decode(files, "files")?;
+                Ok(Snapshot {
+                    state,
+                    files,
+                    unrestorable: skipped,
+                })
+            }
+            _ => Err(self.unexpected("something else than a checkpoint")),
         }
     }
 
@@ -332,19 +386,29 @@ impl Session for Kernel {
         code: &str,
         timeout: Duration,
         max_output_bytes: u64,
-    ) -> Result<CellResult, SessionError> {
+        then: Option<CheckpointAsk>,
+    ) -> Result<CellDone, SessionError> {
         let command = Command::Cell {
             code,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             max_output_bytes,
+            checkpoint: then,
         };
-        match self
+        let result = match self
             .call(&command, Instant::now() + timeout + CELL_GRACE)
             .await?
         {
-            Message::CellResult(result) => Ok(*result),
-            _ => Err(self.unexpected("something else than a cell's result")),
-        }
+            Message::CellResult(result) => *result,
+            _ => return Err(self.unexpected("something else than a cell's result")),
+        };
+        let checkpoint = match then {
+            None => None,
+            Some(_) => {
+                let answer = self.answer(Instant::now() + REQUEST_TIMEOUT).await;
+                Some(answer.and_then(|message| self.snapshot(message)))
+            }
+        };
+        Ok(CellDone { result, checkpoint })
     }
 
     async fn put_file(&mut self, path: &str, bytes: &[u8]) -> Result<(), SessionError> {
@@ -386,34 +450,10 @@ impl Session for Kernel {
 
     async fn checkpoint(&mut self, max_bytes: u64, full: bool) -> Result<Snapshot, SessionError> {
         let command = Command::Checkpoint { max_bytes, full };
-        match self
+        let answer = self
             .call(&command, Instant::now() + REQUEST_TIMEOUT)
-            .await?
-        {
-            Message::Checkpoint {
-                state,
-                files,
-                skipped,
-                ..
-            } => {
-                let mut decode = |part: Option<String>, what: &str| {
-                    part.map(|b| {
-                        STANDARD.decode(b.as_bytes()).map_err(|e| {
-                            self.died(format!("a checkpoint's {what} is not base64: {e}"), false)
-                        })
-                    })
-                    .transpose()
-                };
-                let state = decode(state, "state")?;
-                let files = decode(files, "files")?;
-                Ok(Snapshot {
-                    state,
-                    files,
-                    unrestorable: skipped,
-                })
-            }
-            _ => Err(self.unexpected("something else than a checkpoint")),
-        }
+            .await?;
+        self.snapshot(answer)
     }
 
     async fn restore(

@@ -600,7 +600,7 @@ async fn open(
             tracing::info!(session = %id, language = %open.language, container = kernel.container(), tenant = open.tenant.as_deref().unwrap_or("-"), "session opened");
             guard.kernel = Some(kernel);
             // Checkpointed from the start (an empty session restores as one), unless off.
-            inner.checkpoint(&id, &mut guard).await;
+            inner.checkpoint(&id, &mut guard, None).await;
             StatusCode::CREATED.into_response()
         }
         Err(e) => {
@@ -661,18 +661,24 @@ async fn with_kernel(
     {
         return Ok(Ok(Done::AlreadyRan));
     }
+    let then = inner.checkpoint_ask(&held);
     let Some(kernel) = held.kernel.as_mut() else {
         return Err(no_session(id));
     };
+    let mut taken = None;
     let outcome = match op {
         Op::Cell(cell) => kernel
             .run_cell(
                 &cell.code,
                 Duration::from_millis(cell.timeout_ms),
                 cell.max_output_bytes,
+                then,
             )
             .await
-            .map(|result| Done::Cell(Box::new(result))),
+            .map(|done| {
+                taken = done.checkpoint;
+                Done::Cell(Box::new(done.result))
+            }),
         Op::Put(path, bytes) => kernel.put_file(&path, &bytes).await.map(|()| Done::Put),
         Op::Get(path, max) => kernel.get_file(&path, max).await.map(Done::Get),
         Op::List => kernel.list_files().await.map(Done::List),
@@ -686,11 +692,11 @@ async fn with_kernel(
                     held.calls.pop_front();
                 }
             }
-            result.checkpoint = Some(inner.checkpoint(id, &mut held).await);
+            result.checkpoint = Some(inner.checkpoint(id, &mut held, taken).await);
             Ok(Done::Cell(result))
         }
         Ok(Done::Put) => {
-            inner.checkpoint(id, &mut held).await;
+            inner.checkpoint(id, &mut held, None).await;
             Ok(Done::Put)
         }
         other => other,
@@ -756,9 +762,24 @@ impl Inner {
         }
     }
 
-    /// Takes session `id`'s checkpoint and keeps it in Redis (or, when it cannot be taken,
-    /// drops the one before): what the caller's answer says of it.
-    async fn checkpoint(&self, id: &str, held: &mut Held) -> CheckpointNote {
+    /// The checkpoint a cell of `held` asks for with it; `None` when checkpoints are off.
+    fn checkpoint_ask(&self, held: &Held) -> Option<sandbox::CheckpointAsk> {
+        let max_bytes = self.options.checkpoint_max_bytes;
+        (max_bytes > 0).then_some(sandbox::CheckpointAsk {
+            max_bytes,
+            full: held.full,
+        })
+    }
+
+    /// Takes session `id`'s checkpoint (`taken`: the one its cell already answered with) and
+    /// keeps it in Redis (or, when it cannot be taken, drops the one before): what the
+    /// caller's answer says of it.
+    async fn checkpoint(
+        &self,
+        id: &str,
+        held: &mut Held,
+        mut taken: Option<Result<sandbox::Snapshot, SessionError>>,
+    ) -> CheckpointNote {
         let max = self.options.checkpoint_max_bytes;
         let not_saved = |error: String| CheckpointNote {
             saved: false,
@@ -778,7 +799,11 @@ impl Inner {
             let Some(kernel) = held.kernel.as_mut() else {
                 return not_saved("the session has ended".into());
             };
-            let snapshot = match kernel.checkpoint(max, held.full).await {
+            let snapshot = match taken.take() {
+                Some(snapshot) => snapshot,
+                None => kernel.checkpoint(max, held.full).await,
+            };
+            let snapshot = match snapshot {
                 Ok(snapshot) => snapshot,
                 Err(SessionError::Dead { reason, .. }) => {
                     self.metrics
