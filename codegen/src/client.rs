@@ -7,7 +7,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use proto::Status;
 use proto::TaskId;
-use proto::api::{BatchAccepted, BatchStatus, BatchView, JobAccepted, JobView};
+use proto::api::{BatchAccepted, BatchResults, BatchStatus, BatchView, JobAccepted, JobView};
 use proto::api::{ErrorBody, ExecutionSubmission, ExecutionView, Outcome};
 use proto::job::{JobResult, JobStatus};
 
@@ -156,312 +156,6 @@ pub async fn exec(args: ExecArgs) -> anyhow::Result<u8> {
         Status::SandboxError | Status::Error => 2,
         _ => 1,
     })
-}
-
-#[derive(Debug, clap::Args)]
-pub struct ExecBatchArgs {
-    /// JSONL file, one program per line: `{"id", "language", "code", "test"?, "stdin"?,
-    /// "timeout_ms"?, "memory_mb"?}` (`-` reads standard input).
-    pub input: PathBuf,
-    /// Where the results go, one per line (`-` is stdout). Lines are written as results
-    /// arrive; at the end the file is rewritten in input order.
-    #[arg(short, long)]
-    pub output: PathBuf,
-    /// Programs per request to `POST /v1/executions/batch`.
-    #[arg(long, default_value_t = 64)]
-    pub chunk: usize,
-    /// Requests in flight at once (so at most chunk × in-flight programs are queued).
-    #[arg(long, default_value_t = 4)]
-    pub in_flight: usize,
-    /// Coordinator URL.
-    #[arg(long, env = "CODEGEN_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
-    /// API key, when the coordinator requires one (sent as `Authorization: Bearer KEY`).
-    #[arg(long, env = "CODEGEN_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
-}
-
-/// `codegen exec-batch`: exits 0 when every program got a verdict of its own (passed or not),
-/// 1 when some could not be run (`error`, `sandbox_error`), 2 on client errors.
-pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
-    use futures::StreamExt;
-    use std::io::{IsTerminal, Write};
-
-    let started = std::time::Instant::now();
-    let text = read_text(&args.input)?;
-    let mut items = Vec::new();
-    let mut line_numbers = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut item: ExecutionSubmission = serde_json::from_str(line)
-            .with_context(|| format!("{}: line {}", args.input.display(), n + 1))?;
-        // Without an id, a result still says which line it answers.
-        item.id.get_or_insert_with(|| (n + 1).to_string());
-        items.push(item);
-        line_numbers.push(n + 1);
-    }
-    let total = items.len();
-    anyhow::ensure!(total > 0, "{}: no programs", args.input.display());
-    let api = Api::new(&args.url, args.api_key.as_deref())?;
-    let to_stdout = args.output.as_os_str() == "-";
-    let mut live = if to_stdout {
-        None
-    } else {
-        Some(std::io::BufWriter::new(
-            std::fs::File::create(&args.output)
-                .with_context(|| format!("creating {}", args.output.display()))?,
-        ))
-    };
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(total as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} programs  {per_sec}  {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-
-    let chunk_size = args.chunk.max(1);
-    let chunks: Vec<(usize, Vec<ExecutionSubmission>)> = items
-        .chunks(chunk_size)
-        .enumerate()
-        .map(|(i, c)| (i * chunk_size, c.to_vec()))
-        .collect();
-    let mut results: Vec<Option<String>> = vec![None; total];
-    let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
-    let mut finished = 0usize;
-    let mut last_print = std::time::Instant::now();
-    // Requests stream their verdicts (`?stream=true`); every verdict is written as it arrives.
-    let (verdicts, mut arrived) =
-        tokio::sync::mpsc::channel::<anyhow::Result<(usize, serde_json::Value)>>(1024);
-    let (api, input, line_numbers) = (&api, &args.input, &line_numbers);
-    let requests = async move {
-        futures::stream::iter(chunks)
-            .for_each_concurrent(args.in_flight.max(1), |(offset, chunk)| {
-                let verdicts = verdicts.clone();
-                async move {
-                    if let Err(e) = run_chunk(api, offset, chunk, &verdicts).await {
-                        let e = anyhow::anyhow!(
-                            "{}: {}",
-                            input.display(),
-                            name_lines(&format!("{e:#}"), offset, line_numbers)
-                        );
-                        let _ = verdicts.send(Err(e)).await;
-                    }
-                }
-            })
-            .await;
-        anyhow::Ok(())
-    };
-    let collect = async {
-        while let Some(verdict) = arrived.recv().await {
-            let (index, view) = verdict?;
-            let status = view["status"].as_str().unwrap_or("unknown").to_owned();
-            *by_status.entry(status).or_default() += 1;
-            let line = serde_json::to_string(&view)?;
-            if let Some(out) = live.as_mut() {
-                writeln!(out, "{line}").context("writing a result")?;
-                if arrived.is_empty() {
-                    out.flush().context("writing the results")?;
-                }
-            }
-            if let Some(slot) = results.get_mut(index).filter(|s| s.is_none()) {
-                *slot = Some(line);
-                finished += 1;
-            }
-            let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-            match &bar {
-                Some(bar) => {
-                    bar.set_position(finished as u64);
-                    bar.set_message(counts.join(", "));
-                }
-                None if last_print.elapsed().as_secs() >= 5 || finished == total => {
-                    eprintln!(
-                        "[{:>6.1}s] {finished}/{total} programs ({})",
-                        started.elapsed().as_secs_f64(),
-                        counts.join(", ")
-                    );
-                    last_print = std::time::Instant::now();
-                }
-                None => {}
-            }
-        }
-        anyhow::Ok(())
-    };
-    // The first error ends both: requests still streaming are dropped, not left blocked on a
-    // channel nobody reads.
-    tokio::try_join!(requests, collect)?;
-    anyhow::ensure!(
-        finished == total,
-        "the coordinator answered {finished} of {total} programs"
-    );
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
-    drop(live);
-    // Everything is in: the file again, in input order.
-    let ordered: String = results
-        .into_iter()
-        .map(|l| l.unwrap_or_default() + "\n")
-        .collect();
-    if to_stdout {
-        std::io::stdout()
-            .write_all(ordered.as_bytes())
-            .context("writing the results")?;
-    } else {
-        let partial = args.output.with_extension("jsonl.partial");
-        std::fs::write(&partial, &ordered)
-            .with_context(|| format!("writing {}", partial.display()))?;
-        std::fs::rename(&partial, &args.output)
-            .with_context(|| format!("writing {}", args.output.display()))?;
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    eprintln!(
-        "{total} programs in {wall:.2}s ({:.0}/s): {} -> {}",
-        total as f64 / wall.max(1e-9),
-        counts.join(", "),
-        args.output.display()
-    );
-    let unrun = by_status
-        .iter()
-        .any(|(s, _)| s == "error" || s == "sandbox_error" || s == "unknown");
-    Ok(if unrun { 1 } else { 0 })
-}
-
-/// One streamed `POST /v1/executions/batch?stream=true`: sends `(offset + index, result)` for
-/// each verdict as the coordinator streams it; items it gives up on (`queued`) are polled one
-/// by one.
-async fn run_chunk(
-    api: &Api,
-    offset: usize,
-    chunk: Vec<ExecutionSubmission>,
-    verdicts: &tokio::sync::mpsc::Sender<anyhow::Result<(usize, serde_json::Value)>>,
-) -> anyhow::Result<()> {
-    let body = serde_json::json!({ "items": chunk });
-    let mut response = api
-        .send_creating(
-            api.http
-                .post(api.url("/v1/executions/batch?stream=true"))
-                .json(&body),
-            None,
-        )
-        .await?;
-    if !response.status().is_success() {
-        read_json(response).await?;
-        bail!("the coordinator refused the batch");
-    }
-    let mut buffer: Vec<u8> = Vec::new();
-    let mut queued = Vec::new();
-    let mut seen = 0;
-    loop {
-        let chunk = response
-            .chunk()
-            .await
-            .context("reading the coordinator's streamed answer")?;
-        let end = chunk.is_none();
-        if let Some(bytes) = chunk {
-            buffer.extend_from_slice(&bytes);
-        }
-        while let Some(newline) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=newline).collect();
-            let mut view: serde_json::Value =
-                serde_json::from_slice(&line).context("unreadable line from the coordinator")?;
-            let index = view["index"]
-                .as_u64()
-                .and_then(|i| usize::try_from(i).ok())
-                .filter(|i| *i < chunk_len(&body))
-                .context("a streamed result without a valid index")?;
-            if let serde_json::Value::Object(fields) = &mut view {
-                fields.remove("index");
-            }
-            seen += 1;
-            if view["status"] == "queued" {
-                queued.push((index, view));
-            } else if verdicts.send(Ok((offset + index, view))).await.is_err() {
-                return Ok(()); // the collector stopped (an error elsewhere)
-            }
-        }
-        if end {
-            break;
-        }
-    }
-    anyhow::ensure!(
-        seen == chunk_len(&body),
-        "the coordinator's stream ended after {seen} of {} results",
-        chunk_len(&body)
-    );
-    for (index, mut view) in queued {
-        while view["status"] == "queued" {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            let id = view["execution_id"].as_str().unwrap_or_default().to_owned();
-            let mut fresh = api.get(&format!("/v1/executions/{id}")).await?;
-            // The single-execution view carries the execution id as `id`: keep the label.
-            fresh["execution_id"] = serde_json::Value::String(id);
-            fresh["id"] = view["id"].clone();
-            view = fresh;
-        }
-        if verdicts.send(Ok((offset + index, view))).await.is_err() {
-            return Ok(());
-        }
-    }
-    Ok(())
-}
-
-fn chunk_len(body: &serde_json::Value) -> usize {
-    body["items"].as_array().map_or(0, Vec::len)
-}
-
-/// The coordinator names a bad item by its place in the request (`items[3].language: …`);
-/// the user knows it by its line in the input file.
-fn name_lines(message: &str, offset: usize, line_numbers: &[usize]) -> String {
-    let Some(start) = message.find("items[") else {
-        return message.to_owned();
-    };
-    let rest = &message[start + "items[".len()..];
-    let Some(close) = rest.find(']') else {
-        return message.to_owned();
-    };
-    match rest[..close]
-        .parse::<usize>()
-        .ok()
-        .and_then(|i| line_numbers.get(offset + i))
-    {
-        Some(line) => format!(
-            "{}line {line}{}",
-            &message[..start],
-            rest[close + 1..].replacen('.', ": ", 1)
-        ),
-        None => message.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::name_lines;
-
-    #[test]
-    fn a_bad_item_is_named_by_its_line_in_the_input() {
-        // Lines 1, 2, 4, 7 hold programs; the second request starts at program 2 (line 4).
-        let lines = [1, 2, 4, 7];
-        assert_eq!(
-            name_lines(
-                "the coordinator answered 422: items[1].language: unknown language \"cobol\"",
-                2,
-                &lines
-            ),
-            "the coordinator answered 422: line 7: language: unknown language \"cobol\""
-        );
-        assert_eq!(name_lines("no item named", 0, &lines), "no item named");
-        assert_eq!(
-            name_lines("items[9].code: x", 0, &lines),
-            "items[9].code: x"
-        );
-    }
 }
 
 async fn read_view(response: reqwest::Response) -> anyhow::Result<ExecutionView> {
@@ -721,7 +415,7 @@ impl Api {
         let key = key.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         self.send_retrying(
             request.header("Idempotency-Key", key),
-            creating_backoff(),
+            retry_backoff(),
             true,
         )
         .await
@@ -813,12 +507,15 @@ impl Api {
         self.get_as(path).await
     }
 
-    /// `GET path` as `T`.
+    /// `GET path` as `T`, sent again while the coordinator says to try later (429, 503) or
+    /// cannot be reached (a read is safe to send twice).
     pub(crate) async fn get_as<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
     ) -> anyhow::Result<T> {
-        let response = self.send(self.http.get(self.url(path))).await?;
+        let response = self
+            .send_retrying(self.http.get(self.url(path)), retry_backoff(), true)
+            .await?;
         let (_, value) = read_json(response).await?;
         serde_json::from_value(value).with_context(|| {
             format!("the coordinator's answer to GET {path} has an unexpected shape")
@@ -939,35 +636,93 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
     print_result(&result, args.format)
 }
 
-/// Prints one progress line per server-sent event of the job until it finishes.
+/// Shows the job's progress, one server-sent event at a time, until it finishes: a bar over
+/// its functions on a terminal, else one line per event. A stream that breaks off is opened
+/// again with `Last-Event-ID`, so no event is missed or shown twice.
 async fn follow(api: &Api, id: TaskId, started: std::time::Instant) -> anyhow::Result<()> {
-    let response = api
-        .send(
-            api.http
-                .get(api.url(&format!("/v1/jobs/{id}/events")))
-                .header(reqwest::header::ACCEPT, "text/event-stream"),
-        )
-        .await?;
-    if !response.status().is_success() {
-        read_json(response).await?;
-        bail!("the events stream is not available");
-    }
-    let mut events = response.bytes_stream().eventsource();
-    while let Some(event) = events.next().await {
-        let event = event.context("reading the events stream")?;
-        // An event this CLI does not know (a newer coordinator's) is not printed.
-        let Ok(progress) = serde_json::from_str::<proto::Progress>(&event.data) else {
-            continue;
-        };
-        eprintln!(
-            "{}",
-            crate::report::progress_line(started.elapsed(), &progress)
+    use backon::BackoffBuilder;
+    use std::io::IsTerminal;
+
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} functions  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        if matches!(progress, proto::Progress::Finished { .. }) {
-            return Ok(());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    let mut last_event: Option<String> = None;
+    let mut reconnects = retry_backoff().build();
+    let why = loop {
+        let mut request = api
+            .http
+            .get(api.url(&format!("/v1/jobs/{id}/events")))
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(last) = &last_event {
+            request = request.header("Last-Event-ID", last);
         }
+        let response = api.send_retrying(request, retry_backoff(), true).await?;
+        if !response.status().is_success() {
+            read_json(response).await?;
+            bail!("the events stream is not available");
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let why = loop {
+            let event = match events.next().await {
+                None => break "the stream ended before the job finished".to_owned(),
+                Some(Err(e)) => break format!("{e}"),
+                Some(Ok(event)) => event,
+            };
+            if !event.id.is_empty() {
+                last_event = Some(event.id.clone());
+            }
+            // An event this CLI does not know (a newer coordinator's) is not shown.
+            let Ok(progress) = serde_json::from_str::<proto::Progress>(&event.data) else {
+                continue;
+            };
+            let line = crate::report::progress_line(started.elapsed(), &progress);
+            match &bar {
+                Some(bar) => {
+                    match &progress {
+                        proto::Progress::Planned { functions } => {
+                            bar.set_length(functions.len() as u64);
+                            bar.set_position(0);
+                        }
+                        proto::Progress::FunctionDone { .. } => bar.inc(1),
+                        _ => {}
+                    }
+                    bar.set_message(line.trim().to_owned());
+                }
+                None => eprintln!("{line}"),
+            }
+            if matches!(progress, proto::Progress::Finished { .. }) {
+                if let Some(bar) = &bar {
+                    bar.finish_and_clear();
+                    eprintln!("{line}");
+                }
+                return Ok(());
+            }
+        };
+        let Some(delay) = reconnects.next() else {
+            break why;
+        };
+        let message = format!(
+            "progress stream broke off ({why}); opening it again after event {} in {delay:.1?}",
+            last_event.as_deref().unwrap_or("none")
+        );
+        match &bar {
+            Some(bar) => bar.println(message),
+            None => eprintln!("{message}"),
+        }
+        tokio::time::sleep(delay).await;
+    };
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
     }
-    Ok(())
+    bail!("the progress stream kept breaking off: {why}")
 }
 
 /// `codegen status`: exits 0 succeeded, 1 failed, 3 not finished yet, 2 on errors.
@@ -984,6 +739,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     }
     Ok(3)
 }
+
+/// Jobs per request for a batch's results (the route's most).
+const RESULTS_PAGE: usize = 200;
 
 /// How long one read of a batch waits for a change (under common proxies' idle timeouts).
 const BATCH_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(25);
@@ -1044,7 +802,8 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
         // A connection that dies silently during a long poll must not hold the loop forever.
         let read = async {
             let request = api.http.get(api.url(&path)).timeout(BATCH_LONG_POLL * 2);
-            let (_, value) = read_json(api.send(request).await?).await?;
+            let response = api.send_retrying(request, retry_backoff(), false).await?;
+            let (_, value) = read_json(response).await?;
             serde_json::from_value::<BatchView>(value).with_context(|| {
                 format!("the coordinator's answer to GET {path} has an unexpected shape")
             })
@@ -1096,20 +855,34 @@ pub async fn batch(args: BatchArgs) -> anyhow::Result<u8> {
         bar.finish_and_clear();
     }
 
+    // The results, a page of them per request.
     let mut lines = Vec::with_capacity(jobs.len());
     let mut by_status: std::collections::BTreeMap<String, usize> = Default::default();
-    for id in &jobs {
-        let result = match api.get_as::<JobView>(&format!("/v1/jobs/{id}")).await {
-            Ok(view) => serde_json::to_value(view)?,
-            Err(e) => {
-                serde_json::json!({"job_id": id, "status": "unknown", "failure": format!("{e:#}")})
-            }
-        };
-        *by_status
-            .entry(result["status"].as_str().unwrap_or("unknown").to_owned())
-            .or_default() += 1;
-        lines.push(serde_json::to_string(&result)?);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/batches/{batch_id}/results?limit={RESULTS_PAGE}");
+        if let Some(cursor) = &cursor {
+            path.push_str(&format!("&cursor={cursor}"));
+        }
+        let page: BatchResults = api.get_as(&path).await?;
+        for result in &page.results {
+            let result = serde_json::to_value(result)?;
+            *by_status
+                .entry(result["status"].as_str().unwrap_or("unknown").to_owned())
+                .or_default() += 1;
+            lines.push(serde_json::to_string(&result)?);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
     }
+    anyhow::ensure!(
+        lines.len() == jobs.len(),
+        "the coordinator gave {} results for the {} jobs of batch {batch_id}",
+        lines.len(),
+        jobs.len()
+    );
     let text = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
     if args.output.as_os_str() == "-" {
         std::io::stdout()
@@ -1142,9 +915,9 @@ enum Try {
     Unanswered(reqwest::Error),
 }
 
-/// Delays between the tries of a request that creates work (with jitter), about 45 s in all:
-/// long enough for a proxy to take a coordinator out of rotation, or a broker to come back.
-fn creating_backoff() -> backon::ExponentialBuilder {
+/// Delays between the tries of a request (with jitter), about 45 s in all: long enough for a
+/// proxy to take a coordinator out of rotation, or a broker to come back.
+fn retry_backoff() -> backon::ExponentialBuilder {
     backon::ExponentialBuilder::default()
         .with_min_delay(std::time::Duration::from_millis(500))
         .with_max_delay(std::time::Duration::from_secs(10))

@@ -2,6 +2,7 @@
 
 mod client;
 mod control;
+mod exec_batch;
 mod report;
 mod session;
 mod settings;
@@ -47,7 +48,7 @@ enum Command {
     /// Run a program (optionally with a test) on the cluster and print its output.
     Exec(client::ExecArgs),
     /// Run a JSONL file of programs on the cluster; one result per line, in input order.
-    ExecBatch(client::ExecBatchArgs),
+    ExecBatch(exec_batch::ExecBatchArgs),
     /// Submit a generation job; with --wait, follow it and print the tested code.
     Submit(client::SubmitArgs),
     /// Find and fix the cause of an error in a file: a test that reproduces it first, then
@@ -114,7 +115,7 @@ fn main() -> std::process::ExitCode {
                 Ok(0)
             }
             Command::Exec(args) => client::exec(args).await,
-            Command::ExecBatch(args) => client::exec_batch(args).await,
+            Command::ExecBatch(args) => exec_batch::exec_batch(args).await,
             Command::Submit(args) => client::submit(args).await,
             Command::Debug(args) => client::debug(args).await,
             Command::Refactor(args) => client::refactor(args).await,

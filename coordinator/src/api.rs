@@ -54,6 +54,11 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
         ("GET", "/v1/batches", get(crate::listing::batches)),
         ("GET", "/v1/batches/{id}", get(crate::batches::fetch)),
         (
+            "GET",
+            "/v1/batches/{id}/results",
+            get(crate::batches::results),
+        ),
+        (
             "DELETE",
             "/v1/batches/{id}",
             delete(crate::cancel::cancel_batch),
@@ -289,6 +294,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::jobs::events,
         crate::batches::submit,
         crate::batches::fetch,
+        crate::batches::results,
         crate::cancel::cancel_job,
         crate::listing::jobs,
         crate::listing::batches,

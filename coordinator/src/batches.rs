@@ -18,7 +18,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use proto::TaskId;
-use proto::api::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView, ErrorBody};
+use proto::api::{
+    BatchAccepted, BatchJob, BatchJobStatus, BatchResult, BatchResults, BatchStatus, BatchView,
+    ErrorBody, ExpiredJob, ExpiredStatus,
+};
 use proto::job::{Batch, JobRequest, JobSubmission};
 use serde::Deserialize;
 
@@ -353,6 +356,101 @@ pub(crate) async fn view(c: &Coordinator, batch: &Batch) -> Result<BatchView, Ap
         jobs,
         webhook: c.webhook_view(HookKind::Batch, batch.id).await,
     })
+}
+
+/// Query of `GET /v1/batches/{id}/results`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ResultsParams {
+    /// The `next_cursor` of the page before.
+    #[param(pattern = "^[0-9]{1,7}$")]
+    cursor: Option<String>,
+    /// Jobs on this page (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<usize>,
+}
+
+/// Jobs on one page of a batch's results unless `limit` says otherwise, and the most.
+const RESULTS_LIMIT: usize = 50;
+const MAX_RESULTS_LIMIT: usize = 200;
+/// Jobs of a page read from Redis at once.
+const RESULTS_PARALLEL: usize = 16;
+
+/// A page of the batch's jobs, in input order, each as `GET /v1/jobs/{id}` answers it: a
+/// finished batch's results in `total / limit` requests instead of one per job.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}/results",
+    operation_id = "get_batch_results",
+    tag = "batches",
+    params(("id" = TaskId, Path, description = "Batch id."), ResultsParams),
+    responses(
+        (status = 200, description = "A page of the batch's jobs with their results (or progress).", body = BatchResults),
+        (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
+        (status = 422, description = "`limit` out of range, or a `cursor` past the batch; the message names it.", body = ErrorBody),
+        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
+        (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
+        (status = 503, description = "Redis is unavailable.", body = ErrorBody),
+    )
+)]
+pub(crate) async fn results(
+    State(c): State<Coordinator>,
+    Extension(tenant): Extension<Tenant>,
+    id: Result<Path<String>, PathRejection>,
+    params: Result<Query<ResultsParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(path_rejected)?;
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
+    let limit = params.limit.unwrap_or(RESULTS_LIMIT);
+    if !(1..=MAX_RESULTS_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("from 1 to {MAX_RESULTS_LIMIT}"),
+        ));
+    }
+    let batch = visible(&c, &tenant, parse_id(&id)?).await?;
+    let total = batch.jobs.len();
+    let start = match params.cursor.as_deref() {
+        None => 0,
+        Some(cursor) => cursor
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= total)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "cursor",
+                    "not a cursor of this batch's results (pass a page's next_cursor unchanged)",
+                )
+            })?,
+    };
+    let end = (start + limit).min(total);
+    let page: Vec<TaskId> = batch.jobs[start..end].to_vec();
+    let results: Vec<BatchResult> = futures::stream::iter(page)
+        .map(|job| {
+            let c = &c;
+            async move {
+                Ok::<_, ApiError>(match crate::jobs::view(c, job).await? {
+                    Some(view) => BatchResult::Job(view),
+                    None => BatchResult::Expired(ExpiredJob {
+                        job_id: job,
+                        status: ExpiredStatus::Unknown,
+                    }),
+                })
+            }
+        })
+        .buffered(RESULTS_PARALLEL)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    Ok(axum::Json(BatchResults {
+        batch_id: batch.id,
+        total,
+        results,
+        next_cursor: (end < total).then(|| end.to_string()),
+    })
+    .into_response())
 }
 
 /// The batch `id` if `tenant` sees it, else 404 (as an unknown one).

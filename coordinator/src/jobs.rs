@@ -474,16 +474,24 @@ pub(crate) async fn fetch(
     let Path(id) = id.map_err(path_rejected)?;
     let id = parse_id(&id)?;
     visible(&c, &tenant, id).await?;
+    match view(&c, id).await? {
+        Some(view) => Ok(axum::Json(view).into_response()),
+        None => Err(crate::error::not_found(format!("no job {id}"))),
+    }
+}
+
+/// Job `id` as `GET /v1/jobs/{id}` answers it (`None`: its state is gone).
+pub(crate) async fn view(c: &Coordinator, id: TaskId) -> Result<Option<JobView>, ApiError> {
     // The status before the result: a job finishes atomically (result and final status
     // together), so a final status read here always finds its result below, and a job that
     // finishes in between is answered with its result, never as a final status without one.
     let status = c.stores.jobs.status(id).await.map_err(unavailable)?;
     if let Some(mut result) = c.stores.jobs.result(id).await.map_err(unavailable)? {
         result.webhook = c.webhook_view(HookKind::Job, id).await;
-        return Ok(axum::Json(JobView::Done(Box::new(result))).into_response());
+        return Ok(Some(JobView::Done(Box::new(result))));
     }
     let Some(status) = status else {
-        return Err(crate::error::not_found(format!("no job {id}")));
+        return Ok(None);
     };
     let mut functions = BTreeMap::new();
     if let Some(plan) = c.stores.jobs.plan(id).await.map_err(unavailable)? {
@@ -511,13 +519,12 @@ pub(crate) async fn fetch(
             );
         }
     }
-    Ok(axum::Json(JobView::Running(JobProgress {
+    Ok(Some(JobView::Running(JobProgress {
         job_id: id,
         status,
         functions,
         webhook: c.webhook_view(HookKind::Job, id).await,
-    }))
-    .into_response())
+    })))
 }
 
 /// The `Last-Event-ID` header: an event id as this API writes them (a Redis stream id,

@@ -9,7 +9,10 @@ pub mod sessions;
 mod usage;
 mod webhooks;
 
-pub use batches::{BatchAccepted, BatchJob, BatchJobStatus, BatchStatus, BatchView};
+pub use batches::{
+    BatchAccepted, BatchJob, BatchJobStatus, BatchResult, BatchResults, BatchStatus, BatchView,
+    ExpiredJob, ExpiredStatus,
+};
 pub use errors::{ErrorBody, ErrorCode};
 pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
 pub use languages::{LanguageInfo, Languages};

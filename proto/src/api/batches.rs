@@ -31,6 +31,43 @@ pub struct BatchView {
     pub webhook: Option<crate::api::Webhook>,
 }
 
+/// `GET /v1/batches/{id}/results`: a page of the batch's jobs in input order, each as
+/// `GET /v1/jobs/{id}` answers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BatchResults {
+    pub batch_id: TaskId,
+    /// The batch's jobs in all.
+    pub total: usize,
+    pub results: Vec<BatchResult>,
+    /// Pass as `cursor` for the next page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub next_cursor: Option<String>,
+}
+
+/// One job of a batch's results: its result or progress, or `unknown` once its state has
+/// expired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum BatchResult {
+    Job(crate::api::JobView),
+    Expired(ExpiredJob),
+}
+
+/// A job of a batch whose state has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ExpiredJob {
+    pub job_id: TaskId,
+    pub status: ExpiredStatus,
+}
+
+/// The status of a job whose state has expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiredStatus {
+    Unknown,
+}
+
 /// `done` once every job is final or `unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

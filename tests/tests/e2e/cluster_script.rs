@@ -170,15 +170,69 @@ fn exec_batch_writes_every_result_in_input_order_and_names_bad_lines() {
     }
 
     // A line the coordinator refuses is named by its line in the file (line 34 is the 33rd
-    // program, in the fifth request of 7).
+    // program, in the fifth request of 7); it is not run, and every other program is.
     let mut bad: Vec<String> = lines.clone();
     bad[33] = serde_json::json!({"language": "cobol", "code": "x"}).to_string();
     std::fs::write(&input, bad.join("\n")).expect("input written");
     let out = run("7");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let refusal = "line 34: language: unknown language \"cobol\"";
+    assert!(stderr.contains(refusal), "{stderr}");
     assert!(
-        stderr.contains("line 34: language: unknown language \"cobol\""),
+        stderr.contains("1 failed, 1 not_run, 38 passed"),
         "{stderr}"
+    );
+    let written = std::fs::read_to_string(&output).expect("output");
+    let results: Vec<serde_json::Value> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(results.len(), 40);
+    // Line 34 has no id: it is labelled with its line number.
+    assert_eq!(results[32]["id"], "34", "{:#}", results[32]);
+    assert_eq!(results[32]["status"], "not_run");
+    assert!(
+        results[32]["error"].as_str().unwrap().contains(refusal),
+        "{:#}",
+        results[32]
+    );
+    assert_eq!(results[33]["stdout"], "33\n", "the program after it ran");
+
+    // --resume runs only what has no result: the fixed line, and keeps every other line as
+    // it was.
+    bad[33] = serde_json::json!({"language": "python", "code": "print('again')"}).to_string();
+    std::fs::write(&input, bad.join("\n")).expect("input written");
+    let resumed = Command::new(tests::binary())
+        .args(["exec-batch", "--resume"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .env("CODEGEN_URL", cluster_url())
+        .output()
+        .expect("codegen runs");
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert_eq!(resumed.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("39 of 40 programs already have results") && stderr.contains("running 1"),
+        "{stderr}"
+    );
+    let again = std::fs::read_to_string(&output).expect("output");
+    let again: Vec<&str> = again.lines().collect();
+    assert_eq!(again.len(), 40);
+    for (i, (before, after)) in written.lines().zip(&again).enumerate() {
+        if i == 32 {
+            let result: serde_json::Value = serde_json::from_str(after).unwrap();
+            assert_eq!(
+                (&result["id"], &result["stdout"]),
+                (&"34".into(), &"again\n".into())
+            );
+        } else {
+            assert_eq!(before, *after, "line {i} kept as it was");
+        }
+    }
+    assert!(
+        !output.with_extension("jsonl.partial").exists(),
+        "the partial file is gone once the results are in"
     );
 }

@@ -141,6 +141,120 @@ async fn a_tenants_request_rate_holds_across_two_coordinators() {
     cluster.cleanup().await;
 }
 
+/// The CLI waits out a tenant's request rate instead of failing: `exec-batch` with one
+/// program per request, several at once, against a rate far below what it sends, gets every
+/// program run once (its 429s retried after their `Retry-After`), and `codegen batch` reads
+/// its results through the same limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_waits_out_a_request_rate() {
+    let mut cluster = Cluster::new()
+        .with_coordinator_wait(LONG_WAIT)
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
+        .with_env(
+            "CODEGEN__COORDINATOR__TENANTS__ACME__REQUESTS_PER_SECOND",
+            "2",
+        );
+    let _model = cluster
+        .scripted_model(&tests::root().join("examples/scripted-model.json"))
+        .await;
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker-1").await;
+    let url = cluster.url();
+    let input = cluster.dir.path().join("programs.jsonl");
+    let programs: Vec<String> = (0..12)
+        .map(|i| {
+            json!({"id": format!("p{i}"), "language": "python", "code": format!("print({i})")})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&input, programs.join("\n")).unwrap();
+    let output = cluster.dir.path().join("results.jsonl");
+    let run = tests::codegen_cli(
+        &[
+            "exec-batch",
+            input.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--chunk",
+            "1",
+            "--in-flight",
+            "6",
+            "--api-key",
+            "key-acme",
+            "--url",
+            &url,
+        ],
+        LONG_WAIT,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stderr
+            .contains("answered 429 Too Many Requests; trying again"),
+        "the rate was met: {run}"
+    );
+    let results: Vec<Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 12);
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(
+            (&result["id"], &result["status"], &result["stdout"]),
+            (
+                &json!(format!("p{i}")),
+                &json!("passed"),
+                &json!(format!("{i}\n"))
+            ),
+            "{result:#}"
+        );
+    }
+    // Each program ran once: the tenant's executions are exactly these twelve.
+    let (status, _, listed) = cluster
+        .request_as(
+            reqwest::Method::GET,
+            &format!("{url}/v1/executions?limit=100"),
+            "key-acme",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["executions"].as_array().unwrap().len(),
+        12,
+        "{listed}"
+    );
+
+    // A batch of jobs: submitted, followed and its results read, all under the same rate.
+    let out = cluster.dir.path().join("jobs.jsonl");
+    let run = tests::codegen_cli(
+        &[
+            "batch",
+            "examples/requests.jsonl",
+            "-o",
+            out.to_str().unwrap(),
+            "--poll-ms",
+            "50",
+            "--api-key",
+            "key-acme",
+            "--url",
+            &url,
+        ],
+        LONG_WAIT,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{run}");
+    let jobs: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 3, "{run}");
+    assert!(jobs.iter().all(|j| j["status"] == "succeeded"), "{run}");
+    cluster.cleanup().await;
+}
+
 /// A 429 whose error names `quota`.
 fn assert_over(status: u16, body: &Value, quota: &str) {
     assert_eq!(status, 429, "{body}");
