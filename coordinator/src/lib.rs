@@ -17,7 +17,9 @@ mod batches;
 mod body;
 mod cache;
 mod cancel;
+mod console;
 mod dead_letters;
+mod docs;
 pub mod egress;
 mod ending;
 mod error;
@@ -374,8 +376,8 @@ impl Coordinator {
         self
     }
 
-    /// Serves the API on `listener` (merged with `ops`, the health and metrics routes) and
-    /// runs the background services until `cancel` fires.
+    /// Serves the API on `listener` (merged with `ops`, the health and metrics routes, the web
+    /// console and the `/docs` page) and runs the background services until `cancel` fires.
     pub async fn run(
         self,
         listener: tokio::net::TcpListener,
@@ -404,7 +406,12 @@ impl Coordinator {
         {
             services.push(tokio::spawn(registration.run(cancel.clone())));
         }
-        let app = router(self.clone()).merge(ops);
+        // The web console and the API's docs page (static, no key: they call the API with
+        // the key their user gives).
+        let app = router(self.clone())
+            .merge(ops)
+            .merge(console::router())
+            .merge(docs::router());
         let drain = self.options.drain_timeout;
         let served = telemetry::serve(listener, app, cancel.clone());
         let result = tokio::select! {

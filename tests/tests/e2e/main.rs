@@ -8,6 +8,7 @@ mod broker_failover;
 mod cli_jobs;
 mod cli_sessions;
 mod cluster_script;
+mod console;
 mod control;
 mod deploy_files;
 mod executions;

@@ -1,0 +1,578 @@
+"""The web console in a real headless browser (Debian's chromium, driven by Playwright).
+
+Run by tests/tests/e2e/console.rs against a coordinator and a worker it started with three
+tenants' API keys and a scripted (FAKE) model; by hand:
+
+    .cluster/console-venv/bin/python tests/console/console_test.py \
+        --url http://127.0.0.1:8080 --key-a KEY --key-b KEY --key-slow KEY --out DIR
+
+Tenant A submits a job and a batch and watches them finish, runs programs in the playground,
+pages through its executions, runs cells in a session and reads its usage; tenant B (another
+browser context, so another sessionStorage) must see none of it, and A's ids answer 404 for
+it; a bad key shows 401, a tenant over its request rate 429 with Retry-After. A screenshot of
+every page goes to --out. Exit status 0 only when every check passed; the last line is a JSON
+summary.
+"""
+
+import argparse
+import json
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from playwright.sync_api import expect, sync_playwright
+
+# A job takes seconds with the scripted model; a slow machine may take minutes. The deadline
+# only bounds a failure.
+JOB_WAIT_MS = 600_000
+STEP_MS = 120_000
+
+ARGS = None
+STATE = {}
+RESULTS = []
+BROWSER_PROBLEMS = []
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="the coordinator, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--key-a", required=True, help="tenant A's API key")
+    parser.add_argument("--key-b", required=True, help="tenant B's API key")
+    parser.add_argument("--tenant-b", default="globex", help="tenant B's name")
+    parser.add_argument("--key-slow", required=True, help="a key whose tenant may make 1 request/s")
+    parser.add_argument("--out", required=True, help="folder for the screenshots")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--only", action="append", help="run only these checks (repeatable)")
+    return parser.parse_args()
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def console_url(hash_=""):
+    return f"{ARGS.url}/console{hash_}"
+
+
+def new_page(context, label):
+    page = context.new_page()
+    page.set_default_timeout(STEP_MS)
+    origin = ARGS.url.rstrip("/")
+
+    def on_console(message):
+        text = message.text
+        if "Content Security Policy" in text or "Refused to" in text:
+            BROWSER_PROBLEMS.append(f"{label}: CSP: {text}")
+
+    def on_request(request):
+        url = request.url
+        if not (url.startswith(origin + "/") or url.startswith("data:") or url == "about:blank"):
+            BROWSER_PROBLEMS.append(f"{label}: a request to another origin: {url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: BROWSER_PROBLEMS.append(f"{label}: uncaught: {error}"))
+    page.on("request", on_request)
+    return page
+
+
+def open_view(page, hash_, view, ready=True):
+    """Shows `hash_` (e.g. #/jobs) and waits for its view; `ready`: until it finished loading."""
+    if not page.url.startswith(console_url()):
+        page.goto(console_url(hash_))
+    elif page.evaluate("() => location.hash") == hash_:
+        page.reload()
+    else:
+        page.evaluate("h => { location.hash = h; }", hash_)
+    selector = f'#view > .page[data-view="{view}"]'
+    if ready:
+        selector += "[data-ready]"
+    # Attached, not visible: a page that failed to load is empty (and the error is shown).
+    page.wait_for_selector(selector, state="attached")
+    return page.locator(selector)
+
+
+def set_key(page, key):
+    if not page.url.startswith(console_url()):
+        page.goto(console_url("#/usage"))
+    page.fill("#api-key", key)
+    page.click("#key-save")
+    expect(page.locator("#key-state")).to_have_text("a key is set for this tab")
+
+
+def expect_error(page, status, code):
+    box = page.locator("#error")
+    expect(box).to_be_visible()
+    expect(box).to_have_attribute("data-status", str(status))
+    expect(box).to_have_attribute("data-code", code)
+    return box.inner_text()
+
+
+def shot(page, name, check=True):
+    # Nothing the console shows is a stray JavaScript value (`check`: a console page).
+    if check:
+        text = "\n" + page.inner_text("#view") + "\n"
+        for stray in ["[object ", "undefined", "\nnull\n", "NaN"]:
+            assert stray not in text, f"{name}: the page shows {stray.strip()!r}:\n{text}"
+    path = Path(ARGS.out) / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return str(path)
+
+
+def row_ids(page, table):
+    return page.locator(f"#{table} tbody tr[data-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.id)"
+    )
+
+
+def need(*names):
+    missing = [n for n in names if n not in STATE]
+    if missing:
+        raise AssertionError(f"needs {', '.join(missing)} from an earlier check that failed")
+    return [STATE[n] for n in names]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks, in order: later ones use what earlier ones made (STATE).
+
+
+def check_bad_key_shows_401(browser):
+    context = browser.new_context()
+    page = new_page(context, "no key")
+    open_view(page, "#/jobs", "jobs", ready=False)
+    text = expect_error(page, 401, "api_key_required")
+    assert "API key" in text, text
+    set_key(page, "not-a-key-of-anyone")
+    text = expect_error(page, 401, "api_key_unknown")
+    assert "401" in text, text
+    shot(page, "error-401")
+    context.close()
+
+
+def check_playground_runs_programs(browser):
+    context = STATE["context_a"]
+    page = new_page(context, "A playground")
+    page.goto(console_url("#/playground"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/playground", "playground")
+    options = page.locator("#pg-language option").evaluate_all("os => os.map(o => o.value)")
+    for language in ["python", "javascript", "bash", "c", "go", "rust", "java"]:
+        assert language in options, f"{language} not offered: {options}"
+    executions = []
+    for language, code, stdout in [
+        ("python", "import sys\nprint(6 * 7)\nprint('to stderr', file=sys.stderr)\n", "42"),
+        ("javascript", "console.log([1, 2, 3].map((x) => x * 2).join(','));\n", "2,4,6"),
+    ]:
+        page.select_option("#pg-language", language)
+        page.fill("#pg-code", code)
+        page.click("#pg-run")
+        status = page.locator("#pg-result #exec-status")
+        expect(status).to_have_attribute("data-status", "passed", timeout=STEP_MS)
+        expect(page.locator("#exec-stdout")).to_contain_text(stdout)
+        expect(page.locator("#exec-exit")).to_have_text("0")
+        expect(page.locator("#exec-duration")).to_contain_text("ms")
+        link = page.locator("#pg-result a[href^='#/executions/']")
+        executions.append(link.inner_text())
+        if language == "python":
+            expect(page.locator("#exec-stderr")).to_contain_text("to stderr")
+            cpu = page.locator("#exec-cpu").inner_text()
+            memory = page.locator("#exec-memory").inner_text()
+            assert cpu.endswith("ms") and memory.endswith("KiB"), (cpu, memory)
+            shot(page, "playground")
+    # A failing program: its status, exit code and stderr.
+    page.select_option("#pg-language", "python")
+    page.fill("#pg-code", "import sys\nprint('oops', file=sys.stderr)\nsys.exit(3)\n")
+    page.click("#pg-run")
+    expect(page.locator("#pg-result #exec-status")).to_have_attribute("data-status", "failed")
+    expect(page.locator("#exec-exit")).to_have_text("3")
+    expect(page.locator("#exec-stderr")).to_contain_text("oops")
+    executions.append(page.locator("#pg-result a[href^='#/executions/']").inner_text())
+    # A request the API refuses: its code and message are shown.
+    page.fill("#pg-timeout", "999999999")
+    page.click("#pg-run")
+    text = expect_error(page, 422, "invalid_field")
+    assert "timeout_ms" in text, text
+    shot(page, "error-422")
+    STATE["executions_a"] = executions
+    page.close()
+
+
+def check_job_submitted_and_watched(browser):
+    context = STATE["context_a"]
+    page = new_page(context, "A job")
+    page.goto(console_url("#/jobs"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/jobs", "jobs")
+    page.fill(
+        "#job-instruction",
+        "Find all primes up to n with the sieve of Eratosthenes, and sum them.",
+    )
+    page.select_option("#job-language", "python")
+    page.click("#job-submit")
+    page.wait_for_url(re.compile(r".*#/jobs/[0-9a-f-]{36}$"))
+    job_id = page.url.rsplit("/", 1)[1]
+    STATE["job_a"] = job_id
+    status = page.locator("#job-status")
+    status.wait_for()
+    # Watched live: the page shows it under way, with its progress, before it ends.
+    first = status.get_attribute("data-status")
+    assert first not in ("succeeded", "failed", "cancelled"), f"already {first} when first shown"
+    page.wait_for_selector('#job-events li[data-event="planned"]')
+    page.wait_for_selector("#job-functions tr[data-function='sieve']")
+    seen_running = status.get_attribute("data-status")
+    shot(page, "job-running")
+    expect(status).to_have_attribute("data-status", "succeeded", timeout=JOB_WAIT_MS)
+    events = page.locator("#job-events li").evaluate_all("items => items.map(i => i.dataset.event)")
+    for expected in ["queued", "planned", "function_started", "attempt", "function_done", "finished"]:
+        assert expected in events, f"{expected} not among the events shown: {events}"
+    assert events[-1] == "finished", events
+    expect(page.locator("#job-all-passed")).to_have_text("yes")
+    expect(page.locator("#job-tests")).to_have_text("9 / 9")
+    expect(page.locator("#job-repairs")).to_have_text("1")
+    for name, cases in [("sieve", 5), ("sum_primes", 4)]:
+        section = page.locator(f"#job-function-details section[data-function='{name}']")
+        expect(section.locator("table.tests tbody tr")).to_have_count(cases)
+        expect(section.locator("table.tests .badge[data-status='passed']")).to_have_count(cases)
+    repair = page.locator("section[data-function='sum_primes'] table.repairs tr.repair")
+    expect(repair).to_have_count(1)
+    expect(repair).to_contain_text("runtime")
+    expect(page.locator("#job-quality")).to_contain_text("9 of 9 passed")
+    expect(page.locator("#job-progress")).to_have_attribute("value", "2")
+    shot(page, "job")
+    STATE["job_events_shown"] = len(events)
+    RESULTS.append({"note": f"job {job_id} first shown {first}, then {seen_running}"})
+    page.close()
+
+
+def check_job_stream_resumes_with_last_event_id(browser):
+    (job_id,) = need("job_a")
+    context = STATE["context_a"]
+    page = new_page(context, "A resume")
+    page.goto(console_url("#/usage"))
+    set_key(page, ARGS.key_a)
+    requests = []
+
+    def cut_first_stream(route):
+        requests.append(route.request.headers.get("last-event-id"))
+        if len(requests) > 1:
+            route.continue_()
+            return
+        response = route.fetch()
+        blocks = [b for b in response.text().split("\n\n") if "data:" in b]
+        STATE["events_total"] = len(blocks)
+        kept = blocks[:3]
+        STATE["cut_after"] = next(
+            line[3:].strip() for line in kept[-1].splitlines() if line.startswith("id:")
+        )
+        route.fulfill(response=response, body="\n\n".join(kept) + "\n\n")
+
+    page.route(re.compile(r".*/v1/jobs/[^/]+/events$"), cut_first_stream)
+    open_view(page, f"#/jobs/{job_id}", "jobs")
+    expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
+    total = STATE["events_total"]
+    expect(page.locator("#job-events li")).to_have_count(total)
+    ids = page.locator("#job-events li").evaluate_all("items => items.map(i => i.dataset.id)")
+    assert len(set(ids)) == len(ids) == total, f"events repeated or missing: {ids}"
+    assert requests[0] is None, requests
+    assert requests[1] == STATE["cut_after"], f"resumed with {requests[1]}, not {STATE['cut_after']}"
+    expect(page.locator("#job-stream")).to_contain_text("ended")
+    page.close()
+
+
+def check_jobs_list(browser):
+    (job_id,) = need("job_a")
+    page = new_page(STATE["context_a"], "A jobs")
+    page.goto(console_url("#/jobs"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/jobs", "jobs")
+    assert job_id in row_ids(page, "jobs-table")
+    expect(page.locator(f"#jobs-table tr[data-id='{job_id}'] .badge")).to_have_text("succeeded")
+    page.select_option("#jobs-status", "failed")
+    expect(page.locator(f"#jobs-table tr[data-id='{job_id}']")).to_have_count(0)
+    page.select_option("#jobs-status", "succeeded")
+    expect(page.locator(f"#jobs-table tr[data-id='{job_id}']")).to_have_count(1)
+    page.select_option("#jobs-status", "")
+    expect(page.locator(f"#jobs-table tr[data-id='{job_id}']")).to_have_count(1)
+    shot(page, "jobs")
+    page.click(f"#jobs-table tr[data-id='{job_id}'] a")
+    expect(page.locator("#job-status")).to_have_attribute("data-status", "succeeded")
+    page.close()
+
+
+def check_executions_list_and_pages(browser):
+    (executions,) = need("executions_a")
+    page = new_page(STATE["context_a"], "A executions")
+    page.goto(console_url("#/executions"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/executions", "executions")
+    listed = row_ids(page, "executions-table")
+    assert set(executions) <= set(listed), f"{executions} not all in {listed}"
+    shot(page, "executions")
+    # Two a page: newest first, pages neither skip nor repeat.
+    # The size applies when the field is left (its change event), as a person would.
+    page.fill("#executions-pager-size", "2")
+    page.locator("#executions-pager-size").blur()
+    expect(page.locator("#executions-pager-info")).to_contain_text("page 1: 2 shown")
+    seen = row_ids(page, "executions-table")
+    pages = 1
+    while page.locator("#executions-pager-next").is_enabled():
+        page.click("#executions-pager-next")
+        pages += 1
+        expect(page.locator("#executions-pager-info")).to_contain_text(f"page {pages}:")
+        seen += row_ids(page, "executions-table")
+    assert seen == listed, f"paged {seen}, listed {listed}"
+    assert pages >= 2, pages
+    shot(page, "executions-last-page")
+    page.click("#executions-pager button:has-text('Newer')")
+    expect(page.locator("#executions-pager-info")).to_contain_text(f"page {pages - 1}:")
+    # A detail.
+    open_view(page, f"#/executions/{executions[0]}", "executions")
+    expect(page.locator("#exec-status")).to_have_attribute("data-status", "passed")
+    expect(page.locator("#exec-stdout")).to_contain_text("42")
+    shot(page, "execution")
+    page.close()
+
+
+def check_batch_submitted_and_watched(browser):
+    page = new_page(STATE["context_a"], "A batch")
+    page.goto(console_url("#/batches"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/batches", "batches")
+    lines = [
+        {"instruction": "Sum the primes up to n, with a sieve.", "language": "python"},
+        {"instruction": "List the primes up to n and add them up.", "max_iterations": 3},
+    ]
+    page.fill("#batch-jsonl", "\n".join(json.dumps(line) for line in lines))
+    page.click("#batch-submit")
+    page.wait_for_url(re.compile(r".*#/batches/[0-9a-f-]{36}$"))
+    batch_id = page.url.rsplit("/", 1)[1]
+    STATE["batch_a"] = batch_id
+    expect(page.locator("#batch-jobs tbody tr")).to_have_count(2)
+    expect(page.locator("#batch-status")).to_have_attribute("data-status", "done", timeout=JOB_WAIT_MS)
+    expect(page.locator("#batch-count-succeeded")).to_have_text("2")
+    expect(page.locator("#batch-progress")).to_have_attribute("value", "2")
+    shot(page, "batch")
+    open_view(page, "#/batches", "batches")
+    assert batch_id in row_ids(page, "batches-table")
+    shot(page, "batches")
+    page.close()
+
+
+def check_session_runs_cells(browser):
+    page = new_page(STATE["context_a"], "A session")
+    page.goto(console_url("#/sessions"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/sessions", "sessions")
+    page.select_option("#session-language", "python")
+    # A worker announces its sessions API a moment after it is ready: 503 until then.
+    opened = re.compile(r".*#/sessions/[0-9a-f-]{36}$")
+    deadline = time.monotonic() + STEP_MS / 1000
+    while not opened.match(page.url):
+        assert time.monotonic() < deadline, "no session opened: " + page.locator("#error").inner_text()
+        page.click("#session-open")
+        # The answer: the session's page, or an error (503 no_session_host: try again).
+        page.wait_for_function(
+            "() => /#\\/sessions\\/[0-9a-f-]{36}$/.test(location.hash)"
+            " || !document.querySelector('#error').hidden"
+        )
+        error = page.locator("#error")
+        if not opened.match(page.url):
+            assert error.get_attribute("data-status") == "503", error.inner_text()
+            time.sleep(1)
+    session_id = page.url.rsplit("/", 1)[1]
+    STATE["session_a"] = session_id
+    expect(page.locator("#session-state")).to_have_text("live")
+    page.fill("#cell-code", "x = 21\nprint('set x')")
+    page.click("#cell-run")
+    expect(page.locator(".cell[data-cell='1'] .cell-stdout")).to_contain_text("set x")
+    page.fill("#cell-code", "x * 2")
+    page.click("#cell-run")
+    expect(page.locator(".cell[data-cell='2'] .cell-value")).to_contain_text("42")
+    page.fill("#cell-code", "1 / 0")
+    page.click("#cell-run")
+    expect(page.locator(".cell[data-cell='3']")).to_contain_text("ZeroDivisionError")
+    shot(page, "session")
+    open_view(page, "#/sessions", "sessions")
+    assert session_id in row_ids(page, "sessions-table")
+    shot(page, "sessions")
+    open_view(page, f"#/sessions/{session_id}", "sessions")
+    page.click("#session-delete")
+    expect(page.locator("#session-state")).to_have_text("ended")
+    page.close()
+
+
+def check_usage(browser):
+    page = new_page(STATE["context_a"], "A usage")
+    page.goto(console_url("#/usage"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/usage", "usage")
+    jobs = int(page.locator("#usage-jobs").inner_text())
+    executions = int(page.locator("#usage-executions").inner_text())
+    expected_jobs = 1 + (2 if "batch_a" in STATE else 0)
+    expected_executions = len(STATE.get("executions_a", []))
+    assert jobs >= expected_jobs, f"usage shows {jobs} jobs, expected {expected_jobs}"
+    assert executions >= expected_executions, f"{executions} executions, expected {expected_executions}"
+    assert int(page.locator("#usage-model-calls").inner_text()) > 0
+    shot(page, "usage")
+    # Another tenant's usage is for admin tenants only.
+    page.fill("#usage-tenant", ARGS.tenant_b)
+    page.click("#usage-show")
+    text = expect_error(page, 403, "forbidden")
+    assert "admin" in text, text
+    shot(page, "error-403")
+    page.close()
+
+
+def check_tenant_b_sees_none_of_a(browser):
+    job, batch, executions = need("job_a", "batch_a", "executions_a")
+    session = STATE.get("session_a")
+    context = browser.new_context()
+    page = new_page(context, "B")
+    page.goto(console_url("#/jobs"))
+    set_key(page, ARGS.key_b)
+    open_view(page, "#/jobs", "jobs")
+    assert job not in row_ids(page, "jobs-table")
+    expect(page.locator("#jobs-table")).to_contain_text("No jobs.")
+    shot(page, "tenant-b-jobs")
+    open_view(page, "#/executions", "executions")
+    assert not set(executions) & set(row_ids(page, "executions-table"))
+    open_view(page, "#/batches", "batches")
+    assert batch not in row_ids(page, "batches-table")
+    open_view(page, "#/sessions", "sessions")
+    if session:
+        assert session not in row_ids(page, "sessions-table")
+    open_view(page, "#/usage", "usage")
+    expect(page.locator("#usage-jobs")).to_have_text("0")
+    # A's ids, opened with B's key: not found.
+    for hash_, view in [
+        (f"#/jobs/{job}", "jobs"),
+        (f"#/executions/{executions[0]}", "executions"),
+        (f"#/batches/{batch}", "batches"),
+    ] + ([(f"#/sessions/{session}", "sessions")] if session else []):
+        open_view(page, hash_, view)
+        text = expect_error(page, 404, "not_found")
+        assert "404" in text, text
+        shot(page, f"tenant-b-{view}-404")
+    # B's own program, which A does not see.
+    open_view(page, "#/playground", "playground")
+    page.select_option("#pg-language", "python")
+    page.fill("#pg-code", "print('tenant b')")
+    page.click("#pg-run")
+    expect(page.locator("#pg-result #exec-status")).to_have_attribute("data-status", "passed")
+    b_execution = page.locator("#pg-result a[href^='#/executions/']").inner_text()
+    context.close()
+    page = new_page(STATE["context_a"], "A after B")
+    page.goto(console_url("#/executions"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/executions", "executions")
+    assert b_execution not in row_ids(page, "executions-table")
+    open_view(page, f"#/executions/{b_execution}", "executions")
+    expect_error(page, 404, "not_found")
+    page.close()
+
+
+def check_rate_limit_shows_429(browser):
+    context = browser.new_context()
+    page = new_page(context, "slow")
+    page.goto(console_url("#/usage"))
+    set_key(page, ARGS.key_slow)
+    for _ in range(20):
+        if page.locator("#error").is_visible() and page.locator("#error").get_attribute("data-status") == "429":
+            break
+        page.click("#usage-show")
+        page.wait_for_timeout(50)
+    text = expect_error(page, 429, "rate_limited")
+    assert "Retry-After:" in text and "requests_per_second" in text, text
+    shot(page, "error-429")
+    context.close()
+
+
+def check_api_docs_page_renders_the_document(browser):
+    """/docs: Swagger UI from the binary renders this coordinator's /openapi.json (every
+    operation, the new ones too), with no request to another origin and no CSP violation."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = new_page(context, "docs")
+    document = json.loads(page.request.get(f"{ARGS.url}/openapi.json").text())
+    operations = sum(
+        1 for path in document["paths"].values() for method in path
+        if method in ("get", "post", "put", "delete", "patch")
+    )
+    page.goto(f"{ARGS.url}/docs")
+    assert page.url.endswith("/docs/"), page.url
+    page.wait_for_selector(".swagger-ui .info .title")
+    expect(page.locator(".swagger-ui .opblock")).to_have_count(operations)
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text(document["info"]["title"])
+    # A route the document has is one the page shows, by its path.
+    expect(page.locator('.opblock-summary-path[data-path="/v1/batches/{id}/results"]')).to_have_count(1)
+    shot(page, "docs", check=False)
+    context.close()
+
+
+CHECKS = [
+    check_api_docs_page_renders_the_document,
+    check_bad_key_shows_401,
+    check_playground_runs_programs,
+    check_job_submitted_and_watched,
+    check_job_stream_resumes_with_last_event_id,
+    check_jobs_list,
+    check_executions_list_and_pages,
+    check_batch_submitted_and_watched,
+    check_session_runs_cells,
+    check_usage,
+    check_tenant_b_sees_none_of_a,
+    check_rate_limit_shows_429,
+]
+
+
+def main():
+    global ARGS
+    ARGS = parse_args()
+    # Every expectation may wait as long as a step: a slow machine, not a failure.
+    expect.set_options(timeout=STEP_MS)
+    Path(ARGS.out).mkdir(parents=True, exist_ok=True)
+    passed = failed = 0
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=ARGS.chromium,
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
+        STATE["context_a"] = browser.new_context(viewport={"width": 1280, "height": 900})
+        for check in CHECKS:
+            name = check.__name__.removeprefix("check_")
+            if ARGS.only and name not in ARGS.only:
+                continue
+            started = time.monotonic()
+            try:
+                check(browser)
+            except Exception as error:  # noqa: BLE001 - every failure is reported
+                failed += 1
+                detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+                print(f"FAIL {name} ({time.monotonic() - started:.1f} s): {detail}", flush=True)
+                traceback.print_exc()
+                for page in STATE["context_a"].pages:
+                    try:
+                        shot(page, f"failure-{name}", check=False)
+                    except Exception:  # noqa: BLE001 - the page may be gone
+                        pass
+                RESULTS.append({"check": name, "passed": False, "error": detail})
+                for page in list(STATE["context_a"].pages):
+                    page.close()
+            else:
+                passed += 1
+                print(f"PASS {name} ({time.monotonic() - started:.1f} s)", flush=True)
+                RESULTS.append({"check": name, "passed": True})
+        browser.close()
+    if BROWSER_PROBLEMS:
+        failed += 1
+        print("FAIL browser_problems: " + "; ".join(BROWSER_PROBLEMS), flush=True)
+    screenshots = sorted(p.name for p in Path(ARGS.out).glob("*.png"))
+    print(f"screenshots in {ARGS.out}: {', '.join(screenshots)}")
+    print(f"{passed} passed, {failed} failed")
+    print(json.dumps({"passed": passed, "failed": failed, "results": RESULTS, "out": ARGS.out}))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
