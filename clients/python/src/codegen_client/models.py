@@ -1,0 +1,1003 @@
+"""Request and answer bodies of the coordinator's API, as pydantic v2 models.
+
+Each model names the schema of ``/openapi.json`` it stands for (``schema_name``; the variants
+of the ``Progress`` union also ``schema_variant``, the value of their ``event`` field). The
+test suite checks every model against the server's document: the same field names, and a
+field is required here exactly when the schema requires it. So a field added on the server
+fails that test until it is added here.
+
+Answers accept fields they do not know (``extra="allow"``: an older client keeps working
+against a newer server, and the unknown field is still readable as an attribute); requests
+refuse them, as the server does (``deny_unknown_fields``).
+
+Statuses and other enumerations are plain strings (a newer server may add values); the
+module-level tuples list the values this client knows.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+__all__ = [
+    # requests
+    "FileBytes",
+    "ExecutionSubmission",
+    "ExecutionBatchItem",
+    "ExecutionBatch",
+    "JobSubmission",
+    "SessionCreate",
+    "CellRequest",
+    # executions
+    "CompileResult",
+    "ExecutionResult",
+    "ExecutionView",
+    "BatchItemView",
+    "StreamedItemView",
+    "ExecutionBatchView",
+    "Webhook",
+    "WebhookAttempt",
+    # jobs
+    "JobAccepted",
+    "JobProgress",
+    "FunctionProgress",
+    "Param",
+    "Output",
+    "FunctionSpec",
+    "TestCase",
+    "TestResult",
+    "Analysis",
+    "Improvement",
+    "Quality",
+    "Tokens",
+    "JobMetrics",
+    "Change",
+    "JobResult",
+    "Progress",
+    "ProgressQueued",
+    "ProgressPlanning",
+    "ProgressPlanned",
+    "ProgressReplanning",
+    "ProgressFunctionCached",
+    "ProgressFunctionStarted",
+    "ProgressAttempt",
+    "ProgressFunctionDone",
+    "ProgressFinished",
+    "JobEvent",
+    # batches
+    "BatchAccepted",
+    "BatchJob",
+    "BatchView",
+    "ExpiredJob",
+    "BatchResult",
+    "BatchResults",
+    # lists
+    "JobSummary",
+    "JobList",
+    "BatchSummary",
+    "BatchList",
+    "ExecutionSummary",
+    "ExecutionList",
+    # usage, languages
+    "Usage",
+    "LanguageInfo",
+    "Languages",
+    # sessions
+    "SessionView",
+    "SessionList",
+    "Unrestorable",
+    "Restore",
+    "CheckpointNote",
+    "CellError",
+    "DisplayOutput",
+    "CellResult",
+    "SessionFile",
+    "SessionFiles",
+    "CacheStats",
+    "CacheCleared",
+    "ErrorBody",
+    "SCHEMA_MODELS",
+    "UNION_SCHEMAS",
+    "ENUM_SCHEMAS",
+    "EXECUTION_VERDICTS",
+    "JOB_STATUSES",
+    "JOB_FINAL_STATUSES",
+]
+
+#: Every status of an execution's verdict (`queued` is not one: it has none yet).
+EXECUTION_VERDICTS = (
+    "passed",
+    "failed",
+    "timeout",
+    "cpu_time_limit",
+    "memory_limit",
+    "compile_error",
+    "output_limit",
+    "sandbox_error",
+    "error",
+)
+JOB_STATUSES = ("queued", "planning", "running", "integrating", "succeeded", "failed", "cancelled")
+#: A job in one of these has ended.
+JOB_FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+class _Answer(BaseModel):
+    """A body the server sends: unknown fields are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    schema_name: ClassVar[str | None] = None
+
+
+class _Request(BaseModel):
+    """A body the client sends: unknown fields are refused, as the server refuses them."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema_name: ClassVar[str | None] = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The body as sent: fields left unset are left out (the server's defaults apply)."""
+        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+class FileBytes(BaseModel):
+    """A file's content as base64 (any bytes); a plain ``str`` is UTF-8 text."""
+
+    model_config = ConfigDict(extra="forbid")
+    base64: str
+
+    @classmethod
+    def of(cls, data: bytes) -> FileBytes:
+        return cls(base64=base64.b64encode(data).decode("ascii"))
+
+    def bytes(self) -> bytes:
+        return base64.b64decode(self.base64)
+
+
+#: A file of an execution: UTF-8 text, or ``{"base64": ...}`` for any bytes.
+FileContent = Union[str, FileBytes]
+
+
+def file_bytes(content: FileContent) -> bytes:
+    """The bytes of a file as the API sends it (text as UTF-8)."""
+    return content.bytes() if isinstance(content, FileBytes) else content.encode("utf-8")
+
+
+class ExecutionSubmission(_Request):
+    """``POST /v1/executions``: one program (plus an optional ``test``)."""
+
+    schema_name = "ExecutionSubmission"
+    language: str
+    code: str
+    test: str | None = None
+    stdin: str | None = None
+    timeout_ms: int | None = None
+    cpu_time_ms: int | None = None
+    compile_timeout_ms: int | None = None
+    memory_mb: int | None = None
+    fresh_container: bool | None = None
+    files: dict[str, FileContent] | None = None
+    return_files: list[str] | None = None
+
+
+class ExecutionBatchItem(ExecutionSubmission):
+    """An item of ``POST /v1/executions/batch``: a submission plus your label ``id``."""
+
+    schema_name = "ExecutionBatchItem"
+    id: str | None = None
+
+
+class ExecutionBatch(_Request):
+    schema_name = "ExecutionBatch"
+    items: list[ExecutionBatchItem]
+    callback_url: str | None = None
+
+
+class JobSubmission(_Request):
+    """``POST /v1/jobs`` (and one line of ``POST /v1/batches``)."""
+
+    schema_name = "JobSubmission"
+    instruction: str
+    language: str | None = None
+    constraints: str | None = None
+    test_requirements: str | None = None
+    max_iterations: int | None = None
+    callback_url: str | None = None
+    mode: str | None = None
+    code: str | None = None
+    error: str | None = None
+    goals: list[str] | None = None
+
+
+class SessionCreate(_Request):
+    schema_name = "SessionCreate"
+    language: str
+    memory_mb: int | None = None
+    idle_timeout_s: int | None = None
+    packages: list[str] | None = None
+
+
+class CellRequest(_Request):
+    schema_name = "CellRequest"
+    code: str
+    timeout_ms: int | None = None
+
+
+# --- executions -----------------------------------------------------------------------------
+
+
+class CompileResult(_Answer):
+    schema_name = "CompileResult"
+    status: str
+    exit_code: int | None = None
+    output: str
+    duration_ms: int
+
+
+class _Verdict(_Answer):
+    """The fields of a verdict, all but ``status`` absent while it is ``queued``."""
+
+    status: str
+    exit_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    truncated: bool | None = None
+    duration_ms: int | None = None
+    cpu_ms: int | None = None
+    peak_memory_kb: int | None = None
+    reason: str | None = None
+    error_kind: str | None = None
+    files: dict[str, FileContent] | None = None
+    file_errors: dict[str, str] | None = None
+    compile: CompileResult | None = None
+
+    @property
+    def done(self) -> bool:
+        """The verdict is in (``status`` is not ``queued``)."""
+        return self.status != "queued"
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def file(self, path: str) -> bytes:
+        """The bytes of a returned file (``return_files``)."""
+        if not self.files or path not in self.files:
+            raise KeyError(path)
+        return file_bytes(self.files[path])
+
+
+class ExecutionResult(_Verdict):
+    """A verdict (what an execution answers once it ran)."""
+
+    schema_name = "ExecutionResult"
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    duration_ms: int
+
+
+class ExecutionView(_Verdict):
+    """``GET /v1/executions/{id}``: the verdict, or ``{"id", "status": "queued"}``."""
+
+    schema_name = "ExecutionView"
+    id: str
+
+
+class BatchItemView(_Verdict):
+    """One item of an execution batch: its label, its execution and the verdict (or
+    ``queued``)."""
+
+    schema_name = "BatchItemView"
+    id: str
+    execution_id: str
+
+
+class StreamedItemView(BatchItemView):
+    """One line of a streamed batch (``?stream=true``): an item as soon as its verdict is in."""
+
+    schema_name = "StreamedItemView"
+    index: int
+
+
+class WebhookAttempt(_Answer):
+    schema_name = "WebhookAttempt"
+    at_ms: int
+    status: int | None = None
+    error: str | None = None
+    duration_ms: int
+
+
+class Webhook(_Answer):
+    schema_name = "Webhook"
+    url: str
+    state: str
+    attempts: list[WebhookAttempt]
+
+
+class ExecutionBatchView(_Answer):
+    schema_name = "ExecutionBatchView"
+    done: int
+    total: int
+    results: list[BatchItemView]
+    batch_id: str | None = None
+    webhook: Webhook | None = None
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+class JobAccepted(_Answer):
+    """The 202 answer of ``POST /v1/jobs``."""
+
+    schema_name = "JobAccepted"
+    job_id: str
+    status: str
+
+
+class FunctionProgress(_Answer):
+    schema_name = "FunctionProgress"
+    done: bool
+    passed: bool
+    attempts: int
+
+
+class JobProgress(_Answer):
+    """``GET /v1/jobs/{id}`` while the job runs."""
+
+    schema_name = "JobProgress"
+    job_id: str
+    status: str
+    functions: dict[str, FunctionProgress]
+    webhook: Webhook | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in JOB_FINAL_STATUSES
+
+
+class Param(_Answer):
+    schema_name = "Param"
+    name: str
+    type: str
+
+
+class Output(_Answer):
+    schema_name = "Output"
+    type: str
+    description: str
+
+
+class FunctionSpec(_Answer):
+    schema_name = "FunctionSpec"
+    name: str
+    purpose: str
+    inputs: list[Param]
+    outputs: Output
+    dependencies: list[str]
+    complexity: str
+
+
+class TestCase(_Answer):
+    __test__ = False  # not a pytest class
+    schema_name = "TestCase"
+    name: str
+    kind: str
+    inputs: dict[str, Any]
+    expected_output: Any
+    expected_error: str | None
+
+
+class TestResult(_Answer):
+    __test__ = False
+    schema_name = "TestResult"
+    function: str
+    test: str
+    passed: bool
+    actual_output: Any
+    error: str | None = None
+    error_kind: str | None = None
+    duration_ms: float
+
+
+class Analysis(_Answer):
+    schema_name = "Analysis"
+    error_kind: str
+    root_cause: str
+    changes: str
+
+
+class Improvement(_Answer):
+    schema_name = "Improvement"
+    function: str
+    attempt: int
+    error_kind: str
+    error: str
+    fix: str
+    analysis: Analysis | None = None
+
+
+class Quality(_Answer):
+    schema_name = "Quality"
+    score: float
+    tests_passed: int
+    tests_total: int
+    coverage: float
+    complexity: dict[str, int]
+    docstrings: float
+    dangerous_calls: list[str]
+    unmeasured: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Tokens(_Answer):
+    schema_name = "Tokens"
+    prompt: int
+    completion: int
+
+
+class JobMetrics(_Answer):
+    schema_name = "JobMetrics"
+    generation_ms: int
+    execution_ms: int
+    sandbox_cpu_ms: int = 0
+    total_ms: int
+    model_calls: int
+    tokens: Tokens
+    cache: str
+
+
+class Change(_Answer):
+    schema_name = "Change"
+    mode: str
+    function: str
+    diff: str
+    root_cause: str | None = None
+    changes: str | None = None
+    reproducing_tests: list[str] = Field(default_factory=list)
+    dropped_tests: list[str] = Field(default_factory=list)
+    goals: list[str] = Field(default_factory=list)
+    quality_before: Quality | None = None
+
+
+class JobResult(_Answer):
+    """A job that ended (succeeded, failed or cancelled), with its code, tests and metrics."""
+
+    schema_name = "JobResult"
+    job_id: str
+    status: str
+    instruction: str
+    language: str
+    language_reason: str = ""
+    function_specs: list[FunctionSpec]
+    implementations: dict[str, str]
+    tests: dict[str, list[TestCase]]
+    test_results: list[TestResult]
+    all_tests_passed: bool
+    improvement_history: list[Improvement]
+    documentation: str
+    quality: Quality
+    metrics: JobMetrics
+    failure: str | None = None
+    webhook: Webhook | None = None
+    validation: str
+    manual_review_recommended: bool
+    change: Change | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in JOB_FINAL_STATUSES
+
+
+# Progress events: `GET /v1/jobs/{id}/events`, one class per `event`.
+
+
+class _ProgressBase(_Answer):
+    schema_name = "Progress"
+    schema_variant: ClassVar[str]
+
+
+class ProgressQueued(_ProgressBase):
+    schema_variant = "queued"
+    event: Literal["queued"]
+    job_id: str
+
+
+class ProgressPlanning(_ProgressBase):
+    schema_variant = "planning"
+    event: Literal["planning"]
+
+
+class ProgressPlanned(_ProgressBase):
+    schema_variant = "planned"
+    event: Literal["planned"]
+    functions: list[str]
+
+
+class ProgressReplanning(_ProgressBase):
+    schema_variant = "replanning"
+    event: Literal["replanning"]
+    problem: str
+
+
+class ProgressFunctionCached(_ProgressBase):
+    schema_variant = "function_cached"
+    event: Literal["function_cached"]
+    function: str
+
+
+class ProgressFunctionStarted(_ProgressBase):
+    schema_variant = "function_started"
+    event: Literal["function_started"]
+    function: str
+
+
+class ProgressAttempt(_ProgressBase):
+    schema_variant = "attempt"
+    event: Literal["attempt"]
+    function: str
+    attempt: int
+    passed: bool
+    error_kind: str | None = None
+    validation: str | None = None
+
+
+class ProgressFunctionDone(_ProgressBase):
+    schema_variant = "function_done"
+    event: Literal["function_done"]
+    function: str
+    passed: bool
+    attempts: int
+
+
+class ProgressFinished(_ProgressBase):
+    schema_variant = "finished"
+    event: Literal["finished"]
+    status: str
+    all_tests_passed: bool
+    validation: str
+    cache: str
+    failure: str | None = None
+
+
+class ProgressOther(_Answer):
+    """An event this client does not know yet (a newer server's)."""
+
+    event: str
+
+
+Progress = Annotated[
+    ProgressQueued
+    | ProgressPlanning
+    | ProgressPlanned
+    | ProgressReplanning
+    | ProgressFunctionCached
+    | ProgressFunctionStarted
+    | ProgressAttempt
+    | ProgressFunctionDone
+    | ProgressFinished,
+    Field(discriminator="event"),
+]
+
+PROGRESS_VARIANTS: tuple[type[_ProgressBase], ...] = (
+    ProgressQueued,
+    ProgressPlanning,
+    ProgressPlanned,
+    ProgressReplanning,
+    ProgressFunctionCached,
+    ProgressFunctionStarted,
+    ProgressAttempt,
+    ProgressFunctionDone,
+    ProgressFinished,
+)
+_PROGRESS_BY_EVENT = {cls.schema_variant: cls for cls in PROGRESS_VARIANTS}
+
+
+def parse_progress(data: dict[str, Any]) -> _ProgressBase | ProgressOther:
+    """A progress event's data as its class (``ProgressOther`` for an unknown ``event``)."""
+    cls = _PROGRESS_BY_EVENT.get(str(data.get("event")))
+    if cls is None:
+        return ProgressOther.model_validate(data)
+    return cls.model_validate(data)
+
+
+class JobEvent(BaseModel):
+    """One server-sent event of a job's stream: its id (resume after it with
+    ``Last-Event-ID``), its name and its data."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    schema_name: ClassVar[str] = "JobEvent"
+    id: str | None  # always sent by the server; required (possibly None) here
+    event: str
+    data: Any  # a Progress variant (or ProgressOther)
+
+    @property
+    def finished(self) -> bool:
+        return self.event == "finished"
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+class BatchAccepted(_Answer):
+    """The 202 answer of ``POST /v1/batches``."""
+
+    schema_name = "BatchAccepted"
+    batch_id: str
+    jobs: list[str]
+
+
+class BatchJob(_Answer):
+    schema_name = "BatchJob"
+    job_id: str
+    status: str
+
+
+class BatchView(_Answer):
+    """``GET /v1/batches/{id}``."""
+
+    schema_name = "BatchView"
+    batch_id: str
+    status: str
+    counts: dict[str, int]
+    jobs: list[BatchJob]
+    webhook: Webhook | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    @property
+    def finished_jobs(self) -> int:
+        """Jobs that have ended (or whose state expired): the long poll's ``finished``."""
+        return sum(n for s, n in self.counts.items() if s in JOB_FINAL_STATUSES or s == "unknown")
+
+
+class ExpiredJob(_Answer):
+    """A job of a batch whose state has expired: ``{"job_id", "status": "unknown"}``."""
+
+    schema_name = "ExpiredJob"
+    job_id: str
+    status: str
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will happen to it (a batch counts it as done)."""
+        return True
+
+
+def _batch_result_kind(value: Any) -> str:
+    """Which member of ``BatchResult`` an answer is: a result has ``function_specs`` (as
+    ``GET /v1/jobs/{id}`` is read), an expired job is ``unknown``, else progress."""
+    if isinstance(value, dict):
+        if "function_specs" in value:
+            return "result"
+        return "expired" if value.get("status") == "unknown" else "progress"
+    if isinstance(value, JobResult):
+        return "result"
+    return "expired" if isinstance(value, ExpiredJob) else "progress"
+
+
+#: One job of a batch's results: its ``JobResult`` once it ended, its ``JobProgress`` before,
+#: or ``ExpiredJob`` once its state has expired.
+BatchResult = Annotated[
+    Union[
+        Annotated[JobResult, Tag("result")],
+        Annotated[JobProgress, Tag("progress")],
+        Annotated[ExpiredJob, Tag("expired")],
+    ],
+    Discriminator(_batch_result_kind),
+]
+
+
+class BatchResults(_Answer):
+    """``GET /v1/batches/{id}/results``: a page of the batch's jobs in input order, each as
+    ``GET /v1/jobs/{id}`` answers it (or ``ExpiredJob``)."""
+
+    schema_name = "BatchResults"
+    batch_id: str
+    total: int
+    results: list[BatchResult]
+    next_cursor: str | None = None
+
+
+# --- lists ----------------------------------------------------------------------------------
+
+
+class JobSummary(_Answer):
+    schema_name = "JobSummary"
+    job_id: str
+    status: str
+    submitted_at_ms: int
+    language: str
+    instruction: str
+
+
+class JobList(_Answer):
+    schema_name = "JobList"
+    jobs: list[JobSummary]
+    next_cursor: str | None = None
+
+
+class BatchSummary(_Answer):
+    schema_name = "BatchSummary"
+    batch_id: str
+    status: str
+    submitted_at_ms: int
+    jobs: int
+
+
+class BatchList(_Answer):
+    schema_name = "BatchList"
+    batches: list[BatchSummary]
+    next_cursor: str | None = None
+
+
+class ExecutionSummary(_Answer):
+    schema_name = "ExecutionSummary"
+    id: str
+    status: str
+    submitted_at_ms: int
+    language: str
+
+
+class ExecutionList(_Answer):
+    schema_name = "ExecutionList"
+    executions: list[ExecutionSummary]
+    next_cursor: str | None = None
+
+
+# --- usage, languages -----------------------------------------------------------------------
+
+
+class Usage(_Answer):
+    """``GET /v1/usage``: what the tenant's work that ended in ``[from_ms, to_ms)`` cost."""
+
+    schema_name = "Usage"
+    tenant: str | None = None
+    from_ms: int
+    to_ms: int
+    jobs: int
+    executions: int
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    sandbox_ms: int
+    sandbox_cpu_ms: int
+
+
+class LanguageInfo(_Answer):
+    schema_name = "LanguageInfo"
+    name: str
+    aliases: list[str]
+    sandbox_fusion: str | None = None
+    version: str
+    image: str
+    compiled: bool
+    generation: bool
+    main_file: str
+    test_file: str
+    test_form: str
+    libraries: list[str]
+
+
+class Languages(_Answer):
+    schema_name = "Languages"
+    languages: list[LanguageInfo]
+
+    def names(self) -> list[str]:
+        return [language.name for language in self.languages]
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+class Unrestorable(_Answer):
+    schema_name = "Unrestorable"
+    name: str
+    reason: str
+
+
+class Restore(_Answer):
+    schema_name = "Restore"
+    lost_worker: str
+    reason: str
+    after_cell: int
+    unrestorable: list[Unrestorable]
+    restored_ms: int
+
+
+class SessionView(_Answer):
+    schema_name = "SessionView"
+    id: str
+    language: str
+    state: str
+    memory_mb: int
+    idle_timeout_s: int
+    packages: list[str] = Field(default_factory=list)
+    created_ms: int
+    last_used_ms: int
+    expires_ms: int
+    cells: int
+    ended_reason: str | None = None
+    restores: int = 0
+    last_restore: Restore | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state == "live"
+
+
+class SessionList(_Answer):
+    schema_name = "SessionList"
+    sessions: list[SessionView]
+
+
+class CheckpointNote(_Answer):
+    schema_name = "CheckpointNote"
+    saved: bool
+    bytes: int
+    unrestorable: list[Unrestorable] = Field(default_factory=list)
+    error: str | None = None
+
+
+class CellError(_Answer):
+    schema_name = "CellError"
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class DisplayOutput(_Answer):
+    schema_name = "DisplayOutput"
+    mime: str
+    base64: str | None = None
+    text: str | None = None
+
+
+class CellResult(_Answer):
+    """What a cell did: ``status`` ``ok``, ``error`` or ``timeout`` (the session lives on)."""
+
+    schema_name = "CellResult"
+    status: str
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    value: str | None = None
+    error: CellError | None = None
+    exit_code: int | None = None
+    display: list[DisplayOutput] = Field(default_factory=list)
+    files_changed: list[str] = Field(default_factory=list)
+    duration_ms: int
+    cpu_ms: int | None = None
+    peak_memory_kb: int | None = None
+    checkpoint: CheckpointNote | None = None
+    restored: Restore | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class SessionFile(_Answer):
+    schema_name = "SessionFile"
+    path: str
+    size: int
+    modified_ms: int
+
+
+class SessionFiles(_Answer):
+    schema_name = "SessionFiles"
+    files: list[SessionFile]
+
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+
+# --- caches ---------------------------------------------------------------------------------
+
+
+class CacheStats(_Answer):
+    """``GET /v1/cache/stats``: the solution and function caches."""
+
+    schema_name = "CacheStats"
+    model: str
+    solutions: int
+    functions: int
+    counters: dict[str, int]
+
+
+class CacheCleared(_Answer):
+    schema_name = "CacheCleared"
+    removed: int
+
+
+class ErrorBody(_Answer):
+    schema_name = "ErrorBody"
+    error: str
+    code: str
+    param: str | None = None
+    limit: str | None = None
+
+
+#: Every model that stands for a schema of ``/openapi.json`` (the drift check's list).
+SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
+    ExecutionSubmission,
+    ExecutionBatchItem,
+    ExecutionBatch,
+    JobSubmission,
+    SessionCreate,
+    CellRequest,
+    CompileResult,
+    ExecutionResult,
+    ExecutionView,
+    BatchItemView,
+    StreamedItemView,
+    ExecutionBatchView,
+    WebhookAttempt,
+    Webhook,
+    JobAccepted,
+    FunctionProgress,
+    JobProgress,
+    Param,
+    Output,
+    FunctionSpec,
+    TestCase,
+    TestResult,
+    Analysis,
+    Improvement,
+    Quality,
+    Tokens,
+    JobMetrics,
+    Change,
+    JobResult,
+    *PROGRESS_VARIANTS,
+    BatchAccepted,
+    BatchJob,
+    BatchView,
+    ExpiredJob,
+    BatchResults,
+    JobSummary,
+    JobList,
+    BatchSummary,
+    BatchList,
+    ExecutionSummary,
+    ExecutionList,
+    Usage,
+    LanguageInfo,
+    Languages,
+    Unrestorable,
+    Restore,
+    SessionView,
+    SessionList,
+    CheckpointNote,
+    CellError,
+    DisplayOutput,
+    CellResult,
+    SessionFile,
+    SessionFiles,
+    CacheStats,
+    CacheCleared,
+    ErrorBody,
+    JobEvent,
+)
+
+#: Schemas that are a union of others, and the models the client reads them as.
+UNION_SCHEMAS: dict[str, tuple[str, ...]] = {
+    "JobView": ("JobResult", "JobProgress"),
+    "Outcome": ("ExecutionResult",),  # plus the inline `{"status": "queued"}`
+    "BatchResult": ("JobView", "ExpiredJob"),  # JobView read as JobResult or JobProgress
+}
+
+#: Enumerations the client lists, by schema name.
+ENUM_SCHEMAS: dict[str, tuple[str, ...]] = {
+    "Status": EXECUTION_VERDICTS,
+    "JobStatus": JOB_STATUSES,
+    "ExpiredStatus": ("unknown",),
+}

@@ -1,0 +1,115 @@
+"""The async client against a REAL coordinator at $CODEGEN_URL (skipped when none is ready)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from conftest import SIEVE
+
+import codegen_client as cc
+from codegen_client import AsyncClient, models
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_executions_run_concurrently(aclient: AsyncClient):
+    views = await asyncio.gather(
+        *(aclient.executions.run("python", f"print({i} * {i})") for i in range(5))
+    )
+    assert [v.stdout for v in views] == [f"{i * i}\n" for i in range(5)]
+    assert all(isinstance(v, cc.ExecutionView) and v.passed for v in views)
+    again = await aclient.executions.get(views[0].id)
+    assert again.stdout == "0\n"
+
+
+async def test_an_async_streamed_batch(aclient: AsyncClient):
+    items = [
+        {"id": "slow", "language": "python", "code": "import time\ntime.sleep(1)\nprint('slow')"},
+        {"id": "fast", "language": "bash", "code": "echo fast"},
+    ]
+    seen = [item async for item in aclient.executions.stream_batch(items)]
+    assert [s.id for s in seen] == ["fast", "slow"]
+    assert {s.index for s in seen} == {0, 1}
+    batch = await aclient.executions.submit_batch(items, wait=False)
+    assert batch.total == 2
+    for result in batch.results:
+        view = await aclient.executions.wait(result.execution_id, timeout=60)
+        assert view.passed
+
+
+async def test_an_async_job_with_progress_and_its_listing(aclient: AsyncClient):
+    nonce = uuid.uuid4().hex[:12]
+    seen: list[str] = []
+
+    async def on_progress(event: cc.JobEvent) -> None:
+        seen.append(event.event)
+
+    result = await aclient.jobs.run(
+        f"{SIEVE} (async {nonce})", on_progress=on_progress, timeout=300
+    )
+    assert isinstance(result, cc.JobResult) and result.status == "succeeded"
+    assert seen[0] == "queued" and seen[-1] == "finished"
+    listed = [job.job_id async for job in _take(aclient.jobs.iter(page_size=5), 50)]
+    assert result.job_id in listed
+    events = [e async for e in aclient.jobs.events(result.job_id)]
+    assert [e.event for e in events] == seen
+    with pytest.raises(cc.AlreadyEnded):
+        await aclient.jobs.cancel(result.job_id)
+
+
+async def test_an_async_batch_of_jobs(aclient: AsyncClient):
+    nonce = uuid.uuid4().hex[:12]
+    accepted = await aclient.batches.submit(
+        [f"{SIEVE} (async batch {nonce} {i})" for i in range(2)]
+    )
+    view = await aclient.batches.wait(accepted.batch_id, timeout=300)
+    assert view.done and sum(view.counts.values()) == 2
+    page = await aclient.batches.results(accepted.batch_id, limit=1)
+    assert page.total == 2 and page.next_cursor and page.results[0].job_id == accepted.jobs[0]
+    results = [job async for job in aclient.batches.iter_results(accepted.batch_id)]
+    assert [r.job_id for r in results] == accepted.jobs
+    assert all(isinstance(r, cc.JobResult) and r.finished for r in results)
+    page = await aclient.batches.list(limit=10)
+    assert accepted.batch_id in [b.batch_id for b in page.batches]
+
+
+async def test_an_async_session(aclient: AsyncClient):
+    async with await aclient.sessions.open("python", idle_timeout_s=120) as session:
+        assert isinstance(session, cc.AsyncSession)
+        await session.run("total = 0")
+        for i in range(3):
+            await session.run(f"total += {i}")
+        assert (await session.run("total")).value == "3"
+        await session.upload("notes/a.txt", "héllo")
+        assert (
+            await session.run("open('notes/a.txt', encoding='utf-8').read()")
+        ).value == "'héllo'"
+        assert await session.download("notes/a.txt") == "héllo".encode()
+        assert "notes/a.txt" in (await session.files()).paths()
+    view = await aclient.sessions.get(session.id)
+    assert view.state == "ended"
+
+
+async def test_async_errors_are_typed(aclient: AsyncClient):
+    with pytest.raises(cc.NotFound) as raised:
+        await aclient.jobs.get(str(uuid.uuid4()))
+    assert raised.value.status == 404 and raised.value.request_id
+    with pytest.raises(cc.InvalidField) as raised:
+        await aclient.sessions.open("python", memory_mb=1)
+    assert raised.value.field == "memory_mb"
+    with pytest.raises(cc.UnknownLanguage):
+        await aclient.executions.submit(models.ExecutionSubmission(language="cobol", code="x"))
+    usage = await aclient.usage()
+    assert usage.to_ms > usage.from_ms
+    assert "python" in (await aclient.languages()).names()
+
+
+async def _take(iterator, n):
+    count = 0
+    async for item in iterator:
+        yield item
+        count += 1
+        if count >= n:
+            return
