@@ -388,7 +388,7 @@ const RESULTS_PARALLEL: usize = 16;
     responses(
         (status = 200, description = "A page of the batch's jobs with their results (or progress).", body = BatchResults),
         (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
-        (status = 422, description = "`limit` out of range, or a `cursor` past the batch; the message names it.", body = ErrorBody),
+        (status = 422, description = "`limit` out of range, or a `cursor` that is not one; the message names it.", body = ErrorBody),
         (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -411,18 +411,19 @@ pub(crate) async fn results(
     }
     let batch = visible(&c, &tenant, parse_id(&id)?).await?;
     let total = batch.jobs.len();
+    // A cursor past the end is an empty last page, as a page's cursor is after the batch's
+    // last job.
     let start = match params.cursor.as_deref() {
         None => 0,
         Some(cursor) => cursor
             .parse::<usize>()
-            .ok()
-            .filter(|n| *n <= total)
-            .ok_or_else(|| {
+            .map_err(|_| {
                 ApiError::invalid(
                     "cursor",
                     "not a cursor of this batch's results (pass a page's next_cursor unchanged)",
                 )
-            })?,
+            })?
+            .min(total),
     };
     let end = (start + limit).min(total);
     let page: Vec<TaskId> = batch.jobs[start..end].to_vec();

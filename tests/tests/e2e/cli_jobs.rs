@@ -221,3 +221,84 @@ async fn submit_and_batch_through_the_cli() {
     );
     cluster.cleanup().await;
 }
+
+/// `submit --wait` follows its job through a coordinator's death: the event stream breaks, the
+/// CLI opens it again once a coordinator answers on that address (with `Last-Event-ID`), and
+/// every event is shown once.
+#[tokio::test]
+async fn submit_wait_resumes_its_event_stream_across_a_coordinator_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each model answer takes 1.5 s, so the job is still running when the coordinator dies.
+    let example = root().join("examples/scripted-model.json");
+    let mut script: Value =
+        serde_json::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
+    for answer in script["answers"].as_array_mut().unwrap() {
+        answer["latency_ms"] = 1500.into();
+    }
+    let script_file = dir.path().join("scripted-model.json");
+    std::fs::write(&script_file, script.to_string()).unwrap();
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__MODEL__PROVIDER", "scripted")
+        .with_env("CODEGEN__MODEL__SCRIPT_FILE", script_file.to_str().unwrap());
+    let mut coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker-1").await;
+    let url = cluster.url();
+    let cli = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            codegen_cli(
+                &[
+                    "submit",
+                    "Add up the primes that are at most n.",
+                    "--wait",
+                    "--format",
+                    "json",
+                    "--url",
+                    &url,
+                ],
+                LONG,
+            )
+            .await
+        })
+    };
+    // The job is planned (its stream has events) before the coordinator goes.
+    let deadline = tokio::time::Instant::now() + LONG;
+    loop {
+        let (_, listed) = tests::get_json(&cluster.http, &format!("{url}/v1/jobs")).await;
+        let running = listed["jobs"]
+            .as_array()
+            .is_some_and(|jobs| jobs.iter().any(|j| j["status"] == "running"));
+        if running {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no job ran: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    coordinator.signal("KILL");
+    coordinator.wait_exit(LONG).expect("the coordinator died");
+    let _coordinator = cluster.coordinator().await;
+    let run = cli.await.unwrap();
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(
+        run.stderr.contains("progress stream broke off"),
+        "the stream did break: {run}"
+    );
+    for needle in [
+        "planned 2 functions: sieve, sum_primes",
+        "sum_primes: attempt 1 ✗ runtime",
+        "sum_primes: attempt 2 ✓ tests pass",
+        "finished: succeeded",
+    ] {
+        assert_eq!(
+            run.stderr.matches(needle).count(),
+            1,
+            "{needle:?} shown once:\n{run}"
+        );
+    }
+    let result: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    cluster.cleanup().await;
+}
