@@ -71,6 +71,13 @@ impl ApiError {
         self
     }
 
+    /// The same error about a field of the element at `path` (`items[3]`): its message and
+    /// its `param` (`items[3].memory_mb`) both name the element.
+    pub(crate) fn within(mut self, path: &str) -> Self {
+        self.param = self.param.map(|param| format!("{path}.{param}"));
+        self.prefixed(&format!("{path}."))
+    }
+
     /// The body of this answer (a batch line's error is one of these too).
     pub(crate) fn body(&self) -> ErrorBody {
         ErrorBody {

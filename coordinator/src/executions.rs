@@ -334,8 +334,7 @@ pub(crate) async fn submit_batch(
                 format!("longer than {MAX_LABEL_CHARS} characters"),
             ));
         }
-        let request =
-            validate(&c.options, item).map_err(|e| e.prefixed(&format!("items[{i}].")))?;
+        let request = validate(&c.options, item).map_err(|e| e.within(&format!("items[{i}]")))?;
         let id = TaskId::new();
         prepared.push((label.unwrap_or_else(|| id.to_string()), id, request));
     }

@@ -231,6 +231,23 @@ async fn bad_requests_get_a_4xx_that_names_the_problem() {
     .await;
     assert_eq!(answer["code"], "malformed_body", "{answer}");
     assert_eq!(answer["param"], "items[1].memory_mb", "{answer}");
+    // So is one that reads but is out of range, in `param` as in the message.
+    let (_, answer) = call(
+        &c,
+        "POST",
+        "/v1/executions/batch",
+        r#"{"items":[{"language":"python","code":"1"},{"language":"cobol","code":"1"}]}"#,
+    )
+    .await;
+    assert_eq!(answer["code"], "unknown_language", "{answer}");
+    assert_eq!(answer["param"], "items[1].language", "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("items[1].language: "),
+        "{answer}"
+    );
     let huge = format!(
         r#"{{"language":"python","code":"{}"}}"#,
         "x".repeat(Options::default().max_body_bytes + 1)
