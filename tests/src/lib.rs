@@ -40,6 +40,21 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A copy of `examples/scripted-model.json` in `dir` whose every answer takes `latency_ms`, so
+/// a job lasts seconds (its path): for tests that act while a job runs.
+pub fn slow_scripted_model(dir: &std::path::Path, latency_ms: u64) -> PathBuf {
+    let example = root().join("examples/scripted-model.json");
+    let mut script: Value =
+        serde_json::from_str(&std::fs::read_to_string(&example).expect("the example script"))
+            .expect("the example script is JSON");
+    for answer in script["answers"].as_array_mut().expect("answers") {
+        answer["latency_ms"] = latency_ms.into();
+    }
+    let path = dir.join("scripted-model.json");
+    std::fs::write(&path, script.to_string()).expect("a scripted model written");
+    path
+}
+
 /// The `codegen` binary under test.
 pub fn binary() -> PathBuf {
     let path = std::env::var_os("CODEGEN_BIN")

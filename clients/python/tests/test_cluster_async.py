@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -26,12 +27,18 @@ async def test_executions_run_concurrently(aclient: AsyncClient):
 
 async def test_an_async_streamed_batch(aclient: AsyncClient):
     items = [
-        {"id": "slow", "language": "python", "code": "import time\ntime.sleep(1)\nprint('slow')"},
+        {"id": "slow", "language": "python",
+         "code": "import time\ntime.sleep(5)\nprint(repr(time.time()))"},
         {"id": "fast", "language": "bash", "code": "echo fast"},
     ]
-    seen = [item async for item in aclient.executions.stream_batch(items)]
+    # The slow program says when it ended (the host's clock): the fast one came before.
+    seen, arrived = [], []
+    async for item in aclient.executions.stream_batch(items):
+        seen.append(item)
+        arrived.append(time.time())
     assert [s.id for s in seen] == ["fast", "slow"]
     assert {s.index for s in seen} == {0, 1}
+    assert arrived[0] < float(seen[1].stdout), (arrived, seen[1].stdout)
     batch = await aclient.executions.submit_batch(items, wait=False)
     assert batch.total == 2
     for result in batch.results:

@@ -229,14 +229,7 @@ async fn submit_and_batch_through_the_cli() {
 async fn submit_wait_resumes_its_event_stream_across_a_coordinator_restart() {
     let dir = tempfile::tempdir().unwrap();
     // Each model answer takes 1.5 s, so the job is still running when the coordinator dies.
-    let example = root().join("examples/scripted-model.json");
-    let mut script: Value =
-        serde_json::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
-    for answer in script["answers"].as_array_mut().unwrap() {
-        answer["latency_ms"] = 1500.into();
-    }
-    let script_file = dir.path().join("scripted-model.json");
-    std::fs::write(&script_file, script.to_string()).unwrap();
+    let script_file = tests::slow_scripted_model(dir.path(), 1500);
     let cluster = Cluster::new()
         .with_env("CODEGEN__MODEL__PROVIDER", "scripted")
         .with_env("CODEGEN__MODEL__SCRIPT_FILE", script_file.to_str().unwrap());

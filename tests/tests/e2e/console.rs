@@ -46,20 +46,6 @@ fn playwright_python() -> PathBuf {
     tests::root().join(".cluster/console-venv/bin/python")
 }
 
-/// A copy of examples/scripted-model.json whose every answer takes `latency_ms`: a job then
-/// lasts several seconds, long enough to be watched under way.
-fn slow_script(dir: &std::path::Path, latency_ms: u64) -> PathBuf {
-    let example = tests::root().join("examples/scripted-model.json");
-    let mut script: Value =
-        serde_json::from_str(&std::fs::read_to_string(&example).unwrap()).unwrap();
-    for answer in script["answers"].as_array_mut().unwrap() {
-        answer["latency_ms"] = latency_ms.into();
-    }
-    let path = dir.join("scripted-model.json");
-    std::fs::write(&path, script.to_string()).unwrap();
-    path
-}
-
 #[tokio::test]
 async fn the_console_is_served_without_a_key_under_a_strict_policy() {
     let cluster = Cluster::new().with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme");
@@ -123,7 +109,7 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
     let chromium = chromium();
     let python = playwright_python();
     let dir = tempfile::tempdir().unwrap();
-    let script = slow_script(dir.path(), 700);
+    let script = tests::slow_scripted_model(dir.path(), 700);
     let cluster = Cluster::new()
         .with_env("CODEGEN__MODEL__PROVIDER", "scripted")
         .with_env("CODEGEN__MODEL__SCRIPT_FILE", script.to_str().unwrap())
