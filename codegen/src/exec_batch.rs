@@ -143,10 +143,7 @@ pub async fn exec_batch(args: ExecBatchArgs) -> anyhow::Result<u8> {
             .for_each_concurrent(args.in_flight.max(1), |chunk| {
                 let verdicts = verdicts.clone();
                 async move {
-                    let name = |message: &str| {
-                        format!("{}: {}", input.display(), name_lines(message, line_numbers))
-                    };
-                    run_chunk(api, items, chunk, &verdicts, &name).await;
+                    run_chunk(api, items, chunk, &verdicts, input, line_numbers).await;
                 }
             })
             .await;
@@ -302,21 +299,23 @@ fn not_run(item: &ExecutionSubmission, why: String) -> serde_json::Value {
 /// streams it; items it gives up on (`queued`) are polled one by one. An item the coordinator
 /// refuses by name is answered `not_run` and the rest are sent again without it; a refusal
 /// of the whole request, or a stream that breaks off, answers the items without a verdict
-/// `not_run`. `name` turns a message naming `items[i]` into one naming the input line.
+/// `not_run`. Messages name the input file, and a refused item its line (`line_numbers`).
 async fn run_chunk(
     api: &Api,
     items: &[ExecutionSubmission],
     mut chunk: Vec<usize>,
     verdicts: &tokio::sync::mpsc::Sender<Verdict>,
-    name: &(dyn Fn(&str) -> String + Sync),
+    input: &Path,
+    line_numbers: &[usize],
 ) {
+    let name = |message: &str| format!("{}: {message}", input.display());
     let send = |verdict: Verdict| async move { verdicts.send(verdict).await.is_ok() };
     while !chunk.is_empty() {
         match send_chunk(api, items, &chunk, verdicts).await {
             Ok(()) => return,
             Err(Refused::Item(at, why)) => {
                 let index = chunk.remove(at);
-                let why = name(&why.replace("items[", &format!("items[@{index}:")));
+                let why = name(&on_line(&why, line_numbers[index]));
                 if !send((index, not_run(&items[index], why))).await {
                     return;
                 }
@@ -462,28 +461,21 @@ fn named_item(message: &str) -> Option<usize> {
     message[start..start + close].parse().ok()
 }
 
-/// The coordinator names a bad item by its place in the request, which [`run_chunk`] has
-/// rewritten as `items[@INPUT_INDEX:PLACE]`; the user knows it by its line in the input file.
-fn name_lines(message: &str, line_numbers: &[usize]) -> String {
-    let Some(start) = message.find("items[@") else {
+/// The coordinator names a bad item by its place in the request (`items[3].language: …`);
+/// the user knows it by its line in the input file: `line 34: language: …`.
+fn on_line(message: &str, line: usize) -> String {
+    let Some(start) = message.find("items[") else {
         return message.to_owned();
     };
-    let rest = &message[start + "items[@".len()..];
+    let rest = &message[start + "items[".len()..];
     let Some(close) = rest.find(']') else {
         return message.to_owned();
     };
-    let index = rest[..close]
-        .split(':')
-        .next()
-        .and_then(|i| i.parse::<usize>().ok());
-    match index.and_then(|i| line_numbers.get(i)) {
-        Some(line) => format!(
-            "{}line {line}{}",
-            &message[..start],
-            rest[close + 1..].replacen('.', ": ", 1)
-        ),
-        None => message.to_owned(),
-    }
+    format!(
+        "{}line {line}{}",
+        &message[..start],
+        rest[close + 1..].replacen('.', ": ", 1)
+    )
 }
 
 #[cfg(test)]
@@ -492,20 +484,16 @@ mod tests {
 
     #[test]
     fn a_bad_item_is_named_by_its_line_in_the_input() {
-        // Lines 1, 2, 4, 7 hold programs; the refused one is the input's fourth (line 7).
-        let lines = [1, 2, 4, 7];
+        // The refused one is the second of its request, on the input's line 7.
         let message = "the coordinator answered 422: items[1].language: unknown language \"cobol\"";
         assert_eq!(named_item(message), Some(1));
         assert_eq!(
-            name_lines(&message.replace("items[", "items[@3:"), &lines),
+            on_line(message, 7),
             "the coordinator answered 422: line 7: language: unknown language \"cobol\""
         );
         assert_eq!(named_item("no item named"), None);
-        assert_eq!(name_lines("no item named", &lines), "no item named");
-        assert_eq!(
-            name_lines("items[@9:0].code: x", &lines),
-            "items[@9:0].code: x"
-        );
+        assert_eq!(on_line("no item named", 7), "no item named");
+        assert_eq!(on_line("items[0].code: x", 34), "line 34: code: x");
     }
 
     #[test]
