@@ -1047,6 +1047,14 @@ impl Coordinator {
     ) -> Result<Bytes, ApiError> {
         check_path(path)?;
         let record = self.live_session(tenant, id).await?;
+        // A name longer than a file system allows names no file: not found, as any other
+        // missing file (asking the kernel would only get its "name too long").
+        if path.split('/').any(|name| name.len() > MAX_NAME_BYTES) {
+            return Err(crate::error::not_found(format!(
+                "no file {path} in the session (a name of it is over {MAX_NAME_BYTES} bytes)"
+            ))
+            .about("path"));
+        }
         let call = HostCall {
             method: reqwest::Method::GET,
             path: format!("/files/{}", encode_path(path)),
@@ -1140,6 +1148,9 @@ pub(crate) async fn upload(
 
 /// A file's path as a session takes it: relative to its working directory, without `.`,
 /// `..` or empty segments.
+/// The longest file or folder name a session's file system takes (Linux's `NAME_MAX`).
+const MAX_NAME_BYTES: usize = 255;
+
 pub(crate) fn check_path(path: &str) -> Result<(), ApiError> {
     let bad = path.is_empty()
         || path.len() > 1024
