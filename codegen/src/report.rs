@@ -21,6 +21,11 @@ fn percent(share: f64) -> String {
     format!("{:.0}%", share * 100.0)
 }
 
+/// A share, or "not measured".
+fn measured(share: Option<f64>) -> String {
+    share.map_or_else(|| "not measured".to_owned(), percent)
+}
+
 /// The first line of `text`, with a mark when there was more.
 fn first_line(text: &str) -> String {
     let mut lines = text.trim().lines();
@@ -188,8 +193,8 @@ pub fn markdown(result: &JobResult) -> String {
         q.score,
         q.tests_passed,
         q.tests_total,
-        percent(q.coverage),
-        percent(q.docstrings),
+        measured(q.coverage),
+        measured(q.docstrings),
         if complexity.is_empty() {
             "-".to_owned()
         } else {
@@ -201,6 +206,13 @@ pub fn markdown(result: &JobResult) -> String {
             q.dangerous_calls.join(", ")
         }
     );
+    if !q.warnings.is_empty() {
+        let _ = writeln!(out, "Warnings ({}):\n", q.warnings.len());
+        for warning in &q.warnings {
+            let _ = writeln!(out, "- {warning}");
+        }
+        out.push('\n');
+    }
 
     let _ = writeln!(out, "## Improvement history\n");
     out.push_str(&history(result));

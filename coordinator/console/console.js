@@ -649,8 +649,8 @@
       table(["Measure", "Value"], [
         ["score", typeof q.score === "number" ? q.score.toFixed(3) : "–"],
         ["tests", `${q.tests_passed ?? "–"} of ${q.tests_total ?? "–"} passed`],
-        ["line coverage", percent(q.coverage)],
-        ["docstrings", percent(q.docstrings)],
+        ["line coverage", q.coverage === null ? "not measured" : percent(q.coverage)],
+        ["docstrings", q.docstrings === null ? "not measured" : percent(q.docstrings)],
         ["cyclomatic complexity", Object.entries(q.complexity || {}).map(([k, v]) => `${k}: ${v}`).join(", ") || "–"],
         ["risky calls", (q.dangerous_calls || []).join(", ") || "none found"],
         ["not measured", (q.unmeasured || []).join(", ") || "–"],

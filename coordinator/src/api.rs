@@ -199,6 +199,7 @@ pub fn router(coordinator: Coordinator) -> Router {
                         otel.name = format!("{} {route}", request.method()),
                         otel.kind = "server",
                         otel.status_code = tracing::field::Empty,
+                        error.type = tracing::field::Empty,
                         http.request.method = %request.method(),
                         http.route = route,
                         http.response.status_code = tracing::field::Empty,
@@ -219,8 +220,11 @@ pub fn router(coordinator: Coordinator) -> Router {
                 .on_response(
                     |response: &Response, _latency: std::time::Duration, span: &tracing::Span| {
                         span.record("http.response.status_code", response.status().as_u16());
+                        // HTTP's conventions: a server span fails on 5xx only (a 4xx is the
+                        // client's), `error.type` the status code.
                         if response.status().is_server_error() {
                             span.record("otel.status_code", "error");
+                            span.record("error.type", response.status().as_str());
                         }
                     },
                 ),

@@ -33,28 +33,40 @@ pub(crate) async fn call(
     (status, value)
 }
 
-/// Names that resolve to what the test says (changed whenever it likes): the egress guard's
-/// lookup in tests.
+/// Names that resolve to what the test says (changed whenever it likes), and the host
+/// addresses it says: the egress guard's lookup in tests.
 #[derive(Default)]
-pub(crate) struct Names(Mutex<HashMap<String, Vec<IpAddr>>>);
+pub(crate) struct Names {
+    names: Mutex<HashMap<String, Vec<IpAddr>>>,
+    host: Mutex<Vec<IpAddr>>,
+}
 
 impl Names {
     pub(crate) fn set(&self, name: &str, addresses: &[&str]) {
-        self.0.lock().unwrap().insert(
+        self.names.lock().unwrap().insert(
             name.to_owned(),
             addresses.iter().map(|a| a.parse().unwrap()).collect(),
         );
+    }
+
+    /// This host's interfaces have `addresses`.
+    pub(crate) fn set_host(&self, addresses: &[&str]) {
+        *self.host.lock().unwrap() = addresses.iter().map(|a| a.parse().unwrap()).collect();
     }
 }
 
 #[async_trait::async_trait]
 impl crate::egress::Lookup for Names {
     async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        self.0
+        self.names
             .lock()
             .unwrap()
             .get(host)
             .cloned()
             .ok_or_else(|| std::io::Error::other("no such name"))
+    }
+
+    fn host_addresses(&self) -> Vec<IpAddr> {
+        self.host.lock().unwrap().clone()
     }
 }

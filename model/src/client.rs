@@ -400,6 +400,7 @@ impl Model {
             otel.name = format!("chat {}", labels[1]),
             otel.kind = "client",
             otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
             gen_ai.operation.name = "chat",
             gen_ai.system = labels[0],
             gen_ai.request.model = labels[1],
@@ -424,8 +425,9 @@ impl Model {
                     response.usage.completion_tokens,
                 );
             }
-            Err(_) => {
+            Err(e) => {
                 span.record("otel.status_code", "error");
+                span.record("error.type", e.kind());
             }
         }
         self.metrics

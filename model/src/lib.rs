@@ -187,6 +187,20 @@ pub enum CallError {
     ReplayMiss(String),
 }
 
+impl CallError {
+    /// The failure's kind, as a span's `error.type` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Retryable { .. } => "retryable",
+            CallError::Throttled { .. } => "throttled",
+            CallError::ServerError { .. } => "server_error",
+            CallError::Rejected { .. } => "rejected",
+            CallError::SpendLimit(_) => "spend_limit",
+            CallError::ReplayMiss(_) => "replay_miss",
+        }
+    }
+}
+
 /// Why a generation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -116,6 +116,9 @@ pub struct IntegrateRequest {
     /// Every function's case inputs, by name: what the coverage pass calls.
     pub cases: BTreeMap<String, Vec<CoverageCase>>,
     pub case_timeout_ms: u64,
+    /// Asks for the linter's findings too ([`QualityReport::warnings`]): the final run's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lint: bool,
 }
 
 /// A call the coverage pass makes.
@@ -187,4 +190,30 @@ pub struct QualityReport {
     /// Measures the analysis could not take (`coverage`, ...).
     #[serde(default)]
     pub unmeasured: Vec<String>,
+    /// The linter's findings (`line N: message`), when asked for and the image has one
+    /// (else `warnings` is among `unmeasured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<Vec<String>>,
+}
+
+impl QualityReport {
+    /// The report of a run that gave none: no measure taken.
+    pub fn none_measured() -> Self {
+        Self {
+            coverage: 0.0,
+            complexity: BTreeMap::new(),
+            docstrings: 0.0,
+            dangerous_calls: vec![],
+            unmeasured: [
+                "coverage",
+                "complexity",
+                "docstrings",
+                "dangerous_calls",
+                "warnings",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            warnings: None,
+        }
+    }
 }

@@ -503,21 +503,26 @@ pub struct Quality {
     pub score: f64,
     pub tests_passed: u32,
     pub tests_total: u32,
-    /// Line coverage of the module by its tests, 0–1.
-    pub coverage: f64,
-    /// Cyclomatic complexity per function.
+    /// Line coverage of the module by its tests, 0–1; `null` when it was not measured (then
+    /// `coverage` is among `unmeasured` and left out of the score).
+    #[schema(required = true)]
+    pub coverage: Option<f64>,
+    /// Cyclomatic complexity per function (empty when not measured).
     pub complexity: BTreeMap<String, u32>,
-    /// Share of functions with a docstring, 0–1.
-    pub docstrings: f64,
+    /// Share of functions with a docstring, 0–1; `null` when it was not measured.
+    #[schema(required = true)]
+    pub docstrings: Option<f64>,
     /// Calls such as `eval`, `subprocess`, `os.system` or sockets found by a scan (reported,
     /// never the security boundary).
     pub dangerous_calls: Vec<String>,
-    /// The measures that could not be taken in this language (e.g. `coverage`): reported as
-    /// 0 and left out of the score, whose other weights then count in proportion.
+    /// The measures that could not be taken (e.g. `coverage` in a language without a coverage
+    /// tool, `warnings` where no linter ran): `null` or empty above, and left out of the
+    /// score, whose other weights then count in proportion.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmeasured: Vec<String>,
-    /// The compiler's warnings about the module's own lines (`line N: message`): Rust's, C's
-    /// and C++'s (reported, not scored; `warnings` is unmeasured where no compiler warns).
+    /// The compiler's or linter's findings about the module's own lines (`line N: message`):
+    /// pycodestyle's and pyflakes' (Python), `go vet`'s, `javac -Xlint`'s, shellcheck's,
+    /// rustc's, gcc's (reported, not scored; `warnings` is unmeasured where none ran).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }

@@ -79,7 +79,7 @@ WARMUP_THREADS_WAIT_S = 60.0
 INTEGRATION_WARMUP = {
     "mode": "integrate", "code": "def f(a):\n    \"\"\"Doubles.\"\"\"\n    return 2 * a\n",
     "verdicts": {"f": {"cases": [{"inputs": [1], "expected_output": 2}]}},
-    "cases": {"f": [{"inputs": [1]}]}, "case_timeout_ms": 1000,
+    "cases": {"f": [{"inputs": [1]}]}, "case_timeout_ms": 1000, "lint": True,
 }
 
 

@@ -1018,7 +1018,9 @@ def run_integration(request):
        [{"inputs": ...}]; traced, a second pass, so tracing never slows a verdict, each case
        stopped at "case_timeout_ms"), cyclomatic complexity and docstrings per function, and
        calls that deserve a reviewer's look. Reported, never a security boundary: the code
-       runs inside the same sandbox as everything else.
+       runs inside the same sandbox as everything else;
+    3. with request["lint"] (the job's final run), pycodestyle's and pyflakes' findings as
+       quality["warnings"] (see lint), or "warnings" in quality["unmeasured"].
     Returns {"functions": {name: cases result}, "quality": {...}}. Part of the image so
     that the zygote has it compiled and warm: a driver program sent with every request
     was compiled again in every program process."""
@@ -1081,9 +1083,57 @@ def run_integration(request):
         "complexity": complexity,
         "docstrings": documented / len(functions) if functions else 1.0,
         "dangerous_calls": sorted(dangerous),
-        "unmeasured": [],  # every measure is taken in Python
+        "unmeasured": [],
     }
+    if request.get("lint"):
+        findings = lint(source)
+        if findings is None:
+            quality["unmeasured"].append("warnings")
+        else:
+            quality["warnings"] = findings
     return sanitize({"functions": verdicts, "quality": quality})
+
+
+def lint(source):
+    """PEP 8 (pycodestyle, its default checks) and pyflakes' findings about `source`, as
+    "line N: [code] message" in line order; None when the image has neither (Debian's
+    python3-pycodestyle and python3-pyflakes). Both read the source, nothing of it runs.
+    Imported here, not at the top: only a job's final run asks (the zygote's warm-up imports
+    them once, so a fork finds them loaded)."""
+    try:
+        import pycodestyle
+        import pyflakes.api
+    except ImportError:
+        return None
+    findings = []
+
+    class Flakes:
+        def unexpectedError(self, filename, message):
+            findings.append((0, "pyflakes: %s" % message))
+
+        def syntaxError(self, filename, message, line, column, text):
+            findings.append((line or 0, "syntax error: %s" % message))
+
+        def flake(self, message):
+            findings.append((message.lineno, message.message % message.message_args))
+
+    pyflakes.api.check(source, COVERAGE_FILE, Flakes())
+
+    class Style(pycodestyle.BaseReport):
+        def error(self, line_number, offset, text, check):
+            code = text[:4]
+            if self._ignore_code(code):
+                return None
+            findings.append((line_number, text))
+            return code
+
+    guide = pycodestyle.StyleGuide(quiet=True, reporter=Style,
+                                   ignore=list(pycodestyle.DEFAULT_IGNORE.split(",")))
+    checker = pycodestyle.Checker(COVERAGE_FILE, lines=source.splitlines(True),
+                                  options=guide.options, report=guide.options.report)
+    checker.check_all()
+    findings.sort(key=lambda f: f[0])
+    return ["line %d: %s" % f for f in findings]
 
 
 def _coverage(source, cases, limit_s):

@@ -59,6 +59,26 @@ class PythonImageTest(LanguageContract, unittest.TestCase):
                           test=self.ADD_TEST_FAILS)
         self.assertEqual((r["exit_code"], r["test_finished"]), (1, False))
 
+    def test_the_final_run_lists_pep8_and_pyflakes_findings_only_when_asked(self):
+        module = ("import os\ndef f(a):\n    \"\"\"Doubles.\"\"\"\n    unused = 1\n"
+                  "    return 2*a\n")
+        harness = {"mode": "integrate", "verdicts": {}, "cases": {"f": [{"inputs": [1]}]},
+                   "case_timeout_ms": 1000}
+        r = self.run_code(module, harness=dict(harness, lint=True))
+        quality = r["harness"]["quality"]
+        self.assertEqual(quality["unmeasured"], [], quality)
+        self.assertEqual(quality["warnings"], [
+            "line 1: 'os' imported but unused",
+            "line 2: E302 expected 2 blank lines, found 0",
+            "line 4: local variable 'unused' is assigned to but never used",
+        ], quality)
+        # The code was read, not run by the linter: a module that would exit is linted alike.
+        r = self.run_code("import sys\nsys.exit(4)\n", harness=dict(harness, lint=True))
+        self.assertEqual(r["harness"]["quality"]["warnings"], [])
+        # Not asked (every run but the final one): no linter ran.
+        r = self.run_code(module, harness=harness)
+        self.assertNotIn("warnings", r["harness"]["quality"])
+
     def test_the_test_and_the_harness_do_not_combine(self):
         self.c.send(self.c.request(self.ADD, test="pass", harness={"mode": "cases"}))
         self.assertEqual(self.c.recv()["type"], "error")

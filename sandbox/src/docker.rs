@@ -1037,15 +1037,25 @@ impl DockerSandbox {
                 self.inner.options.pool_size_of(request.language) > 0 && !request.fresh_container,
             verdict = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
         let ran = self
             .ran_unspanned(request, harness)
             .instrument(span.clone())
             .await;
-        match &ran {
-            Ok((result, _)) => span.record("verdict", result.status.as_str()),
-            Err(_) => span.record("otel.status_code", "error"),
+        // A run whose program did not pass (failed, timed out, killed at a limit) is a failed
+        // span, its verdict the error's kind, as OpenTelemetry's conventions have it.
+        let failure = match &ran {
+            Ok((result, _)) => {
+                span.record("verdict", result.status.as_str());
+                (result.status != proto::Status::Passed).then(|| result.status.as_str())
+            }
+            Err(e) => Some(e.kind()),
         };
+        if let Some(kind) = failure {
+            span.record("otel.status_code", "error");
+            span.record("error.type", kind);
+        }
         ran
     }
 

@@ -272,6 +272,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// The failure's kind, as a span's `error.type` names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Unavailable(_) => "sandbox_unavailable",
+            Error::Config(_) => "sandbox_misconfigured",
+            Error::Runner(_) => "runner_failed",
+            Error::NoHarness(_) => "no_harness",
+            Error::HarnessReport { .. } => "harness_report",
+        }
+    }
+
     /// Only an unreachable Docker is worth another attempt later: a runner failure has
     /// already been retried once in a fresh container.
     pub fn is_retryable(&self) -> bool {

@@ -258,6 +258,7 @@ pub fn fake_harness(run: &HarnessRun) -> Result<HarnessOutcome, sandbox::Error> 
                 complexity: Default::default(),
                 docstrings: 1.0,
                 dangerous_calls: vec![],
+                warnings: None,
             },
         }),
         HarnessRequest::Cases(cases) => HarnessReport::Cases(cases_report(cases, &run.code)),

@@ -24,6 +24,8 @@ pub struct Span {
     pub attributes: BTreeMap<String, String>,
     /// The exporting process's resource attributes (`service.name`, `service.instance.id`).
     pub resource: BTreeMap<String, String>,
+    /// OTLP's status code: 0 unset, 1 ok, 2 error.
+    pub status_code: u64,
 }
 
 impl Span {
@@ -80,12 +82,23 @@ async fn receive(State(collector): State<Collector>, body: axum::body::Bytes) ->
                     kind: span["kind"].as_u64().unwrap_or(0),
                     attributes: attributes(&span["attributes"]),
                     resource: resource.clone(),
+                    status_code: status_code(&span["status"]["code"]),
                 });
             }
         }
     }
     collector.spans.lock().expect("poisoned").extend(received);
     StatusCode::OK
+}
+
+/// OTLP's status code, a number or (in some JSON encoders) the enum's name.
+fn status_code(code: &Value) -> u64 {
+    match code {
+        Value::Number(n) => n.as_u64().unwrap_or(0),
+        Value::String(s) if s == "STATUS_CODE_ERROR" => 2,
+        Value::String(s) if s == "STATUS_CODE_OK" => 1,
+        _ => 0,
+    }
 }
 
 /// OTLP's `[{key, value: {stringValue | intValue | boolValue | doubleValue}}]` as text.

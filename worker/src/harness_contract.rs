@@ -278,6 +278,7 @@ mod tests {
             ]
             .into(),
             case_timeout_ms: 300,
+            lint: true,
         }));
         // The looping case stops adding coverage at its timeout instead of holding the run:
         // without it, the run never ends and `run` fails after `WITHIN`.
@@ -308,6 +309,15 @@ mod tests {
             quality.coverage > 0.0 && quality.coverage < 1.0,
             "{quality:?}"
         );
+        // The linter's findings, or `warnings` unmeasured where this interpreter has no
+        // pycodestyle and pyflakes (the images have them: sandbox-images/python's tests).
+        match &quality.warnings {
+            Some(warnings) => assert!(
+                warnings.iter().any(|w| w.starts_with("line 9: E302")),
+                "{warnings:?}"
+            ),
+            None => assert!(quality.unmeasured.contains(&"warnings".to_owned())),
+        }
         assert_fields_printed(
             &serde_json::to_value(&report).unwrap(),
             &answered(&stdout),

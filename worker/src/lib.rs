@@ -554,6 +554,10 @@ impl Worker {
             job = %envelope.task.job_id().map_or_else(|| "-".to_owned(), |id| id.to_string()),
             request_id = %envelope.request_id.as_deref().unwrap_or("-"),
             trace_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            verdict = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
         telemetry::follow(&span, &delivery.headers);
         span.record(
@@ -568,9 +572,18 @@ impl Worker {
             };
             telemetry::queue_wait(&span, queue, at(envelope.published_at_us), at(started_us));
         }
-        self.handle_envelope(delivery, envelope, started, started_us)
-            .instrument(span)
-            .await
+        let outcome = self
+            .handle_envelope(delivery, envelope, started, started_us)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", outcome.as_str());
+        if matches!(
+            outcome,
+            Outcome::Malformed | Outcome::Requeued | Outcome::Failed
+        ) {
+            failed_span(&span, outcome.as_str());
+        }
+        outcome
     }
 
     async fn handle_envelope(
@@ -721,6 +734,13 @@ impl Worker {
                     );
                 }
                 tracing::info!(%id, status = result.status.as_str(), duration_ms = result.duration_ms, first, "execution finished");
+                // The task's span (this runs in it) carries the verdict, failed when the
+                // program did not pass.
+                let span = tracing::Span::current();
+                span.record("verdict", result.status.as_str());
+                if result.status != Status::Passed {
+                    failed_span(&span, result.status.as_str());
+                }
                 self.settle(delivery, Outcome::Completed).await
             }
             Err(StoreFailure::Down(missing)) => self.hand_back(delivery, "execute", &missing).await,
@@ -953,3 +973,10 @@ const SANDBOX_RETRY_STEP: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests;
+
+/// Marks `span` failed as OpenTelemetry's conventions have it: error status, and `error.type`
+/// naming the failure's kind (a verdict, an outcome). The span declares both fields.
+fn failed_span(span: &tracing::Span, kind: &str) {
+    span.record("otel.status_code", "error");
+    span.record("error.type", kind);
+}

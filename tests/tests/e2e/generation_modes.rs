@@ -228,38 +228,57 @@ async fn a_refactor_job_keeps_behaviour_and_reports_quality_before_and_after() {
     );
 }
 
-/// A refactor in Bash toward what its linter says: `shellcheck` finds the unquoted expansion in
-/// the given code (the quality before), and nothing in the refactored code.
-#[tokio::test]
-async fn a_bash_refactor_reports_the_linters_findings_before_and_after() {
-    let given = "count_words() {\n  echo $1 | wc -w\n}\n";
-    let refactored = "# Prints how many words $1 has.\ncount_words() {\n  local words\n  read -ra words <<< \"$1\"\n  echo \"${#words[@]}\"\n}\n";
+/// A `count_words` refactor toward `lint` in `language` (`types`: its input's and output's
+/// type names): the scripted plan, two characterisation cases and the `refactored` code, run
+/// on `given`; the job's result.
+async fn lint_refactor(
+    language: &str,
+    types: (&str, &str),
+    given: &str,
+    refactored: &str,
+    changes: &str,
+) -> Value {
     let case = |name: &str, text: &str, expected: u64| {
         json!({"name": name, "kind": "normal", "inputs": {"text": text},
                "expected_output": expected, "expected_error": null})
     };
     let script = json!({"answers": [
         {"phase": "plan", "prompt_contains": "Refactoring goals: lint", "answer": {"functions": [
-            {"name": "count_words", "purpose": "Prints how many words its argument has.",
-             "inputs": [{"name": "text", "type": "string"}],
-             "outputs": {"type": "integer", "description": "the word count"},
+            {"name": "count_words", "purpose": "How many words its argument has.",
+             "inputs": [{"name": "text", "type": types.0}],
+             "outputs": {"type": types.1, "description": "the word count"},
              "dependencies": [], "complexity": "simple"}]}},
         {"phase": "tests", "function": "count_words", "prompt_contains": "characterisation", "answer": {"cases": [
             case("three", "a b  c", 3), case("none", "", 0)]}},
         {"phase": "implement", "function": "count_words", "prompt_contains": "Refactor code toward its goals",
          "answer": {"code": refactored, "analysis": {"error_kind": "none",
-            "root_cause": "an unquoted expansion piped through wc",
-            "changes": "lint: the argument split by read into an array, every expansion quoted"}}}
+            "root_cause": "what the linter found", "changes": changes}}}
     ]});
-    let result = refactor_job(
+    refactor_job(
         &script,
         json!({
             "instruction": "count the words of a text",
-            "language": "bash",
+            "language": language,
             "mode": "refactor",
             "code": given,
             "goals": ["lint"],
         }),
+    )
+    .await
+}
+
+/// A refactor in Bash toward what its linter says: `shellcheck` finds the unquoted expansion in
+/// the given code (the quality before), and nothing in the refactored code.
+#[tokio::test]
+async fn a_bash_refactor_reports_the_linters_findings_before_and_after() {
+    let given = "count_words() {\n  echo $1 | wc -w\n}\n";
+    let refactored = "# Prints how many words $1 has.\ncount_words() {\n  local words\n  read -ra words <<< \"$1\"\n  echo \"${#words[@]}\"\n}\n";
+    let result = lint_refactor(
+        "bash",
+        ("string", "integer"),
+        given,
+        refactored,
+        "lint: the argument split by read into an array, every expansion quoted",
     )
     .await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
@@ -280,6 +299,45 @@ async fn a_bash_refactor_reports_the_linters_findings_before_and_after() {
     assert_eq!(after["tests_passed"], 2, "{result:#}");
     assert!(after.get("warnings").is_none(), "{after}");
     assert_eq!(after["unmeasured"], json!(["coverage"]), "{after}");
+    assert_eq!(after["coverage"], Value::Null, "{after}");
+}
+
+/// A refactor in Python toward PEP 8: pycodestyle and pyflakes, run in the sandbox's final
+/// runs, find an unused import and a missing space in the given code (the quality before) and
+/// nothing in the refactored code.
+#[tokio::test]
+async fn a_python_refactor_reports_pep8_and_pyflakes_findings_before_and_after() {
+    let given = "import os\ndef count_words(text):\n    return len(text.split( ))\n";
+    let refactored = "def count_words(text):\n    \"\"\"How many words text has.\"\"\"\n    return len(text.split())\n";
+    let result = lint_refactor(
+        "python",
+        ("str", "int"),
+        given,
+        refactored,
+        "lint: the import dropped, two blank lines, no space inside the call",
+    )
+    .await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let before = &result["change"]["quality_before"];
+    let findings: Vec<&str> = before["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("findings before: {result:#}"))
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        findings,
+        [
+            "line 1: 'os' imported but unused",
+            "line 2: E302 expected 2 blank lines, found 0",
+            "line 3: E201 whitespace after '('",
+        ],
+        "{result:#}"
+    );
+    let after = &result["quality"];
+    assert_eq!(after["tests_passed"], 2, "{result:#}");
+    assert!(after.get("warnings").is_none(), "{after}");
+    assert!(after.get("unmeasured").is_none(), "{after}");
 }
 
 /// `codegen debug FILE --error-file E --wait`: the language from the file's extension, the

@@ -82,6 +82,10 @@ async fn a_request_becomes_tested_code_with_a_repair() {
     assert!(quality["coverage"].as_f64().unwrap() > 0.8, "{quality}");
     assert!(quality["score"].as_f64().unwrap() > 0.8, "{quality}");
     assert_eq!(quality["dangerous_calls"], json!([]));
+    // pycodestyle and pyflakes read the assembled module and found nothing (the module is
+    // laid out as PEP 8 asks: its functions two blank lines apart, one newline at the end).
+    assert_eq!(quality.get("unmeasured"), None, "{quality}");
+    assert_eq!(quality.get("warnings"), None, "{quality}");
     assert!(result["metrics"]["model_calls"].as_u64().unwrap() >= 6);
     assert!(
         result["documentation"]
@@ -328,7 +332,12 @@ async fn without_a_sandbox_a_job_finishes_untested_and_says_so() {
     );
     assert_eq!(result["test_results"], json!([]));
     assert_eq!(result["quality"]["tests_passed"], 0);
-    assert_eq!(result["quality"]["coverage"], 0.0);
+    // Nothing ran: coverage was not measured, which is not a zero.
+    assert_eq!(result["quality"]["coverage"], Value::Null);
+    assert_eq!(
+        result["quality"]["unmeasured"],
+        json!(["complexity", "coverage", "warnings"])
+    );
     assert!(
         result["implementations"]["sieve"]
             .as_str()

@@ -2,7 +2,7 @@
 //! OTLP/HTTP to a collector in the test (`tests::otlp`), with the real broker, Redis, Docker
 //! and two workers.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use tests::otlp::{Collector, Span};
 const SERVER: u64 = 2;
 const PRODUCER: u64 = 4;
 const CONSUMER: u64 = 5;
+const STATUS_ERROR: u64 = 2;
 
 #[tokio::test]
 async fn a_job_is_one_trace_from_its_request_through_two_workers() {
@@ -174,5 +175,85 @@ async fn a_job_is_one_trace_from_its_request_through_two_workers() {
             .all(|l| l.contains(&format!("trace_id={trace}"))),
         "{finished:#?}"
     );
+    cluster.cleanup().await;
+}
+
+/// A failed execution's spans say so as OpenTelemetry's conventions do: error status and the
+/// verdict as `error.type`, on the worker's task span and its sandbox run; a passing one's
+/// status stays unset.
+#[tokio::test]
+async fn an_execution_that_timed_out_or_failed_has_error_spans_and_a_passing_one_does_not() {
+    let (collector, endpoint) = Collector::start().await;
+    let cluster = Cluster::new().with_env("CODEGEN__TELEMETRY__OTLP_ENDPOINT", &endpoint);
+    let _coordinator = cluster.coordinator().await;
+    let (_worker, _) = cluster.worker("worker").await;
+    let mut ids = BTreeMap::new();
+    for (verdict, code) in [
+        ("timeout", "while True: pass"),
+        ("failed", "raise SystemExit(3)"),
+        ("passed", "print('fine')"),
+    ] {
+        let (status, body) = cluster
+            .execute(
+                "",
+                json!({"language": "python", "code": code, "timeout_ms": 500}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["status"], verdict, "{body}");
+        ids.insert(verdict, body["id"].as_str().unwrap().to_owned());
+    }
+    // Each execution's task span and its sandbox run below it; spans leave in batches. The
+    // deadline only bounds a failure.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let spans = collector.spans();
+        let by_id: HashMap<&str, &Span> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+        let found: Vec<(&str, &Span, &Span)> = ids
+            .iter()
+            .filter_map(|(verdict, id)| {
+                let task = spans
+                    .iter()
+                    .find(|s| s.kind == CONSUMER && s.attribute("task") == Some(id.as_str()))?;
+                let run = spans.iter().find(|s| {
+                    s.name == "sandbox run" && {
+                        let mut at = *s;
+                        loop {
+                            match by_id.get(at.parent_span_id.as_str()) {
+                                Some(p) if p.span_id == task.span_id => break true,
+                                Some(p) => at = p,
+                                None => break false,
+                            }
+                        }
+                    }
+                })?;
+                Some((*verdict, task, run))
+            })
+            .collect();
+        if found.len() == ids.len() {
+            for (verdict, task, run) in found {
+                assert_eq!(task.attribute("verdict"), Some(verdict), "{task:#?}");
+                assert_eq!(run.attribute("verdict"), Some(verdict), "{run:#?}");
+                if verdict == "passed" {
+                    assert_eq!(task.status_code, 0, "{task:#?}");
+                    assert_eq!(run.status_code, 0, "{run:#?}");
+                    assert_eq!(task.attribute("error.type"), None, "{task:#?}");
+                } else {
+                    for span in [task, run] {
+                        assert_eq!(span.status_code, STATUS_ERROR, "{span:#?}");
+                        assert_eq!(span.attribute("error.type"), Some(verdict), "{span:#?}");
+                    }
+                }
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} executions' spans exported: {spans:#?}",
+            found.len(),
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     cluster.cleanup().await;
 }

@@ -529,10 +529,12 @@ pub(super) fn case_run(
             // run that broke.
             _ => result.error_kind.unwrap_or(ErrorKind::Runtime),
         };
-        let error = result
-            .reason
-            .clone()
-            .unwrap_or_else(|| tail(&result.stderr, 2000));
+        let error = trimmed(
+            result
+                .reason
+                .clone()
+                .unwrap_or_else(|| tail(&result.stderr, 2000)),
+        );
         return Ok(CaseRun {
             passed: false,
             results: all_failed(function, cases, Some(&error), Some(kind)),
@@ -559,7 +561,7 @@ fn all_failed(
             test: c.name.clone(),
             passed: false,
             actual_output: Value::Null,
-            error: error.map(str::to_owned),
+            error: error.map(|e| trimmed(e.to_owned())),
             error_kind: kind,
             duration_ms: 0.0,
         })
@@ -587,7 +589,7 @@ fn verdicts(
                 test: c.name,
                 passed: c.passed,
                 actual_output: c.actual_output,
-                error: c.error,
+                error: c.error.map(trimmed),
                 error_kind: c.error_kind,
                 duration_ms: c.duration_ms,
             })
@@ -595,10 +597,14 @@ fn verdicts(
     };
     let failed = results.iter().filter(|r| !r.passed).count();
     let error = match report.error {
-        Some(load_error) => format!("{load_error}\n{}", report.traceback.unwrap_or_default()),
+        Some(load_error) => match report.traceback.filter(|t| !t.trim().is_empty()) {
+            Some(traceback) => format!("{}\n{traceback}", load_error.trim_end()),
+            None => load_error,
+        },
         None if failed > 0 => format!("{failed} of {} cases failed", results.len()),
         None => String::new(),
     };
+    let error = trimmed(error);
     CaseRun {
         passed: report.passed,
         results,
@@ -607,6 +613,13 @@ fn verdicts(
         duration_ms,
         cpu_ms,
     }
+}
+
+/// An error text as every language's results carry it: no trailing newline or blanks (a
+/// compiler's message and a traceback end in one, Python's exception line does not).
+fn trimmed(mut text: String) -> String {
+    text.truncate(text.trim_end().len());
+    text
 }
 
 fn tail(text: &str, max: usize) -> String {
@@ -618,4 +631,53 @@ fn tail(text: &str, max: usize) -> String {
         start += 1;
     }
     format!("…{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_texts_are_trimmed_alike_whatever_the_language_ended_them_with() {
+        let load = |error: &str, traceback: Option<&str>| CasesReport {
+            passed: false,
+            cases: vec![],
+            error_kind: Some(ErrorKind::Syntax),
+            error: Some(error.to_owned()),
+            traceback: traceback.map(str::to_owned),
+        };
+        let cases = [TestCase {
+            name: "t".into(),
+            kind: proto::generation::TestKind::Normal,
+            inputs: serde_json::Map::new(),
+            expected_output: Value::Null,
+            expected_error: None,
+        }];
+        // A compiler's message ends in a newline and has no traceback; Python's exception
+        // line has none and a traceback that does.
+        for (report, error, case_error) in [
+            (
+                load("main.rs:3: expected `;`\n", None),
+                "main.rs:3: expected `;`",
+                "main.rs:3: expected `;`",
+            ),
+            (
+                load("main.c:1: error\n\n", Some("")),
+                "main.c:1: error",
+                "main.c:1: error",
+            ),
+            (
+                load(
+                    "SyntaxError: bad",
+                    Some("Traceback:\n  line 1\nSyntaxError: bad\n"),
+                ),
+                "SyntaxError: bad\nTraceback:\n  line 1\nSyntaxError: bad",
+                "SyntaxError: bad",
+            ),
+        ] {
+            let run = verdicts("f", &cases, report, 0, 0);
+            assert_eq!(run.error, error);
+            assert_eq!(run.results[0].error.as_deref(), Some(case_error));
+        }
+    }
 }

@@ -32,12 +32,16 @@ impl Pipeline {
             .iter()
             .filter_map(|s| Some((s.name.clone(), functions.remove(&s.name)?)))
             .collect();
-        let module: String = plan
+        // Two blank lines between functions and one newline at the end, as PEP 8 has it (the
+        // linter reads this module).
+        let module = plan
             .specs
             .iter()
-            .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.clone()))
-            .map(|code| format!("{}\n\n\n", code.trim_end()))
-            .collect();
+            .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.as_deref()))
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n\n\n")
+            + "\n";
         let all_passed_before = plan
             .specs
             .iter()

@@ -97,10 +97,13 @@ impl Pipeline {
             BTreeMap::new()
         };
         let asked: Vec<String> = verdicts.keys().cloned().collect();
+        // Every integration run is a final one (the job's, or the refactored code's before):
+        // the linter's findings are asked for.
         let request = HarnessRequest::Integrate(IntegrateRequest {
             verdicts,
             cases,
             case_timeout_ms: self.options.case_timeout_ms,
+            lint: true,
         });
         let HarnessOutcome {
             result: run,
@@ -113,21 +116,13 @@ impl Pipeline {
         let (mut reports, report) = match report {
             Some(IntegrationReport { functions, quality }) => (functions, quality),
             // The run broke (a limit, a crash): every verdict fails with what broke it
-            // (`case_run` without a report) and the module scores nothing for quality.
+            // (`case_run` without a report), and no other measure was taken.
             None => {
                 tracing::warn!(status = ?run.status, "the integration run gave no report");
-                (
-                    BTreeMap::new(),
-                    QualityReport {
-                        coverage: 0.0,
-                        complexity: BTreeMap::new(),
-                        docstrings: 0.0,
-                        dangerous_calls: vec![],
-                        unmeasured: vec![],
-                    },
-                )
+                (BTreeMap::new(), QualityReport::none_measured())
             }
         };
+        let warnings = report.warnings.clone().unwrap_or_default();
         let mut runs = BTreeMap::new();
         for name in asked {
             let outcome = &outcomes[&name];
@@ -137,7 +132,7 @@ impl Pipeline {
         Ok(Integration {
             verdicts: runs,
             report,
-            warnings: Vec::new(),
+            warnings,
             duration_ms: run.duration_ms,
             cpu_ms: run.cpu_ms.unwrap_or(0),
         })
@@ -219,14 +214,20 @@ impl Pipeline {
 }
 
 /// The score of a module from its analysis and its test results (docs/api.md's weights).
+/// What was not measured (`report.unmeasured`) is left out of the score and shown as not
+/// measured (`null`, empty), never as a zero; a test that did not pass counts as failed.
 pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
     let QualityReport {
         coverage,
         complexity,
         docstrings,
         dangerous_calls,
-        unmeasured,
+        mut unmeasured,
+        warnings: _,
     } = report;
+    unmeasured.sort();
+    unmeasured.dedup();
+    let measured = |name: &str| !unmeasured.iter().any(|u| u == name);
     let tests_total = u32::try_from(results.len()).unwrap_or(u32::MAX);
     let tests_passed = u32::try_from(results.iter().filter(|r| r.passed).count()).unwrap_or(0);
     let pass_rate = if tests_total == 0 {
@@ -245,28 +246,24 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
         SIMPLE_COMPLEXITY / mean_complexity
     };
     let safety = if dangerous_calls.is_empty() { 1.0 } else { 0.0 };
-    let measured = |name: &str, weight: f64| {
-        if unmeasured.iter().any(|u| u == name) {
-            0.0
-        } else {
-            weight
-        }
-    };
+    let coverage = measured("coverage").then_some(coverage);
+    let docstrings = measured("docstrings").then_some(docstrings);
     let parts = [
-        (WEIGHTS.tests, pass_rate),
-        (measured("coverage", WEIGHTS.coverage), coverage),
-        (measured("docstrings", WEIGHTS.docstrings), docstrings),
-        (measured("complexity", WEIGHTS.simplicity), simplicity),
-        (measured("dangerous_calls", WEIGHTS.safety), safety),
+        Some((WEIGHTS.tests, pass_rate)),
+        coverage.map(|c| (WEIGHTS.coverage, c)),
+        docstrings.map(|d| (WEIGHTS.docstrings, d)),
+        measured("complexity").then_some((WEIGHTS.simplicity, simplicity)),
+        measured("dangerous_calls").then_some((WEIGHTS.safety, safety)),
     ];
     // What was not measured is left out; the rest count in proportion.
-    let weight: f64 = parts.iter().map(|(w, _)| w).sum();
-    let score = parts.iter().map(|(w, m)| w * m).sum::<f64>() / weight;
+    let weight: f64 = parts.iter().flatten().map(|(w, _)| w).sum();
+    let score = parts.iter().flatten().map(|(w, m)| w * m).sum::<f64>() / weight;
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
     Quality {
-        score: (score * 1000.0).round() / 1000.0,
+        score: round(score),
         tests_passed,
         tests_total,
-        coverage: (coverage * 1000.0).round() / 1000.0,
+        coverage: coverage.map(round),
         complexity,
         docstrings,
         dangerous_calls,
@@ -275,35 +272,96 @@ pub(super) fn score(report: QualityReport, results: &[TestResult]) -> Quality {
     }
 }
 
-/// The quality report when nothing could run: tests count as not passed, coverage as zero.
+/// The quality report when nothing could run: the tests count as not passed, coverage and
+/// complexity as not measured; docstrings and risky calls from the static check.
 pub(super) fn static_quality(
     module: &str,
     outcomes: &BTreeMap<String, FunctionOutcome>,
 ) -> Quality {
     let report = crate::static_check::check(module, None).unwrap_or_default();
-    let tests_total =
-        u32::try_from(outcomes.values().map(|o| o.tests.len()).sum::<usize>()).unwrap_or(u32::MAX);
     let docstrings = if report.functions == 0 {
-        0.0
+        1.0
     } else {
         report.documented as f64 / report.functions as f64
     };
-    let safety = if report.dangerous_calls.is_empty() {
-        1.0
-    } else {
-        0.0
-    };
-    // Same weights as a tested module; the untested half scores zero.
-    let score = WEIGHTS.docstrings * docstrings + WEIGHTS.safety * safety;
-    Quality {
-        score: (score * 1000.0).round() / 1000.0,
-        tests_passed: 0,
-        tests_total,
-        coverage: 0.0,
-        complexity: BTreeMap::new(),
-        docstrings,
-        dangerous_calls: report.dangerous_calls.into_iter().collect(),
-        unmeasured: Vec::new(),
-        warnings: Vec::new(),
+    let not_run: Vec<TestResult> = outcomes
+        .values()
+        .flat_map(|o| {
+            o.tests.iter().map(|t| TestResult {
+                function: o.name.clone(),
+                test: t.name.clone(),
+                passed: false,
+                actual_output: serde_json::Value::Null,
+                error: Some("not run".into()),
+                error_kind: None,
+                duration_ms: 0.0,
+            })
+        })
+        .collect();
+    score(
+        QualityReport {
+            coverage: 0.0,
+            complexity: BTreeMap::new(),
+            docstrings,
+            dangerous_calls: report.dangerous_calls.into_iter().collect(),
+            unmeasured: ["coverage", "complexity", "warnings"]
+                .map(str::to_owned)
+                .to_vec(),
+            warnings: None,
+        },
+        &not_run,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(unmeasured: &[&str]) -> QualityReport {
+        QualityReport {
+            coverage: 0.0,
+            complexity: BTreeMap::from([("f".to_owned(), 3)]),
+            docstrings: 1.0,
+            dangerous_calls: vec![],
+            unmeasured: unmeasured.iter().map(|u| (*u).to_owned()).collect(),
+            warnings: None,
+        }
+    }
+
+    fn passed(n: usize) -> Vec<TestResult> {
+        (0..n)
+            .map(|i| TestResult {
+                function: "f".into(),
+                test: format!("t{i}"),
+                passed: true,
+                actual_output: serde_json::Value::Null,
+                error: None,
+                error_kind: None,
+                duration_ms: 0.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unmeasured_coverage_is_shown_as_not_measured_and_left_out_of_the_score() {
+        let quality = score(report(&["coverage"]), &passed(2));
+        assert_eq!(quality.coverage, None);
+        assert_eq!(quality.unmeasured, ["coverage"]);
+        // Tests, docstrings, simplicity and safety all full: 1.0 over what was measured.
+        assert_eq!(quality.score, 1.0);
+        // Measured as zero, it is a zero and it counts.
+        let quality = score(report(&[]), &passed(2));
+        assert_eq!(quality.coverage, Some(0.0));
+        assert_eq!(quality.score, 0.8);
+    }
+
+    #[test]
+    fn a_run_without_a_report_measured_nothing_but_its_tests() {
+        let quality = score(QualityReport::none_measured(), &passed(1));
+        assert_eq!((quality.coverage, quality.docstrings), (None, None));
+        assert_eq!(quality.score, 1.0);
+        let mut failed = passed(1);
+        failed[0].passed = false;
+        assert_eq!(score(QualityReport::none_measured(), &failed).score, 0.0);
     }
 }

@@ -427,9 +427,9 @@ class Quality(_Answer):
     score: float
     tests_passed: int
     tests_total: int
-    coverage: float
+    coverage: float | None
     complexity: dict[str, int]
-    docstrings: float
+    docstrings: float | None
     dangerous_calls: list[str]
     unmeasured: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)

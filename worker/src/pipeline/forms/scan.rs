@@ -69,6 +69,7 @@ pub(crate) fn scan(dialect: &Dialect, module: &str, specs: &[FunctionSpec]) -> Q
         docstrings,
         dangerous_calls,
         unmeasured: dialect.unmeasured.iter().map(|m| (*m).to_owned()).collect(),
+        warnings: None,
     }
 }
 
