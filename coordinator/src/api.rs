@@ -619,6 +619,10 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         json!({"minimum": 1, "maximum": options.max_iterations_limit}),
     );
     limit(
+        &mut job["candidates"],
+        json!({"minimum": 1, "maximum": crate::jobs::MAX_CANDIDATES}),
+    );
+    limit(
         &mut doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/x-ndjson"]
             ["schema"],
         json!({"minItems": 1, "maxItems": options.max_batch_jobs}),

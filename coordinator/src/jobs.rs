@@ -99,6 +99,13 @@ pub(crate) fn validate(
             format!("must be between 1 and {}", options.max_iterations_limit),
         ));
     }
+    let candidates = submission.candidates.unwrap_or(1);
+    if !(1..=MAX_CANDIDATES).contains(&candidates) {
+        return Err(ApiError::invalid(
+            "candidates",
+            format!("must be between 1 and {MAX_CANDIDATES}"),
+        ));
+    }
     for (field, value) in [
         ("constraints", &submission.constraints),
         ("test_requirements", &submission.test_requirements),
@@ -121,9 +128,13 @@ pub(crate) fn validate(
         constraints: submission.constraints,
         test_requirements: submission.test_requirements,
         max_iterations,
+        candidates,
         rework,
     })
 }
+
+/// Most implementations a function's first attempt asks for.
+pub const MAX_CANDIDATES: u32 = 10;
 
 /// Most goals a refactor takes, and the longest one.
 const MAX_GOALS: usize = 10;

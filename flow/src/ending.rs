@@ -66,7 +66,10 @@ impl Flow {
             status,
             reason: reason.to_owned(),
         };
-        let result = JobResult::assemble(meta, specs, &outcomes, ending, proto::now_ms());
+        let mut result = JobResult::assemble(meta, specs, &outcomes, ending, proto::now_ms());
+        if let Some(plan) = &plan {
+            result.plan_source = plan.source();
+        }
         if self.finish(meta.tenant.as_deref(), &result).await? {
             tracing::info!(job = %meta.id, status = status.as_str(), %reason, "job ended");
             return Ok(Ended { result, now: true });

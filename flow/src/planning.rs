@@ -128,6 +128,7 @@ pub fn plan(specs: Vec<FunctionSpec>, max_functions: usize) -> Result<Plan, Plan
         specs,
         dependants,
         refused: None,
+        request_code: None,
     })
 }
 

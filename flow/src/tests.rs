@@ -53,6 +53,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
+            candidates: 1,
             rework: None,
         },
         submitted_at_ms: 0,

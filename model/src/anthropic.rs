@@ -50,8 +50,8 @@ impl Anthropic {
     /// The request body, exposed for tests of its shape.
     pub fn body(&self, request: &ChatRequest) -> Value {
         let mut system = request.system.clone();
-        if self.structured == StructuredOutput::Prompted {
-            system.push_str(&prompted_schema(request));
+        if let (Some(schema), StructuredOutput::Prompted) = (&request.schema, self.structured) {
+            system.push_str(&prompted_schema(schema));
         }
         let messages: Vec<Value> = request
             .messages
@@ -68,13 +68,18 @@ impl Anthropic {
             "system": system,
             "messages": messages,
         });
-        if self.structured != StructuredOutput::Prompted {
+        // A free-text request (no schema) is asked as a plain message.
+        if let Some(schema) = request
+            .schema
+            .as_ref()
+            .filter(|_| self.structured != StructuredOutput::Prompted)
+        {
             body["tools"] = json!([{
-                "name": request.schema.name,
-                "description": format!("Submit the answer as a `{}` object.", request.schema.name),
-                "input_schema": request.schema.schema,
+                "name": schema.name,
+                "description": format!("Submit the answer as a `{}` object.", schema.name),
+                "input_schema": schema.schema,
             }]);
-            body["tool_choice"] = json!({"type": "tool", "name": request.schema.name});
+            body["tool_choice"] = json!({"type": "tool", "name": schema.name});
         }
         body
     }

@@ -25,6 +25,15 @@ pub trait Answer: JsonSchema + DeserializeOwned + Send {
     /// Whether the server may enforce the schema strictly (all fields required, closed
     /// objects); false when the type holds free-form JSON values.
     const STRICT: bool;
+    /// Asked as free text, with no schema (a plain chat call), and read by
+    /// [`Answer::from_text`] alone.
+    const TEXT: bool = false;
+
+    /// The answer read from text that is not its structured form (e.g. the code of a fenced
+    /// block): what an answer that fails its schema falls back to before it is asked again.
+    fn from_text(_text: &str) -> Option<Self> {
+        None
+    }
 }
 
 impl Answer for FunctionSpecs {
@@ -40,6 +49,38 @@ impl Answer for TestCases {
 impl Answer for Implementation {
     const NAME: &'static str = "implementation";
     const STRICT: bool = true;
+
+    fn from_text(text: &str) -> Option<Self> {
+        Some(Implementation {
+            code: crate::schema::fenced_code(text)?,
+            analysis: None,
+        })
+    }
+}
+
+/// Code asked for as a plain chat call would ask for it (the request itself, the answer in a
+/// fenced block): a job's first implementation of a function its request wrote the stub of.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, JsonSchema)]
+pub struct Completion {
+    pub code: String,
+}
+
+impl Answer for Completion {
+    const NAME: &'static str = "completion";
+    const STRICT: bool = true;
+    const TEXT: bool = true;
+
+    /// The first fenced block's code; else, from a model that answered in the structured form
+    /// all the same, its `code`; else the whole answer (what a plain call's caller takes).
+    fn from_text(text: &str) -> Option<Self> {
+        let code = crate::schema::fenced_code(text)
+            .or_else(|| {
+                let value = extract_json(text)?;
+                Some(value.get("code")?.as_str()?.to_owned())
+            })
+            .unwrap_or_else(|| text.trim().to_owned() + "\n");
+        Some(Completion { code })
+    }
 }
 
 /// A validated answer and what it cost.
@@ -190,7 +231,7 @@ impl Model {
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
         let started = Instant::now();
-        let schema = cached_spec_for::<T>(T::NAME, T::STRICT);
+        let schema = (!T::TEXT).then(|| cached_spec_for::<T>(T::NAME, T::STRICT));
         let mut request = ChatRequest {
             phase,
             function: function.map(str::to_owned),
@@ -212,7 +253,7 @@ impl Model {
             calls += made;
             let response = response?;
             usage += response.usage;
-            match parse::<T>(&request.schema, &response) {
+            match parse::<T>(request.schema.as_ref(), &response) {
                 Ok(value) => {
                     return Ok(Generated {
                         value,
@@ -240,13 +281,16 @@ impl Model {
                         role: Role::Assistant,
                         content: response.text.clone(),
                     });
+                    let again = match &request.schema {
+                        Some(schema) => format!(
+                            "Answer again with only a JSON object that follows the `{}` schema.",
+                            schema.name
+                        ),
+                        None => "Answer again with the code in one fenced code block.".to_owned(),
+                    };
                     request.messages.push(Message {
                         role: Role::User,
-                        content: format!(
-                            "That answer is not valid: {problem}\nAnswer again with only a JSON \
-                             object that follows the `{}` schema.",
-                            request.schema.name
-                        ),
+                        content: format!("That answer is not valid: {problem}\n{again}"),
                     });
                     last_problem = problem;
                 }
@@ -473,7 +517,10 @@ impl Model {
             return Ok(None);
         }
         let chars = request.system.len()
-            + request.schema.schema.to_string().len()
+            + request
+                .schema
+                .as_ref()
+                .map_or(0, |s| s.schema.to_string().len())
             + request
                 .messages
                 .iter()
@@ -507,20 +554,27 @@ impl Model {
     }
 }
 
-/// The answer as `T`: structured JSON when the provider gave it, else JSON found in the text.
-fn parse<T: Answer>(schema: &SchemaSpec, response: &ChatResponse) -> Result<T, String> {
-    let value = match &response.json {
-        Some(value) => value.clone(),
-        None => extract_json(&response.text).ok_or_else(|| {
-            if response.text.trim().is_empty() {
-                "the answer was empty".to_string()
-            } else {
-                "the answer contains no JSON object".to_string()
-            }
-        })?,
+/// The answer as `T`: structured JSON when the provider gave it, else JSON found in the text,
+/// else what [`Answer::from_text`] reads in the text (a fenced block's code); a free-text
+/// answer (`schema` `None`) by `from_text` alone.
+fn parse<T: Answer>(schema: Option<&SchemaSpec>, response: &ChatResponse) -> Result<T, String> {
+    if response.text.trim().is_empty() && response.json.is_none() {
+        return Err("the answer was empty".to_owned());
+    }
+    let Some(schema) = schema else {
+        return T::from_text(&response.text)
+            .ok_or_else(|| "the answer holds no code block".to_owned());
     };
-    validate(schema, &value)?;
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    let structured = match &response.json {
+        Some(value) => Ok(value.clone()),
+        None => extract_json(&response.text)
+            .ok_or_else(|| "the answer contains no JSON object".to_owned()),
+    }
+    .and_then(|value| {
+        validate(schema, &value)?;
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    });
+    structured.or_else(|problem| T::from_text(&response.text).ok_or(problem))
 }
 
 fn limits_config(options: &Options) -> limits::Config {

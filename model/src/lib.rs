@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use call::Call;
-pub use client::{Generated, Model, Seat};
+pub use client::{Completion, Generated, Model, Seat};
 pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};
@@ -129,7 +129,9 @@ pub struct ChatRequest {
     pub function: Option<String>,
     pub system: String,
     pub messages: Vec<Message>,
-    pub schema: SchemaSpec,
+    /// The JSON schema the answer follows; `None`: a free-text answer (code in a fenced block,
+    /// as a plain chat call would get it), asked with no structured-output form at all.
+    pub schema: Option<SchemaSpec>,
     /// The answer's token budget when the context window leaves less than `model.max_tokens`;
     /// `None`: `model.max_tokens`. Not part of a recording's key.
     #[serde(skip)]

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 
 use crate::http::{classify, transport, truncate};
 use crate::{
-    CallError, ChatRequest, ChatResponse, Error, Options, Provider, Role, StructuredOutput, Usage,
+    CallError, ChatRequest, ChatResponse, Error, Options, Provider, Role, SchemaSpec,
+    StructuredOutput, Usage,
 };
 
 /// Headers that tell a scripted endpoint which phase and function a request is about; real
@@ -96,8 +97,8 @@ impl OpenAi {
 
     fn body_in(&self, request: &ChatRequest, structured: StructuredOutput) -> Value {
         let mut system = request.system.clone();
-        if structured == StructuredOutput::Prompted {
-            system.push_str(&prompted_schema(request));
+        if let (Some(schema), StructuredOutput::Prompted) = (&request.schema, structured) {
+            system.push_str(&prompted_schema(schema));
         }
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(request.messages.iter().map(|m| {
@@ -110,21 +111,25 @@ impl OpenAi {
             "temperature": self.temperature,
             "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
         });
+        // A free-text request (no schema) is asked as a plain chat call.
+        let Some(schema) = &request.schema else {
+            return body;
+        };
         match structured {
             StructuredOutput::Native => {
                 body["response_format"] = json!({
                     "type": "json_schema",
                     "json_schema": {
-                        "name": request.schema.name,
-                        "schema": request.schema.schema,
-                        "strict": request.schema.strict,
+                        "name": schema.name,
+                        "schema": schema.schema,
+                        "strict": schema.strict,
                     }
                 });
             }
             StructuredOutput::JsonObject => {
                 body["response_format"] = json!({
                     "type": "json_object",
-                    "schema": request.schema.schema,
+                    "schema": schema.schema,
                 });
             }
             StructuredOutput::Prompted => {}
@@ -142,11 +147,11 @@ fn refuses_response_format(status: reqwest::StatusCode, text: &str) -> bool {
 }
 
 /// The schema, spelled out for servers that cannot enforce it.
-pub(crate) fn prompted_schema(request: &ChatRequest) -> String {
+pub(crate) fn prompted_schema(schema: &SchemaSpec) -> String {
     format!(
         "\n\nAnswer with a single JSON object and nothing else. It must follow this JSON schema \
          (named `{}`):\n{}",
-        request.schema.name, request.schema.schema
+        schema.name, schema.schema
     )
 }
 

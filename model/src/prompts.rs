@@ -18,6 +18,8 @@ const REPAIR: &str = include_str!("../prompts/v1/repair.j2");
 const PLAN_REWORK: &str = include_str!("../prompts/v1/plan_rework.j2");
 const TESTS_REWORK: &str = include_str!("../prompts/v1/tests_rework.j2");
 const IMPLEMENT_REWORK: &str = include_str!("../prompts/v1/implement_rework.j2");
+const COMPLETE_SYSTEM: &str = include_str!("../prompts/v1/complete_system.j2");
+const COMPLETE: &str = include_str!("../prompts/v1/complete.j2");
 
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,15 @@ pub struct ImplementContext<'a> {
     pub spec: &'a FunctionSpec,
     pub dependencies: Vec<DependencyCode<'a>>,
     pub tests: &'a [TestCase],
+}
+
+/// Inputs of the first implementation of a function whose stub the request wrote: the
+/// request's own code (its imports, helpers and the stub), asked as a single plain call would
+/// ask it, the answer a fenced block ([`crate::Completion`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct CompleteContext<'a> {
+    pub language: &'a str,
+    pub code: &'a str,
 }
 
 /// One failing case, as the repair prompt shows it.
@@ -149,6 +160,8 @@ fn environment() -> Environment<'static> {
         ("plan_rework", PLAN_REWORK),
         ("tests_rework", TESTS_REWORK),
         ("implement_rework", IMPLEMENT_REWORK),
+        ("complete_system", COMPLETE_SYSTEM),
+        ("complete", COMPLETE),
     ] {
         env.add_template(name, source)
             .expect("bundled templates parse (checked by tests)");
@@ -311,6 +324,15 @@ fn words(language: &str) -> Words {
 }
 
 fn render(template: &str, language: &str, context: impl Serialize) -> Result<Prompt, Error> {
+    render_with("system", template, language, context)
+}
+
+fn render_with(
+    system: &str,
+    template: &str,
+    language: &str,
+    context: impl Serialize,
+) -> Result<Prompt, Error> {
     let env = &*ENVIRONMENT;
     let render = |name: &str, ctx: minijinja::Value| {
         env.get_template(name)
@@ -320,7 +342,7 @@ fn render(template: &str, language: &str, context: impl Serialize) -> Result<Pro
     };
     Ok(Prompt {
         system: render(
-            "system",
+            system,
             minijinja::context! { language, words => minijinja::Value::from(minijinja::value::Serde(words(language))) },
         )?,
         user: render(
@@ -362,6 +384,12 @@ pub fn repair(context: &RepairContext<'_>) -> Result<Prompt, Error> {
     render("repair", context.language, context)
 }
 
+/// The first implementation of a function whose stub the request wrote: the plain system
+/// prompt (no JSON), the request's code as the user's message.
+pub fn complete(context: &CompleteContext<'_>) -> Result<Prompt, Error> {
+    render_with("complete_system", "complete", context.language, context)
+}
+
 #[cfg(test)]
 mod tests {
     use proto::generation::{Complexity, Output, Param, TestKind};
@@ -388,6 +416,7 @@ mod tests {
                 inputs: json!({"n": 10}).as_object().unwrap().clone(),
                 expected_output: json!(17),
                 expected_error: None,
+                given: false,
             },
             TestCase {
                 name: "negative".into(),
@@ -395,6 +424,7 @@ mod tests {
                 inputs: json!({"n": -1}).as_object().unwrap().clone(),
                 expected_output: json!(null),
                 expected_error: Some("ValueError".into()),
+                given: false,
             },
         ]
     }
@@ -405,6 +435,22 @@ mod tests {
 
     fn snapshot(prompt: &Prompt) -> String {
         format!("--- system\n{}\n--- user\n{}\n", prompt.system, prompt.user)
+    }
+
+    #[test]
+    fn complete_prompt_is_the_request_asked_as_one_plain_call() {
+        let code = "from typing import List\n\n\ndef inc(xs: List[int]) -> List[int]:\n    \"\"\"Add one.\n    >>> inc([1])\n    [2]\n    \"\"\"\n";
+        let prompt = complete(&CompleteContext {
+            language: "python",
+            code,
+        })
+        .unwrap();
+        assert_eq!(
+            prompt.system,
+            "You are a python programmer. Complete the function the user gives: answer with the \
+             whole function, its signature included, in one ```python code block."
+        );
+        assert_eq!(prompt.user, code.trim());
     }
 
     #[test]

@@ -117,6 +117,26 @@ pub fn validate(spec: &SchemaSpec, value: &Value) -> Result<(), String> {
     }
 }
 
+/// The body of the first fenced code block of `text` (any language tag) that is not JSON, or
+/// `None`: code a model wrote as a plain chat answer would hold it.
+pub fn fenced_code(text: &str) -> Option<String> {
+    let mut rest = text;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let body_start = after.find('\n')? + 1;
+        let tag = after[..body_start].trim();
+        let end = after[body_start..]
+            .find("```")
+            .unwrap_or(after.len() - body_start);
+        let body = &after[body_start..body_start + end];
+        if !body.trim().is_empty() && tag != "json" {
+            return Some(body.trim_end().to_owned() + "\n");
+        }
+        rest = &after[(body_start + end + 3).min(after.len())..];
+    }
+    None
+}
+
 /// Finds the JSON answer in a model's text: the whole text, else the first fenced block that
 /// parses, else the first `{…}` that parses.
 pub fn extract_json(text: &str) -> Option<Value> {
@@ -175,6 +195,23 @@ mod tests {
                                            "expected_output": output}]});
             validate(&spec, &answer).unwrap();
         }
+    }
+
+    #[test]
+    fn fenced_code_is_the_first_block_that_is_not_json_even_unclosed() {
+        let answer =
+            "Sure:\n```json\n{\"a\": 1}\n```\n```python\ndef f():\n    return 1\n```\nDone.";
+        assert_eq!(
+            fenced_code(answer).as_deref(),
+            Some("def f():\n    return 1\n")
+        );
+        // Cut off at the token limit before the closing fence: the code so far.
+        assert_eq!(
+            fenced_code("```py\ndef g(x):\n    return x").as_deref(),
+            Some("def g(x):\n    return x\n")
+        );
+        assert_eq!(fenced_code("def f(): pass"), None);
+        assert_eq!(fenced_code("```\n```"), None);
     }
 
     #[test]

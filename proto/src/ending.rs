@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use crate::TaskId;
 use crate::generation::{FunctionSpec, TestCase, TestKind};
 use crate::job::{
-    CacheOutcome, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, Quality, TestResult,
-    Validation,
+    CacheOutcome, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, PlanSource, Quality,
+    TestResult, Validation,
 };
 
 /// How a job ended.
@@ -71,9 +71,15 @@ impl JobResult {
             instruction: meta.request.instruction.clone(),
             language: meta.request.language,
             language_reason: meta.request.language_reason.clone(),
+            plan_source: PlanSource::Model,
             function_specs: specs.to_vec(),
             implementations: BTreeMap::new(),
             tests: BTreeMap::new(),
+            contradicted_tests: produced
+                .iter()
+                .filter(|o| !o.contradicted.is_empty())
+                .map(|o| (o.name.clone(), o.contradicted.clone()))
+                .collect(),
             test_results: Vec::new(),
             all_tests_passed: false,
             improvement_history,
@@ -278,6 +284,7 @@ mod tests {
                 constraints: None,
                 test_requirements: None,
                 max_iterations: 3,
+                candidates: 1,
                 rework: None,
             },
             submitted_at_ms: 1_000,
@@ -317,6 +324,7 @@ mod tests {
                 inputs: serde_json::Map::new(),
                 expected_output: serde_json::json!(1),
                 expected_error: None,
+                given: false,
             }],
             test_results: vec![verdict(name, passed)],
             failure: (!passed).then(|| "wrong output".into()),

@@ -81,6 +81,11 @@ pub struct TestCase {
     /// Name of the exception type expected (e.g. `ValueError`), or `null`.
     #[schema(required = true)]
     pub expected_error: Option<String>,
+    /// An example the request itself gave (a doctest, an `assert`, `f(x) == y`): right by
+    /// definition, never replaced by a generated case. Never part of the model's answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(skip)]
+    pub given: bool,
 }
 
 /// The `test_cases` answer.

@@ -29,6 +29,12 @@ pub struct JobSubmission {
     pub test_requirements: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_iterations: Option<u32>,
+    /// How many implementations a function's first attempt asks for (1 to 10, default 1):
+    /// all run against the tests in one sandbox run, and the one that passes every given test
+    /// and the most generated ones is kept, ties broken by how many candidates agree with it
+    /// (docs/generation.md, "Candidates").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<u32>,
     /// Where to POST the job's result once it ends (signed; see docs/api.md, "Webhooks"). An
     /// `http(s)` URL whose host the operator allows (`coordinator.webhook_allow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,9 +107,16 @@ pub struct JobRequest {
     pub test_requirements: Option<String>,
     /// Implementation attempts per function (first one included).
     pub max_iterations: u32,
+    /// Implementations asked for a function's first attempt, the best kept.
+    #[serde(default = "one")]
+    pub candidates: u32,
     /// A `debug` or `refactor` job's given code; `None`: the job generates.
     #[serde(default)]
     pub rework: Option<Rework>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl JobRequest {
@@ -224,6 +237,10 @@ pub fn solution_cache_key(request: &JobRequest, model: &str) -> String {
         model.to_owned(),
     ];
     parts.extend(rework_parts(request.rework.as_ref()));
+    // One candidate keeps the key it had before candidates existed.
+    if request.candidates > 1 {
+        parts.push(format!("candidates {}", request.candidates));
+    }
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     digest(&parts)
 }
@@ -254,6 +271,7 @@ pub fn function_cache_key(
     dependency_code: &[(String, String)],
     model: &str,
     rework: Option<&Rework>,
+    request: Option<&RequestCode>,
 ) -> String {
     let spec = serde_json::to_string(spec).unwrap_or_default();
     let deps: String = dependency_code
@@ -268,6 +286,11 @@ pub fn function_cache_key(
         model.to_owned(),
     ];
     parts.extend(rework_parts(rework));
+    // A function of a request's own stubs: its code (the preamble and the examples it tests
+    // against come from it) decides the outcome too.
+    if let Some(request) = request {
+        parts.push(format!("request\n{}", request.code));
+    }
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     digest(&parts)
 }
@@ -284,6 +307,33 @@ pub struct Plan {
     /// delivery handed on) the one that stores first decides, refused or started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The request's own code, when the plan is its stubs (made with no model call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_code: Option<RequestCode>,
+}
+
+/// Where a job's plan came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanSource {
+    /// The model split the request into functions.
+    #[default]
+    Model,
+    /// The request wrote its functions' stubs (signature and docstring): they are the plan,
+    /// made with no model call, and their examples are test cases marked `given`.
+    Request,
+}
+
+/// What a request that wrote its functions' stubs gave besides them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestCode {
+    /// The request's code without the stubs (imports, functions it implemented, constants),
+    /// which every module of the job starts with.
+    pub preamble: String,
+    /// The request's code as it was given, stubs included: the first implementation's prompt.
+    pub code: String,
+    /// The examples it gave, as test cases (`given`), by function.
+    pub given: BTreeMap<String, Vec<TestCase>>,
 }
 
 impl Plan {
@@ -293,7 +343,23 @@ impl Plan {
             specs,
             dependants: BTreeMap::new(),
             refused: Some(reason),
+            request_code: None,
         }
+    }
+
+    /// Where the plan came from.
+    pub fn source(&self) -> PlanSource {
+        match self.request_code {
+            Some(_) => PlanSource::Request,
+            None => PlanSource::Model,
+        }
+    }
+
+    /// The code every module of the job starts with (empty unless the request gave some).
+    pub fn preamble(&self) -> &str {
+        self.request_code
+            .as_ref()
+            .map_or("", |r| r.preamble.as_str())
     }
 
     pub fn spec(&self, name: &str) -> Option<&FunctionSpec> {
@@ -428,6 +494,9 @@ pub struct FunctionOutcome {
     /// change's analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rework: Option<ReworkOutcome>,
+    /// Generated cases dropped because they contradict a case the request gave.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contradicted: Vec<TestCase>,
 }
 
 /// What a `debug` or `refactor` job's cases did on the given code, and why the code changed.
@@ -466,6 +535,7 @@ impl FunctionOutcome {
             cached: false,
             validation: Validation::Tested,
             rework: None,
+            contradicted: vec![],
         }
     }
 }
@@ -554,9 +624,16 @@ pub struct JobResult {
     /// default).
     #[serde(default)]
     pub language_reason: String,
+    /// Where the plan (`function_specs`) came from.
+    #[serde(default)]
+    pub plan_source: PlanSource,
     pub function_specs: Vec<FunctionSpec>,
     pub implementations: BTreeMap<String, String>,
     pub tests: BTreeMap<String, Vec<TestCase>>,
+    /// Generated cases left out because they contradict a case the request gave (the same
+    /// inputs, another expectation), by function.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub contradicted_tests: BTreeMap<String, Vec<TestCase>>,
     pub test_results: Vec<TestResult>,
     pub all_tests_passed: bool,
     pub improvement_history: Vec<Improvement>,
@@ -626,6 +703,7 @@ mod tests {
             constraints: None,
             test_requirements: None,
             max_iterations: 3,
+            candidates: 1,
             rework: None,
         }
     }

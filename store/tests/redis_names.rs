@@ -82,6 +82,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
+            candidates: 1,
             rework: None,
         },
         submitted_at_ms: 1_000,
@@ -361,6 +362,7 @@ async fn a_jobs_state_is_under_its_names_and_read_back_whole() {
         specs: vec![spec("a", &[]), spec("b", &["a"])],
         dependants: BTreeMap::from([("a".into(), vec!["b".into()]), ("b".into(), vec![])]),
         refused: None,
+        request_code: None,
     };
     store.create_job(&meta(job, None)).await.unwrap();
     let started = store

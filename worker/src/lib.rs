@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod sandbox_turns;
 pub mod sessions;
 pub mod static_check;
+pub mod stubs;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -762,6 +762,7 @@ async fn the_api_answers_as_documented() {
         specs: vec![serde_json::from_value(spec.clone()).unwrap()],
         dependants: Default::default(),
         refused: None,
+        request_code: None,
     };
     let meta = jobs.job_meta(job).await.unwrap().unwrap();
     jobs.start_job(&meta, &plan, None).await.unwrap();

@@ -44,6 +44,7 @@ fn fan_in() -> Plan {
         specs,
         dependants,
         refused: None,
+        request_code: None,
     }
 }
 
@@ -285,6 +286,7 @@ async fn a_failed_function_releases_nothing_and_starts_the_integration<S: JobSto
                 ("d".into(), vec![]),
             ]),
             refused: None,
+            request_code: None,
         };
         store.start_job(&m, &plan, None).await.unwrap();
         let mut a = final_outcome("a");
@@ -586,6 +588,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
             constraints: None,
             test_requirements: None,
             max_iterations: 1,
+            candidates: 1,
             rework: None,
         },
         submitted_at_ms: at,

@@ -223,6 +223,16 @@ async fn bad_job_requests_get_a_4xx_naming_the_field() {
             422,
             "max_iterations",
         ),
+        (
+            json!({"instruction": "x", "candidates": 0}),
+            422,
+            "candidates",
+        ),
+        (
+            json!({"instruction": "x", "candidates": 11}),
+            422,
+            "candidates",
+        ),
         (json!({"instruction": "x", "colour": "blue"}), 400, "colour"),
     ] {
         let (got, answer) = cluster.submit_job(body.clone()).await;

@@ -16,6 +16,7 @@ mod executions_eval;
 mod fairness;
 mod generation_languages;
 mod generation_modes;
+mod generation_stubs;
 mod idempotency;
 mod index_store;
 mod job_store;

@@ -360,6 +360,48 @@ impl Pipeline {
         }
     }
 
+    /// `spec`'s `cases` against each of `modules` (a function's candidates): one harness run
+    /// for all where the image's harness runs them (each against its own module), else one
+    /// run each; a verdict per module, in order.
+    pub(super) async fn run_candidates(
+        &self,
+        ctx: &TaskCtx,
+        language: Language,
+        modules: &[String],
+        spec: &FunctionSpec,
+        cases: &[TestCase],
+    ) -> Result<Vec<CaseRun>, Error> {
+        let function = spec.name.as_str();
+        let shares = if modules.len() > 1 && forms::of(language).is_none() {
+            self.go_on(ctx).await?;
+            let runs = modules
+                .iter()
+                .map(|module| CasesRequest {
+                    function: Some(function.to_owned()),
+                    code: Some(module.clone()),
+                    ..self.cases_request(cases)
+                })
+                .collect();
+            self.shared_run(ctx, language, runs, None).await?
+        } else {
+            Vec::new()
+        };
+        let mut shares = shares.into_iter();
+        let mut verdicts = Vec::with_capacity(modules.len());
+        for module in modules {
+            verdicts.push(match shares.next() {
+                Some(Shared::Report(report)) => shared_case_run(function, cases, report),
+                Some(Shared::Down(dependency, reason)) => {
+                    return Err(Error::Retry { dependency, reason });
+                }
+                Some(Shared::Alone) | None => {
+                    self.run_cases(ctx, language, module, spec, cases).await?
+                }
+            });
+        }
+        Ok(verdicts)
+    }
+
     /// One harness run of `runs` (a job's waiting cases runs, in `turn`): what each member
     /// gets, in order, as many as the harness answered (all [`Shared::Alone`] when the run
     /// broke, or [`Shared::Down`] when Docker stayed down). `Err` only when the job has
@@ -652,6 +694,7 @@ mod tests {
             inputs: serde_json::Map::new(),
             expected_output: Value::Null,
             expected_error: None,
+            given: false,
         }];
         // A compiler's message ends in a newline and has no traceback; Python's exception
         // line has none and a traceback that does.

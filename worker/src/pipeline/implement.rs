@@ -5,16 +5,17 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use model::prompts::{self, Attempt, DependencyCode, Failure};
-use model::{Phase, Seat};
+use model::{Completion, Generated, Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
-    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, ReworkOutcome, TestResult,
-    Validation,
+    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, RequestCode, ReworkOutcome,
+    TestResult, Validation,
 };
 use proto::{ErrorKind, Progress};
 
 use crate::gate::Dependency;
 
+use super::candidates;
 use super::cases::CaseRun;
 use super::seat_ahead::SeatAhead;
 use super::{Error, Pipeline, TaskCtx, advancing, model_error, redis};
@@ -97,6 +98,7 @@ impl Pipeline {
                 &dependency_code,
                 model,
                 meta.request.rework.as_ref(),
+                plan.request_code.as_ref(),
             )
         });
         if let (Some((cache, _)), Some(key)) = (&self.cache, &cache_key) {
@@ -120,7 +122,15 @@ impl Pipeline {
         let started = Instant::now();
         let mut outcome = FunctionOutcome::new(&function);
         let last_attempt = match self
-            .implement_loop(ctx, seat, &meta, &spec, &dependency_code, &mut outcome)
+            .implement_loop(
+                ctx,
+                seat,
+                &meta,
+                &spec,
+                plan.request_code.as_ref(),
+                &dependency_code,
+                &mut outcome,
+            )
             .await
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
@@ -218,12 +228,15 @@ impl Pipeline {
     /// Fills `outcome`; `Err(Failed)` carries a failure reason for the record. `Ok` carries
     /// the passing attempt's progress event, not yet stored: it is stored with the final
     /// outcome (failed attempts are stored as they happen).
+    /// `request`: the request's own code, when its stubs are the plan.
+    #[allow(clippy::too_many_arguments)] // the task's context and what the function is made of
     async fn implement_loop(
         &self,
         ctx: &TaskCtx,
         mut seat: SeatAhead<'_>,
         meta: &JobMeta,
         spec: &proto::generation::FunctionSpec,
+        request: Option<&RequestCode>,
         dependency_code: &[(String, String)],
         outcome: &mut FunctionOutcome,
     ) -> Result<Progress, Error> {
@@ -259,26 +272,54 @@ impl Pipeline {
                 function: spec.name.clone(),
             },
         );
-        // The code's call follows the tests' in the same seat: one wait for the limit.
-        let tests = async {
-            let mut seat = seat.take().await;
-            let tests = model
-                .generate_in::<TestCases>(
-                    &ctx.call,
-                    &mut seat,
-                    Phase::Tests,
-                    Some(&spec.name),
-                    &tests_prompt,
-                    deadline,
-                )
-                .await;
-            (tests, seat)
+        // The request's own examples are the tests when it gave some, and with one candidate
+        // no generated ones are asked for (a generated case could only fail right code, at a
+        // call's cost); with several, generated cases rank them, those that contradict a given
+        // one dropped. Otherwise the model writes them. The code's call follows the tests' in
+        // the same seat: one wait for the limit.
+        let candidates = if rework.is_none() {
+            meta.request.candidates.max(1)
+        } else {
+            1
         };
-        // The call first: its request leaves before the event's write.
-        let (tests, mut seat) = tokio::join!(tests, started_event).0;
-        let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
-        account(outcome, &tests.usage, tests.calls);
-        outcome.tests = tests.value.cases;
+        let given = request
+            .and_then(|r| r.given.get(&spec.name))
+            .filter(|g| !g.is_empty() && rework.is_none());
+        let mut seat = match given {
+            Some(given) if candidates == 1 => {
+                outcome.tests = given.clone();
+                tokio::join!(seat.take(), started_event).0
+            }
+            _ => {
+                let tests = async {
+                    let mut seat = seat.take().await;
+                    let tests = model
+                        .generate_in::<TestCases>(
+                            &ctx.call,
+                            &mut seat,
+                            Phase::Tests,
+                            Some(&spec.name),
+                            &tests_prompt,
+                            deadline,
+                        )
+                        .await;
+                    (tests, seat)
+                };
+                // The call first: its request leaves before the event's write.
+                let (tests, seat) = tokio::join!(tests, started_event).0;
+                let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
+                account(outcome, &tests.usage, tests.calls);
+                match given {
+                    Some(given) => {
+                        let (tests, dropped) = candidates::merged(given, tests.value.cases);
+                        outcome.tests = tests;
+                        outcome.contradicted = dropped;
+                    }
+                    None => outcome.tests = tests.value.cases,
+                }
+                seat
+            }
+        };
         if let Some(rework) = rework {
             self.against_given_code(ctx, &mut seat, meta, rework, spec, outcome)
                 .await?;
@@ -290,9 +331,14 @@ impl Pipeline {
             .iter()
             .map(|(name, code)| DependencyCode { name, code })
             .collect();
-        let prelude: String = dependency_code
-            .iter()
-            .map(|(_, code)| format!("{}\n\n", code.trim_end()))
+        // The request's preamble (its imports and the functions it implemented), then the
+        // dependencies' verified code.
+        let prelude: String = request
+            .map(|r| r.preamble.as_str())
+            .filter(|p| !p.trim().is_empty())
+            .into_iter()
+            .chain(dependency_code.iter().map(|(_, code)| code.as_str()))
+            .map(|code| format!("{}\n\n\n", code.trim_end()))
             .collect();
 
         let mut last: Option<(String, CaseRun)> = None;
@@ -310,6 +356,11 @@ impl Pipeline {
                             .unwrap_or_default(),
                     })
                 }
+                // A stub the request wrote: asked as one plain call would ask it.
+                (None, None) if request.is_some() => prompts::complete(&prompts::CompleteContext {
+                    language,
+                    code: request.map_or("", |r| r.code.as_str()),
+                }),
                 (None, None) => prompts::implement(&prompts::ImplementContext {
                     instruction: &meta.request.instruction,
                     language,
@@ -350,19 +401,9 @@ impl Pipeline {
                 Phase::Repair
             };
             self.go_on(ctx).await?;
-            let generating = async {
-                model
-                    .generate_in::<Implementation>(
-                        &ctx.call,
-                        &mut seat,
-                        phase,
-                        Some(&spec.name),
-                        &prompt,
-                        deadline,
-                    )
-                    .await
-                    .map_err(|e| model_error(Some(phase.as_str()), &e))
-            };
+            let plain = last.is_none() && rework.is_none() && request.is_some();
+            let generating =
+                self.ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline);
             // A failed save (Redis, the job ended, another run finished) stops the call.
             let generated = match unsaved_tests.take() {
                 Some(with_tests) => {
@@ -387,12 +428,40 @@ impl Pipeline {
                 previous.fix = analysis.changes.clone();
                 previous.analysis = Some(analysis);
             }
+            // The first attempt's other candidates, asked alike; all run against the tests in
+            // one sandbox run, and the best is the attempt's code.
+            let mut codes = vec![code];
+            if last.is_none() && candidates > 1 {
+                for _ in 1..candidates {
+                    self.go_on(ctx).await?;
+                    let more = self
+                        .ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline)
+                        .await?;
+                    account(outcome, &more.usage, more.calls);
+                    codes.push(more.value.code);
+                }
+                seat = Seat::default();
+            }
+            let modules: Vec<String> = codes.iter().map(|c| format!("{prelude}{c}")).collect();
+            let ran = match &modules[..] {
+                [module] => self
+                    .run_cases(ctx, meta.request.language, module, spec, &outcome.tests)
+                    .await
+                    .map(|run| (0, run)),
+                _ => self
+                    .run_candidates(ctx, meta.request.language, &modules, spec, &outcome.tests)
+                    .await
+                    .map(|mut runs| {
+                        let best = candidates::best(&outcome.tests, &runs).unwrap_or(0);
+                        tracing::info!(%job, function = %spec.name, candidates = runs.len(), best, "candidates judged by the tests");
+                        (best, runs.swap_remove(best))
+                    }),
+            };
+            let chosen = ran.as_ref().map_or(0, |(i, _)| *i);
+            let code = codes.swap_remove(chosen);
+            let module = modules[chosen].clone();
             outcome.code = Some(code.clone());
-            let module = format!("{prelude}{code}");
-            let run = match self
-                .run_cases(ctx, meta.request.language, &module, spec, &outcome.tests)
-                .await
-            {
+            let run = match ran.map(|(_, run)| run) {
                 Ok(run) => run,
                 Err(Error::Retry {
                     dependency: Dependency::Docker,
@@ -576,4 +645,55 @@ fn failures<'a>(tests: &'a [TestCase], results: &'a [TestResult]) -> Vec<Failure
             })
         })
         .collect()
+}
+
+impl Pipeline {
+    /// One answer of code for `spec`: asked as a plain call (`plain`: the request's own stub,
+    /// a first attempt) or in the implementation's JSON form.
+    #[allow(clippy::too_many_arguments)] // one call's context, spelled out
+    async fn ask_code(
+        &self,
+        ctx: &TaskCtx,
+        model: &model::Model,
+        seat: &mut Seat,
+        plain: bool,
+        phase: Phase,
+        spec: &proto::generation::FunctionSpec,
+        prompt: &model::Prompt,
+        deadline: tokio::time::Instant,
+    ) -> Result<Generated<Implementation>, Error> {
+        let function = Some(spec.name.as_str());
+        let generated = if plain {
+            model
+                .generate_in::<Completion>(&ctx.call, seat, phase, function, prompt, deadline)
+                .await
+                .map(completed)
+        } else {
+            model
+                .generate_in::<Implementation>(&ctx.call, seat, phase, function, prompt, deadline)
+                .await
+        };
+        generated.map_err(|e| model_error(Some(phase.as_str()), &e))
+    }
+}
+
+/// A plain call's code as an implementation (a first attempt has no analysis).
+fn completed(generated: Generated<Completion>) -> Generated<Implementation> {
+    let Generated {
+        value,
+        usage,
+        calls,
+        answers,
+        elapsed,
+    } = generated;
+    Generated {
+        value: Implementation {
+            code: value.code,
+            analysis: None,
+        },
+        usage,
+        calls,
+        answers,
+        elapsed,
+    }
 }

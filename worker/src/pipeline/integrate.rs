@@ -32,12 +32,16 @@ impl Pipeline {
             .iter()
             .filter_map(|s| Some((s.name.clone(), functions.remove(&s.name)?)))
             .collect();
-        // Two blank lines between functions and one newline at the end, as PEP 8 has it (the
-        // linter reads this module).
-        let module = plan
-            .specs
-            .iter()
-            .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.as_deref()))
+        // The request's preamble, then the functions: two blank lines between them and one
+        // newline at the end, as PEP 8 has it (the linter reads this module).
+        let module = Some(plan.preamble())
+            .filter(|p| !p.trim().is_empty())
+            .into_iter()
+            .chain(
+                plan.specs
+                    .iter()
+                    .filter_map(|s| outcomes.get(&s.name).and_then(|o| o.code.as_deref())),
+            )
             .map(str::trim_end)
             .collect::<Vec<_>>()
             .join("\n\n\n")
@@ -103,6 +107,7 @@ impl Pipeline {
             }
         };
         let mut result = JobResult::assemble(&meta, &plan.specs, &outcomes, ending, now_ms());
+        result.plan_source = plan.source();
         if let Some(rework) = &meta.request.rework {
             result.change = Some(
                 self.change(ctx, &meta.request, rework, &plan.specs, &outcomes, &result)

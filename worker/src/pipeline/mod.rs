@@ -14,6 +14,7 @@ use store::{CacheStore, JobStore};
 
 use crate::gate::{Dependency, Gate};
 
+mod candidates;
 mod cases;
 mod ctx;
 mod forms;

@@ -34,6 +34,13 @@ impl Pipeline {
                 let _ = self.jobs.set_status(job, JobStatus::Planning).await;
             }
         };
+        // A request that wrote its functions' stubs is planned by them, with no model call.
+        if let Some(plan) = request_plan(&meta) {
+            drop(seat);
+            tokio::join!(planning, self.progress(job, Progress::Planning));
+            tracing::info!(%job, functions = plan.specs.len(), "planned by the request's own stubs");
+            return self.started(ctx, &meta, &plan).await;
+        }
         let model = self.model();
         let mut problem = task.problem.clone();
         let first_answer = async {
@@ -170,6 +177,25 @@ impl Pipeline {
         let refused = proto::job::Plan::refused(specs.to_vec(), reason.to_owned());
         self.flow.start(meta, &refused).await.map_err(advancing)?;
         Ok(())
+    }
+}
+
+/// The plan of a generation request that wrote its functions' stubs (`crate::stubs`), when
+/// they make one (`flow::plan`'s rules, the job's function limit); else the model plans.
+fn request_plan(meta: &JobMeta) -> Option<proto::job::Plan> {
+    if meta.request.rework.is_some() {
+        return None;
+    }
+    let stubs = crate::stubs::of_request(meta.request.language, &meta.request.instruction)?;
+    match flow::plan(stubs.specs, meta.max_functions as usize) {
+        Ok(mut plan) => {
+            plan.request_code = Some(stubs.code);
+            Some(plan)
+        }
+        Err(refused) => {
+            tracing::info!(job = %meta.id, %refused, "the request's stubs make no plan; the model plans");
+            None
+        }
     }
 }
 

@@ -206,6 +206,7 @@ class JobSubmission(_Request):
     constraints: str | None = None
     test_requirements: str | None = None
     max_iterations: int | None = None
+    candidates: int | None = None
     callback_url: str | None = None
     mode: str | None = None
     code: str | None = None
@@ -391,6 +392,7 @@ class TestCase(_Answer):
     inputs: dict[str, Any]
     expected_output: Any
     expected_error: str | None
+    given: bool = False
 
 
 class TestResult(_Answer):
@@ -474,6 +476,7 @@ class JobResult(_Answer):
     instruction: str
     language: str
     language_reason: str = ""
+    plan_source: str = "model"
     function_specs: list[FunctionSpec]
     implementations: dict[str, str]
     tests: dict[str, list[TestCase]]

@@ -1,0 +1,51 @@
+//! A request's own functions: when a request carries the stubs of the functions it wants (a
+//! signature with its docstring, as HumanEval and MBPP write a problem), they are the plan, made
+//! with no model call, and the examples they give (doctests, `assert f(x) == y`, `f(x) ==> y`)
+//! are test cases marked `given`. Everything else the request's code holds (imports, functions
+//! it implemented) is the preamble every module of the job starts with.
+
+mod literals;
+mod python;
+
+use std::collections::BTreeMap;
+
+use proto::Language;
+use proto::generation::{FunctionSpec, TestCase};
+use proto::job::RequestCode;
+
+/// The plan a request's stubs make, and what comes with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stubs {
+    /// In the request's order.
+    pub specs: Vec<FunctionSpec>,
+    pub code: RequestCode,
+}
+
+/// The stubs of `instruction` in `language`, or `None` when it carries none that can be the
+/// plan (no code, code that does not parse, a stub whose parameters cannot be named): then
+/// the model plans.
+pub fn of_request(language: Language, instruction: &str) -> Option<Stubs> {
+    match language {
+        Language::Python | Language::PythonSci => python::stubs(instruction),
+        _ => None,
+    }
+}
+
+/// `given`'s cases by function, each named `given_<n>` in its function's order.
+fn named(given: BTreeMap<String, Vec<TestCase>>) -> BTreeMap<String, Vec<TestCase>> {
+    given
+        .into_iter()
+        .map(|(function, cases)| {
+            let cases = cases
+                .into_iter()
+                .enumerate()
+                .map(|(i, case)| TestCase {
+                    name: format!("given_{}", i + 1),
+                    ..case
+                })
+                .collect();
+            (function, cases)
+        })
+        .filter(|(_, cases): &(String, Vec<TestCase>)| !cases.is_empty())
+        .collect()
+}

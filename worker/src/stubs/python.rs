@@ -1,0 +1,393 @@
+//! Python stubs: a top-level `def` whose body is only its docstring (and perhaps `pass` or
+//! `...`). The request's code is its first fenced block, else everything from its first line
+//! that starts Python code (`def`, `import`, `from`, `class`, `@`, `async def`) to its end; it
+//! must be valid Python (the static checker's rules), or the model plans.
+
+use std::collections::BTreeMap;
+
+use proto::generation::{Complexity, FunctionSpec, Output, Param, TestCase, TestKind};
+use proto::job::RequestCode;
+use serde_json::{Map, Value};
+use tree_sitter::{Node, Parser};
+
+use super::literals::{named, value};
+use super::{Stubs, named as named_cases};
+
+pub(super) fn stubs(instruction: &str) -> Option<Stubs> {
+    let code = code_of(instruction)?;
+    crate::static_check::check(&code, None).ok()?;
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_python::LANGUAGE.into())
+        .ok()?;
+    let tree = parser.parse(&code, None)?;
+    let root = tree.root_node();
+    let mut specs = Vec::new();
+    let mut docstrings = Vec::new();
+    let mut cut = Vec::new();
+    for node in named(root) {
+        let Some((def, docstring)) = stub(node, &code) else {
+            continue;
+        };
+        specs.push(spec(def, &code, &docstring)?);
+        docstrings.push(docstring);
+        cut.push(node.start_byte()..node.end_byte());
+    }
+    if specs.is_empty() {
+        return None;
+    }
+    // Who calls whom, by the examples and prose of each docstring.
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    for (spec, docstring) in specs.iter_mut().zip(&docstrings) {
+        spec.dependencies = names
+            .iter()
+            .filter(|other| **other != spec.name && calls(docstring, other))
+            .cloned()
+            .collect();
+    }
+    let mut given = BTreeMap::new();
+    for (spec, docstring) in specs.iter().zip(&docstrings) {
+        given.insert(spec.name.clone(), examples(spec, docstring));
+    }
+    let mut preamble = String::new();
+    let mut at = 0;
+    for range in cut {
+        preamble.push_str(&code[at..range.start]);
+        at = range.end;
+    }
+    preamble.push_str(&code[at..]);
+    let preamble = preamble.trim().to_owned();
+    Some(Stubs {
+        specs,
+        code: RequestCode {
+            preamble: if preamble.is_empty() {
+                preamble
+            } else {
+                preamble + "\n"
+            },
+            code: code.trim_end().to_owned() + "\n",
+            given: named_cases(given),
+        },
+    })
+}
+
+/// The request's code: its first fenced block, else from its first line of Python to the end.
+fn code_of(instruction: &str) -> Option<String> {
+    if let Some(code) = model::schema::fenced_code(instruction) {
+        return Some(code);
+    }
+    let starts = |line: &str| {
+        ["def ", "async def ", "import ", "from ", "class ", "@"]
+            .iter()
+            .any(|p| line.starts_with(p))
+    };
+    let mut offset = 0;
+    for line in instruction.split_inclusive('\n') {
+        if starts(line) {
+            return Some(instruction[offset..].to_owned());
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// `node` as a stub: the `def` and its docstring's text, when its body is only that.
+fn stub<'t>(node: Node<'t>, code: &str) -> Option<(Node<'t>, String)> {
+    let def = match node.kind() {
+        "function_definition" => node,
+        _ => return None,
+    };
+    let body = named(def.child_by_field_name("body")?);
+    let (first, rest) = body.split_first()?;
+    let docstring = match named(*first)[..] {
+        [string] if first.kind() == "expression_statement" && string.kind() == "string" => {
+            value(string, code)?
+        }
+        _ => return None,
+    };
+    let filler = |n: &Node<'_>| {
+        n.kind() == "pass_statement"
+            || (n.kind() == "expression_statement"
+                && named(*n).first().is_some_and(|e| e.kind() == "ellipsis"))
+    };
+    if !rest.iter().all(filler) {
+        return None;
+    }
+    Some((def, docstring.as_str()?.to_owned()))
+}
+
+/// The spec of a stub: its name, parameters and their annotations, its return annotation, and
+/// its docstring as the purpose. `None` for parameters that no case can name (`*args`, `**kw`,
+/// positional-only markers).
+fn spec(def: Node<'_>, code: &str, docstring: &str) -> Option<FunctionSpec> {
+    let text = |n: Node<'_>| n.utf8_text(code.as_bytes()).ok().map(str::to_owned);
+    let name = text(def.child_by_field_name("name")?)?;
+    let mut inputs = Vec::new();
+    for param in named(def.child_by_field_name("parameters")?) {
+        let (name, ty) = match param.kind() {
+            "identifier" => (text(param)?, None),
+            "typed_parameter" => (
+                text(
+                    named(param)
+                        .into_iter()
+                        .find(|n| n.kind() == "identifier")?,
+                )?,
+                param.child_by_field_name("type"),
+            ),
+            "default_parameter" | "typed_default_parameter" => (
+                text(param.child_by_field_name("name")?)?,
+                param.child_by_field_name("type"),
+            ),
+            _ => return None,
+        };
+        let ty = match ty {
+            Some(ty) => text(ty)?,
+            None => "Any".to_owned(),
+        };
+        inputs.push(Param { name, ty });
+    }
+    let returns = match def.child_by_field_name("return_type") {
+        Some(ty) => text(ty)?,
+        None => "Any".to_owned(),
+    };
+    Some(FunctionSpec {
+        name,
+        purpose: dedent(docstring),
+        inputs,
+        outputs: Output {
+            ty: returns,
+            description: "what the docstring says it returns".to_owned(),
+        },
+        dependencies: Vec::new(),
+        complexity: Complexity::Simple,
+    })
+}
+
+/// The docstring without its common indentation (as `inspect.cleandoc` has it).
+fn dedent(docstring: &str) -> String {
+    let lines: Vec<&str> = docstring.lines().collect();
+    let indent = lines
+        .iter()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let mut out: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                l.trim()
+            } else {
+                l.get(indent..).unwrap_or("").trim_end()
+            }
+        })
+        .collect();
+    while out.last().is_some_and(|l| l.is_empty()) {
+        out.pop();
+    }
+    while out.first().is_some_and(|l| l.is_empty()) {
+        out.remove(0);
+    }
+    out.join("\n")
+}
+
+/// Whether `text` calls `name`.
+fn calls(text: &str, name: &str) -> bool {
+    call_at(text, name).is_some()
+}
+
+/// Where `text` first calls `name` (`name(`, not inside another identifier or after a `.`).
+fn call_at(text: &str, name: &str) -> Option<usize> {
+    text.match_indices(name).map(|(at, _)| at).find(|&at| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') && after == Some('(')
+    })
+}
+
+/// The examples of `spec`'s docstring as test cases: doctests (`>>> f(x)` and the lines of
+/// output after it, up to a blank line or the next prompt; no output is `None`), and lines
+/// `f(x) == y`, `f(x) ==> y`, `f(x) => y`, `f(x) -> y`, `f(x) ➞ y`, `f(x) returns y`, `assert
+/// f(x) == y`. A call of another function, an argument or a result that is not a literal, or a
+/// traceback, is left out.
+fn examples(spec: &FunctionSpec, docstring: &str) -> Vec<TestCase> {
+    let lines: Vec<&str> = docstring.lines().map(str::trim).collect();
+    let mut cases = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if let Some(call) = line.strip_prefix(">>> ") {
+            let mut output = Vec::new();
+            while i < lines.len() && !lines[i].is_empty() && !lines[i].starts_with(">>>") {
+                output.push(lines[i]);
+                i += 1;
+            }
+            let expected = if output.is_empty() {
+                Some(Value::Null)
+            } else {
+                literal(&output.join("\n"))
+            };
+            if let (Some(inputs), Some(expected)) = (arguments(spec, call), expected) {
+                cases.push(case(inputs, expected));
+            }
+            continue;
+        }
+        if let Some((inputs, expected)) = stated(spec, line) {
+            cases.push(case(inputs, expected));
+        }
+    }
+    // The same call given twice (a prompt states an example in prose and as a doctest) is one
+    // case; two calls alike with different results are the request's contradiction, and both
+    // stay (the code cannot pass both, and the result shows why).
+    let mut seen = Vec::new();
+    cases.retain(|c: &TestCase| {
+        let key = (c.inputs.clone(), c.expected_output.clone());
+        let new = !seen.contains(&key);
+        seen.push(key);
+        new
+    });
+    cases
+}
+
+fn case(inputs: Map<String, Value>, expected: Value) -> TestCase {
+    TestCase {
+        name: String::new(),
+        kind: TestKind::Normal,
+        inputs,
+        expected_output: expected,
+        expected_error: None,
+        given: true,
+    }
+}
+
+/// `f(x) <op> y` anywhere in `line` (after `assert`, `Example:`, `For example,` ...).
+fn stated(spec: &FunctionSpec, line: &str) -> Option<(Map<String, Value>, Value)> {
+    let rest = &line[call_at(line, &spec.name)?..];
+    let end = closing_paren(rest)?;
+    let (call, after) = rest.split_at(end + 1);
+    let after = after.trim_start();
+    let result = [
+        "==>",
+        "=>",
+        "->",
+        "➞",
+        "==",
+        "returns",
+        "should return",
+        "=",
+    ]
+    .iter()
+    .find_map(|op| after.strip_prefix(op))?
+    .trim()
+    .trim_end_matches(['.', ';'])
+    .trim();
+    Some((arguments(spec, call)?, literal(result)?))
+}
+
+/// The byte index of the `)` that closes the first `(` of `text`, outside strings.
+fn closing_paren(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (at, c) in text.char_indices() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 && c == ')' {
+                    return Some(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The inputs of `call` (`f(1, b=2)`), by parameter name, when it calls `spec`'s function with
+/// literals only and names no parameter twice or that it lacks.
+fn arguments(spec: &FunctionSpec, call: &str) -> Option<Map<String, Value>> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_python::LANGUAGE.into())
+        .ok()?;
+    let tree = parser.parse(call, None)?;
+    let root = tree.root_node();
+    if root.has_error() {
+        return None;
+    }
+    let [statement] = named(root)[..] else {
+        return None;
+    };
+    let [call_node] = named(statement)[..] else {
+        return None;
+    };
+    if call_node.kind() != "call" {
+        return None;
+    }
+    let function = call_node.child_by_field_name("function")?;
+    if function.utf8_text(call.as_bytes()).ok()? != spec.name {
+        return None;
+    }
+    let mut inputs = Map::new();
+    for (i, argument) in named(call_node.child_by_field_name("arguments")?)
+        .into_iter()
+        .enumerate()
+    {
+        let (name, v) = if argument.kind() == "keyword_argument" {
+            let name = argument
+                .child_by_field_name("name")?
+                .utf8_text(call.as_bytes())
+                .ok()?
+                .to_owned();
+            (name, value(argument.child_by_field_name("value")?, call)?)
+        } else {
+            (spec.inputs.get(i)?.name.clone(), value(argument, call)?)
+        };
+        if !spec.inputs.iter().any(|p| p.name == name) || inputs.contains_key(&name) {
+            return None;
+        }
+        inputs.insert(name, v);
+    }
+    Some(inputs)
+}
+
+/// `text` as one Python literal.
+fn literal(text: &str) -> Option<Value> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_python::LANGUAGE.into())
+        .ok()?;
+    let tree = parser.parse(text, None)?;
+    let root = tree.root_node();
+    if root.has_error() {
+        return None;
+    }
+    let [statement] = named(root)[..] else {
+        return None;
+    };
+    if statement.kind() != "expression_statement" {
+        return None;
+    }
+    let [expression] = named(statement)[..] else {
+        return None;
+    };
+    value(expression, text)
+}
+
+#[cfg(test)]
+mod tests;
