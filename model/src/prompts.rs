@@ -20,6 +20,7 @@ const TESTS_REWORK: &str = include_str!("../prompts/v1/tests_rework.j2");
 const IMPLEMENT_REWORK: &str = include_str!("../prompts/v1/implement_rework.j2");
 const COMPLETE_SYSTEM: &str = include_str!("../prompts/v1/complete_system.j2");
 const COMPLETE: &str = include_str!("../prompts/v1/complete.j2");
+const COMPLETE_REPAIR: &str = include_str!("../prompts/v1/complete_repair.j2");
 
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +72,17 @@ pub struct ImplementContext<'a> {
 pub struct CompleteContext<'a> {
     pub language: &'a str,
     pub code: &'a str,
+}
+
+/// Inputs of a repair of a function whose stub the request wrote, asked as plainly as its first
+/// attempt: the request's code, the code that failed, and its failing cases (at most a few).
+#[derive(Debug, Clone, Serialize)]
+pub struct CompleteRepairContext<'a> {
+    pub language: &'a str,
+    pub code: &'a str,
+    pub attempt: &'a str,
+    pub error: &'a str,
+    pub failures: Vec<Failure<'a>>,
 }
 
 /// One failing case, as the repair prompt shows it.
@@ -162,6 +174,7 @@ fn environment() -> Environment<'static> {
         ("implement_rework", IMPLEMENT_REWORK),
         ("complete_system", COMPLETE_SYSTEM),
         ("complete", COMPLETE),
+        ("complete_repair", COMPLETE_REPAIR),
     ] {
         env.add_template(name, source)
             .expect("bundled templates parse (checked by tests)");
@@ -384,6 +397,17 @@ pub fn repair(context: &RepairContext<'_>) -> Result<Prompt, Error> {
     render("repair", context.language, context)
 }
 
+/// A repair of a function whose stub the request wrote: the plain system prompt, the
+/// request's code, the failed code and its failing cases, the answer a fenced block.
+pub fn complete_repair(context: &CompleteRepairContext<'_>) -> Result<Prompt, Error> {
+    render_with(
+        "complete_system",
+        "complete_repair",
+        context.language,
+        context,
+    )
+}
+
 /// The first implementation of a function whose stub the request wrote: the plain system
 /// prompt (no JSON), the request's code as the user's message.
 pub fn complete(context: &CompleteContext<'_>) -> Result<Prompt, Error> {
@@ -451,6 +475,37 @@ mod tests {
              whole function, its signature included, in one ```python code block."
         );
         assert_eq!(prompt.user, code.trim());
+    }
+
+    #[test]
+    fn complete_repair_prompt_shows_the_failing_examples_and_no_schema() {
+        let cases = cases();
+        let inputs = cases[0].inputs.clone();
+        let prompt = complete_repair(&CompleteRepairContext {
+            language: "python",
+            code: "def f(n):\n    \"\"\"Sum of primes.\"\"\"\n",
+            attempt: "def f(n):\n    return 0\n",
+            error: "1 of 2 cases failed",
+            failures: vec![Failure {
+                name: "ten",
+                inputs: &inputs,
+                expected_output: &cases[0].expected_output,
+                expected_error: None,
+                actual_output: Some(&json!(0)),
+                error: None,
+            }],
+        })
+        .unwrap();
+        assert!(prompt.system.ends_with("in one ```python code block."));
+        assert!(
+            prompt
+                .user
+                .contains("- ten: inputs {\"n\": 10}; expected 17; got 0"),
+            "{}",
+            prompt.user
+        );
+        assert!(prompt.user.starts_with("def f(n):"));
+        assert!(!prompt.user.contains("JSON"));
     }
 
     #[test]

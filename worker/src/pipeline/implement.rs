@@ -368,6 +368,18 @@ impl Pipeline {
                     dependencies: deps.clone(),
                     tests: &outcome.tests,
                 }),
+                // A stub the request wrote: repaired as plainly, its failing examples shown.
+                (Some((code, run)), None) if request.is_some() => {
+                    let mut failures = failures(&outcome.tests, &run.results);
+                    failures.truncate(PLAIN_REPAIR_FAILURES);
+                    prompts::complete_repair(&prompts::CompleteRepairContext {
+                        language,
+                        code: request.map_or("", |r| r.code.as_str()),
+                        attempt: code,
+                        error: &run.error,
+                        failures,
+                    })
+                }
                 (Some((code, run)), _) => {
                     let failures = failures(&outcome.tests, &run.results);
                     let history: Vec<Attempt<'_>> = outcome
@@ -401,7 +413,7 @@ impl Pipeline {
                 Phase::Repair
             };
             self.go_on(ctx).await?;
-            let plain = last.is_none() && rework.is_none() && request.is_some();
+            let plain = rework.is_none() && request.is_some();
             let generating =
                 self.ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline);
             // A failed save (Redis, the job ended, another run finished) stops the call.
@@ -677,7 +689,11 @@ impl Pipeline {
     }
 }
 
-/// A plain call's code as an implementation (a first attempt has no analysis).
+/// Failing cases a plain repair shows (a weak model's window is small, and the first few say
+/// what is wrong).
+const PLAIN_REPAIR_FAILURES: usize = 3;
+
+/// A plain call's code as an implementation (a plain answer has no analysis).
 fn completed(generated: Generated<Completion>) -> Generated<Implementation> {
     let Generated {
         value,

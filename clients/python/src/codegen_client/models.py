@@ -480,6 +480,7 @@ class JobResult(_Answer):
     function_specs: list[FunctionSpec]
     implementations: dict[str, str]
     tests: dict[str, list[TestCase]]
+    contradicted_tests: dict[str, list[TestCase]] = Field(default_factory=dict)
     test_results: list[TestResult]
     all_tests_passed: bool
     improvement_history: list[Improvement]
