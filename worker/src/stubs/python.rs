@@ -321,21 +321,8 @@ fn closing_paren(text: &str) -> Option<usize> {
 /// The inputs of `call` (`f(1, b=2)`), by parameter name, when it calls `spec`'s function with
 /// literals only and names no parameter twice or that it lacks.
 fn arguments(spec: &FunctionSpec, call: &str) -> Option<Map<String, Value>> {
-    let mut parser = Parser::new();
-    parser
-        .set_language(&tree_sitter_python::LANGUAGE.into())
-        .ok()?;
-    let tree = parser.parse(call, None)?;
-    let root = tree.root_node();
-    if root.has_error() {
-        return None;
-    }
-    let [statement] = named(root)[..] else {
-        return None;
-    };
-    let [call_node] = named(statement)[..] else {
-        return None;
-    };
+    let tree = expression(call)?;
+    let call_node = only_expression(&tree)?;
     if call_node.kind() != "call" {
         return None;
     }
@@ -368,25 +355,28 @@ fn arguments(spec: &FunctionSpec, call: &str) -> Option<Map<String, Value>> {
 
 /// `text` as one Python literal.
 fn literal(text: &str) -> Option<Value> {
+    let tree = expression(text)?;
+    value(only_expression(&tree)?, text)
+}
+
+/// `text` parsed whole, when it is one expression statement and nothing else.
+fn expression(text: &str) -> Option<tree_sitter::Tree> {
     let mut parser = Parser::new();
     parser
         .set_language(&tree_sitter_python::LANGUAGE.into())
         .ok()?;
     let tree = parser.parse(text, None)?;
     let root = tree.root_node();
-    if root.has_error() {
-        return None;
-    }
-    let [statement] = named(root)[..] else {
-        return None;
-    };
-    if statement.kind() != "expression_statement" {
-        return None;
-    }
-    let [expression] = named(statement)[..] else {
-        return None;
-    };
-    value(expression, text)
+    let one = !root.has_error()
+        && matches!(named(root)[..], [statement] if statement.kind() == "expression_statement"
+            && named(statement).len() == 1);
+    one.then_some(tree)
+}
+
+/// The expression of a tree [`expression`] gave.
+fn only_expression(tree: &tree_sitter::Tree) -> Option<Node<'_>> {
+    let statement = *named(tree.root_node()).first()?;
+    named(statement).first().copied()
 }
 
 #[cfg(test)]
