@@ -188,15 +188,17 @@ async fn an_execution_that_timed_out_or_failed_has_error_spans_and_a_passing_one
     let _coordinator = cluster.coordinator().await;
     let (_worker, _) = cluster.worker("worker").await;
     let mut ids = BTreeMap::new();
-    for (verdict, code) in [
-        ("timeout", "while True: pass"),
-        ("failed", "raise SystemExit(3)"),
-        ("passed", "print('fine')"),
+    // Only the loop's limit is short: it times out on any machine, and the others have far
+    // more time than a slow machine needs.
+    for (verdict, code, timeout_ms) in [
+        ("timeout", "while True: pass", 500),
+        ("failed", "raise SystemExit(3)", 60_000),
+        ("passed", "print('fine')", 60_000),
     ] {
         let (status, body) = cluster
             .execute(
                 "",
-                json!({"language": "python", "code": code, "timeout_ms": 500}),
+                json!({"language": "python", "code": code, "timeout_ms": timeout_ms}),
             )
             .await;
         assert_eq!(status, 200, "{body}");
