@@ -197,6 +197,10 @@ pub struct SubmitArgs {
     /// Implementations a function's first attempt asks for, the best by the tests kept (1-10).
     #[arg(long)]
     pub candidates: Option<u32>,
+    /// Most tokens the job may spend (coordinator default when omitted); once spent, it ends
+    /// `stopped_by: budget` with its best code so far.
+    #[arg(long)]
+    pub max_tokens_total: Option<u64>,
     /// Where the coordinator POSTs the result once the job ends (a signed webhook; the
     /// operator must allow its host).
     #[arg(long)]
@@ -597,6 +601,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
         test_requirements: args.test_requirements.clone(),
         max_iterations: args.max_iterations,
         candidates: args.candidates,
+        max_tokens_total: args.max_tokens_total,
         callback_url: args.callback_url.clone(),
         mode: rework.as_ref().map(|r| r.mode),
         code: rework.as_ref().map(|r| r.code.clone()),

@@ -623,6 +623,10 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         json!({"minimum": 1, "maximum": crate::jobs::MAX_CANDIDATES}),
     );
     limit(
+        &mut job["max_tokens_total"],
+        json!({"minimum": 1, "maximum": options.max_tokens_total_limit}),
+    );
+    limit(
         &mut doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/x-ndjson"]
             ["schema"],
         json!({"minItems": 1, "maxItems": options.max_batch_jobs}),

@@ -106,6 +106,15 @@ pub(crate) fn validate(
             format!("must be between 1 and {MAX_CANDIDATES}"),
         ));
     }
+    let max_tokens_total = submission
+        .max_tokens_total
+        .unwrap_or(options.default_max_tokens_total);
+    if max_tokens_total == 0 || max_tokens_total > options.max_tokens_total_limit {
+        return Err(ApiError::invalid(
+            "max_tokens_total",
+            format!("must be between 1 and {}", options.max_tokens_total_limit),
+        ));
+    }
     for (field, value) in [
         ("constraints", &submission.constraints),
         ("test_requirements", &submission.test_requirements),
@@ -129,6 +138,7 @@ pub(crate) fn validate(
         test_requirements: submission.test_requirements,
         max_iterations,
         candidates,
+        max_tokens_total: Some(max_tokens_total),
         rework,
     })
 }

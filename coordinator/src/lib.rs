@@ -93,6 +93,9 @@ pub struct Options {
     /// Implementation attempts per function when a job gives none, and the most it may ask.
     pub default_max_iterations: u32,
     pub max_iterations_limit: u32,
+    /// Tokens a job may spend when it gives no `max_tokens_total`, and the most it may ask.
+    pub default_max_tokens_total: u64,
+    pub max_tokens_total_limit: u64,
     /// Most functions a plan may have.
     pub max_functions: usize,
     /// Most jobs one `POST /v1/batches` may hold.
@@ -168,6 +171,8 @@ impl Default for Options {
             max_instruction_bytes: 16 * 1024,
             default_max_iterations: 3,
             max_iterations_limit: 10,
+            default_max_tokens_total: 500_000,
+            max_tokens_total_limit: 10_000_000,
             max_functions: 16,
             max_batch_jobs: 1000,
             max_batch_executions: 10_000,

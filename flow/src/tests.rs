@@ -54,6 +54,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
             test_requirements: None,
             max_iterations: 1,
             candidates: 1,
+            max_tokens_total: None,
             rework: None,
         },
         submitted_at_ms: 0,

@@ -8,7 +8,7 @@ use crate::TaskId;
 use crate::generation::{FunctionSpec, TestCase, TestKind};
 use crate::job::{
     CacheOutcome, FunctionOutcome, JobMeta, JobMetrics, JobResult, JobStatus, PlanSource, Quality,
-    TestResult, Validation,
+    Tally, TestResult, Validation,
 };
 
 /// How a job ended.
@@ -82,6 +82,9 @@ impl JobResult {
                 .collect(),
             test_results: Vec::new(),
             all_tests_passed: false,
+            passed_given: Tally::default(),
+            passed_generated: Tally::default(),
+            stopped_by: produced.iter().find_map(|o| o.stopped_by),
             improvement_history,
             documentation: String::new(),
             quality: Quality::default(),
@@ -168,6 +171,7 @@ impl JobResult {
                     static_only || result.status != JobStatus::Succeeded;
             }
         }
+        (result.passed_given, result.passed_generated) = tallies(&produced, &result.test_results);
         result
     }
 
@@ -181,6 +185,29 @@ impl JobResult {
         };
         cached
     }
+}
+
+/// The final verdicts of the cases the request gave and of those the model wrote, each with
+/// what writing them cost (a case with no verdict counts as not passed).
+fn tallies(produced: &[&FunctionOutcome], results: &[TestResult]) -> (Tally, Tally) {
+    let (mut given, mut generated) = (Tally::default(), Tally::default());
+    for outcome in produced {
+        generated.tokens.prompt += outcome.test_tokens.prompt;
+        generated.tokens.completion += outcome.test_tokens.completion;
+        for case in &outcome.tests {
+            let tally = if case.given {
+                &mut given
+            } else {
+                &mut generated
+            };
+            tally.total += 1;
+            let passed = results
+                .iter()
+                .any(|r| r.function == outcome.name && r.test == case.name && r.passed);
+            tally.passed += u32::from(passed);
+        }
+    }
+    (given, generated)
 }
 
 /// The module's documentation: the request, then each function's signature and purpose, and
@@ -285,6 +312,7 @@ mod tests {
                 test_requirements: None,
                 max_iterations: 3,
                 candidates: 1,
+                max_tokens_total: None,
                 rework: None,
             },
             submitted_at_ms: 1_000,
@@ -397,6 +425,50 @@ mod tests {
             (26, 13),
             "the functions' and the run's"
         );
+    }
+
+    #[test]
+    fn the_result_counts_given_and_generated_cases_apart_and_says_a_budget_stopped_it() {
+        let specs = [spec("a", &[])];
+        let mut a = outcome("a", false);
+        let case = |name: &str, given: bool| TestCase {
+            name: name.into(),
+            given,
+            ..a.tests[0].clone()
+        };
+        a.tests = vec![
+            case("given_1", true),
+            case("given_2", true),
+            case("t", false),
+        ];
+        a.test_tokens = Tokens {
+            prompt: 40,
+            completion: 20,
+        };
+        a.stopped_by = Some(crate::job::StoppedBy::Budget);
+        let outcomes = [("a".to_owned(), a)].into();
+        let pass = |test: &str, passed: bool| TestResult {
+            test: test.into(),
+            ..verdict("a", passed)
+        };
+        // given_2 has no verdict: not passed.
+        let ending = integration(vec![pass("given_1", true), pass("t", false)]);
+        let result = JobResult::assemble(&meta(), &specs, &outcomes, ending, 5_000);
+        assert_eq!(
+            (result.passed_given.passed, result.passed_given.total),
+            (1, 2)
+        );
+        assert_eq!(result.passed_given.tokens, Tokens::default());
+        assert_eq!(
+            (
+                result.passed_generated.passed,
+                result.passed_generated.total
+            ),
+            (0, 1)
+        );
+        assert_eq!(result.passed_generated.tokens.prompt, 40);
+        assert_eq!(result.stopped_by, Some(crate::job::StoppedBy::Budget));
+        assert_eq!(result.status, JobStatus::Failed);
     }
 
     #[test]

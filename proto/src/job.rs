@@ -35,6 +35,12 @@ pub struct JobSubmission {
     /// (docs/generation.md, "Candidates").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<u32>,
+    /// Most tokens (prompt and completion, every call of the job) the job may spend; default
+    /// and ceiling are the operator's (`coordinator.default_max_tokens_total`,
+    /// `coordinator.max_tokens_total_limit`). Checked before each model call: once spent, each
+    /// function stops with its best code so far and the job ends with `stopped_by: budget`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_total: Option<u64>,
     /// Where to POST the job's result once it ends (signed; see docs/api.md, "Webhooks"). An
     /// `http(s)` URL whose host the operator allows (`coordinator.webhook_allow`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,6 +116,9 @@ pub struct JobRequest {
     /// Implementations asked for a function's first attempt, the best kept.
     #[serde(default = "one")]
     pub candidates: u32,
+    /// Most tokens the job may spend (`None`: a job stored before budgets existed, unbounded).
+    #[serde(default)]
+    pub max_tokens_total: Option<u64>,
     /// A `debug` or `refactor` job's given code; `None`: the job generates.
     #[serde(default)]
     pub rework: Option<Rework>,
@@ -497,6 +506,30 @@ pub struct FunctionOutcome {
     /// Generated cases dropped because they contradict a case the request gave.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contradicted: Vec<TestCase>,
+    /// What the calls that wrote its generated tests spent (part of `tokens`).
+    #[serde(default)]
+    pub test_tokens: Tokens,
+    /// The limit that stopped its attempts early, if one did (its code is then the best
+    /// attempt's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<StoppedBy>,
+}
+
+/// A limit that stopped a job before its attempts ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StoppedBy {
+    /// The job's token budget (`max_tokens_total`) was spent.
+    Budget,
+}
+
+/// How many of a kind of test case passed, and what writing them cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Tally {
+    pub passed: u32,
+    pub total: u32,
+    /// Tokens spent writing them (none for the cases the request gave).
+    pub tokens: Tokens,
 }
 
 /// What a `debug` or `refactor` job's cases did on the given code, and why the code changed.
@@ -536,6 +569,8 @@ impl FunctionOutcome {
             validation: Validation::Tested,
             rework: None,
             contradicted: vec![],
+            test_tokens: Tokens::default(),
+            stopped_by: None,
         }
     }
 }
@@ -636,6 +671,17 @@ pub struct JobResult {
     pub contradicted_tests: BTreeMap<String, Vec<TestCase>>,
     pub test_results: Vec<TestResult>,
     pub all_tests_passed: bool,
+    /// The final verdicts of the cases the request gave (its doctests and examples).
+    #[serde(default)]
+    pub passed_given: Tally,
+    /// The final verdicts of the cases the model wrote, and what writing them cost.
+    #[serde(default)]
+    pub passed_generated: Tally,
+    /// `budget` when the job's token budget stopped it: its code is each function's best
+    /// attempt, and `failure` says what was spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub stopped_by: Option<StoppedBy>,
     pub improvement_history: Vec<Improvement>,
     pub documentation: String,
     pub quality: Quality,
@@ -704,6 +750,7 @@ mod tests {
             test_requirements: None,
             max_iterations: 3,
             candidates: 1,
+            max_tokens_total: None,
             rework: None,
         }
     }

@@ -93,6 +93,15 @@ pub struct Saved {
     pub status: Option<JobStatus>,
 }
 
+/// What a job has spent, as a charge to it answered ([`JobStore::spend_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent {
+    /// The job's status as the charge saw it.
+    pub status: Option<JobStatus>,
+    /// Every token its tasks have charged, this charge included.
+    pub tokens: u64,
+}
+
 /// A progress event for SSE, with its stream id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
@@ -114,6 +123,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// cannot revive a finished job.
     async fn set_status(&self, id: TaskId, status: JobStatus) -> Result<(), Error>;
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error>;
+    /// Adds `tokens` to what the job's model calls have spent and answers the total with the
+    /// job's status (Redis: one round trip). Every task of a job charges its calls here, so
+    /// the job's budget is one count across the workers running its functions at once.
+    async fn spend_tokens(&self, id: TaskId, tokens: u64) -> Result<Spent, Error>;
     /// The statuses of many jobs, in order (one round trip in Redis: a batch's answer).
     async fn statuses(&self, ids: &[TaskId]) -> Result<Vec<Option<JobStatus>>, Error> {
         let mut statuses = Vec::with_capacity(ids.len());
@@ -603,6 +616,25 @@ impl JobStore for RedisStore {
         parse_status(&key, name)
     }
 
+    async fn spend_tokens(&self, id: TaskId, tokens: u64) -> Result<Spent, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let (spent, name): (u64, Option<String>) = redis::pipe()
+            .incr(keys.tokens(), tokens)
+            .expire(
+                keys.tokens(),
+                i64::try_from(self.ttl_secs()).unwrap_or(i64::MAX),
+            )
+            .ignore()
+            .get(keys.status())
+            .query_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(Spent {
+            status: parse_status(&keys.status(), name)?,
+            tokens: spent,
+        })
+    }
+
     async fn statuses(&self, ids: &[TaskId]) -> Result<Vec<Option<JobStatus>>, Error> {
         if ids.is_empty() {
             return Ok(vec![]);
@@ -967,6 +999,8 @@ pub(crate) struct MemoryState {
     published: HashMap<TaskId, std::collections::BTreeSet<String>>,
     unfinished: HashMap<TaskId, u64>,
     results: HashMap<TaskId, JobResult>,
+    /// What each job's model calls have spent ([`JobStore::spend_tokens`]).
+    tokens: HashMap<TaskId, u64>,
     events: HashMap<TaskId, Vec<Progress>>,
     batches: HashMap<TaskId, Batch>,
     /// What finished jobs and executions cost, by tenant and hour (the charge of Redis's
@@ -1077,6 +1111,16 @@ impl JobStore for MemoryJobs {
     }
     async fn status(&self, id: TaskId) -> Result<Option<JobStatus>, Error> {
         Ok(self.state().status.get(&id).copied())
+    }
+    async fn spend_tokens(&self, id: TaskId, tokens: u64) -> Result<Spent, Error> {
+        let mut s = self.state();
+        let spent = s.tokens.entry(id).or_default();
+        *spent += tokens;
+        let tokens = *spent;
+        Ok(Spent {
+            status: s.status.get(&id).copied(),
+            tokens,
+        })
     }
     async fn start_job(
         &self,

@@ -117,6 +117,12 @@ impl JobKeys {
         self.part("published")
     }
 
+    /// `{p}:job:{id}:tokens`, integer: the tokens the job's model calls have spent so far,
+    /// against its budget.
+    pub fn tokens(&self) -> String {
+        self.part("tokens")
+    }
+
     /// `{p}:job:{id}:result`, string: MessagePack `JobResult`, written once.
     pub fn result(&self) -> String {
         self.part("result")

@@ -45,7 +45,7 @@ pub use cache::{CacheStats, CacheStore, MemoryCache};
 pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
 pub use index::{Index, MemoryIndex};
 pub use jobs::{
-    Completion, Finished, IntegrationView, JobStore, JobView, MemoryJobs, Saved, Started,
+    Completion, Finished, IntegrationView, JobStore, JobView, MemoryJobs, Saved, Spent, Started,
     StoredEvent,
 };
 pub use limits::{Decision, Meters, RedisLimits};

@@ -83,6 +83,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
             test_requirements: None,
             max_iterations: 1,
             candidates: 1,
+            max_tokens_total: None,
             rework: None,
         },
         submitted_at_ms: 1_000,

@@ -828,7 +828,7 @@ impl Worker {
                 }
                 // Plan and implement record their own failures and integrate ends its job
                 // with them; one that gets here had nothing to record it in.
-                Err(pipeline::Error::Failed(reason)) => {
+                Err(pipeline::Error::Failed(reason) | pipeline::Error::Budget(reason)) => {
                     tracing::warn!(kind, %job, %reason, "pipeline step failed for good");
                     return self.settle(delivery, Outcome::Failed).await;
                 }

@@ -83,3 +83,147 @@ async fn a_stub_is_the_plan_its_doctests_the_tests_and_a_repair_fixes_what_they_
     assert!(!events.contains("replanning"), "{events}");
     cluster.cleanup().await;
 }
+
+/// Code that passes neither example (`None` is not a bool).
+const WORSE: &str =
+    "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n    return None\n";
+
+/// Writes `script` to a file in `dir` and starts a cluster on it: a coordinator and a worker.
+async fn cluster_on(dir: &tempfile::TempDir, script: Value) -> (Cluster, Vec<tests::Process>) {
+    let path = dir.path().join("stub-model.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let mut cluster = Cluster::new();
+    let model = cluster.scripted_model(&path).await;
+    let coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker("worker-1").await;
+    (cluster, vec![model, coordinator, worker])
+}
+
+async fn run(cluster: &Cluster, job: Value) -> Value {
+    let (status, body) = cluster.submit_job(job).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    cluster.wait_job(&id, JOB_DEADLINE).await
+}
+
+#[tokio::test]
+async fn a_function_ends_with_its_best_attempt_and_a_spent_budget_stops_its_repairs() {
+    let dir = tempfile::tempdir().unwrap();
+    // First WRONG (passes the first example), then WORSE (passes none), on every job.
+    let script = json!({"answers": [
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WRONG}```")},
+        {"phase": "repair", "function": "has_close_elements", "text": format!("```python\n{WORSE}```")}
+    ]});
+    let (cluster, _children) = cluster_on(&dir, script).await;
+
+    // Two attempts, no budget to speak of: the repair made it worse, so the function ends
+    // with the first attempt, its code and its verdicts.
+    let result = run(
+        &cluster,
+        json!({"instruction": PROMPT, "language": "python", "max_iterations": 2}),
+    )
+    .await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    assert_eq!(
+        result["implementations"]["has_close_elements"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        WRONG.trim(),
+        "{result:#}"
+    );
+    assert_eq!(result["metrics"]["model_calls"], 2, "{result:#}");
+    assert_eq!(
+        result["passed_given"],
+        json!({"passed": 1, "total": 2, "tokens": {"prompt": 0, "completion": 0}}),
+        "{result:#}"
+    );
+    assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
+    assert!(result.get("stopped_by").is_none(), "{result:#}");
+
+    // A budget the first call spends: no repair is asked, the job ends stopped by the budget
+    // with the code it had, and says what was spent. (A new instruction: no cache answers.)
+    let result = run(
+        &cluster,
+        json!({"instruction": format!("{PROMPT}\n"), "language": "python", "max_iterations": 3,
+               "max_tokens_total": 1}),
+    )
+    .await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    assert_eq!(result["stopped_by"], "budget", "{result:#}");
+    assert_eq!(result["metrics"]["model_calls"], 1, "{result:#}");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("token budget is spent") && failure.contains("max_tokens_total 1"),
+        "{failure}"
+    );
+    assert_eq!(
+        result["implementations"]["has_close_elements"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        WRONG.trim()
+    );
+    assert_eq!(result["passed_given"]["passed"], 1, "{result:#}");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn candidates_are_judged_by_the_given_and_generated_cases_and_the_best_one_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = |name: &str, numbers: Value, threshold: f64, expected: bool| {
+        json!({"name": name, "kind": "normal", "inputs": {"numbers": numbers, "threshold": threshold},
+               "expected_output": expected, "expected_error": null})
+    };
+    // Generated cases: one agrees with the request's first example's inputs but not its
+    // answer (it is dropped and listed), one is new.
+    let cases = json!({"cases": [
+        case("contradicts", json!([1.0, 2.0, 3.0]), 0.5, true),
+        case("close_pair", json!([1.0, 1.05]), 0.1, true),
+    ]});
+    // Three candidates, asked alike: the right one is the second.
+    let script = json!({"answers": [
+        {"phase": "tests", "function": "has_close_elements", "answer": cases},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WRONG}```")},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{RIGHT}```")},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WORSE}```")}
+    ]});
+    let (cluster, _children) = cluster_on(&dir, script).await;
+    let result = run(
+        &cluster,
+        json!({"instruction": PROMPT, "language": "python", "candidates": 3}),
+    )
+    .await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(
+        result["implementations"]["has_close_elements"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        RIGHT.trim()
+    );
+    // The tests' call and three candidates; no repair was needed.
+    assert_eq!(result["metrics"]["model_calls"], 4, "{result:#}");
+    assert!(result["improvement_history"].as_array().unwrap().is_empty());
+    let dropped = &result["contradicted_tests"]["has_close_elements"];
+    assert_eq!(dropped[0]["name"], "contradicts", "{result:#}");
+    assert_eq!(
+        (
+            &result["passed_given"]["passed"],
+            &result["passed_given"]["total"]
+        ),
+        (&json!(2), &json!(2)),
+        "{result:#}"
+    );
+    let generated = &result["passed_generated"];
+    assert_eq!(
+        (&generated["passed"], &generated["total"]),
+        (&json!(1), &json!(1)),
+        "{result:#}"
+    );
+    assert!(
+        generated["tokens"]["completion"].as_u64().unwrap() > 0,
+        "writing the generated cases cost tokens: {result:#}"
+    );
+    cluster.cleanup().await;
+}

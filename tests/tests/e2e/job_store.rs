@@ -576,6 +576,36 @@ async fn many_statuses_are_read_at_once_in_order<S: JobStore + Clone>(store: S) 
     assert!(store.statuses(&[]).await.unwrap().is_empty());
 }
 
+async fn a_jobs_spending_adds_up_across_its_writers_with_its_status<S: JobStore + Clone>(store: S) {
+    let (job, other) = (TaskId::new(), TaskId::new());
+    store.set_status(job, JobStatus::Running).await.unwrap();
+    // Two workers charging at once: nothing is lost between them.
+    let charges = (1..=20).map(|n| {
+        let store = store.clone();
+        async move { store.spend_tokens(job, n).await.unwrap() }
+    });
+    let answers = futures::future::join_all(charges).await;
+    assert!(answers.iter().all(|a| a.status == Some(JobStatus::Running)));
+    let mut totals: Vec<u64> = answers.iter().map(|a| a.tokens).collect();
+    totals.sort_unstable();
+    totals.dedup();
+    assert_eq!(
+        totals.len(),
+        20,
+        "each charge saw its own total: {totals:?}"
+    );
+    let spent = store.spend_tokens(job, 0).await.unwrap();
+    assert_eq!(spent.tokens, (1..=20).sum::<u64>());
+    // Another job's count is its own; a job with no status answers none.
+    let fresh = store.spend_tokens(other, 5).await.unwrap();
+    assert_eq!((fresh.tokens, fresh.status), (5, None));
+    store.finish_job(job, None, &succeeded(job)).await.unwrap();
+    assert_eq!(
+        store.spend_tokens(job, 1).await.unwrap().status,
+        Some(JobStatus::Succeeded)
+    );
+}
+
 /// A new job's meta, submitted at `at` (ms).
 fn meta(at: u64) -> proto::job::JobMeta {
     proto::job::JobMeta {
@@ -589,6 +619,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
             test_requirements: None,
             max_iterations: 1,
             candidates: 1,
+            max_tokens_total: None,
             rework: None,
         },
         submitted_at_ms: at,
@@ -826,6 +857,7 @@ against_both_stores!(
     a_job_finishes_once_with_its_event_and_status_and_stays_finished,
     unfinished_jobs_are_listed_oldest_first_until_they_finish,
     many_statuses_are_read_at_once_in_order,
+    a_jobs_spending_adds_up_across_its_writers_with_its_status,
     an_integration_reads_the_job_its_result_and_every_outcome_at_once,
 );
 

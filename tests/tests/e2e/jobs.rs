@@ -233,6 +233,16 @@ async fn bad_job_requests_get_a_4xx_naming_the_field() {
             422,
             "candidates",
         ),
+        (
+            json!({"instruction": "x", "max_tokens_total": 0}),
+            422,
+            "max_tokens_total",
+        ),
+        (
+            json!({"instruction": "x", "max_tokens_total": 10_000_001}),
+            422,
+            "max_tokens_total",
+        ),
         (json!({"instruction": "x", "colour": "blue"}), 400, "colour"),
     ] {
         let (got, answer) = cluster.submit_job(body.clone()).await;

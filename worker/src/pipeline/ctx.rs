@@ -32,6 +32,19 @@ pub struct TaskCtx {
     /// Its model calls' context: the task's tenant's lane (also its turn at a sandbox pool),
     /// and the time of its model exchanges.
     pub call: model::Call,
+    /// The job's token budget, as far as this task knows what the job has spent.
+    budget: Mutex<Budget>,
+}
+
+/// A job's token budget, seen from one of its tasks.
+#[derive(Debug, Default, Clone, Copy)]
+struct Budget {
+    /// `max_tokens_total`, once the task has read its job (`None`: unbounded).
+    limit: Option<u64>,
+    /// This task's tokens charged to the job so far.
+    charged: u64,
+    /// The job's total as of the task's last charge (every task's, this one's included).
+    job_spent: u64,
 }
 
 impl TaskCtx {
@@ -41,6 +54,40 @@ impl TaskCtx {
             status_seen: Mutex::new(None),
             sandbox_us: AtomicU64::new(0),
             call: model::Call::new(lane),
+            budget: Mutex::new(Budget::default()),
+        }
+    }
+
+    /// The job's token budget, as its meta gives it.
+    pub(crate) fn set_budget(&self, limit: Option<u64>) {
+        self.budget.lock().expect("poisoned").limit = limit;
+    }
+
+    /// Tokens this task's calls spent that are not yet charged to the job.
+    pub(crate) fn uncharged(&self) -> u64 {
+        let (_, usage) = self.call.spent();
+        let spent = usage.prompt_tokens + usage.completion_tokens;
+        spent.saturating_sub(self.budget.lock().expect("poisoned").charged)
+    }
+
+    /// Records a charge of `tokens` that brought the job's total to `job_spent`.
+    pub(crate) fn charged(&self, tokens: u64, job_spent: u64) {
+        let mut budget = self.budget.lock().expect("poisoned");
+        budget.charged += tokens;
+        budget.job_spent = job_spent;
+    }
+
+    /// `Err(Budget)` once the job's spending (its last known total and what this task spent
+    /// since) has reached its budget: no more model calls.
+    pub(crate) fn within_budget(&self) -> Result<(), Error> {
+        let uncharged = self.uncharged();
+        let budget = *self.budget.lock().expect("poisoned");
+        let spent = budget.job_spent + uncharged;
+        match budget.limit {
+            Some(limit) if spent >= limit => Err(Error::Budget(format!(
+                "the job's token budget is spent: {spent} tokens of max_tokens_total {limit}"
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -103,6 +150,28 @@ mod tests {
             ctx.seen(Some(JobStatus::Cancelled)),
             Err(Error::Ended(JobStatus::Cancelled))
         ));
+    }
+
+    #[test]
+    fn the_budget_counts_the_jobs_total_and_what_the_task_has_not_charged_yet() {
+        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
+        ctx.within_budget()
+            .expect("no budget known: nothing to stop");
+        ctx.set_budget(Some(100));
+        ctx.within_budget().expect("nothing spent");
+        // Other tasks of the job spent 99 (this one nothing yet).
+        ctx.charged(0, 99);
+        ctx.within_budget().expect("one token left");
+        ctx.charged(0, 100);
+        let Err(Error::Budget(reason)) = ctx.within_budget() else {
+            panic!("the budget is spent");
+        };
+        assert!(
+            reason.contains("100 tokens of max_tokens_total 100"),
+            "{reason}"
+        );
+        ctx.set_budget(None);
+        ctx.within_budget().expect("unbounded");
     }
 
     #[test]

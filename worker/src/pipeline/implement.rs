@@ -146,6 +146,12 @@ impl Pipeline {
                 outcome.failure = Some(reason);
                 None
             }
+            // The job's budget is spent: the function ends with its best attempt.
+            Err(Error::Budget(reason)) => {
+                outcome.failure = Some(reason);
+                outcome.stopped_by = Some(proto::job::StoppedBy::Budget);
+                None
+            }
             Ok(event) => Some(event),
         };
         // Charged what every call of this run spent, the answers that did not validate (and
@@ -172,7 +178,7 @@ impl Pipeline {
         // The passing attempt's event goes with the final outcome, and the function's
         // completion with both: one write, then the publish of what it made ready.
         let finishing = self.finished(ctx, &meta, &plan, &outcome, last_attempt.as_ref());
-        tokio::join!(cached, finishing).1
+        tokio::join!(cached, finishing, self.charge_rest(ctx)).1
     }
 
     /// Stores `outcome`, the function's final one, with `attempt`, completes the function and
@@ -263,7 +269,7 @@ impl Pipeline {
             }),
         }
         .map_err(|e| Error::Failed(e.to_string()))?;
-        seat.alongside(self.go_on(ctx)).await?;
+        seat.alongside(self.may_ask(ctx)).await?;
         // The `function_started` event is written while the model writes the tests: it only
         // has to be stored before the tests are (both finish before they are saved).
         let started_event = self.progress(
@@ -309,6 +315,7 @@ impl Pipeline {
                 let (tests, seat) = tokio::join!(tests, started_event).0;
                 let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
                 account(outcome, &tests.usage, tests.calls);
+                account_tests(outcome, &tests.usage);
                 match given {
                     Some(given) => {
                         let (tests, dropped) = candidates::merged(given, tests.value.cases);
@@ -412,7 +419,7 @@ impl Pipeline {
             } else {
                 Phase::Repair
             };
-            self.go_on(ctx).await?;
+            self.may_ask(ctx).await?;
             let plain = rework.is_none() && request.is_some();
             let generating =
                 self.ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline);
@@ -445,7 +452,7 @@ impl Pipeline {
             let mut codes = vec![code];
             if last.is_none() && candidates > 1 {
                 for _ in 1..candidates {
-                    self.go_on(ctx).await?;
+                    self.may_ask(ctx).await?;
                     let more = self
                         .ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline)
                         .await?;
@@ -472,7 +479,14 @@ impl Pipeline {
             let chosen = ran.as_ref().map_or(0, |(i, _)| *i);
             let code = codes.swap_remove(chosen);
             let module = modules[chosen].clone();
-            outcome.code = Some(code.clone());
+            // The outcome holds the best attempt so far (its code with its verdicts): what
+            // the function ends with when its attempts or the job's budget run out.
+            let best = outcome.code.is_none()
+                || ran.as_ref().is_ok_and(|(_, run)| {
+                    standing(&outcome.tests, &run.results)
+                        >= standing(&outcome.tests, &outcome.test_results)
+                });
+            let previous = outcome.code.replace(code.clone());
             let run = match ran.map(|(_, run)| run) {
                 Ok(run) => run,
                 Err(Error::Retry {
@@ -514,7 +528,11 @@ impl Pipeline {
             };
             outcome.execution_ms += run.duration_ms;
             outcome.cpu_ms += run.cpu_ms;
-            outcome.test_results = run.results.clone();
+            if best {
+                outcome.test_results = run.results.clone();
+            } else {
+                outcome.code = previous;
+            }
             // The attempt's event is stored with the outcome it describes.
             let event = Progress::Attempt {
                 function: spec.name.clone(),
@@ -612,7 +630,7 @@ impl Pipeline {
                 not_reproduced: names,
             })
             .map_err(|e| Error::Failed(e.to_string()))?;
-            self.go_on(ctx).await?;
+            self.may_ask(ctx).await?;
             let model = self.model().map_err(Error::Failed)?;
             let tests = model
                 .generate_in::<TestCases>(
@@ -626,6 +644,7 @@ impl Pipeline {
                 .await
                 .map_err(|e| model_error(Some("writing tests"), &e))?;
             account(outcome, &tests.usage, tests.calls);
+            account_tests(outcome, &tests.usage);
             outcome.tests = tests.value.cases;
         }
         Err(Error::Failed(format!(
@@ -639,6 +658,22 @@ fn account(outcome: &mut FunctionOutcome, usage: &model::Usage, calls: u32) {
     outcome.tokens.prompt += usage.prompt_tokens;
     outcome.tokens.completion += usage.completion_tokens;
     outcome.model_calls += calls;
+}
+
+fn account_tests(outcome: &mut FunctionOutcome, usage: &model::Usage) {
+    outcome.test_tokens.prompt += usage.prompt_tokens;
+    outcome.test_tokens.completion += usage.completion_tokens;
+}
+
+/// How good an attempt is: the given cases it passed, then all the cases it passed.
+fn standing(tests: &[TestCase], results: &[TestResult]) -> (usize, usize) {
+    let passed = |r: &&TestResult| r.passed;
+    let given = results
+        .iter()
+        .filter(passed)
+        .filter(|r| tests.iter().any(|t| t.given && t.name == r.test))
+        .count();
+    (given, results.iter().filter(passed).count())
 }
 
 fn failures<'a>(tests: &'a [TestCase], results: &'a [TestResult]) -> Vec<Failure<'a>> {

@@ -101,6 +101,10 @@ pub enum Error {
     /// more is spent on it and nothing is stored.
     #[error("its job has ended: {0}")]
     Ended(proto::job::JobStatus),
+    /// The job's token budget is spent: no more model calls. Implement ends its function
+    /// with its best attempt, plan refuses the plan it has; never retried.
+    #[error("{0}")]
+    Budget(String),
 }
 
 /// A store (Redis) failure.
@@ -298,6 +302,39 @@ impl Pipeline {
         ctx.seen(status)
     }
 
+    /// [`Pipeline::go_on`] before a model call, which also charges the job what this task's
+    /// calls spent since its last charge and checks the job's budget: `Err(Budget)` once it is
+    /// spent. A call in flight on another worker when the budget is reached still finishes,
+    /// so a job can pass its budget by what its running calls spend.
+    pub(crate) async fn may_ask(&self, ctx: &TaskCtx) -> Result<(), Error> {
+        let uncharged = ctx.uncharged();
+        if uncharged > 0 || !ctx.fresh() {
+            let spent = self
+                .jobs
+                .spend_tokens(ctx.job, uncharged)
+                .await
+                .map_err(redis)?;
+            ctx.charged(uncharged, spent.tokens);
+            ctx.seen(spent.status)?;
+        }
+        ctx.within_budget()
+    }
+
+    /// Charges the job what this task's calls spent since its last charge, as the task ends
+    /// (tasks that follow it check the budget against it). A failure costs only that charge.
+    pub(crate) async fn charge_rest(&self, ctx: &TaskCtx) {
+        let uncharged = ctx.uncharged();
+        if uncharged == 0 {
+            return;
+        }
+        match self.jobs.spend_tokens(ctx.job, uncharged).await {
+            Ok(spent) => ctx.charged(uncharged, spent.tokens),
+            Err(e) => {
+                tracing::warn!(job = %ctx.job, error = %e, "cannot charge the job's spending")
+            }
+        }
+    }
+
     /// The job's meta (it must exist), status (checked as [`TaskCtx::seen`] does), plan and
     /// the outcome of `function`, in one read.
     async fn view(&self, ctx: &TaskCtx, function: Option<&str>) -> Result<store::JobView, Error> {
@@ -314,6 +351,7 @@ impl Pipeline {
             )));
         }
         ctx.seen(view.status)?;
+        ctx.set_budget(view.meta.as_ref().and_then(|m| m.request.max_tokens_total));
         Ok(view)
     }
 

@@ -77,6 +77,15 @@ impl Pipeline {
                         .refuse(&meta, &format!("planning failed: {reason}"), &[])
                         .await;
                 }
+                // Only a replan stops at the budget: the refused plan's reason and why it was
+                // not asked again.
+                Err(Error::Budget(reason)) => {
+                    charge(&mut meta);
+                    let refused = problem.unwrap_or_default();
+                    let reason =
+                        format!("the plan was rejected: {refused}; not asked again: {reason}");
+                    return self.refuse(&meta, &reason, &[]).await;
+                }
             };
             charge(&mut meta);
             let specs = generated.value.functions;
@@ -100,12 +109,15 @@ impl Pipeline {
                     self.progress(job, replanning).await;
                     problem = Some(refused.to_string());
                     answer = match model.clone() {
-                        Ok(model) => {
-                            self.go_on(ctx).await?;
-                            let mut seat = self.seat_ahead(ctx).take().await;
-                            self.ask_plan(ctx, model, &mut seat, &meta, problem.as_deref())
-                                .await
-                        }
+                        Ok(model) => match self.may_ask(ctx).await {
+                            Err(e @ Error::Budget(_)) => Err(e),
+                            Err(e) => return Err(e),
+                            Ok(()) => {
+                                let mut seat = self.seat_ahead(ctx).take().await;
+                                self.ask_plan(ctx, model, &mut seat, &meta, problem.as_deref())
+                                    .await
+                            }
+                        },
                         Err(e) => Err(Error::Failed(e)),
                     };
                 }
@@ -160,6 +172,8 @@ impl Pipeline {
         meta: &JobMeta,
         plan: &proto::job::Plan,
     ) -> Result<(), Error> {
+        // Charged before its functions start: their budget counts what planning spent.
+        self.charge_rest(ctx).await;
         let status = self.flow.start(meta, plan).await.map_err(advancing)?;
         ctx.seen(status)
     }

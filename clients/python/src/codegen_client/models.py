@@ -207,6 +207,7 @@ class JobSubmission(_Request):
     test_requirements: str | None = None
     max_iterations: int | None = None
     candidates: int | None = None
+    max_tokens_total: int | None = None
     callback_url: str | None = None
     mode: str | None = None
     code: str | None = None
@@ -443,6 +444,15 @@ class Tokens(_Answer):
     completion: int
 
 
+class Tally(_Answer):
+    """How many cases of a kind passed, and what writing them cost."""
+
+    schema_name = "Tally"
+    passed: int
+    total: int
+    tokens: Tokens
+
+
 class JobMetrics(_Answer):
     schema_name = "JobMetrics"
     generation_ms: int
@@ -483,6 +493,9 @@ class JobResult(_Answer):
     contradicted_tests: dict[str, list[TestCase]] = Field(default_factory=dict)
     test_results: list[TestResult]
     all_tests_passed: bool
+    passed_given: Tally | None = None
+    passed_generated: Tally | None = None
+    stopped_by: str | None = None
     improvement_history: list[Improvement]
     documentation: str
     quality: Quality
@@ -958,6 +971,7 @@ SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     Improvement,
     Quality,
     Tokens,
+    Tally,
     JobMetrics,
     Change,
     JobResult,
