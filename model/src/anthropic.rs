@@ -152,12 +152,14 @@ impl Provider for Anthropic {
                 json: Some(input),
                 usage,
                 truncated,
+                others: Vec::new(),
             },
             None => ChatResponse {
                 text: text_answer,
                 json: None,
                 usage,
                 truncated,
+                others: Vec::new(),
             },
         })
     }

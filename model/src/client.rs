@@ -231,18 +231,7 @@ impl Model {
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
         let started = Instant::now();
-        let schema = (!T::TEXT).then(|| cached_spec_for::<T>(T::NAME, T::STRICT));
-        let mut request = ChatRequest {
-            phase,
-            function: function.map(str::to_owned),
-            system: prompt.system.clone(),
-            messages: vec![Message {
-                role: Role::User,
-                content: prompt.user.clone(),
-            }],
-            schema,
-            max_tokens: None,
-        };
+        let mut request = Self::request::<T>(phase, function, prompt);
         let mut usage = Usage::default();
         let mut calls = 0;
         let max_answers = self.options.max_answer_attempts.max(1);
@@ -301,6 +290,97 @@ impl Model {
             attempts: max_answers,
             reason: last_problem,
         })
+    }
+
+    /// `n` answers to one prompt, as [`Model::generate_in`] gives one: a single call asking
+    /// for `n` (OpenAI's `n`), each of its answers validated, then one call after another for
+    /// what it did not give (a server that samples one at a time, an invalid answer). What the
+    /// first call spent is charged to the first answer returned.
+    #[allow(clippy::too_many_arguments)] // generate_in's arguments and how many
+    pub async fn generate_n_in<T: Answer>(
+        &self,
+        call: &Call,
+        seat: &mut Seat,
+        phase: Phase,
+        function: Option<&str>,
+        prompt: &Prompt,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Vec<Generated<T>>, Error> {
+        if n <= 1 {
+            return Ok(vec![
+                self.generate_in(call, seat, phase, function, prompt, deadline)
+                    .await?,
+            ]);
+        }
+        let started = Instant::now();
+        let mut request = Self::request::<T>(phase, function, prompt);
+        request.n = n;
+        request.max_tokens = self.answer_budget(&request)?;
+        let (response, calls) = self.call(call, seat, &request, deadline).await;
+        let response = response?;
+        let (mut usage, mut calls) = (response.usage, calls);
+        let answers: Vec<ChatResponse> = std::iter::once(ChatResponse {
+            others: Vec::new(),
+            ..response.clone()
+        })
+        .chain(response.others.iter().map(|choice| ChatResponse {
+            text: choice.text.clone(),
+            json: None,
+            usage: Usage::default(),
+            truncated: choice.truncated,
+            others: Vec::new(),
+        }))
+        .collect();
+        let given = answers.len();
+        let mut generated = Vec::with_capacity(n as usize);
+        for answer in &answers {
+            match parse::<T>(request.schema.as_ref(), answer) {
+                Ok(value) => generated.push(Generated {
+                    value,
+                    usage: std::mem::take(&mut usage),
+                    calls: std::mem::take(&mut calls),
+                    answers: 1,
+                    elapsed: started.elapsed(),
+                }),
+                Err(problem) => {
+                    self.count(phase, "invalid_answer");
+                    tracing::warn!(phase = phase.as_str(), %problem, "one of several model answers invalid");
+                }
+            }
+        }
+        tracing::debug!(
+            phase = phase.as_str(),
+            asked = n,
+            given,
+            valid = generated.len(),
+            "several answers in one call"
+        );
+        while generated.len() < n as usize {
+            let mut more = self
+                .generate_in(call, seat, phase, function, prompt, deadline)
+                .await?;
+            more.usage += std::mem::take(&mut usage);
+            more.calls += std::mem::take(&mut calls);
+            generated.push(more);
+        }
+        Ok(generated)
+    }
+
+    /// The request of a first call for a `T` answer to `prompt`.
+    fn request<T: Answer>(phase: Phase, function: Option<&str>, prompt: &Prompt) -> ChatRequest {
+        ChatRequest {
+            phase,
+            function: function.map(str::to_owned),
+            system: prompt.system.clone(),
+            messages: vec![Message {
+                role: Role::User,
+                content: prompt.user.clone(),
+            }],
+            schema: (!T::TEXT).then(|| cached_spec_for::<T>(T::NAME, T::STRICT)),
+            max_tokens: None,
+            n: 1,
+        }
     }
 
     /// One answer, with transport retries. Returns the number of calls made alongside.

@@ -136,6 +136,19 @@ pub struct ChatRequest {
     /// `None`: `model.max_tokens`. Not part of a recording's key.
     #[serde(skip)]
     pub max_tokens: Option<u32>,
+    /// How many answers to sample from this one prompt (OpenAI's `n`): a provider that cannot
+    /// give several gives one, and the caller asks again for the rest. 1 is left out of a
+    /// recording's key, so recordings made before it existed still match.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub n: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// A provider's answer, before validation.
@@ -148,6 +161,18 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// The server stopped the answer at its token budget (OpenAI's `finish_reason: length`,
     /// Anthropic's `stop_reason: max_tokens`): what it holds may be cut short.
+    #[serde(default)]
+    pub truncated: bool,
+    /// The answers after the first, when several were asked for (`ChatRequest::n`) and the
+    /// server gave them; their tokens are in `usage`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<Choice>,
+}
+
+/// One more answer of a response that sampled several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    pub text: String,
     #[serde(default)]
     pub truncated: bool,
 }

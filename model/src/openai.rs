@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::http::{classify, transport, truncate};
 use crate::{
-    CallError, ChatRequest, ChatResponse, Error, Options, Provider, Role, SchemaSpec,
+    CallError, ChatRequest, ChatResponse, Choice, Error, Options, Provider, Role, SchemaSpec,
     StructuredOutput, Usage,
 };
 
@@ -111,6 +111,9 @@ impl OpenAi {
             "temperature": self.temperature,
             "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
         });
+        if request.n > 1 {
+            body["n"] = json!(request.n);
+        }
         // A free-text request (no schema) is asked as a plain chat call.
         let Some(schema) = &request.schema else {
             return body;
@@ -221,21 +224,37 @@ impl Provider for OpenAi {
             message: format!("unreadable response ({e}): {}", truncate(&text, 200)),
             retry_after: None,
         })?;
-        let message = &value["choices"][0]["message"];
-        let content = message["content"]
-            .as_str()
-            .or_else(|| message["refusal"].as_str())
-            .unwrap_or_default()
-            .to_owned();
+        let choice = |choice: &Value| {
+            let message = &choice["message"];
+            Choice {
+                text: message["content"]
+                    .as_str()
+                    .or_else(|| message["refusal"].as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+                truncated: choice["finish_reason"] == "length",
+            }
+        };
+        let choices: Vec<Choice> = match value["choices"].as_array() {
+            Some(choices) => choices.iter().map(choice).collect(),
+            None => Vec::new(),
+        };
+        let mut choices = choices.into_iter();
+        let first = choices.next().unwrap_or(Choice {
+            text: String::new(),
+            truncated: false,
+        });
         let usage = Usage {
             prompt_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
             completion_tokens: value["usage"]["completion_tokens"].as_u64().unwrap_or(0),
         };
         Ok(ChatResponse {
-            text: content,
+            text: first.text,
             json: None,
             usage,
-            truncated: value["choices"][0]["finish_reason"] == "length",
+            truncated: first.truncated,
+            // At most what was asked: a server that gives more is not paid for twice.
+            others: choices.take(request.n.saturating_sub(1) as usize).collect(),
         })
     }
 }

@@ -214,6 +214,7 @@ impl Provider for Scripted {
             text,
             json,
             truncated: false,
+            others: Vec::new(),
         })
     }
 }
@@ -378,6 +379,7 @@ impl Provider for Counting {
             json: None,
             usage: Usage::default(),
             truncated: false,
+            others: Vec::new(),
         })
     }
 }

@@ -81,43 +81,56 @@ async fn complete(
         .as_array()
         .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
         .unwrap_or_default();
-    let Some(entry) = script.answer(phase, function.as_deref(), &prompt) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!(
-                "the scripted model has no answer for phase {} function {}",
-                phase.as_str(),
-                function.as_deref().unwrap_or("-")
-            ),
-        );
-    };
-    if entry.latency_ms > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(entry.latency_ms)).await;
+    // `n` answers: the script's next n entries for this request, one choice each (a real
+    // server samples them from one prompt).
+    let n = body["n"].as_u64().unwrap_or(1).clamp(1, 16);
+    let mut contents = Vec::new();
+    for _ in 0..n {
+        let Some(entry) = script.answer(phase, function.as_deref(), &prompt) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the scripted model has no answer for phase {} function {}",
+                    phase.as_str(),
+                    function.as_deref().unwrap_or("-")
+                ),
+            );
+        };
+        if entry.latency_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(entry.latency_ms)).await;
+        }
+        if let Some(status) = entry.status {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(
+                status,
+                format!("scripted failure: HTTP {}", status.as_u16()),
+            );
+        }
+        contents.push(match (&entry.answer, &entry.text) {
+            (Some(answer), _) => answer.to_string(),
+            (None, Some(text)) => text.clone(),
+            (None, None) => String::new(),
+        });
     }
-    if let Some(status) = entry.status {
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return error(
-            status,
-            format!("scripted failure: HTTP {}", status.as_u16()),
-        );
-    }
-    let content = match (&entry.answer, &entry.text) {
-        (Some(answer), _) => answer.to_string(),
-        (None, Some(text)) => text.clone(),
-        (None, None) => String::new(),
-    };
     let prompt_tokens = approx_tokens(&prompt);
-    let completion_tokens = approx_tokens(&content);
+    let completion_tokens: u64 = contents.iter().map(|c| approx_tokens(c)).sum();
+    let choices: Vec<Value> = contents
+        .into_iter()
+        .enumerate()
+        .map(|(index, content)| {
+            json!({
+                "index": index,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            })
+        })
+        .collect();
     axum::Json(json!({
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
         "created": 0,
         "model": "scripted",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop",
-        }],
+        "choices": choices,
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

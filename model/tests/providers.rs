@@ -604,3 +604,106 @@ async fn a_probe_tells_a_reachable_server_from_a_down_one_without_a_chat_call() 
     let provider = Anthropic::new(&anthropic_options).unwrap();
     provider.probe().await.unwrap();
 }
+
+/// An OpenAI answer with `contents` as its choices.
+fn chat_choices(contents: &[&str]) -> ResponseTemplate {
+    let choices: Vec<Value> = contents
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"index": i, "message": {"role": "assistant", "content": c}, "finish_reason": "stop"}))
+        .collect();
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "x", "object": "chat.completion", "model": "test-model", "choices": choices,
+        "usage": {"prompt_tokens": 11, "completion_tokens": 21, "total_tokens": 32}
+    }))
+}
+
+async fn implement_n(model: &Model, n: u32) -> Vec<model::Generated<Implementation>> {
+    model
+        .generate_n_in::<Implementation>(
+            &model::Call::default(),
+            &mut model::Seat::default(),
+            Phase::Implement,
+            Some("sieve"),
+            &prompt(),
+            n,
+            soon(),
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn several_answers_are_asked_in_one_call_with_n_and_charged_once() {
+    let server = MockServer::start().await;
+    let other = r#"{"code": "def sieve(n):\n    return [2]", "analysis": null}"#;
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"n": 3})))
+        .respond_with(chat_choices(&[IMPLEMENTATION, other, IMPLEMENTATION]))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let answers = implement_n(&openai(&options(&server)), 3).await;
+    let codes: Vec<&str> = answers.iter().map(|a| a.value.code.as_str()).collect();
+    assert_eq!(
+        codes,
+        [
+            "def sieve(n):\n    return []",
+            "def sieve(n):\n    return [2]",
+            "def sieve(n):\n    return []"
+        ]
+    );
+    // The call's usage once, on the first answer.
+    assert_eq!(
+        (answers[0].calls, answers[0].usage.completion_tokens),
+        (1, 21)
+    );
+    assert!(
+        answers[1..]
+            .iter()
+            .all(|a| a.calls == 0 && a.usage.completion_tokens == 0)
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_gives_fewer_answers_than_n_or_an_invalid_one_is_asked_again_for_the_rest() {
+    let server = MockServer::start().await;
+    // llama.cpp's server takes `n` and samples one; this one gives two, one of them invalid.
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"n": 3})))
+        .respond_with(chat_choices(&[IMPLEMENTATION, r#"{"code": 5}"#]))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let answers = implement_n(&openai(&options(&server)), 3).await;
+    assert_eq!(answers.len(), 3);
+    assert_eq!(
+        answers.iter().map(|a| a.calls).sum::<u32>(),
+        3,
+        "the call with n, then one each for the two missing"
+    );
+    let requests = server.received_requests().await.unwrap();
+    let later: Value = requests[1].body_json().unwrap();
+    assert!(later.get("n").is_none(), "one at a time: {later}");
+}
+
+#[tokio::test]
+async fn one_answer_is_asked_without_n() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let answers = implement_n(&openai(&options(&server)), 1).await;
+    assert_eq!(answers.len(), 1);
+    let body: Value = server.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    assert!(body.get("n").is_none(), "{body}");
+}

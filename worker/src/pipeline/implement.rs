@@ -421,8 +421,13 @@ impl Pipeline {
             };
             self.may_ask(ctx).await?;
             let plain = rework.is_none() && request.is_some();
-            let generating =
-                self.ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline);
+            // The first attempt asks for every candidate at once (one call with `n` where the
+            // server samples several); all run against the tests in one sandbox run, and the
+            // best is the attempt's code.
+            let n = if last.is_none() { candidates } else { 1 };
+            let generating = self.ask_code(
+                ctx, model, &mut seat, plain, phase, spec, &prompt, n, deadline,
+            );
             // A failed save (Redis, the job ended, another run finished) stops the call.
             let generated = match unsaved_tests.take() {
                 Some(with_tests) => {
@@ -432,34 +437,23 @@ impl Pipeline {
             };
             // Given back before the run: a repair waits for the limit again.
             seat = Seat::default();
-            account(outcome, &generated.usage, generated.calls);
-            let code = generated.value.code;
-            // A rework's result says why the code changed: the analysis that came with the
-            // code that stands.
-            if let (Some(given), Some(analysis)) =
-                (outcome.rework.as_mut(), generated.value.analysis.as_ref())
-            {
-                given.analysis = Some(analysis.clone());
-            }
-            if let (Some(analysis), Some(previous)) =
-                (generated.value.analysis, outcome.history.last_mut())
-            {
-                previous.fix = analysis.changes.clone();
-                previous.analysis = Some(analysis);
-            }
-            // The first attempt's other candidates, asked alike; all run against the tests in
-            // one sandbox run, and the best is the attempt's code.
-            let mut codes = vec![code];
-            if last.is_none() && candidates > 1 {
-                for _ in 1..candidates {
-                    self.may_ask(ctx).await?;
-                    let more = self
-                        .ask_code(ctx, model, &mut seat, plain, phase, spec, &prompt, deadline)
-                        .await?;
-                    account(outcome, &more.usage, more.calls);
-                    codes.push(more.value.code);
+            let mut codes = Vec::with_capacity(generated.len());
+            for generated in generated {
+                account(outcome, &generated.usage, generated.calls);
+                codes.push(generated.value.code);
+                // A rework's result says why the code changed: the analysis that came with
+                // the code that stands (a rework asks for one answer).
+                if let (Some(given), Some(analysis)) =
+                    (outcome.rework.as_mut(), generated.value.analysis.as_ref())
+                {
+                    given.analysis = Some(analysis.clone());
                 }
-                seat = Seat::default();
+                if let (Some(analysis), Some(previous)) =
+                    (generated.value.analysis, outcome.history.last_mut())
+                {
+                    previous.fix = analysis.changes.clone();
+                    previous.analysis = Some(analysis);
+                }
             }
             let modules: Vec<String> = codes.iter().map(|c| format!("{prelude}{c}")).collect();
             let ran = match &modules[..] {
@@ -695,7 +689,7 @@ fn failures<'a>(tests: &'a [TestCase], results: &'a [TestResult]) -> Vec<Failure
 }
 
 impl Pipeline {
-    /// One answer of code for `spec`: asked as a plain call (`plain`: the request's own stub,
+    /// `n` answers of code for `spec`: asked as a plain call (`plain`: the request's own stub,
     /// a first attempt) or in the implementation's JSON form.
     #[allow(clippy::too_many_arguments)] // one call's context, spelled out
     async fn ask_code(
@@ -707,17 +701,20 @@ impl Pipeline {
         phase: Phase,
         spec: &proto::generation::FunctionSpec,
         prompt: &model::Prompt,
+        n: u32,
         deadline: tokio::time::Instant,
-    ) -> Result<Generated<Implementation>, Error> {
+    ) -> Result<Vec<Generated<Implementation>>, Error> {
         let function = Some(spec.name.as_str());
         let generated = if plain {
             model
-                .generate_in::<Completion>(&ctx.call, seat, phase, function, prompt, deadline)
+                .generate_n_in::<Completion>(&ctx.call, seat, phase, function, prompt, n, deadline)
                 .await
-                .map(completed)
+                .map(|answers| answers.into_iter().map(completed).collect())
         } else {
             model
-                .generate_in::<Implementation>(&ctx.call, seat, phase, function, prompt, deadline)
+                .generate_n_in::<Implementation>(
+                    &ctx.call, seat, phase, function, prompt, n, deadline,
+                )
                 .await
         };
         generated.map_err(|e| model_error(Some(phase.as_str()), &e))
