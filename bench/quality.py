@@ -124,6 +124,9 @@ def job(cluster, problem, max_iterations, candidates):
         "plan_source": result.get("plan_source"),
         "given_tests": sum(bool(t.get("given")) for ts in result.get("tests", {}).values()
                            for t in ts),
+        "passed_given": result.get("passed_given"),
+        "passed_generated": result.get("passed_generated"),
+        "stopped_by": result.get("stopped_by"),
         "code": "\n\n".join(result.get("implementations", {}).values()),
         "calls": metrics.get("model_calls", 0),
         "tokens": tokens.get("prompt", 0) + tokens.get("completion", 0),
@@ -173,6 +176,8 @@ def write(out, rows):
         r["cluster"]["own_tests_passed"] and not r["cluster"]["passed"] for r in rows)
     summary["cluster"]["own_tests_failed_reference_passed"] = sum(
         not r["cluster"]["own_tests_passed"] and r["cluster"]["passed"] for r in rows)
+    summary["cluster"]["stopped_by_budget"] = sum(
+        r["cluster"].get("stopped_by") == "budget" for r in rows)
     summary["problems"] = len(rows)
     with open(out, "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
