@@ -640,4 +640,25 @@ mod tests {
         assert!(prompt.user.contains("no `module.exports`"));
         assert!(!prompt.user.contains("docstring"));
     }
+
+    #[test]
+    fn a_plain_completion_says_how_the_language_writes_a_function_and_python_says_nothing_more() {
+        let java = complete(&CompleteContext {
+            language: "java",
+            code: "class Solution {\n    public boolean f(int x) {\n",
+        })
+        .unwrap();
+        assert!(java.system.contains("`static` method"), "{}", java.system);
+        assert!(java.user.contains("public boolean f"), "{}", java.user);
+        let python = complete(&CompleteContext {
+            language: "python",
+            code: "def f(x):\n    \"\"\"Doc.\"\"\"\n",
+        })
+        .unwrap();
+        assert!(
+            python.system.ends_with("in one ```python code block."),
+            "{}",
+            python.system
+        );
+    }
 }

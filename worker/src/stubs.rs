@@ -4,8 +4,11 @@
 //! are test cases marked `given`. Everything else the request's code holds (imports, functions
 //! it implemented) is the preamble every module of the job starts with.
 
+mod examples;
 mod literals;
 mod python;
+mod signatures;
+mod values;
 
 use std::collections::BTreeMap;
 
@@ -27,7 +30,7 @@ pub struct Stubs {
 pub fn of_request(language: Language, instruction: &str) -> Option<Stubs> {
     match language {
         Language::Python | Language::PythonSci => python::stubs(instruction),
-        _ => None,
+        _ => signatures::stubs(language, instruction),
     }
 }
 

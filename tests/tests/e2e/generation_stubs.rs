@@ -228,3 +228,43 @@ async fn candidates_are_judged_by_the_given_and_generated_cases_and_the_best_one
     );
     cluster.cleanup().await;
 }
+
+/// MultiPL-E's JavaScript HumanEval/0: comments, then a signature that stops at its brace.
+const JS_PROMPT: &str = "//Check if in given list of numbers, are any two numbers closer to each other than\n// given threshold.\n// >>> has_close_elements([1.0, 2.0, 3.0], 0.5)\n// false\n// >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)\n// true\nfunction has_close_elements(numbers, threshold){\n";
+const JS_RIGHT: &str = "function has_close_elements(numbers, threshold) {\n  const s = [...numbers].sort((a, b) => a - b);\n  return s.some((x, i) => i > 0 && x - s[i - 1] < threshold);\n}\n";
+
+/// A Go stub whose import the code needs: the preamble brings it.
+const GO_PROMPT: &str = "package main\n\nimport (\n    \"strings\"\n)\n\n// Shout returns s in capitals, with a bang.\n// >>> Shout(\"hi\")\n// \"HI!\"\nfunc Shout(s string) string {\n";
+const GO_RIGHT: &str = "func Shout(s string) string {\n\treturn strings.ToUpper(s) + \"!\"\n}\n";
+
+#[tokio::test]
+async fn javascript_and_go_stubs_are_their_own_plan_with_their_comments_examples_as_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({"answers": [
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```javascript\n{JS_RIGHT}```")},
+        {"phase": "implement", "function": "Shout", "text": format!("```go\n{GO_RIGHT}```")}
+    ]});
+    let (cluster, _children) = cluster_on(&dir, script).await;
+    for (language, prompt, function, given) in [
+        ("javascript", JS_PROMPT, "has_close_elements", 2),
+        ("go", GO_PROMPT, "Shout", 1),
+    ] {
+        let result = run(
+            &cluster,
+            json!({"instruction": prompt, "language": language}),
+        )
+        .await;
+        assert_eq!(result["status"], "succeeded", "{language}: {result:#}");
+        assert_eq!(result["plan_source"], "request", "{result:#}");
+        assert_eq!(result["function_specs"][0]["name"], function);
+        // The comment's examples were the tests, each passed; one plain call, no plan.
+        assert_eq!(
+            result["passed_given"]["passed"], given,
+            "{language}: {result:#}"
+        );
+        assert_eq!(result["passed_given"]["total"], given, "{result:#}");
+        assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
+        assert_eq!(result["metrics"]["model_calls"], 1, "{result:#}");
+    }
+    cluster.cleanup().await;
+}
