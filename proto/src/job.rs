@@ -503,7 +503,8 @@ pub struct FunctionOutcome {
     /// change's analysis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rework: Option<ReworkOutcome>,
-    /// Generated cases dropped because they contradict a case the request gave.
+    /// Generated cases dropped because the cases the request gave contradict them
+    /// (`JobResult::contradicted_tests`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contradicted: Vec<TestCase>,
     /// What the calls that wrote its generated tests spent (part of `tokens`).
@@ -665,8 +666,9 @@ pub struct JobResult {
     pub function_specs: Vec<FunctionSpec>,
     pub implementations: BTreeMap<String, String>,
     pub tests: BTreeMap<String, Vec<TestCase>>,
-    /// Generated cases left out because they contradict a case the request gave (the same
-    /// inputs, another expectation), by function.
+    /// Generated cases left out because the request's own cases contradict them: the same
+    /// inputs with another expectation, or (with several candidates) no candidate that passes
+    /// every given case passes them; by function.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub contradicted_tests: BTreeMap<String, Vec<TestCase>>,
     pub test_results: Vec<TestResult>,

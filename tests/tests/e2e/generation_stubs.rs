@@ -177,9 +177,12 @@ async fn candidates_are_judged_by_the_given_and_generated_cases_and_the_best_one
     };
     // Generated cases: one agrees with the request's first example's inputs but not its
     // answer (it is dropped and listed), one is new.
+    // A third is wrong (1 and 5 are not within 0.1): no candidate that passes both examples
+    // passes it, so it is left out too rather than repaired against.
     let cases = json!({"cases": [
         case("contradicts", json!([1.0, 2.0, 3.0]), 0.5, true),
         case("close_pair", json!([1.0, 1.05]), 0.1, true),
+        case("wrong_far", json!([1.0, 5.0]), 0.1, true),
     ]});
     // Three candidates, asked in one call: the right one is the second.
     let script = json!({"answers": [
@@ -206,8 +209,13 @@ async fn candidates_are_judged_by_the_given_and_generated_cases_and_the_best_one
     // answers as OpenAI's does); no repair was needed.
     assert_eq!(result["metrics"]["model_calls"], 2, "{result:#}");
     assert!(result["improvement_history"].as_array().unwrap().is_empty());
-    let dropped = &result["contradicted_tests"]["has_close_elements"];
-    assert_eq!(dropped[0]["name"], "contradicts", "{result:#}");
+    let dropped: Vec<&str> = result["contradicted_tests"]["has_close_elements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(dropped, ["contradicts", "wrong_far"], "{result:#}");
     assert_eq!(
         (
             &result["passed_given"]["passed"],
@@ -266,5 +274,33 @@ async fn javascript_and_go_stubs_are_their_own_plan_with_their_comments_examples
         assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
         assert_eq!(result["metrics"]["model_calls"], 1, "{result:#}");
     }
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_model_that_cannot_write_more_cases_leaves_the_given_ones_to_judge_the_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    // The tests' call is refused (a 400 is never retried): the examples judge alone.
+    let script = json!({"answers": [
+        {"phase": "tests", "function": "has_close_elements", "status": 400},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WORSE}```")},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{RIGHT}```")}
+    ]});
+    let (cluster, _children) = cluster_on(&dir, script).await;
+    let result = run(
+        &cluster,
+        json!({"instruction": PROMPT, "language": "python", "candidates": 2}),
+    )
+    .await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(
+        result["implementations"]["has_close_elements"]
+            .as_str()
+            .unwrap()
+            .trim(),
+        RIGHT.trim()
+    );
+    assert_eq!(result["passed_given"]["passed"], 2, "{result:#}");
+    assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
     cluster.cleanup().await;
 }

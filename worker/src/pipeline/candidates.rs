@@ -48,6 +48,31 @@ pub(super) fn best(tests: &[TestCase], runs: &[CaseRun]) -> Option<usize> {
     (0..runs.len()).rev().max_by_key(|&i| score(i))
 }
 
+/// The generated cases of `tests` that no candidate passing every given case passes: every
+/// implementation the request's own examples accept disagrees with them, so they are taken
+/// for the model's mistakes (CodeT's consensus), not the code's. None when no candidate
+/// passes every given case (nothing to judge them by) or there are no given cases.
+pub(super) fn unconfirmed(tests: &[TestCase], runs: &[CaseRun]) -> Vec<String> {
+    let passed = |run: &CaseRun, name: &str| run.results.iter().any(|r| r.test == name && r.passed);
+    let accepted: Vec<&CaseRun> = runs
+        .iter()
+        .filter(|run| {
+            tests
+                .iter()
+                .filter(|t| t.given)
+                .all(|t| passed(run, &t.name))
+        })
+        .collect();
+    if accepted.is_empty() || !tests.iter().any(|t| t.given) {
+        return Vec::new();
+    }
+    tests
+        .iter()
+        .filter(|t| !t.given && !accepted.iter().any(|run| passed(run, &t.name)))
+        .map(|t| t.name.clone())
+        .collect()
+}
+
 /// The tests of a function whose request gave `given` cases, with `generated` ones beside them:
 /// a generated case that contradicts a given one (the same inputs, another expectation) is
 /// dropped, as is one whose name a given case has. Returns the tests (the given first) and
@@ -166,6 +191,30 @@ mod tests {
         assert!(tests[0].given && !tests[1].given);
         let names: Vec<&str> = dropped.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["double_two", "given_1"]);
+    }
+
+    #[test]
+    fn generated_cases_no_candidate_the_given_ones_accept_passes_are_unconfirmed() {
+        let tests = [
+            test("g", true),
+            test("a", false),
+            test("b", false),
+            test("c", false),
+        ];
+        let runs = [
+            // Fails the given case: what it passes confirms nothing.
+            run(&[("g", 0), ("a", 1), ("b", 1), ("c", 0)]),
+            run(&[("g", 1), ("a", 1), ("b", 0), ("c", 0)]),
+            run(&[("g", 1), ("a", 0), ("b", 0), ("c", 0)]),
+        ];
+        assert_eq!(unconfirmed(&tests, &runs), ["b", "c"]);
+        // No candidate passes the given case: nothing is judged.
+        let runs = [run(&[("g", 0), ("a", 1), ("b", 0), ("c", 0)])];
+        assert!(unconfirmed(&tests, &runs).is_empty());
+        // No given case: the generated ones are all there is.
+        let generated = [test("a", false), test("b", false)];
+        let runs = [run(&[("a", 1), ("b", 0)])];
+        assert!(unconfirmed(&generated, &runs).is_empty());
     }
 
     #[test]

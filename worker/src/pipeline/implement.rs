@@ -313,16 +313,29 @@ impl Pipeline {
                 };
                 // The call first: its request leaves before the event's write.
                 let (tests, seat) = tokio::join!(tests, started_event).0;
-                let tests = tests.map_err(|e| model_error(Some("writing tests"), &e))?;
-                account(outcome, &tests.usage, tests.calls);
-                account_tests(outcome, &tests.usage);
-                match given {
-                    Some(given) => {
-                        let (tests, dropped) = candidates::merged(given, tests.value.cases);
-                        outcome.tests = tests;
-                        outcome.contradicted = dropped;
+                match (
+                    tests.map_err(|e| model_error(Some("writing tests"), &e)),
+                    given,
+                ) {
+                    // The request's examples are tests enough: a model that cannot write
+                    // more (its answers cut off, invalid) does not fail the function.
+                    (Err(Error::Failed(reason)), Some(given)) => {
+                        tracing::warn!(%job, function = %spec.name, %reason, "no generated cases: the given ones only");
+                        outcome.tests = given.clone();
                     }
-                    None => outcome.tests = tests.value.cases,
+                    (Err(e), _) => return Err(e),
+                    (Ok(tests), given) => {
+                        account(outcome, &tests.usage, tests.calls);
+                        account_tests(outcome, &tests.usage);
+                        match given {
+                            Some(given) => {
+                                let (tests, dropped) = candidates::merged(given, tests.value.cases);
+                                outcome.tests = tests;
+                                outcome.contradicted = dropped;
+                            }
+                            None => outcome.tests = tests.value.cases,
+                        }
+                    }
                 }
                 seat
             }
@@ -467,7 +480,27 @@ impl Pipeline {
                     .map(|mut runs| {
                         let best = candidates::best(&outcome.tests, &runs).unwrap_or(0);
                         tracing::info!(%job, function = %spec.name, candidates = runs.len(), best, "candidates judged by the tests");
-                        (best, runs.swap_remove(best))
+                        let mut run = runs.swap_remove(best);
+                        let unconfirmed = candidates::unconfirmed(&outcome.tests, &{
+                            let mut all = runs;
+                            all.push(run.clone());
+                            all
+                        });
+                        if !unconfirmed.is_empty() {
+                            tracing::info!(%job, function = %spec.name, ?unconfirmed, "generated cases no candidate the given ones accept passes: left out");
+                            let (kept, dropped) = std::mem::take(&mut outcome.tests)
+                                .into_iter()
+                                .partition(|t| !unconfirmed.contains(&t.name));
+                            outcome.tests = kept;
+                            outcome.contradicted.extend::<Vec<TestCase>>(dropped);
+                            run.results.retain(|r| !unconfirmed.contains(&r.test));
+                            run.passed = run.results.len() == outcome.tests.len()
+                                && run.results.iter().all(|r| r.passed);
+                            if run.passed {
+                                (run.error_kind, run.error) = (None, String::new());
+                            }
+                        }
+                        (best, run)
                     }),
             };
             let chosen = ran.as_ref().map_or(0, |(i, _)| *i);
