@@ -11,6 +11,7 @@ mod signatures;
 mod values;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use proto::Language;
 use proto::generation::{FunctionSpec, TestCase};
@@ -32,6 +33,56 @@ pub fn of_request(language: Language, instruction: &str) -> Option<Stubs> {
         Language::Python | Language::PythonSci => python::stubs(instruction),
         _ => signatures::stubs(language, instruction),
     }
+}
+
+/// The stubs `specs` of a request's `code` (each with its documentation in `docs`, in order),
+/// whose other code is `preamble`: each depends on the others its documentation calls, and the
+/// examples its documentation gives are its given cases.
+fn assembled(
+    reader: &dyn examples::Reader,
+    mut specs: Vec<FunctionSpec>,
+    docs: &[String],
+    preamble: &str,
+    code: &str,
+) -> Stubs {
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    for (spec, doc) in specs.iter_mut().zip(docs) {
+        spec.dependencies = names
+            .iter()
+            .filter(|other| **other != spec.name && examples::calls(doc, other))
+            .cloned()
+            .collect();
+    }
+    let given = specs
+        .iter()
+        .zip(docs)
+        .map(|(spec, doc)| (spec.name.clone(), examples::examples(reader, spec, doc)))
+        .collect();
+    let preamble = preamble.trim();
+    Stubs {
+        specs,
+        code: RequestCode {
+            preamble: if preamble.is_empty() {
+                String::new()
+            } else {
+                format!("{preamble}\n")
+            },
+            code: code.trim_end().to_owned() + "\n",
+            given: named(given),
+        },
+    }
+}
+
+/// `code` without the ranges `cut` (in order, apart).
+fn without(code: &str, cut: &[Range<usize>]) -> String {
+    let mut kept = String::new();
+    let mut at = 0;
+    for range in cut {
+        kept.push_str(&code[at..range.start]);
+        at = range.end;
+    }
+    kept.push_str(&code[at..]);
+    kept
 }
 
 /// `given`'s cases by function, each named `given_<n>` in its function's order.

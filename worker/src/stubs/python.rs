@@ -3,16 +3,13 @@
 //! that starts Python code (`def`, `import`, `from`, `class`, `@`, `async def`) to its end; it
 //! must be valid Python (the static checker's rules), or the model plans.
 
-use std::collections::BTreeMap;
-
 use proto::generation::{Complexity, FunctionSpec, Output, Param};
-use proto::job::RequestCode;
 use serde_json::{Map, Value};
 use tree_sitter::{Node, Parser};
 
-use super::examples::{Reader, calls, examples};
+use super::Stubs;
+use super::examples::Reader;
 use super::literals::{named, value};
-use super::{Stubs, named as named_cases};
 
 /// Python's calls and literals, for the examples of a docstring.
 struct Python;
@@ -50,39 +47,14 @@ pub(super) fn stubs(instruction: &str) -> Option<Stubs> {
     if specs.is_empty() {
         return None;
     }
-    // Who calls whom, by the examples and prose of each docstring.
-    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    for (spec, docstring) in specs.iter_mut().zip(&docstrings) {
-        spec.dependencies = names
-            .iter()
-            .filter(|other| **other != spec.name && calls(docstring, other))
-            .cloned()
-            .collect();
-    }
-    let mut given = BTreeMap::new();
-    for (spec, docstring) in specs.iter().zip(&docstrings) {
-        given.insert(spec.name.clone(), examples(&Python, spec, docstring));
-    }
-    let mut preamble = String::new();
-    let mut at = 0;
-    for range in cut {
-        preamble.push_str(&code[at..range.start]);
-        at = range.end;
-    }
-    preamble.push_str(&code[at..]);
-    let preamble = preamble.trim().to_owned();
-    Some(Stubs {
+    let preamble = super::without(&code, &cut);
+    Some(super::assembled(
+        &Python,
         specs,
-        code: RequestCode {
-            preamble: if preamble.is_empty() {
-                preamble
-            } else {
-                preamble + "\n"
-            },
-            code: code.trim_end().to_owned() + "\n",
-            given: named_cases(given),
-        },
-    })
+        &docstrings,
+        &preamble,
+        &code,
+    ))
 }
 
 /// The request's code: its first fenced block, else from its first line of Python to the end.

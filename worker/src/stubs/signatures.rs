@@ -5,17 +5,14 @@
 //! is its first fenced block, else everything from its first line of code to its end; it must
 //! parse (with the body's missing `}`s added), or the model plans.
 
-use std::collections::BTreeMap;
-
 use proto::Language;
 use proto::generation::{Complexity, FunctionSpec, Output, Param};
-use proto::job::RequestCode;
 use serde_json::{Map, Value};
 use tree_sitter::{Node, Parser, Tree};
 
-use super::examples::{Reader, calls, examples};
+use super::examples::Reader;
 use super::literals::named;
-use super::{Stubs, named as named_cases, values};
+use super::{Stubs, values};
 
 pub(super) fn stubs(language: Language, instruction: &str) -> Option<Stubs> {
     let grammar = Grammar::of(language)?;
@@ -49,27 +46,8 @@ pub(super) fn stubs(language: Language, instruction: &str) -> Option<Stubs> {
         docs.push(stub.doc.clone());
         cut.push(stub.range.clone());
     }
-    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    for (spec, doc) in specs.iter_mut().zip(&docs) {
-        spec.dependencies = names
-            .iter()
-            .filter(|other| **other != spec.name && calls(doc, other))
-            .cloned()
-            .collect();
-    }
-    let mut given = BTreeMap::new();
-    for (spec, doc) in specs.iter().zip(&docs) {
-        given.insert(spec.name.clone(), examples(&grammar, spec, doc));
-    }
     let preamble = grammar.preamble(&parsed, &tree, &cut);
-    Some(Stubs {
-        specs,
-        code: RequestCode {
-            preamble,
-            code: code.trim_end().to_owned() + "\n",
-            given: named_cases(given),
-        },
-    })
+    Some(super::assembled(&grammar, specs, &docs, &preamble, &code))
 }
 
 /// A language's grammar and what a function and a stub are in it.
@@ -164,35 +142,23 @@ impl Grammar {
         }
     }
 
-    /// The text of the code every module of the job starts with: the request's code without
-    /// its stubs (`cut`); in Go without its `package` clause (the form writes one), in Java
-    /// only its imports (the form makes the class around the functions).
+    /// The code every module of the job starts with: the request's code without its stubs
+    /// (`cut`); in Go without its `package` clause (the form writes one), in Java only its
+    /// imports (the form makes the class around the functions).
     fn preamble(self, code: &str, tree: &Tree, cut: &[std::ops::Range<usize>]) -> String {
-        let kept: Vec<String> = match self {
+        match self {
             Self::Java => named(tree.root_node())
                 .into_iter()
                 .filter(|n| n.kind() == "import_declaration")
-                .filter_map(|n| n.utf8_text(code.as_bytes()).ok().map(str::to_owned))
-                .collect(),
-            _ => {
-                let mut kept = String::new();
-                let mut at = 0;
-                for range in cut {
-                    kept.push_str(&code[at..range.start]);
-                    at = range.end;
-                }
-                kept.push_str(&code[at..]);
-                let lines = kept
-                    .lines()
-                    .filter(|l| !(self == Self::Go && l.trim_start().starts_with("package ")));
-                vec![lines.collect::<Vec<_>>().join("\n")]
-            }
-        };
-        let preamble = kept.join("\n").trim().to_owned();
-        if preamble.is_empty() {
-            preamble
-        } else {
-            preamble + "\n"
+                .filter_map(|n| n.utf8_text(code.as_bytes()).ok())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Self::Go => super::without(code, cut)
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("package "))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => super::without(code, cut),
         }
     }
 }
