@@ -230,11 +230,42 @@ impl Model {
         prompt: &Prompt,
         deadline: Instant,
     ) -> Result<Generated<T>, Error> {
+        let max_answers = self.options.max_answer_attempts.max(1);
+        self.answered(call, seat, phase, function, prompt, max_answers, deadline)
+            .await
+    }
+
+    /// [`Model::generate_in`] for an answer the caller can do without: one answer, not asked
+    /// again when it does not validate (`Error::InvalidAnswer` after one).
+    pub async fn generate_optional_in<T: Answer>(
+        &self,
+        call: &Call,
+        seat: &mut Seat,
+        phase: Phase,
+        function: Option<&str>,
+        prompt: &Prompt,
+        deadline: Instant,
+    ) -> Result<Generated<T>, Error> {
+        self.answered(call, seat, phase, function, prompt, 1, deadline)
+            .await
+    }
+
+    /// Asks until an answer validates, at most `max_answers` times.
+    #[allow(clippy::too_many_arguments)] // generate_in's arguments and how many answers
+    async fn answered<T: Answer>(
+        &self,
+        call: &Call,
+        seat: &mut Seat,
+        phase: Phase,
+        function: Option<&str>,
+        prompt: &Prompt,
+        max_answers: u32,
+        deadline: Instant,
+    ) -> Result<Generated<T>, Error> {
         let started = Instant::now();
         let mut request = Self::request::<T>(phase, function, prompt);
         let mut usage = Usage::default();
         let mut calls = 0;
-        let max_answers = self.options.max_answer_attempts.max(1);
         let mut last_problem = String::new();
         for answer in 1..=max_answers {
             request.max_tokens = self.answer_budget(&request)?;

@@ -707,3 +707,27 @@ async fn one_answer_is_asked_without_n() {
         .unwrap();
     assert!(body.get("n").is_none(), "{body}");
 }
+
+#[tokio::test]
+async fn an_optional_answer_that_does_not_validate_is_not_asked_again() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(r#"{"code": 5, "analysis": null}"#))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let failed = openai(&options(&server))
+        .generate_optional_in::<Implementation>(
+            &model::Call::default(),
+            &mut model::Seat::default(),
+            Phase::Implement,
+            Some("sieve"),
+            &prompt(),
+            soon(),
+        )
+        .await;
+    assert!(
+        matches!(failed, Err(Error::InvalidAnswer { attempts: 1, .. })),
+        "{failed:?}"
+    );
+}

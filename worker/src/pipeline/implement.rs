@@ -299,16 +299,34 @@ impl Pipeline {
             _ => {
                 let tests = async {
                     let mut seat = seat.take().await;
-                    let tests = model
-                        .generate_in::<TestCases>(
-                            &ctx.call,
-                            &mut seat,
-                            Phase::Tests,
-                            Some(&spec.name),
-                            &tests_prompt,
-                            deadline,
-                        )
-                        .await;
+                    // Beside the request's own cases, generated ones only rank candidates:
+                    // an invalid answer is not asked again.
+                    let tests = match given {
+                        Some(_) => {
+                            model
+                                .generate_optional_in::<TestCases>(
+                                    &ctx.call,
+                                    &mut seat,
+                                    Phase::Tests,
+                                    Some(&spec.name),
+                                    &tests_prompt,
+                                    deadline,
+                                )
+                                .await
+                        }
+                        None => {
+                            model
+                                .generate_in::<TestCases>(
+                                    &ctx.call,
+                                    &mut seat,
+                                    Phase::Tests,
+                                    Some(&spec.name),
+                                    &tests_prompt,
+                                    deadline,
+                                )
+                                .await
+                        }
+                    };
                     (tests, seat)
                 };
                 // The call first: its request leaves before the event's write.
