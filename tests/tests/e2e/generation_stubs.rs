@@ -281,3 +281,36 @@ async fn a_model_that_cannot_write_more_cases_leaves_the_given_ones_to_judge_the
     assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_repair_that_passes_every_given_case_leaves_out_the_generated_ones_it_alone_disagrees_with()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    // Neither candidate passes the examples, so the wrong generated case cannot be judged
+    // yet; the repair passes both examples and fails only it: it is left out, not repaired
+    // against, and the job ends there.
+    let wrong = json!({"cases": [{"name": "wrong_far", "kind": "normal",
+        "inputs": {"numbers": [1.0, 5.0], "threshold": 0.1}, "expected_output": true,
+        "expected_error": null}]});
+    let script = json!({"answers": [
+        {"phase": "tests", "function": "has_close_elements", "answer": wrong},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WRONG}```")},
+        {"phase": "implement", "function": "has_close_elements", "text": format!("```python\n{WORSE}```")},
+        {"phase": "repair", "function": "has_close_elements", "text": format!("```python\n{RIGHT}```")}
+    ]});
+    let (cluster, _children) = cluster_on(&dir, script).await;
+    let result = run(
+        &cluster,
+        json!({"instruction": PROMPT, "language": "python", "candidates": 2, "max_iterations": 3}),
+    )
+    .await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(kept(&result), RIGHT.trim());
+    assert_eq!(
+        result["contradicted_tests"]["has_close_elements"][0]["name"], "wrong_far",
+        "{result:#}"
+    );
+    // The tests' call, the candidates' call, one repair: no second repair.
+    assert_eq!(result["metrics"]["model_calls"], 3, "{result:#}");
+    cluster.cleanup().await;
+}

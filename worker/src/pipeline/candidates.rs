@@ -48,7 +48,7 @@ pub(super) fn best(tests: &[TestCase], runs: &[CaseRun]) -> Option<usize> {
     (0..runs.len()).rev().max_by_key(|&i| score(i))
 }
 
-/// The generated cases of `tests` that no candidate passing every given case passes: every
+/// The generated cases of `tests` that no run of `runs` passing every given case passes: every
 /// implementation the request's own examples accept disagrees with them, so they are taken
 /// for the model's mistakes (CodeT's consensus), not the code's. None when no candidate
 /// passes every given case (nothing to judge them by) or there are no given cases.

@@ -491,7 +491,11 @@ impl Pipeline {
                 [module] => self
                     .run_cases(ctx, meta.request.language, module, spec, &outcome.tests)
                     .await
-                    .map(|run| (0, run)),
+                    .map(|mut run| {
+                        let runs = [run.clone()];
+                        leave_out_unconfirmed(job, spec, outcome, &mut run, &runs);
+                        (0, run)
+                    }),
                 _ => self
                     .run_candidates(ctx, meta.request.language, &modules, spec, &outcome.tests)
                     .await
@@ -499,25 +503,8 @@ impl Pipeline {
                         let best = candidates::best(&outcome.tests, &runs).unwrap_or(0);
                         tracing::info!(%job, function = %spec.name, candidates = runs.len(), best, "candidates judged by the tests");
                         let mut run = runs.swap_remove(best);
-                        let unconfirmed = candidates::unconfirmed(&outcome.tests, &{
-                            let mut all = runs;
-                            all.push(run.clone());
-                            all
-                        });
-                        if !unconfirmed.is_empty() {
-                            tracing::info!(%job, function = %spec.name, ?unconfirmed, "generated cases no candidate the given ones accept passes: left out");
-                            let (kept, dropped) = std::mem::take(&mut outcome.tests)
-                                .into_iter()
-                                .partition(|t| !unconfirmed.contains(&t.name));
-                            outcome.tests = kept;
-                            outcome.contradicted.extend::<Vec<TestCase>>(dropped);
-                            run.results.retain(|r| !unconfirmed.contains(&r.test));
-                            run.passed = run.results.len() == outcome.tests.len()
-                                && run.results.iter().all(|r| r.passed);
-                            if run.passed {
-                                (run.error_kind, run.error) = (None, String::new());
-                            }
-                        }
+                        runs.push(run.clone());
+                        leave_out_unconfirmed(job, spec, outcome, &mut run, &runs);
                         (best, run)
                     }),
             };
@@ -703,6 +690,33 @@ fn account(outcome: &mut FunctionOutcome, usage: &model::Usage, calls: u32) {
     outcome.tokens.prompt += usage.prompt_tokens;
     outcome.tokens.completion += usage.completion_tokens;
     outcome.model_calls += calls;
+}
+
+/// Leaves out of `outcome`'s tests (and `run`'s verdicts, one of `runs`) the generated cases
+/// no implementation that passes every given case passes ([`candidates::unconfirmed`]):
+/// listed with the contradicted ones rather than repaired against.
+fn leave_out_unconfirmed(
+    job: proto::TaskId,
+    spec: &proto::generation::FunctionSpec,
+    outcome: &mut FunctionOutcome,
+    run: &mut CaseRun,
+    runs: &[CaseRun],
+) {
+    let unconfirmed = candidates::unconfirmed(&outcome.tests, runs);
+    if unconfirmed.is_empty() {
+        return;
+    }
+    tracing::info!(%job, function = %spec.name, ?unconfirmed, "generated cases no implementation the given ones accept passes: left out");
+    let (kept, dropped): (Vec<TestCase>, Vec<TestCase>) = std::mem::take(&mut outcome.tests)
+        .into_iter()
+        .partition(|t| !unconfirmed.contains(&t.name));
+    outcome.tests = kept;
+    outcome.contradicted.extend(dropped);
+    run.results.retain(|r| !unconfirmed.contains(&r.test));
+    run.passed = run.results.len() == outcome.tests.len() && run.results.iter().all(|r| r.passed);
+    if run.passed {
+        (run.error_kind, run.error) = (None, String::new());
+    }
 }
 
 fn account_tests(outcome: &mut FunctionOutcome, usage: &model::Usage) {
