@@ -413,7 +413,7 @@ impl Pipeline {
                     prompts::complete_repair(&prompts::CompleteRepairContext {
                         language,
                         code: request.map_or("", |r| r.code.as_str()),
-                        attempt: code,
+                        attempt: &shortened(code, PLAIN_REPAIR_ATTEMPT_BYTES),
                         error: &run.error,
                         failures,
                     })
@@ -790,6 +790,27 @@ impl Pipeline {
 /// what is wrong).
 const PLAIN_REPAIR_FAILURES: usize = 3;
 
+/// The most of the failed completion a plain repair shows: a function of its size, not the
+/// thousand tokens of a weak model's runaway answer, which the repair's prompt would pay for
+/// again and which tells it nothing more (measured: `bench/quality`, BENCHMARKS.md).
+const PLAIN_REPAIR_ATTEMPT_BYTES: usize = 1_600;
+
+/// `code` cut at a line's end to at most `limit` bytes, saying how many lines were left out.
+fn shortened(code: &str, limit: usize) -> String {
+    if code.len() <= limit {
+        return code.to_owned();
+    }
+    let mut kept = 0;
+    for line in code.split_inclusive('\n') {
+        if kept + line.len() > limit {
+            break;
+        }
+        kept += line.len();
+    }
+    let left_out = code[kept..].lines().count();
+    format!("{}... ({left_out} more lines left out)\n", &code[..kept])
+}
+
 /// A plain call's code as an implementation (a plain answer has no analysis).
 fn completed(generated: Generated<Completion>) -> Generated<Implementation> {
     let Generated {
@@ -808,5 +829,23 @@ fn completed(generated: Generated<Completion>) -> Generated<Implementation> {
         calls,
         answers,
         elapsed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortened;
+
+    #[test]
+    fn a_long_attempt_is_cut_at_a_line_and_says_what_it_left_out() {
+        assert_eq!(
+            shortened("def f():\n    return 1\n", 100),
+            "def f():\n    return 1\n"
+        );
+        let runaway = "x = 1\n".repeat(10);
+        assert_eq!(
+            shortened(&runaway, 13),
+            "x = 1\nx = 1\n... (8 more lines left out)\n"
+        );
     }
 }
