@@ -84,7 +84,7 @@ impl JobResult {
             all_tests_passed: false,
             passed_given: Tally::default(),
             passed_generated: Tally::default(),
-            stopped_by: produced.iter().find_map(|o| o.stopped_by),
+            stopped_by: produced.iter().filter_map(|o| o.stopped_by).max(),
             improvement_history,
             documentation: String::new(),
             quality: Quality::default(),
@@ -469,6 +469,22 @@ mod tests {
         assert_eq!(result.passed_generated.tokens.prompt, 40);
         assert_eq!(result.stopped_by, Some(crate::job::StoppedBy::Budget));
         assert_eq!(result.status, JobStatus::Failed);
+    }
+
+    #[test]
+    fn a_job_says_a_spent_budget_over_a_repair_that_did_not_help() {
+        let specs = [spec("a", &[]), spec("b", &[])];
+        let mut a = outcome("a", false);
+        a.stopped_by = Some(crate::job::StoppedBy::NoProgress);
+        let mut b = outcome("b", false);
+        let both = |b: &FunctionOutcome| {
+            let outcomes = [("a".to_owned(), a.clone()), ("b".to_owned(), b.clone())].into();
+            let ending = integration(vec![verdict("a", false), verdict("b", false)]);
+            JobResult::assemble(&meta(), &specs, &outcomes, ending, 5_000).stopped_by
+        };
+        assert_eq!(both(&b), Some(crate::job::StoppedBy::NoProgress));
+        b.stopped_by = Some(crate::job::StoppedBy::Budget);
+        assert_eq!(both(&b), Some(crate::job::StoppedBy::Budget));
     }
 
     #[test]

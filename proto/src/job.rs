@@ -516,10 +516,15 @@ pub struct FunctionOutcome {
     pub stopped_by: Option<StoppedBy>,
 }
 
-/// A limit that stopped a job before its attempts ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// What stopped a function before its attempts ran out. Ordered by precedence: a job
+/// says the greatest of its functions' (a spent budget over a repair that did not help).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StoppedBy {
+    /// A repair passed no more cases than the best attempt before it, as many times in a row
+    /// as the worker's `repair_patience`: asking again with the same evidence was not worth
+    /// its call.
+    NoProgress,
     /// The job's token budget (`max_tokens_total`) was spent.
     Budget,
 }
@@ -679,8 +684,9 @@ pub struct JobResult {
     /// The final verdicts of the cases the model wrote, and what writing them cost.
     #[serde(default)]
     pub passed_generated: Tally,
-    /// `budget` when the job's token budget stopped it: its code is each function's best
-    /// attempt, and `failure` says what was spent.
+    /// `budget` when the job's token budget stopped it (`failure` says what was spent);
+    /// `no_progress` when a function's repairs stopped passing more cases. Its code is then
+    /// each function's best attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub stopped_by: Option<StoppedBy>,

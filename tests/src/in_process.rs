@@ -56,8 +56,19 @@ impl InProcess {
             sandbox,
             pool_size,
             coordinator::Options::default(),
+            worker::pipeline::Options::default(),
         )
         .await
+    }
+
+    /// [`InProcess::start`] with the workers' pipeline `options` (e.g. `repair_patience`).
+    pub async fn start_with_pipeline(
+        script: Value,
+        workers: usize,
+        options: worker::pipeline::Options,
+    ) -> Self {
+        let coordinator = coordinator::Options::default();
+        Self::launch(script, workers, fake_sandbox(), 0, coordinator, options).await
     }
 
     /// [`InProcess::start`] with the coordinator's `options` (tenants and their keys and
@@ -67,7 +78,8 @@ impl InProcess {
         workers: usize,
         options: coordinator::Options,
     ) -> Self {
-        Self::launch(script, workers, fake_sandbox(), 0, options).await
+        let pipeline = worker::pipeline::Options::default();
+        Self::launch(script, workers, fake_sandbox(), 0, options, pipeline).await
     }
 
     async fn launch(
@@ -76,6 +88,7 @@ impl InProcess {
         sandbox: ScriptedSandbox,
         pool_size: usize,
         options: coordinator::Options,
+        pipeline: worker::pipeline::Options,
     ) -> Self {
         let broker = broker::MemoryBroker::new(5);
         let store = MemoryStore::new();
@@ -110,7 +123,7 @@ impl InProcess {
         }));
         for _ in 0..workers {
             let pipeline = worker::Pipeline::new(
-                worker::pipeline::Options::default(),
+                pipeline.clone(),
                 &stores,
                 Arc::new(broker.clone()),
                 Some(model.clone()),

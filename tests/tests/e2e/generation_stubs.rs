@@ -136,6 +136,20 @@ async fn a_function_ends_with_its_best_attempt_and_a_spent_budget_stops_its_repa
     assert_eq!(result["passed_generated"]["total"], 0, "{result:#}");
     assert!(result.get("stopped_by").is_none(), "{result:#}");
 
+    // Three attempts allowed, but the repair passed fewer cases than the first attempt: a
+    // second repair would be asked with the same evidence, so none is (`repair_patience`).
+    let result = run(
+        &cluster,
+        json!({"instruction": PROMPT, "language": "python", "max_iterations": 3}),
+    )
+    .await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    assert_eq!(result["stopped_by"], "no_progress", "{result:#}");
+    assert_eq!(result["metrics"]["model_calls"], 2, "{result:#}");
+    assert_eq!(kept(&result), WRONG.trim(), "{result:#}");
+    let failure = result["failure"].as_str().unwrap();
+    assert!(failure.contains("repair_patience 1"), "{failure}");
+
     // A budget the first call spends: no repair is asked, the job ends stopped by the budget
     // with the code it had, and says what was spent. (A new instruction: no cache answers.)
     let result = run(

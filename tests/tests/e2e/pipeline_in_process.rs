@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use proto::job::JobStatus;
+use proto::job::{JobStatus, StoppedBy};
 use proto::{ErrorKind, Progress};
 use serde_json::{Value, json};
 use tests::in_process::{FAILS, InProcess};
@@ -144,22 +144,37 @@ async fn a_function_that_never_passes_fails_the_job_and_starts_none_of_its_depen
         implement("b", &code("b")),
         implement("c", &code("c")),
     ];
-    let cluster = InProcess::start(json!({ "answers": answers }), 2).await;
-    let job = cluster.submit("one part cannot work").await;
-    let result = cluster.result(job, WITHIN).await;
-    assert_eq!(result.status, JobStatus::Failed);
-    let failure = result.failure.clone().unwrap_or_default();
-    assert!(failure.contains('a'), "{failure}");
-    // What could be done was done and is kept: b's code; c never ran.
-    assert_eq!(result.implementations.get("b"), Some(&code("b")));
-    let events = cluster.events(job).await;
-    assert_eq!(started(&events, "c"), None, "{events:?}");
-    let attempts_of_a = events
-        .iter()
-        .filter(|e| matches!(e, Progress::Attempt { function, .. } if function == "a"))
-        .count();
-    assert_eq!(attempts_of_a, 3, "max_iterations attempts: {events:?}");
-    cluster.stop().await;
+    // The repair passes no more cases than the first attempt: with the default patience a's
+    // repairs stop there; with none, they go on to max_iterations (3).
+    for (patience, attempts, stopped_by) in [(1, 2, Some(StoppedBy::NoProgress)), (0, 3, None)] {
+        let options = worker::pipeline::Options {
+            repair_patience: patience,
+            ..worker::pipeline::Options::default()
+        };
+        let script = json!({ "answers": answers });
+        let cluster = InProcess::start_with_pipeline(script, 2, options).await;
+        let job = cluster.submit("one part cannot work").await;
+        let result = cluster.result(job, WITHIN).await;
+        assert_eq!(result.status, JobStatus::Failed);
+        let failure = result.failure.clone().unwrap_or_default();
+        assert!(failure.contains('a'), "{failure}");
+        assert_eq!(
+            failure.contains("repair_patience 1"),
+            patience == 1,
+            "{failure}"
+        );
+        assert_eq!(result.stopped_by, stopped_by, "patience {patience}");
+        // What could be done was done and is kept: b's code; c never ran.
+        assert_eq!(result.implementations.get("b"), Some(&code("b")));
+        let events = cluster.events(job).await;
+        assert_eq!(started(&events, "c"), None, "{events:?}");
+        let attempts_of_a = events
+            .iter()
+            .filter(|e| matches!(e, Progress::Attempt { function, .. } if function == "a"))
+            .count();
+        assert_eq!(attempts_of_a, attempts, "patience {patience}: {events:?}");
+        cluster.stop().await;
+    }
 }
 
 #[tokio::test]

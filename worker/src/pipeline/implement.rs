@@ -380,6 +380,8 @@ impl Pipeline {
             .collect();
 
         let mut last: Option<(String, CaseRun)> = None;
+        // Repairs in a row that did not help (`Options::repair_patience`).
+        let mut stalled = 0;
         for attempt in 1..=meta.request.max_iterations {
             outcome.attempts = attempt;
             let prompt = match (&last, rework) {
@@ -513,11 +515,14 @@ impl Pipeline {
             let module = modules[chosen].clone();
             // The outcome holds the best attempt so far (its code with its verdicts): what
             // the function ends with when its attempts or the job's budget run out.
-            let best = outcome.code.is_none()
-                || ran.as_ref().is_ok_and(|(_, run)| {
-                    standing(&outcome.tests, &run.results)
-                        >= standing(&outcome.tests, &outcome.test_results)
-                });
+            let before = outcome.code.is_some().then(|| {
+                let ran_cases = !outcome.test_results.is_empty();
+                (standing(&outcome.tests, &outcome.test_results), ran_cases)
+            });
+            let best = before.is_none_or(|(before, _)| {
+                ran.as_ref()
+                    .is_ok_and(|(_, run)| standing(&outcome.tests, &run.results) >= before)
+            });
             let previous = outcome.code.replace(code.clone());
             let run = match ran.map(|(_, run)| run) {
                 Ok(run) => run,
@@ -585,6 +590,24 @@ impl Pipeline {
                 fix: String::new(),
                 analysis: None,
             });
+            // A repair helped when it passed more cases than the best attempt before it, or
+            // ran cases where that one could not (a syntax or import error fixed).
+            let helped = before.is_none_or(|(before, ran_cases)| {
+                standing(&outcome.tests, &run.results) > before
+                    || (!ran_cases && !run.results.is_empty())
+            });
+            stalled = if helped { 0 } else { stalled + 1 };
+            let patience = self.options.repair_patience;
+            if patience > 0 && stalled >= patience && attempt < meta.request.max_iterations {
+                outcome.stopped_by = Some(proto::job::StoppedBy::NoProgress);
+                self.save(ctx, outcome, Some(event)).await?;
+                return Err(Error::Failed(format!(
+                    "tests still fail after {attempt} attempts, the last {stalled} passing no more \
+                     cases than the one before them (repair_patience {patience}; {}): {}",
+                    run.error_kind.map_or("failed", ErrorKind::as_str),
+                    run.error
+                )));
+            }
             self.save(ctx, outcome, Some(event)).await?;
             last = Some((code, run));
         }

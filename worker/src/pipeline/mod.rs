@@ -46,6 +46,12 @@ pub struct Options {
     /// How many test cases to ask for.
     pub min_cases: u32,
     pub max_cases: u32,
+    /// Repairs in a row that pass no more cases than the best attempt before them (and fix
+    /// no syntax or import error), after which a function stops (`stopped_by: no_progress`)
+    /// with attempts left; 0 repairs until `max_iterations`. Measured on a weak model
+    /// (`bench/quality`), a repair after one that did not help never passed, and every
+    /// repair costs about twice the first call.
+    pub repair_patience: u32,
     /// When no sandbox is available for `sandbox_wait`, finish with syntax and lint checks
     /// only (results marked `static_analysis_only`, never as tested) instead of waiting longer.
     pub static_fallback: bool,
@@ -70,6 +76,7 @@ impl Default for Options {
             memory_mb: 512,
             min_cases: 4,
             max_cases: 12,
+            repair_patience: 1,
             static_fallback: true,
             sandbox_wait: Duration::from_secs(60),
             model_wait: Duration::from_secs(10 * 60),
