@@ -176,8 +176,9 @@ def write(out, rows):
         r["cluster"]["own_tests_passed"] and not r["cluster"]["passed"] for r in rows)
     summary["cluster"]["own_tests_failed_reference_passed"] = sum(
         not r["cluster"]["own_tests_passed"] and r["cluster"]["passed"] for r in rows)
-    summary["cluster"]["stopped_by_budget"] = sum(
-        r["cluster"].get("stopped_by") == "budget" for r in rows)
+    for stop in ("budget", "no_progress"):
+        summary["cluster"][f"stopped_by_{stop}"] = sum(
+            r["cluster"].get("stopped_by") == stop for r in rows)
     summary["problems"] = len(rows)
     with open(out, "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
