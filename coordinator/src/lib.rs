@@ -227,6 +227,8 @@ pub struct Coordinator {
     pub(crate) images: Arc<std::collections::BTreeMap<proto::Language, String>>,
     /// The client of the workers' session APIs.
     pub(crate) session_client: reqwest::Client,
+    /// Ends sessions, as the workers do (`flow`); none without a session store.
+    pub(crate) session_ends: Option<flow::SessionEnds>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -288,6 +290,10 @@ impl Coordinator {
             .presence
             .clone()
             .map(|presence| Arc::new(generators::Generators::new(presence)));
+        let session_ends = stores
+            .sessions
+            .clone()
+            .map(|s| flow::SessionEnds::new(s, metrics.sessions_ended.clone()));
         Ok(Self {
             options: Arc::new(options),
             broker,
@@ -300,6 +306,7 @@ impl Coordinator {
             webhook_client,
             images: Arc::default(),
             session_client: sessions::host_client(),
+            session_ends,
         })
     }
 

@@ -21,7 +21,7 @@ pub struct Metrics {
     pub job_seconds: HistogramVec,
     /// Sessions opened, by language.
     pub sessions_opened: IntCounterVec,
-    /// Sessions this coordinator ended, by how (`ended`, `lost`).
+    /// Sessions this coordinator ended, by final state and cause (`flow::SessionEnds`).
     pub sessions_ended: IntCounterVec,
     /// Session cells answered through this coordinator, by language and status (`ok`,
     /// `error`, `timeout`, `died`).
@@ -84,13 +84,7 @@ impl Metrics {
                 ),
                 &["language"],
             )?,
-            sessions_ended: IntCounterVec::new(
-                Opts::new(
-                    "codegen_sessions_ended_total",
-                    "Sessions this coordinator ended, by final state (ended: deleted, idle, past their lifetime or their kernel died; lost: with their worker)",
-                ),
-                &["state"],
-            )?,
+            sessions_ended: flow::SessionEnds::counter(),
             session_cells: IntCounterVec::new(
                 Opts::new(
                     "codegen_session_cells_total",
@@ -110,9 +104,6 @@ impl Metrics {
                     .session_cells
                     .with_label_values(&[language.as_str(), status]);
             }
-        }
-        for state in ["ended", "lost"] {
-            metrics.sessions_ended.with_label_values(&[state]);
         }
         registry.register(Box::new(metrics.sessions_opened.clone()))?;
         registry.register(Box::new(metrics.sessions_ended.clone()))?;

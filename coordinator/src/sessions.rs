@@ -22,13 +22,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use proto::Language;
 use proto::api::sessions::{
-    CellRequest, CellResult, Restore, SESSION_LANGUAGES, SessionCreate, SessionFiles, SessionList,
-    SessionState, SessionView,
+    CellRequest, CellResult, Restore, SESSION_LANGUAGES, SessionCreate, SessionEndedBy,
+    SessionFiles, SessionList, SessionState, SessionView,
 };
 use proto::api::{ErrorBody, ErrorCode};
 use proto::session::{
     CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RestoreSession, RunCell,
-    SessionHost, SessionRecord,
+    SessionEnd, SessionHost, SessionRecord,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -179,23 +179,25 @@ impl Coordinator {
         }
     }
 
-    /// Ends `record` (if still live) in `state`, and tells its worker to drop it.
-    async fn end(&self, record: &SessionRecord, state: SessionState, reason: &str) {
-        let Ok(sessions) = self.sessions() else {
+    /// Ends `record` (if still live) as `end` says (`flow::SessionEnds`, as a worker does),
+    /// and tells its worker to drop it.
+    async fn end(&self, record: &SessionRecord, end: &SessionEnd) {
+        let Some(ends) = &self.session_ends else {
             return;
         };
-        match sessions.end_session(record, state, reason).await {
-            Ok(true) => {
-                tracing::info!(session = %record.id, state = state.as_str(), reason, "session ended");
-                self.metrics
-                    .sessions_ended
-                    .with_label_values(&[state.as_str()])
-                    .inc();
-            }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(session = %record.id, error = %e, "cannot end a session"),
+        if let Err(e) = ends.end(record, end).await {
+            tracing::warn!(session = %record.id, error = %e, "cannot end a session");
         }
-        if state != SessionState::Lost {
+        let holds_it = match end.by() {
+            // Its worker is gone, or never started it (and may not answer: no wait for it).
+            SessionEndedBy::WorkerLost | SessionEndedBy::NotStarted => false,
+            SessionEndedBy::Deleted
+            | SessionEndedBy::Idle
+            | SessionEndedBy::Lifetime
+            | SessionEndedBy::MemoryLimit
+            | SessionEndedBy::KernelDied => true,
+        };
+        if holds_it {
             // Best effort: a worker that missed it finds the record ended at its next check.
             let _ = self
                 .call_host(
@@ -313,9 +315,11 @@ impl Coordinator {
             .await
             .map_err(unavailable)?
         {
-            let reason = format!("{why} and it could not be restored: {none}");
-            self.end(record, SessionState::Lost, &reason).await;
-            return Err(ended(SessionState::Lost, Some(&reason)));
+            let end = SessionEnd::WorkerLost {
+                why: format!("{why} and it could not be restored: {none}"),
+            };
+            self.end(record, &end).await;
+            return Err(ended(end.state(), Some(&end.reason())));
         }
         let mut hosts: Vec<SessionHost> = sessions
             .hosts()
@@ -370,9 +374,11 @@ impl Coordinator {
                         message,
                     },
                 ) => {
-                    let reason = format!("{why} and it could not be restored: {message}");
-                    self.end(record, SessionState::Lost, &reason).await;
-                    return Err(ended(SessionState::Lost, Some(&reason)));
+                    let end = SessionEnd::WorkerLost {
+                        why: format!("{why} and it could not be restored: {message}"),
+                    };
+                    self.end(record, &end).await;
+                    return Err(ended(end.state(), Some(&end.reason())));
                 }
                 HostAnswer::Refused(
                     _,
@@ -610,6 +616,7 @@ impl Coordinator {
                 cells: 0,
                 state: SessionState::Live,
                 ended_reason: None,
+                ended_by: None,
                 host: host.id.clone(),
                 host_url: host.url.clone(),
                 restores: 0,
@@ -661,13 +668,8 @@ impl Coordinator {
                 }
                 HostAnswer::Refused(_, error) => {
                     last_error = format!("worker {}: {}", host.id, error.message);
-                    let _ = sessions
-                        .end_session(
-                            &record,
-                            SessionState::Ended,
-                            &format!("it could not start: {last_error}"),
-                        )
-                        .await;
+                    let why = last_error.clone();
+                    self.end(&record, &SessionEnd::NotStarted { why }).await;
                     if error.code == HostErrorCode::Package {
                         return Err(ApiError::invalid("packages", error.message));
                     }
@@ -678,13 +680,8 @@ impl Coordinator {
                 }
                 HostAnswer::Unreachable { error: e, .. } | HostAnswer::Garbled(e) => {
                     last_error = format!("worker {}: {e}", host.id);
-                    let _ = sessions
-                        .end_session(
-                            &record,
-                            SessionState::Ended,
-                            &format!("it could not start: {last_error}"),
-                        )
-                        .await;
+                    let why = last_error.clone();
+                    self.end(&record, &SessionEnd::NotStarted { why }).await;
                 }
             }
         }
@@ -771,17 +768,21 @@ pub(crate) async fn delete(
 }
 
 impl Coordinator {
-    /// Ends session `id` of `tenant` (when still live) for `reason`; its record as it then
-    /// stands. `DELETE /v1/sessions/{id}` and SandboxFusion's `/run_jupyter`.
+    /// Deletes session `id` of `tenant` (when still live); `how` is its reason (`deleted`,
+    /// ...). Its record as it then stands. `DELETE /v1/sessions/{id}` and SandboxFusion's
+    /// `/run_jupyter`.
     pub(crate) async fn end_session(
         &self,
         tenant: &Tenant,
         id: &str,
-        reason: &str,
+        how: &str,
     ) -> Result<SessionRecord, ApiError> {
         let record = self.session_of(tenant, id).await?;
         if record.state == SessionState::Live {
-            self.end(&record, SessionState::Ended, reason).await;
+            let end = SessionEnd::Deleted {
+                how: how.to_owned(),
+            };
+            self.end(&record, &end).await;
         }
         self.session_of(tenant, id).await
     }
@@ -914,15 +915,14 @@ impl Coordinator {
                 Ok(CellRun::Ran(result))
             }
             CellOutcome::Died { reason, oom_killed } => {
-                let reason = if oom_killed {
-                    format!(
-                        "its kernel was killed at the memory limit of {} MiB ({reason})",
-                        record.memory_mb
-                    )
-                } else {
-                    format!("its kernel died: {reason}")
+                // Its worker has ended it the same way; this ends it if that failed.
+                let end = SessionEnd::KernelDied {
+                    detail: reason,
+                    oom_killed,
+                    memory_mb: record.memory_mb,
                 };
-                self.end(&record, SessionState::Ended, &reason).await;
+                self.end(&record, &end).await;
+                let reason = end.reason();
                 self.metrics
                     .session_cells
                     .with_label_values(&[record.language.as_str(), "died"])
@@ -1226,12 +1226,14 @@ impl Sweeper {
                 if record.state != SessionState::Live || record.deadline_ms() > now {
                     continue;
                 }
-                let reason = if record.expires_ms <= now {
-                    "past its lifetime (coordinator.sessions.max_lifetime)".to_owned()
+                let end = if record.expires_ms <= now {
+                    SessionEnd::Lifetime
                 } else {
-                    format!("idle for {} s, its idle_timeout_s", record.idle_timeout_s)
+                    SessionEnd::Idle {
+                        idle_timeout_s: record.idle_timeout_s,
+                    }
                 };
-                c.end(&record, SessionState::Ended, &reason).await;
+                c.end(&record, &end).await;
             }
         }
     }

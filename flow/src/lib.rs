@@ -1,7 +1,8 @@
 //! A generation job's course through the cluster, in the one place both kinds of process take
 //! it from: the plan checked and ordered ([`planning`]), each step's successors published by
 //! the worker that finished the step ([`Flow::start`], [`Flow::finish_function`]), and the one
-//! way a job ends ([`Flow::finish`], [`Flow::end_early`]).
+//! way a job ends ([`Flow::finish`], [`Flow::end_early`]); and the one way a session ends
+//! ([`SessionEnds::end`]).
 //!
 //! A job with one function crosses four hops: the coordinator publishes its plan task; the
 //! worker that plans it publishes its implement task; the worker that implements it publishes
@@ -23,6 +24,7 @@
 
 mod ending;
 pub mod planning;
+mod sessions;
 
 use std::sync::Arc;
 
@@ -33,6 +35,7 @@ use store::{Completion, Finished, JobStore};
 
 pub use ending::Ended;
 pub use planning::{MAX_REPLANS, PlanError, plan};
+pub use sessions::SessionEnds;
 
 /// The integrate task's name in the job's published set (not an identifier, so it cannot be
 /// a function's name).

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Language;
-use crate::api::sessions::{CellResult, Restore, SessionFile};
+use crate::api::sessions::{CellResult, Restore, SessionEndedBy, SessionFile, SessionState};
 
 /// Path prefix of the worker's session API.
 pub const INTERNAL_PREFIX: &str = "/internal/sessions";
@@ -136,8 +136,10 @@ pub struct SessionRecord {
     #[serde(default)]
     pub busy_until_ms: u64,
     pub cells: u64,
-    pub state: crate::api::sessions::SessionState,
+    pub state: SessionState,
     pub ended_reason: Option<String>,
+    #[serde(default)]
+    pub ended_by: Option<SessionEndedBy>,
     /// The worker holding it, and where that worker takes calls.
     pub host: String,
     pub host_url: String,
@@ -170,8 +172,104 @@ impl SessionRecord {
             expires_ms: self.expires_ms,
             cells: self.cells,
             ended_reason: self.ended_reason.clone(),
+            ended_by: self.ended_by,
             restores: self.restores,
             last_restore: self.last_restore.clone(),
+        }
+    }
+}
+
+/// Why a session ends, with what its reason names: the state it ends in, the words its record
+/// keeps and the label it is counted under all come from here, whichever process ends it
+/// (`flow::SessionEnds::end`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// Deleted; `how` says by what (`deleted`, a `/run_jupyter` request answered).
+    Deleted {
+        how: String,
+    },
+    Idle {
+        idle_timeout_s: u64,
+    },
+    Lifetime,
+    /// The kernel died; `oom_killed` when the memory limit killed it.
+    KernelDied {
+        detail: String,
+        oom_killed: bool,
+        memory_mb: u64,
+    },
+    /// No worker could start it; `why` names the last one's refusal.
+    NotStarted {
+        why: String,
+    },
+    /// Its worker was lost or stopped (`why`) with nothing to restore the session from.
+    WorkerLost {
+        why: String,
+    },
+}
+
+impl SessionEnd {
+    pub fn by(&self) -> SessionEndedBy {
+        match self {
+            Self::Deleted { .. } => SessionEndedBy::Deleted,
+            Self::Idle { .. } => SessionEndedBy::Idle,
+            Self::Lifetime => SessionEndedBy::Lifetime,
+            Self::KernelDied {
+                oom_killed: true, ..
+            } => SessionEndedBy::MemoryLimit,
+            Self::KernelDied { .. } => SessionEndedBy::KernelDied,
+            Self::NotStarted { .. } => SessionEndedBy::NotStarted,
+            Self::WorkerLost { .. } => SessionEndedBy::WorkerLost,
+        }
+    }
+
+    pub fn state(&self) -> SessionState {
+        self.by().state()
+    }
+
+    /// The record's `ended_reason`.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Deleted { how } => how.clone(),
+            Self::Idle { idle_timeout_s } => {
+                format!("idle for {idle_timeout_s} s, its idle_timeout_s")
+            }
+            Self::Lifetime => "past its lifetime (coordinator.sessions.max_lifetime)".to_owned(),
+            Self::KernelDied {
+                detail,
+                oom_killed: true,
+                memory_mb,
+            } => format!("its kernel was killed at the memory limit of {memory_mb} MiB ({detail})"),
+            Self::KernelDied { detail, .. } => format!("its kernel died: {detail}"),
+            Self::NotStarted { why } => format!("it could not start: {why}"),
+            Self::WorkerLost { why } => why.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_killed_at_its_memory_limit_says_so_and_the_limit() {
+        let died = |oom_killed| SessionEnd::KernelDied {
+            detail: "the kernel was killed by signal 9".into(),
+            oom_killed,
+            memory_mb: 128,
+        };
+        assert_eq!(died(true).by(), SessionEndedBy::MemoryLimit);
+        assert!(died(true).reason().contains("memory limit of 128 MiB"));
+        assert_eq!(died(false).by(), SessionEndedBy::KernelDied);
+        assert!(died(false).reason().contains("signal 9"));
+        assert!(!died(false).reason().contains("memory limit"));
+        let lost = SessionEnd::WorkerLost {
+            why: "its worker stopped".into(),
+        };
+        assert_eq!(lost.state(), SessionState::Lost);
+        assert_eq!(SessionEnd::Lifetime.state(), SessionState::Ended);
+        for by in SessionEndedBy::ALL {
+            assert_eq!(SessionEndedBy::parse(by.as_str()), Some(by));
         }
     }
 }

@@ -13,8 +13,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::api::sessions::{Restore, SessionState, Unrestorable};
-use proto::session::{SessionHost, SessionRecord};
+use proto::api::sessions::{Restore, SessionEndedBy, SessionState, Unrestorable};
+use proto::session::{SessionEnd, SessionHost, SessionRecord};
 use redis::AsyncCommands;
 
 use crate::redis::backend;
@@ -93,14 +93,10 @@ pub trait Sessions: Send + Sync + 'static {
         busy_until_ms: u64,
     ) -> Result<bool, Error>;
 
-    /// Ends the live session `id` in `state` for `reason`; false when it was not live (the
-    /// first ending wins).
-    async fn end_session(
-        &self,
-        record: &SessionRecord,
-        state: SessionState,
-        reason: &str,
-    ) -> Result<bool, Error>;
+    /// Ends the live session `record.id` as `end` says (its state, reason and cause); false
+    /// when it was not live (the first ending wins). Both processes end one through
+    /// `flow::SessionEnds`, which counts it.
+    async fn end_session(&self, record: &SessionRecord, end: &SessionEnd) -> Result<bool, Error>;
 
     /// Ids of live sessions past their deadline at `now_ms`, at most `limit`.
     async fn due_sessions(&self, now_ms: u64, limit: usize) -> Result<Vec<String>, Error>;
@@ -191,6 +187,9 @@ fn fields(record: &SessionRecord) -> Vec<(&'static str, String)> {
     if let Some(reason) = &record.ended_reason {
         fields.push(("ended_reason", reason.clone()));
     }
+    if let Some(by) = record.ended_by {
+        fields.push(("ended_by", by.as_str().to_owned()));
+    }
     if !record.packages.is_empty() {
         fields.push((
             "packages",
@@ -265,6 +264,10 @@ fn record(key: &str, mut hash: HashMap<String, String>) -> Result<Option<Session
         last_restore,
         tenant: hash.remove("tenant"),
         ended_reason: hash.remove("ended_reason"),
+        // A cause this build does not know reads as none: its reason still says it.
+        ended_by: hash
+            .remove("ended_by")
+            .and_then(|by| SessionEndedBy::parse(&by)),
     }))
 }
 
@@ -324,12 +327,7 @@ impl Sessions for RedisStore {
         Ok(touched == 1)
     }
 
-    async fn end_session(
-        &self,
-        record: &SessionRecord,
-        state: SessionState,
-        reason: &str,
-    ) -> Result<bool, Error> {
+    async fn end_session(&self, record: &SessionRecord, end: &SessionEnd) -> Result<bool, Error> {
         let p = self.prefix();
         let ended: u64 = END
             .key(keys::session(p, &record.id))
@@ -337,8 +335,9 @@ impl Sessions for RedisStore {
             .key(keys::sessions_deadlines(p))
             .key(keys::session_checkpoint(p, &record.id))
             .arg(&record.id)
-            .arg(state.as_str())
-            .arg(reason)
+            .arg(end.state().as_str())
+            .arg(end.reason())
+            .arg(end.by().as_str())
             .arg(
                 u64::try_from(self.options().result_ttl.as_millis())
                     .unwrap_or(u64::MAX)

@@ -9,7 +9,8 @@
 //! session); calls on different sessions run side by side. The worker announces itself as a
 //! session host (how many it holds, how many it takes) every `announce_interval`; every
 //! `check_interval` it closes the sessions whose record is no longer live (a coordinator ended
-//! them: deleted, idle, past their lifetime, or restored on another worker).
+//! them: deleted, idle, past their lifetime, or restored on another worker). A session whose
+//! kernel dies ends here, through the same [`flow::SessionEnds`] a coordinator uses.
 //!
 //! After every call that may have changed a session (a cell, an upload) the worker takes the
 //! session's checkpoint (its kernel's state and a tar of its working directory, at most
@@ -35,7 +36,7 @@ use axum::routing::{get, post};
 use proto::api::sessions::{CheckpointNote, Restore, SessionState, Unrestorable};
 use proto::session::{
     CellOutcome, HostError, HostErrorCode, INTERNAL_PREFIX, OpenSession, RestoreSession, RunCell,
-    SessionHost,
+    SessionEnd, SessionHost,
 };
 use sandbox::{Sandbox, Session, SessionError};
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,8 @@ struct Held {
     /// Sizes of the kept checkpoint's parts.
     state_bytes: u64,
     files_bytes: u64,
+    /// The kernel died while it was checkpointed: why, and whether at its memory limit.
+    died_at_checkpoint: Option<(String, bool)>,
 }
 
 impl Held {
@@ -119,6 +122,7 @@ impl Held {
             full: true,
             state_bytes: 0,
             files_bytes: 0,
+            died_at_checkpoint: None,
         }
     }
 }
@@ -136,6 +140,8 @@ struct Inner {
     packages: crate::packages::Packages,
     held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
     metrics: SessionMetrics,
+    /// Ends sessions, as a coordinator does (`flow`).
+    ends: flow::SessionEnds,
 }
 
 /// The worker's session metrics.
@@ -275,6 +281,11 @@ impl SessionHosting {
         }
         let metrics =
             SessionMetrics::register(registry).map_err(|e| crate::Error::Config(e.to_string()))?;
+        let ended = flow::SessionEnds::counter();
+        registry
+            .register(Box::new(ended.clone()))
+            .map_err(|e| crate::Error::Config(e.to_string()))?;
+        let ends = flow::SessionEnds::new(Arc::clone(&store), ended);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| {
@@ -305,6 +316,7 @@ impl SessionHosting {
                 url: url.clone(),
                 held: Mutex::default(),
                 metrics,
+                ends,
             }),
             listener,
             url,
@@ -461,11 +473,12 @@ impl Inner {
                 && let Ok(Some(record)) = self.store.session(&id).await
                 && record.host == self.id
                 && let Err(e) = self
-                    .store
-                    .end_session(
+                    .ends
+                    .end(
                         &record,
-                        SessionState::Lost,
-                        &format!("its worker stopped and {why}"),
+                        &SessionEnd::WorkerLost {
+                            why: format!("its worker stopped and {why}"),
+                        },
                     )
                     .await
             {
@@ -476,15 +489,21 @@ impl Inner {
         tracing::info!("sessions closed");
     }
 
-    /// A session's kernel died: its container is gone, its record ends here.
-    async fn died(&self, id: &str, reason: &str) {
+    /// A session's kernel died (`detail`; `oom_killed` at its memory limit): its container
+    /// is gone, its record ends here.
+    async fn died(&self, id: &str, detail: &str, oom_killed: bool) {
         self.held.lock().expect("poisoned").remove(id);
         self.recount();
         if let Ok(Some(record)) = self.store.session(id).await {
-            let _ = self
-                .store
-                .end_session(&record, SessionState::Ended, reason)
-                .await;
+            let end = SessionEnd::KernelDied {
+                detail: detail.to_owned(),
+                oom_killed,
+                memory_mb: record.memory_mb,
+            };
+            if let Err(e) = self.ends.end(&record, &end).await {
+                // The coordinator that carried the call ends it the same way.
+                tracing::warn!(error = %e, session = %id, "cannot record a session's end");
+            }
         }
     }
 }
@@ -708,20 +727,23 @@ async fn with_kernel(
             .with_label_values(&[language.as_str()])
             .observe(started.elapsed().as_secs_f64());
     }
-    if let Err(SessionError::Dead { reason, .. }) = &outcome {
+    if let Err(SessionError::Dead { reason, oom_killed }) = &outcome {
         tracing::info!(session = %id, reason = %reason, "session died");
         if let Some(kernel) = held.kernel.take() {
             kernel.close().await;
         }
         drop(held);
-        inner.died(id, reason).await;
+        inner.died(id, reason, *oom_killed).await;
     } else if held.kernel.is_none() {
         // The kernel died while it was checkpointed: the call's own answer stands, the
         // session has ended (the checkpoint's note says why).
+        let (reason, oom_killed) = held
+            .died_at_checkpoint
+            .take()
+            .unwrap_or_else(|| ("its container is gone".to_owned(), false));
         drop(held);
-        inner
-            .died(id, "its kernel died while its state was checkpointed")
-            .await;
+        let detail = format!("while its state was checkpointed ({reason})");
+        inner.died(id, &detail, oom_killed).await;
     }
     Ok(outcome)
 }
@@ -805,12 +827,13 @@ impl Inner {
             };
             let snapshot = match snapshot {
                 Ok(snapshot) => snapshot,
-                Err(SessionError::Dead { reason, .. }) => {
+                Err(SessionError::Dead { reason, oom_killed }) => {
                     self.metrics
                         .checkpoints
                         .with_label_values(&["failed"])
                         .inc();
                     tracing::info!(session = %id, reason = %reason, "session died while checkpointed");
+                    held.died_at_checkpoint = Some((reason.clone(), oom_killed));
                     if let Some(kernel) = held.kernel.take() {
                         kernel.close().await;
                     }

@@ -66,6 +66,69 @@ impl SessionState {
     }
 }
 
+/// What ended a session (state `ended` or `lost`); `ended_reason` says it in words, with the
+/// limit or the error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionEndedBy {
+    /// `DELETE /v1/sessions/{id}`, or the `/run_jupyter` request it served was answered.
+    Deleted,
+    /// Idle past its `idle_timeout_s`.
+    Idle,
+    /// Past its lifetime (`coordinator.sessions.max_lifetime`).
+    Lifetime,
+    /// Its kernel was killed at the session's memory limit.
+    MemoryLimit,
+    /// Its kernel died otherwise: a signal, `exit` in bash, a cell that did not stop at its
+    /// deadline, a container that stopped answering.
+    KernelDied,
+    /// No worker could start it.
+    NotStarted,
+    /// Its worker was lost or stopped and there was nothing to restore it from (state `lost`).
+    WorkerLost,
+}
+
+impl SessionEndedBy {
+    pub const ALL: [Self; 7] = [
+        Self::Deleted,
+        Self::Idle,
+        Self::Lifetime,
+        Self::MemoryLimit,
+        Self::KernelDied,
+        Self::NotStarted,
+        Self::WorkerLost,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deleted => "deleted",
+            Self::Idle => "idle",
+            Self::Lifetime => "lifetime",
+            Self::MemoryLimit => "memory_limit",
+            Self::KernelDied => "kernel_died",
+            Self::NotStarted => "not_started",
+            Self::WorkerLost => "worker_lost",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// The state a session ends in for this cause.
+    pub fn state(self) -> SessionState {
+        match self {
+            Self::WorkerLost => SessionState::Lost,
+            Self::Deleted
+            | Self::Idle
+            | Self::Lifetime
+            | Self::MemoryLimit
+            | Self::KernelDied
+            | Self::NotStarted => SessionState::Ended,
+        }
+    }
+}
+
 /// A session, as `GET /v1/sessions/{id}` and the listing answer it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SessionView {
@@ -88,6 +151,10 @@ pub struct SessionView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub ended_reason: Option<String>,
+    /// What ended it (state `ended` or `lost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub ended_by: Option<SessionEndedBy>,
     /// Times it was restored on another worker after its worker was lost.
     #[serde(default)]
     pub restores: u64,

@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use proto::api::sessions::{Restore, SessionState, Unrestorable};
-use proto::session::SessionRecord;
+use proto::api::sessions::{Restore, SessionEndedBy, SessionState, Unrestorable};
+use proto::session::{SessionEnd, SessionRecord};
 use store::{Checkpoint, Kept, NewCheckpoint, Sessions};
 
 fn redis_store() -> store::RedisStore {
@@ -29,6 +29,7 @@ fn record(id: &str, host: &str) -> SessionRecord {
         cells: 0,
         state: SessionState::Live,
         ended_reason: None,
+        ended_by: None,
         host: host.into(),
         host_url: format!("http://{host}:9100"),
         restores: 0,
@@ -194,13 +195,21 @@ async fn checkpoints_follow_the_worker_that_holds_the_session_and_go_with_it() {
         Kept::NotHere
     );
 
-    // Its end removes the checkpoint.
-    assert!(
-        store
-            .end_session(&moved, SessionState::Ended, "deleted")
-            .await
-            .unwrap()
-    );
+    // Its end removes the checkpoint, and the record keeps why; the first end wins.
+    let died = SessionEnd::KernelDied {
+        detail: "FAKE".into(),
+        oom_killed: true,
+        memory_mb: 64,
+    };
+    assert!(store.end_session(&moved, &died).await.unwrap());
+    let deleted = SessionEnd::Deleted {
+        how: "deleted".into(),
+    };
+    assert!(!store.end_session(&moved, &deleted).await.unwrap());
+    let ended = store.session(&id).await.unwrap().unwrap();
+    assert_eq!(ended.state, SessionState::Ended);
+    assert_eq!(ended.ended_by, Some(SessionEndedBy::MemoryLimit));
+    assert_eq!(ended.ended_reason, Some(died.reason()));
     assert_eq!(store.checkpoint(&id).await.unwrap(), Checkpoint::None);
     assert_eq!(
         store

@@ -264,8 +264,12 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
     )
     .await;
     assert_eq!(
-        (status, deleted["state"].as_str()),
-        (200, Some("ended")),
+        (
+            status,
+            deleted["state"].as_str(),
+            deleted["ended_by"].as_str()
+        ),
+        (200, Some("ended"), Some("deleted")),
         "{deleted}"
     );
     let (status, gone) = run(&cluster, &first, None, &id, "x").await;
@@ -490,7 +494,7 @@ async fn a_tenant_sees_only_its_own_sessions_and_its_quota_is_named() {
 
 #[tokio::test]
 async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_session() {
-    let (cluster, _coordinator, _worker, _) = cluster_with(&[]).await;
+    let (cluster, _coordinator, _worker, worker_ops) = cluster_with(&[]).await;
     let base = cluster.url();
     let (_, bystander) = open(&cluster, &base, None, json!({"language": "python"})).await;
     let bystander = bystander["id"].as_str().unwrap().to_owned();
@@ -535,6 +539,40 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
     );
     assert!(bomb["error"].as_str().unwrap().contains("memory"), "{bomb}");
     tests::wait_session_containers_gone(&id).await;
+    // The record says what ended it, with the limit.
+    let record = session_record(&cluster, &id).await;
+    assert_eq!(
+        (&record["state"], &record["ended_by"]),
+        (&json!("ended"), &json!("memory_limit")),
+        "{record}"
+    );
+    let reason = record["ended_reason"].as_str().unwrap();
+    assert!(reason.contains("memory limit of 128 MiB"), "{reason}");
+
+    // A kernel killed by a signal: its session ends naming the signal, not the memory.
+    let (_, killed) = open(&cluster, &base, None, json!({"language": "python"})).await;
+    let killed = killed["id"].as_str().unwrap().to_owned();
+    let (status, answer) = run(
+        &cluster,
+        &base,
+        None,
+        &killed,
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+    )
+    .await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (409, Some("session_ended")),
+        "{answer}"
+    );
+    let record = session_record(&cluster, &killed).await;
+    assert_eq!(record["ended_by"], "kernel_died", "{record}");
+    let reason = record["ended_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("signal 9") && !reason.contains("memory"),
+        "{reason}"
+    );
+    tests::wait_session_containers_gone(&killed).await;
 
     // A cell that ignores the interrupt at its deadline: everything of it is killed.
     let (_, stubborn) = open(&cluster, &base, None, json!({"language": "python"})).await;
@@ -566,7 +604,33 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
     assert_eq!(timed["status"], "timeout", "{timed}");
     let (_, after) = run(&cluster, &base, None, &bystander, "kept").await;
     assert_eq!(after["value"], "'still here'", "{after}");
+
+    // Each end counted once, by its cause, over the coordinator and the worker (whichever
+    // ended it): the bomb at the memory limit; the signal and the stubborn cell otherwise.
+    let ended = |reason: &'static str| {
+        let (http, pages) = (cluster.http.clone(), [base.clone(), worker_ops.clone()]);
+        async move {
+            let pages: Vec<&str> = pages.iter().map(String::as_str).collect();
+            tests::metric_sum(
+                &http,
+                &pages,
+                "codegen_sessions_ended_total",
+                &[("state", "ended"), ("reason", reason)],
+            )
+            .await
+        }
+    };
+    assert_eq!(ended("memory_limit").await, 1.0);
+    assert_eq!(ended("kernel_died").await, 2.0);
+    assert_eq!(ended("deleted").await, 0.0);
     cluster.cleanup().await;
+}
+
+async fn session_record(cluster: &Cluster, id: &str) -> Value {
+    let url = format!("{}/v1/sessions/{id}", cluster.url());
+    let (status, record) = call(cluster, reqwest::Method::GET, url, None, None).await;
+    assert_eq!(status, 200, "{record}");
+    record
 }
 
 #[tokio::test]
@@ -600,6 +664,7 @@ async fn a_killed_workers_sessions_without_a_checkpoint_are_lost_and_an_idle_one
                 view["ended_reason"].as_str().unwrap().contains("idle"),
                 "{view}"
             );
+            assert_eq!(view["ended_by"], "idle", "{view}");
             break;
         }
         assert!(
@@ -668,6 +733,7 @@ async fn a_killed_workers_sessions_without_a_checkpoint_are_lost_and_an_idle_one
         )
         .await;
         assert_eq!(view["state"], "lost", "{view}");
+        assert_eq!(view["ended_by"], "worker_lost", "{view}");
         tests::wait_session_containers_gone(id).await;
     }
     cluster.cleanup().await;

@@ -63,6 +63,7 @@ async fn assert_only_session_ended(cluster: &Cluster, key: Option<&str>) {
     assert_eq!(listed.len(), 1, "one session for the request: {listed:?}");
     let session = &listed[0];
     assert_eq!(session["state"], "ended", "{session}");
+    assert_eq!(session["ended_by"], "deleted", "{session}");
     assert_eq!(session["language"], "python", "{session}");
     let reason = session["ended_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("run_jupyter"), "{session}");

@@ -842,6 +842,7 @@ class SessionView(_Answer):
     expires_ms: int
     cells: int
     ended_reason: str | None = None
+    ended_by: str | None = None
     restores: int = 0
     last_restore: Restore | None = None
 
