@@ -13,7 +13,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use proto::api::{ErrorBody, FunctionProgress, JobAccepted, JobProgress, JobView, Pending};
-use proto::job::{JobMeta, JobRequest, JobResult, JobStatus, JobSubmission, Mode};
+use proto::job::{JobMeta, JobRequest, JobResult, JobStatus, JobSubmission, Mode, ReworkMode};
 use proto::{Language, Progress, Task, TaskId};
 
 use crate::auth::Tenant;
@@ -166,12 +166,12 @@ fn rework(
     if mode != Mode::Refactor && submission.goals.is_some() {
         return Err(only("goals", "`refactor`"));
     }
-    if mode == Mode::Generate {
+    let Some(rework_mode) = mode.rework() else {
         return match submission.code {
             Some(_) => Err(only("code", "`debug` or `refactor`")),
             None => Ok(None),
         };
-    }
+    };
     let code = submission
         .code
         .as_deref()
@@ -188,8 +188,8 @@ fn rework(
             format!("over the limit of {} bytes", options.max_code_bytes),
         ));
     }
-    let error = match mode {
-        Mode::Debug => {
+    let error = match rework_mode {
+        ReworkMode::Debug => {
             let error = submission
                 .error
                 .as_deref()
@@ -209,7 +209,7 @@ fn rework(
             }
             Some(error.to_owned())
         }
-        _ => None,
+        ReworkMode::Refactor => None,
     };
     let goals: Vec<String> = submission
         .goals
@@ -224,13 +224,13 @@ fn rework(
             format!("at most {MAX_GOALS} goals of at most {MAX_GOAL_BYTES} bytes each"),
         ));
     }
-    let goals = if mode == Mode::Refactor && goals.is_empty() {
+    let goals = if rework_mode == ReworkMode::Refactor && goals.is_empty() {
         vec!["readability".to_owned()]
     } else {
         goals
     };
     Ok(Some(proto::job::Rework {
-        mode,
+        mode: rework_mode,
         code: code.to_owned(),
         error,
         goals,

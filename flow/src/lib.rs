@@ -186,8 +186,7 @@ impl Flow {
             .finish_function(meta.id, plan, outcome, attempt, Some(&done))
             .await?;
         if let Some(completion) = &finished.completion {
-            self.advance(meta, outcome.passed, completion, finished.status)
-                .await?;
+            self.advance(meta, completion, finished.status).await?;
         }
         Ok(finished)
     }
@@ -209,10 +208,9 @@ impl Flow {
         let done = Self::done_event(outcome);
         let completion = self
             .jobs
-            .complete_function(meta.id, plan, &outcome.name, Some(&done))
+            .complete_function(meta.id, plan, outcome, Some(&done))
             .await?;
-        self.advance(meta, outcome.passed, &completion, status)
-            .await
+        self.advance(meta, &completion, status).await
     }
 
     fn done_event(outcome: &FunctionOutcome) -> Progress {
@@ -225,22 +223,21 @@ impl Flow {
 
     /// What a completion starts: nothing new once integration is under way (a function failed
     /// earlier) but the integrate task, should its publish not have been confirmed; the
-    /// integrate task when every function is done or this one failed; else the dependants
+    /// integrate task when the completion starts it (`store::dag`); else the dependants
     /// that became ready.
     async fn advance(
         &self,
         meta: &JobMeta,
-        passed: bool,
         completion: &Completion,
         status: Option<JobStatus>,
     ) -> Result<(), Error> {
         if status == Some(JobStatus::Integrating) {
             return self.publish_integrate(meta).await;
         }
-        if !passed || completion.all_done {
-            // The store set `integrating` with the first completion; this is a repeat of one
-            // that found the job ended meanwhile, or of an older writer's. The published set,
-            // not the status, says whether the integrate task went out.
+        if completion.integrate {
+            // A finishing store sets `integrating` with the completion; this is a resumed one
+            // (the first run stopped before it published). The published set, not the
+            // status, says whether the integrate task went out.
             let _ = self.jobs.set_status(meta.id, JobStatus::Integrating).await;
             return self.publish_integrate(meta).await;
         }

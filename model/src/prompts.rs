@@ -3,6 +3,7 @@
 
 use minijinja::Environment;
 use proto::generation::{FunctionSpec, TestCase};
+use proto::job::ReworkMode;
 use serde::Serialize;
 
 use crate::Error;
@@ -122,8 +123,9 @@ pub struct RepairContext<'a> {
 /// What a `debug` or `refactor` job gives every one of its prompts.
 #[derive(Debug, Clone, Serialize)]
 pub struct Rework<'a> {
-    /// `debug` or `refactor`.
-    pub mode: &'a str,
+    /// The templates see its [`ModeWords`] as `mode`.
+    #[serde(skip)]
+    pub mode: ReworkMode,
     pub instruction: &'a str,
     pub language: &'a str,
     /// The given code.
@@ -186,6 +188,65 @@ fn environment() -> Environment<'static> {
 /// share of a worker's CPU per model call).
 static ENVIRONMENT: std::sync::LazyLock<Environment<'static>> =
     std::sync::LazyLock::new(environment);
+
+/// What the rework templates say in each mode's terms, as `mode` (the rest of a template is
+/// the same for both): a mode is a set of these, never another's `else`. Part of the
+/// templates: a change here is a change of [`PROMPT_VERSION`].
+#[derive(Debug, Clone, Copy, Serialize)]
+struct ModeWords {
+    /// The plan prompt's task.
+    plan_task: &'static str,
+    /// "Answer exactly one function: the one {function}"
+    plan_function: &'static str,
+    /// "`purpose` says precisely what the function {purpose}"
+    plan_purpose: &'static str,
+    /// The test prompt's task.
+    tests_task: &'static str,
+    /// The cases asked for, one `- ` line each.
+    tests_cases: &'static str,
+    /// The code prompt's task.
+    implement_task: &'static str,
+    /// "{cases} `f` ({cases_note}):"
+    implement_cases: &'static str,
+    implement_cases_note: &'static str,
+    /// "the complete {code} code"
+    implement_code: &'static str,
+    /// What `analysis` holds.
+    implement_analysis: &'static str,
+}
+
+const DEBUG_WORDS: ModeWords = ModeWords {
+    plan_task: "Find the function of this code through which the reported error shows.",
+    plan_function: "whose call shows the error",
+    plan_purpose: "must return for which inputs: the correct behaviour, not the bug's",
+    tests_task: "Write test cases that reproduce a reported error in a function, and pin its correct behaviour.",
+    tests_cases: "- at least one case that reproduces the error: its expected value (or expected error) is the correct one, which this code does not give;\n- cases of the correct behaviour around it, which the fix must keep;",
+    implement_task: "Fix the cause of a reported error in code.",
+    implement_cases: "These cases of",
+    implement_cases_note: "the first ones fail on the code above: they reproduce the error",
+    implement_code: "fixed",
+    implement_analysis: "`error_kind` (how the code failed: syntax, import, runtime, assertion, wrong_output, timeout, memory_limit), `root_cause` (why it failed) and `changes` (what the fix changes).",
+};
+
+const REFACTOR_WORDS: ModeWords = ModeWords {
+    plan_task: "Find the function of this code through which what it does is used (its entry point).",
+    plan_function: "that exercises what the code does",
+    plan_purpose: "returns for which inputs now",
+    tests_task: "Write characterisation test cases for a function: they pin what it does now, so that a refactoring can be checked against them.",
+    tests_cases: "- cases of typical inputs, boundaries, and the errors the code raises, each expecting exactly what this code returns or raises now (not what it should);",
+    implement_task: "Refactor code toward its goals, keeping its behaviour.",
+    implement_cases: "The code must keep passing these cases of",
+    implement_cases_note: "they pass on the code above",
+    implement_code: "refactored",
+    implement_analysis: "`error_kind` \"none\", `root_cause` (what held the code back against the goals) and `changes` (one line per goal: \"<goal>: what changed for it\").",
+};
+
+fn mode_words(mode: ReworkMode) -> &'static ModeWords {
+    match mode {
+        ReworkMode::Debug => &DEBUG_WORDS,
+        ReworkMode::Refactor => &REFACTOR_WORDS,
+    }
+}
 
 /// What the templates say in each language's terms (the rest of a template is the same for
 /// all). Part of the templates: a change here is a change of [`PROMPT_VERSION`] for that
@@ -340,6 +401,20 @@ fn render(template: &str, language: &str, context: impl Serialize) -> Result<Pro
     render_with("system", template, language, context)
 }
 
+/// [`render`] of a rework template, which reads its mode's words as `mode`.
+fn render_rework(
+    template: &str,
+    rework: &Rework<'_>,
+    context: impl Serialize,
+) -> Result<Prompt, Error> {
+    let mode = minijinja::Value::from(minijinja::value::Serde(mode_words(rework.mode)));
+    let context = minijinja::context! {
+        mode,
+        ..minijinja::Value::from(minijinja::value::Serde(&context))
+    };
+    render(template, rework.language, context)
+}
+
 fn render_with(
     system: &str,
     template: &str,
@@ -374,15 +449,15 @@ pub fn plan(context: &PlanContext<'_>) -> Result<Prompt, Error> {
 
 /// The plan of a `debug` or `refactor` job: the one function its cases call.
 pub fn plan_rework(context: &Rework<'_>) -> Result<Prompt, Error> {
-    render("plan_rework", context.language, context)
+    render_rework("plan_rework", context, context)
 }
 
 pub fn tests_rework(context: &ReworkTestsContext<'_>) -> Result<Prompt, Error> {
-    render("tests_rework", context.rework.language, context)
+    render_rework("tests_rework", &context.rework, context)
 }
 
 pub fn implement_rework(context: &ReworkImplementContext<'_>) -> Result<Prompt, Error> {
-    render("implement_rework", context.rework.language, context)
+    render_rework("implement_rework", &context.rework, context)
 }
 
 pub fn tests(context: &TestsContext<'_>) -> Result<Prompt, Error> {
@@ -660,5 +735,42 @@ mod tests {
             "{}",
             python.system
         );
+    }
+
+    #[test]
+    fn rework_prompts_say_their_own_modes_words() {
+        let (spec, tests) = (sieve(), cases());
+        for mode in [ReworkMode::Debug, ReworkMode::Refactor] {
+            let rework = Rework {
+                mode,
+                instruction: INSTRUCTION,
+                language: "python",
+                code: SIEVE_CODE,
+                error: None,
+                goals: &[],
+            };
+            let words = mode_words(mode);
+            let plan = plan_rework(&rework).unwrap().user;
+            assert!(plan.starts_with(words.plan_task), "{plan}");
+            assert!(plan.contains(words.plan_purpose), "{plan}");
+            let context = ReworkTestsContext {
+                rework: rework.clone(),
+                spec: &spec,
+                min_cases: 3,
+                max_cases: 6,
+                not_reproduced: vec![],
+            };
+            let written = tests_rework(&context).unwrap().user;
+            assert!(written.contains(words.tests_cases), "{written}");
+            let context = ReworkImplementContext {
+                rework,
+                spec: &spec,
+                tests: &tests,
+                failing: vec!["ten"],
+            };
+            let code = implement_rework(&context).unwrap().user;
+            assert!(code.starts_with(words.implement_task), "{code}");
+            assert!(code.contains(words.implement_analysis), "{code}");
+        }
     }
 }

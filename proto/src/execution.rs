@@ -524,6 +524,21 @@ pub enum CompileStatus {
 }
 
 impl ExecutionResult {
+    /// What a test case this run did not report met: the limit that stopped the run (a CPU
+    /// limit is a timeout to the case), a compile error, else what the runner classified (a
+    /// runtime error when it did not).
+    pub fn cut_kind(&self) -> ErrorKind {
+        match self.status {
+            Status::Timeout | Status::CpuTimeLimit => ErrorKind::Timeout,
+            Status::MemoryLimit => ErrorKind::MemoryLimit,
+            Status::OutputLimit => ErrorKind::OutputLimit,
+            Status::CompileError => ErrorKind::Syntax,
+            Status::Passed | Status::Failed | Status::SandboxError | Status::Error => {
+                self.error_kind.unwrap_or(ErrorKind::Runtime)
+            }
+        }
+    }
+
     /// A result for work that never produced program output.
     pub fn error(status: Status, reason: impl Into<String>) -> Self {
         Self {

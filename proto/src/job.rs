@@ -85,11 +85,38 @@ impl Mode {
     }
 }
 
+/// The modes that rework given code: every [`Mode`] but `Generate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReworkMode {
+    Debug,
+    Refactor,
+}
+
+impl Mode {
+    /// The rework a job of this mode does to its given code (`None`: it writes code anew).
+    pub fn rework(self) -> Option<ReworkMode> {
+        match self {
+            Mode::Generate => None,
+            Mode::Debug => Some(ReworkMode::Debug),
+            Mode::Refactor => Some(ReworkMode::Refactor),
+        }
+    }
+}
+
+impl From<ReworkMode> for Mode {
+    fn from(mode: ReworkMode) -> Self {
+        match mode {
+            ReworkMode::Debug => Mode::Debug,
+            ReworkMode::Refactor => Mode::Refactor,
+        }
+    }
+}
+
 /// A `debug` or `refactor` job's given code and what to do with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rework {
-    /// `Debug` or `Refactor`.
-    pub mode: Mode,
+    pub mode: ReworkMode,
     pub code: String,
     /// `Debug`: the error or the misbehaviour.
     #[serde(default)]
@@ -130,7 +157,9 @@ fn one() -> u32 {
 
 impl JobRequest {
     pub fn mode(&self) -> Mode {
-        self.rework.as_ref().map_or(Mode::Generate, |r| r.mode)
+        self.rework
+            .as_ref()
+            .map_or(Mode::Generate, |r| r.mode.into())
     }
 }
 
@@ -261,7 +290,7 @@ fn rework_parts(rework: Option<&Rework>) -> Vec<String> {
         return Vec::new();
     };
     vec![
-        rework.mode.as_str().to_owned(),
+        Mode::from(rework.mode).as_str().to_owned(),
         rework.code.clone(),
         normalise(rework.error.as_deref().unwrap_or("")),
         rework
@@ -792,11 +821,14 @@ mod tests {
             });
             solution_cache_key(&r, "openai/m@v1")
         };
-        let debug = rework(Mode::Debug, "def f():\n    return 1\n");
+        let debug = rework(ReworkMode::Debug, "def f():\n    return 1\n");
         assert_ne!(a, debug);
-        assert_ne!(debug, rework(Mode::Refactor, "def f():\n    return 1\n"));
-        assert_ne!(debug, rework(Mode::Debug, "def f():\n  return 1\n"));
-        assert_eq!(debug, rework(Mode::Debug, "def f():\n    return 1\n"));
+        assert_ne!(
+            debug,
+            rework(ReworkMode::Refactor, "def f():\n    return 1\n")
+        );
+        assert_ne!(debug, rework(ReworkMode::Debug, "def f():\n  return 1\n"));
+        assert_eq!(debug, rework(ReworkMode::Debug, "def f():\n    return 1\n"));
     }
 }
 

@@ -24,6 +24,7 @@ use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
+use crate::dag::{Effects, Integrate};
 use crate::keys::{self, JobKeys};
 use crate::redis::backend;
 use crate::webhooks::HookKind;
@@ -38,6 +39,9 @@ pub struct Completion {
     pub all_done: bool,
     /// False when this function was already done (a repeated event).
     pub first: bool,
+    /// The completion starts the job's integration ([`crate::dag::Integrate::starts`]): the
+    /// function failed, or every function is done.
+    pub integrate: bool,
 }
 
 /// What a step of a job reads before it starts, in one round trip (Redis: one `MGET`).
@@ -156,11 +160,10 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> Result<Saved, Error>;
     /// Stores a function's final outcome (unless one stands) with `attempt`, its last
     /// attempt's progress event, and completes the function in `plan` in the same step, as
-    /// [`JobStore::complete_function`] does with `done` (Redis: one script). Nothing is
-    /// completed when another outcome stood (its run completes it) or the job has ended. A
-    /// failed function releases none of its dependants, and once a function failed (the
-    /// status `integrating`) none releases any; a failed or last function sets `integrating`
-    /// in the same step. `Finished::status` is the status after it.
+    /// [`JobStore::complete_function`] does with `done` (Redis: one script), applying the
+    /// outcome's [`Effects`] while the job runs: a completion that starts the integration
+    /// sets `integrating` in the same step. Nothing is completed when another outcome stood
+    /// (its run completes it) or the job has ended. `Finished::status` is the status after it.
     async fn finish_function(
         &self,
         id: TaskId,
@@ -213,14 +216,16 @@ pub trait JobStore: Send + Sync + 'static {
                 .collect(),
         })
     }
-    /// Marks `name` of `plan` done and returns what became ready (see the module docs); on
-    /// the first completion, records the progress event `event` with it. For a function whose
-    /// final outcome is stored ([`JobStore::finish_function`] completed it the first time).
+    /// Marks `outcome`'s function of `plan` done, applying its [`Effects`], and returns what
+    /// became ready (see the module docs); on the first completion, records the progress
+    /// event `event` with it. For a function whose final outcome is stored
+    /// ([`JobStore::finish_function`] completed it the first time); the status is the
+    /// caller's to set.
     async fn complete_function(
         &self,
         id: TaskId,
         plan: &Plan,
-        name: &str,
+        outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Completion, Error>;
     /// Records that the tasks of `names` were published (after the broker confirmed them).
@@ -338,8 +343,9 @@ static PUT_FUNCTION: LazyLock<redis::Script> =
 fn complete_function_call(
     store: &RedisStore,
     id: TaskId,
-    plan: &Plan,
     name: &str,
+    size: usize,
+    effects: Effects<'_>,
     event: Option<&Progress>,
 ) -> redis::ScriptInvocation<'static> {
     let keys = JobKeys::new(store.prefix(), id);
@@ -349,13 +355,13 @@ fn complete_function_call(
         .key(keys.pending())
         .key(keys.events())
         .arg(name)
-        .arg(plan.specs.len())
+        .arg(size)
         .arg(store.ttl_secs())
         .arg(event.map(Progress::to_json).unwrap_or_default())
         .arg(EVENTS_MAX_LEN)
         .arg(keys::job_events_channel(store.prefix()))
         .arg(id.to_string());
-    for dependant in plan.dependants.get(name).into_iter().flatten() {
+    for dependant in effects.release {
         invocation.arg(dependant);
     }
     invocation
@@ -364,13 +370,15 @@ fn complete_function_call(
 /// [`FINISH_FUNCTION`] of `outcome` of `plan`, its arguments in the script's order.
 /// KEYS: outcome, final marker, status, events, done, pending. ARGV: outcome bytes, ttl,
 /// attempt event JSON or "", done event JSON or "", [`EVENTS_MAX_LEN`], the job events
-/// channel, job id, function, the plan's size, "1" when it passed, the integrating status, how
-/// many final statuses follow, the final statuses..., the dependants it releases...
+/// channel, job id, function, the plan's size, when it integrates ([`Integrate::as_str`]), the
+/// integrating status, how many final statuses follow, the final statuses..., the dependants
+/// it releases...
 fn finish_function_call(
     store: &RedisStore,
     id: TaskId,
-    plan: &Plan,
+    size: usize,
     outcome: &FunctionOutcome,
+    effects: Effects<'_>,
     attempt: Option<&Progress>,
     done: Option<&Progress>,
 ) -> redis::ScriptInvocation<'static> {
@@ -393,24 +401,15 @@ fn finish_function_call(
         .arg(keys::job_events_channel(prefix))
         .arg(id.to_string())
         .arg(name)
-        .arg(plan.specs.len())
-        .arg(if outcome.passed { "1" } else { "0" })
+        .arg(size)
+        .arg(effects.integrate.as_str())
         .arg(JobStatus::Integrating.as_str())
         .arg(JobStatus::FINAL.len())
         .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..]);
-    for dependant in released(plan, outcome) {
+    for dependant in effects.release {
         invocation.arg(dependant);
     }
     invocation
-}
-
-/// The dependants whose counters the completion of `outcome` takes down: none when it failed
-/// (they cannot be built on it).
-fn released<'a>(plan: &'a Plan, outcome: &FunctionOutcome) -> &'a [String] {
-    match plan.dependants.get(&outcome.name) {
-        Some(dependants) if outcome.passed => dependants,
-        _ => &[],
-    }
 }
 
 /// [`PUT_PLAN`] of `plan` for the job of `meta`, its arguments in the script's order.
@@ -717,9 +716,11 @@ impl JobStore for RedisStore {
         done: Option<&Progress>,
     ) -> Result<Finished, Error> {
         debug_assert!(outcome.done, "only a final outcome finishes a function");
+        let effects = Effects::of(plan, outcome);
+        let call =
+            finish_function_call(self, id, plan.specs.len(), outcome, effects, attempt, done);
         let (stored, status, first, all, ready): (i64, Option<String>, i64, i64, Vec<String>) =
-            finish_function_call(self, id, plan, outcome, attempt, done)
-                .invoke_async(&mut self.connection())
+            call.invoke_async(&mut self.connection())
                 .await
                 .map_err(backend)?;
         Ok(Finished {
@@ -729,6 +730,7 @@ impl JobStore for RedisStore {
                 ready,
                 all_done: all == 1,
                 first: first == 1,
+                integrate: effects.integrate.starts(all == 1),
             }),
         })
     }
@@ -814,18 +816,21 @@ impl JobStore for RedisStore {
         &self,
         id: TaskId,
         plan: &Plan,
-        name: &str,
+        outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Completion, Error> {
-        let (first, all, ready): (i64, i64, Vec<String>) =
-            complete_function_call(self, id, plan, name, event)
-                .invoke_async(&mut self.connection())
-                .await
-                .map_err(backend)?;
+        let effects = Effects::of(plan, outcome);
+        let call =
+            complete_function_call(self, id, &outcome.name, plan.specs.len(), effects, event);
+        let (first, all, ready): (i64, i64, Vec<String>) = call
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
         Ok(Completion {
             ready,
             all_done: all == 1,
             first: first == 1,
+            integrate: effects.integrate.starts(all == 1),
         })
     }
 
@@ -1023,14 +1028,16 @@ impl MemoryState {
         }
     }
 
-    /// The completion script's semantics (`lua/job_completion.lua`): `name` of a plan of
-    /// `size` functions done, `dependants` the ones its completion takes down.
+    /// The completion script's semantics (`lua/job_completion.lua`): `name` of `plan` done,
+    /// `dependants` the ones its completion takes down, `integrate` when that starts the
+    /// integration.
     fn complete(
         &mut self,
         id: TaskId,
-        size: usize,
+        plan: &Plan,
         name: &str,
         dependants: &[String],
+        integrate: Integrate,
         event: Option<&Progress>,
     ) -> Completion {
         let first = self.done.entry(id).or_default().insert(name.to_owned());
@@ -1052,11 +1059,12 @@ impl MemoryState {
                 ready.push(d.clone());
             }
         }
-        let all_done = self.done.get(&id).map_or(0, |d| d.len()) >= size;
+        let all_done = self.done.get(&id).map_or(0, |d| d.len()) >= plan.specs.len();
         Completion {
             ready,
             all_done,
             first,
+            integrate: integrate.starts(all_done),
         }
     }
 }
@@ -1215,14 +1223,15 @@ impl JobStore for MemoryJobs {
             });
         }
         let integrating = status == Some(JobStatus::Integrating);
+        let effects = Effects::of(plan, outcome);
         let released = if integrating {
             &[][..]
         } else {
-            released(plan, outcome)
+            effects.release
         };
-        let completion = s.complete(id, plan.specs.len(), &outcome.name, released, done);
+        let completion = s.complete(id, plan, &outcome.name, released, effects.integrate, done);
         let mut status = status;
-        if !integrating && (!outcome.passed || completion.all_done) {
+        if !integrating && completion.integrate {
             s.status.insert(id, JobStatus::Integrating);
             status = Some(JobStatus::Integrating);
         }
@@ -1236,13 +1245,14 @@ impl JobStore for MemoryJobs {
         &self,
         id: TaskId,
         plan: &Plan,
-        name: &str,
+        outcome: &FunctionOutcome,
         event: Option<&Progress>,
     ) -> Result<Completion, Error> {
-        let dependants = plan.dependants.get(name).cloned().unwrap_or_default();
+        let effects = Effects::of(plan, outcome);
+        let name = &outcome.name;
         Ok(self
             .state()
-            .complete(id, plan.specs.len(), name, &dependants, event))
+            .complete(id, plan, name, effects.release, effects.integrate, event))
     }
     async fn mark_published(&self, id: TaskId, names: &[String]) -> Result<(), Error> {
         self.state()

@@ -16,6 +16,7 @@
 //!   loses it.
 
 pub mod cache;
+pub mod dag;
 mod executions;
 pub mod idempotency;
 pub mod index;

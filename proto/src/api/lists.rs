@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::BatchStatus;
+use crate::api::{BatchStatus, Pending};
 use crate::job::JobStatus;
 use crate::{Language, Status, TaskId};
 
@@ -67,36 +67,18 @@ pub struct ExecutionSummary {
     pub language: Language,
 }
 
-/// `queued` until a worker stored the verdict, then the verdict's status.
+/// `queued` until a worker stored the verdict, then the verdict's status: [`Status`] itself,
+/// so that a new verdict is a state with no edit here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum ExecutionState {
-    Queued,
-    Passed,
-    Failed,
-    Timeout,
-    CpuTimeLimit,
-    MemoryLimit,
-    CompileError,
-    OutputLimit,
-    SandboxError,
-    Error,
+    Pending(Pending),
+    Done(Status),
 }
 
 impl From<Option<Status>> for ExecutionState {
     fn from(status: Option<Status>) -> Self {
-        match status {
-            None => Self::Queued,
-            Some(Status::Passed) => Self::Passed,
-            Some(Status::Failed) => Self::Failed,
-            Some(Status::Timeout) => Self::Timeout,
-            Some(Status::CpuTimeLimit) => Self::CpuTimeLimit,
-            Some(Status::MemoryLimit) => Self::MemoryLimit,
-            Some(Status::CompileError) => Self::CompileError,
-            Some(Status::OutputLimit) => Self::OutputLimit,
-            Some(Status::SandboxError) => Self::SandboxError,
-            Some(Status::Error) => Self::Error,
-        }
+        status.map_or(Self::Pending(Pending::Queued), Self::Done)
     }
 }
 
@@ -117,14 +99,21 @@ mod tests {
             Status::SandboxError,
             Status::Error,
         ] {
+            let state = ExecutionState::from(Some(status));
             assert_eq!(
-                serde_json::to_value(ExecutionState::from(Some(status))).unwrap(),
+                serde_json::to_value(state).unwrap(),
                 serde_json::json!(status.as_str())
             );
+            let read: ExecutionState =
+                serde_json::from_value(serde_json::json!(status.as_str())).unwrap();
+            assert_eq!(read, state);
         }
+        let queued = ExecutionState::from(None);
+        assert_eq!(serde_json::to_value(queued).unwrap(), "queued");
         assert_eq!(
-            serde_json::to_value(ExecutionState::from(None)).unwrap(),
-            "queued"
+            serde_json::from_value::<ExecutionState>("queued".into()).unwrap(),
+            queued
         );
+        assert!(serde_json::from_value::<ExecutionState>("running".into()).is_err());
     }
 }

@@ -149,19 +149,19 @@ async fn the_last_dependency_releases_a_dependant_exactly_once_under_concurrency
     // b3's task taken again: its completion changes nothing but names z again for
     // re-publishing.
     let again = store
-        .complete_function(job, &plan, "b3", None)
+        .complete_function(job, &plan, &final_outcome("b3"), None)
         .await
         .unwrap();
     assert!(!again.first);
     assert_eq!(again.ready, vec!["z".to_string()]);
 
     let last = store
-        .complete_function(job, &plan, "z", None)
+        .complete_function(job, &plan, &final_outcome("z"), None)
         .await
         .unwrap();
     assert!(last.all_done && last.ready.is_empty());
     let after = store
-        .complete_function(job, &plan, "b3", None)
+        .complete_function(job, &plan, &final_outcome("b3"), None)
         .await
         .unwrap();
     assert!(after.ready.is_empty(), "z is done: nothing to re-publish");
@@ -191,7 +191,7 @@ async fn writes_carry_their_events_and_answer_the_status<S: JobStore + Clone>(st
         .unwrap();
     assert_eq!(finished.status, Some(JobStatus::Running));
     store
-        .complete_function(job, &plan, "a", Some(&done("a")))
+        .complete_function(job, &plan, &final_outcome("a"), Some(&done("a")))
         .await
         .unwrap();
     let mut outcome = FunctionOutcome::new("b1");
@@ -319,7 +319,7 @@ async fn a_failed_function_releases_nothing_and_starts_the_integration<S: JobSto
         // A's task taken again names nothing either.
         assert!(
             store
-                .complete_function(job, &plan, "a", None)
+                .complete_function(job, &plan, &final_outcome("a"), None)
                 .await
                 .unwrap()
                 .ready

@@ -556,21 +556,13 @@ pub(super) fn case_run(
     let duration_ms = result.duration_ms;
     let cpu_ms = result.cpu_ms.unwrap_or(0);
     let Some(report) = report else {
-        let kind = match result.status {
-            Status::Timeout => ErrorKind::Timeout,
-            Status::MemoryLimit => ErrorKind::MemoryLimit,
-            Status::OutputLimit => ErrorKind::OutputLimit,
-            Status::SandboxError | Status::Error => {
-                return Err(Error::Retry {
-                    dependency: Dependency::Docker,
-                    reason: format!("sandbox: {}", result.reason.clone().unwrap_or_default()),
-                });
-            }
-            Status::CompileError => ErrorKind::Syntax,
-            // What the runner classified (a test form's program that failed to load), else a
-            // run that broke.
-            _ => result.error_kind.unwrap_or(ErrorKind::Runtime),
-        };
+        if matches!(result.status, Status::SandboxError | Status::Error) {
+            return Err(Error::Retry {
+                dependency: Dependency::Docker,
+                reason: format!("sandbox: {}", result.reason.clone().unwrap_or_default()),
+            });
+        }
+        let kind = result.cut_kind();
         let error = trimmed(
             result
                 .reason

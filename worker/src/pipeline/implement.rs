@@ -8,8 +8,8 @@ use model::prompts::{self, Attempt, DependencyCode, Failure};
 use model::{Completion, Generated, Phase, Seat};
 use proto::generation::{Implementation, TestCase, TestCases};
 use proto::job::{
-    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, RequestCode, ReworkOutcome,
-    TestResult, Validation,
+    FunctionOutcome, ImplementTask, Improvement, JobMeta, Plan, RequestCode, ReworkMode,
+    ReworkOutcome, TestResult, Validation,
 };
 use proto::{ErrorKind, Progress};
 
@@ -650,7 +650,7 @@ impl Pipeline {
                 .map(|t| t.name.clone())
                 .collect();
             match rework.mode {
-                proto::job::Mode::Refactor => {
+                ReworkMode::Refactor => {
                     outcome.tests.retain(|t| !failing.contains(&t.name));
                     if outcome.tests.is_empty() {
                         return Err(Error::Failed(format!(
@@ -665,15 +665,15 @@ impl Pipeline {
                     });
                     return Ok(());
                 }
-                _ if !failing.is_empty() => {
+                ReworkMode::Debug if !failing.is_empty() => {
                     outcome.rework = Some(ReworkOutcome {
                         reproduced: failing,
                         ..ReworkOutcome::default()
                     });
                     return Ok(());
                 }
-                _ if asked == 2 => break,
-                _ => {}
+                ReworkMode::Debug if asked == 2 => break,
+                ReworkMode::Debug => {}
             }
             // Every case passed on the code with the error: ask again, saying so.
             let names: Vec<&str> = outcome.tests.iter().map(|t| t.name.as_str()).collect();

@@ -10,7 +10,7 @@ use proto::now_ms;
 use super::quality::{score, static_quality};
 use super::{Error, Pipeline, TaskCtx, redis};
 use proto::generation::FunctionSpec;
-use proto::job::{Change, FunctionOutcome, JobRequest, Mode, Rework, TestResult};
+use proto::job::{Change, FunctionOutcome, JobRequest, Rework, ReworkMode, TestResult};
 
 impl Pipeline {
     /// Assembles the module, runs every test together, reports quality, stores the result.
@@ -165,7 +165,7 @@ impl Pipeline {
                 .to_string()
         });
         let quality_before = match (rework.mode, outcome) {
-            (Mode::Refactor, Some(outcome)) if changed.is_some() => {
+            (ReworkMode::Refactor, Some(outcome)) if changed.is_some() => {
                 let run = self
                     .integration_run(ctx, request.language, &rework.code, specs, outcomes, false)
                     .await?;
@@ -188,11 +188,14 @@ impl Pipeline {
                     ..score(run.report, &passed)
                 })
             }
-            _ => None,
+            // Nothing changed, or no cases to score the given code by.
+            (ReworkMode::Refactor, _) => None,
+            // A fix is judged by the cases the given code failed, not by its quality before.
+            (ReworkMode::Debug, _) => None,
         };
         let analysis = given.analysis;
         Ok(Change {
-            mode: rework.mode,
+            mode: rework.mode.into(),
             function,
             diff,
             root_cause: analysis.as_ref().map(|a| a.root_cause.clone()),

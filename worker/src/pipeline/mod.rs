@@ -417,7 +417,7 @@ fn rework_prompt<'a>(
     rework: &'a proto::job::Rework,
 ) -> model::prompts::Rework<'a> {
     model::prompts::Rework {
-        mode: rework.mode.as_str(),
+        mode: rework.mode,
         instruction: &request.instruction,
         language: request.language.as_str(),
         code: &rework.code,

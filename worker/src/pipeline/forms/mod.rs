@@ -218,12 +218,7 @@ pub(crate) fn ask_lint(request: &mut proto::ExecutionRequest) {
 
 /// What ended `result`'s run, for the cases its script did not write.
 fn cut(result: &ExecutionResult) -> Cut {
-    let kind = match result.status {
-        Status::Timeout => ErrorKind::Timeout,
-        Status::MemoryLimit => ErrorKind::MemoryLimit,
-        Status::OutputLimit => ErrorKind::OutputLimit,
-        _ => result.error_kind.unwrap_or(ErrorKind::Runtime),
-    };
+    let kind = result.cut_kind();
     let reason = result.reason.clone().unwrap_or_else(|| {
         format!(
             "the run ended before the case: {}",
