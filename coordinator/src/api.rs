@@ -378,6 +378,10 @@ impl utoipa::Modify for Security {
     }
 }
 
+/// The 401 of every route behind the API key (`auth::authenticate`), added by
+/// [`openapi_document`] to each one that does not document its own.
+const UNAUTHORIZED: &str = "API keys are configured and none (or an unknown one) was given.";
+
 /// The document as served: [`ApiDoc`] plus this coordinator's configuration: its limits, so
 /// that a request the document allows is one `validate` accepts (byte-size limits excepted:
 /// JSON Schema counts characters), and the API key as required when keys are configured
@@ -439,11 +443,18 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     if let Value::Object(properties) = &mut schemas["ExecutionSubmission"]["properties"] {
         properties.remove("id");
     }
-    // Every route that takes an API key is subject to its tenant's request rate, and those
-    // that create work to its quotas.
+    // Every route that takes an API key answers 401 for a missing or unknown one (written here
+    // once, not on each route: a route with a key of its own, SandboxFusion's `/fusion/{key}/`,
+    // documents its own), and is subject to its tenant's request rate, and those that create
+    // work to its quotas.
+    let keyed: Vec<String> = routes()
+        .into_iter()
+        .map(|(_, path)| path)
+        .filter(|path| !OPEN_ROUTES.contains(&path.as_str()))
+        .collect();
     if let Value::Object(paths) = &mut doc["paths"] {
         for (path, item) in paths.iter_mut() {
-            if OPEN_ROUTES.contains(&path.as_str()) {
+            if !keyed.contains(path) {
                 continue;
             }
             let creates = CREATING_ROUTES.contains(&path.as_str()) || path.ends_with("/run_code");
@@ -460,7 +471,14 @@ pub fn openapi_document(options: &crate::Options) -> Value {
                     } else {
                         "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`): nothing was done; retry after `Retry-After` seconds."
                     };
-                    operation["responses"]["429"] = json!({
+                    let responses = &mut operation["responses"];
+                    if responses.get("401").is_none() {
+                        responses["401"] = json!({
+                            "description": UNAUTHORIZED,
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+                        });
+                    }
+                    responses["429"] = json!({
                         "description": description,
                         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}

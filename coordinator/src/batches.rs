@@ -120,7 +120,6 @@ pub(crate) struct SubmitParams {
         (status = 202, description = "Every job was created.", body = BatchAccepted,
             headers(("Location" = String, description = "The batch."))),
         (status = 400, description = "A line is not a job (not JSON, unknown field) or not UTF-8.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "No jobs, too many, or a value out of range; names the line and field.", body = ErrorBody),
         (status = 503, description = "Redis or the broker failed (names the jobs already accepted: they run on), or no worker can generate (nothing was created).", body = ErrorBody),
@@ -270,7 +269,6 @@ const BATCH_SAFETY_REREAD: std::time::Duration = std::time::Duration::from_secs(
         (status = 200, description = "The batch's jobs and their statuses.", body = BatchView),
         (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
         (status = 422, description = "`wait_ms` or `finished` out of range; the message names it.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -389,7 +387,6 @@ const RESULTS_PARALLEL: usize = 16;
         (status = 200, description = "A page of the batch's jobs with their results (or progress).", body = BatchResults),
         (status = 400, description = "Not a batch id, or a malformed query.", body = ErrorBody),
         (status = 422, description = "`limit` out of range, or a `cursor` that is not one; the message names it.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )

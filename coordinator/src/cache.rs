@@ -42,7 +42,6 @@ pub(crate) struct CacheCleared {
     tag = "cache",
     responses(
         (status = 200, description = "The counts.", body = CacheStats),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "This coordinator runs without a cache.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -69,7 +68,6 @@ pub(crate) async fn cache_stats(State(c): State<Coordinator>) -> Result<Response
     tag = "cache",
     responses(
         (status = 200, description = "Emptied.", body = CacheCleared),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 403, description = "The caches are shared by every tenant: only `coordinator.admin_tenants` may empty them.", body = ErrorBody),
         (status = 404, description = "This coordinator runs without a cache.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),

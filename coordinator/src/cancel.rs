@@ -63,7 +63,6 @@ enum CancelError {
     responses(
         (status = 200, description = "Cancelled: the job's result, status `cancelled`, with what it had produced.", body = JobResult),
         (status = 400, description = "Not a job id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
         (status = 409, description = "The job had already ended (succeeded or failed); the message says how.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
@@ -102,7 +101,6 @@ pub(crate) async fn cancel_job(
     responses(
         (status = 200, description = "Every job of the batch has ended; those that were running are `cancelled`.", body = BatchView),
         (status = 400, description = "Not a batch id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (or another tenant's).", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable; the jobs cancelled so far stay cancelled and a retry cancels the rest.", body = ErrorBody),

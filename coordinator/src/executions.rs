@@ -207,7 +207,6 @@ pub(crate) fn validate(
         (status = 202, description = "Queued: no verdict yet (`status` is `queued`).",
             body = ExecutionView, headers(("Location" = String, description = "Where to poll."))),
         (status = 400, description = "Malformed body or query (not JSON, unknown field).", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
         (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
@@ -289,7 +288,6 @@ pub(crate) async fn submit(
          content((ExecutionBatchView = "application/json"), (Vec<StreamedItemView> = "application/x-ndjson"))),
         (status = 202, description = "Not all verdicts yet: the others are `queued`.", body = ExecutionBatchView),
         (status = 400, description = "Malformed body or query; the message names the field.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_batch_body_bytes`.", body = ErrorBody),
         (status = 422, description = "An item out of range (`items[i].field`), no items or too many.", body = ErrorBody),
         (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = ErrorBody),
@@ -515,7 +513,6 @@ pub(crate) async fn execution_batch_view(
     params(("id" = TaskId, Path, description = "The `batch_id` of `POST /v1/executions/batch`.")),
     responses(
         (status = 200, description = "Every item, in input order, and the webhook.", body = ExecutionBatchView),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such batch (not a batch id, another tenant's, or one without a `callback_url`: only those are kept).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -730,7 +727,7 @@ pub(crate) async fn enqueue(
         let reason = format!("not queued: {e}");
         let result = ExecutionResult::error(Status::Error, reason.clone());
         let _ = c
-            .finish_execution(id, tenant.0.as_deref(), language.as_str(), &result)
+            .finish_execution(id, tenant.0.as_deref(), Some(language), &result)
             .await;
         return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }
@@ -747,7 +744,6 @@ pub(crate) async fn enqueue(
     responses(
         (status = 200, description = "The verdict, or `status: queued`.", body = ExecutionView),
         (status = 400, description = "Not an execution id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such execution (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )

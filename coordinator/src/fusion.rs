@@ -138,7 +138,6 @@ pub(crate) struct RunCodeResponse {
     responses(
         (status = 200, description = "The run, in SandboxFusion's shape (also for `SandboxError`).", body = RunCodeResponse),
         (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = proto::api::ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
         (status = 422, description = "An unsupported language, a limit out of range or a file that is not base64; the message names the field.", body = proto::api::ErrorBody),
         (status = 503, description = "Redis or the broker is unavailable; nothing was queued.", body = proto::api::ErrorBody),
@@ -377,7 +376,6 @@ const HOST_WAIT: Duration = Duration::from_secs(10);
     responses(
         (status = 200, description = "The cells' results, in SandboxFusion's shape (also for `Failed` and `SandboxError`). The session was deleted before this answer.", body = RunJupyterResponse),
         (status = 400, description = "Malformed body.", body = proto::api::ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = proto::api::ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = proto::api::ErrorBody),
         (status = 422, description = "A kernel other than `python3`, a timeout or memory limit out of range, a cell over `coordinator.max_code_bytes`, a file path leaving the working directory, a file that is not base64 or over `worker.sessions.max_file_bytes`; the message names the field.", body = proto::api::ErrorBody),
         (status = 429, description = "The tenant's live sessions are at its quota (`coordinator.tenants.<name>.sessions`), or its request rate.", body = proto::api::ErrorBody),

@@ -252,7 +252,6 @@ fn rework(
         (status = 202, description = "Accepted.", body = JobAccepted,
             headers(("Location" = String, description = "The job."))),
         (status = 400, description = "Malformed body (not JSON, unknown field).", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
         (status = 503, description = "Redis or the broker is unavailable, or no worker can generate (every live worker runs without a model); the message says which.", body = ErrorBody),
@@ -482,7 +481,6 @@ pub(crate) async fn visible(c: &Coordinator, tenant: &Tenant, id: TaskId) -> Res
     responses(
         (status = 200, description = "The result, or the progress while it runs.", body = JobView),
         (status = 400, description = "Not a job id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -610,7 +608,6 @@ pub(crate) struct JobEvent {
         (status = 200, description = "The event stream; the schema is that of one event.",
             body = JobEvent, content_type = "text/event-stream"),
         (status = 400, description = "Not a job id, or a `Last-Event-ID` that is not an event id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )

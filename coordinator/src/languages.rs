@@ -16,7 +16,6 @@ use crate::Coordinator;
     tag = "executions",
     responses(
         (status = 200, description = "Every language the sandbox has an image for.", body = Languages),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable: the tenant's request rate cannot be metered.", body = ErrorBody),
     )

@@ -173,7 +173,6 @@ where
     responses(
         (status = 200, description = "A page of jobs, newest first.", body = JobList),
         (status = 400, description = "An unknown query parameter.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 422, description = "A parameter out of range; the message names it.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -231,7 +230,6 @@ pub(crate) async fn jobs(
     responses(
         (status = 200, description = "A page of batches, newest first.", body = BatchList),
         (status = 400, description = "An unknown query parameter.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 422, description = "A parameter out of range; the message names it.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
@@ -281,7 +279,6 @@ pub(crate) async fn batches(
     responses(
         (status = 200, description = "A page of executions, newest first.", body = ExecutionList),
         (status = 400, description = "An unknown query parameter.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 422, description = "A parameter out of range; the message names it.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),

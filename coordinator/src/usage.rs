@@ -48,7 +48,6 @@ pub(crate) struct UsageParams {
     responses(
         (status = 200, description = "The totals over the window.", body = Usage),
         (status = 400, description = "An unknown query parameter.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 403, description = "`tenant` names another tenant and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
         (status = 422, description = "A time that is not RFC 3339; the message names it.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate (`coordinator.tenants.<name>.requests_per_second`); `Retry-After` says when to retry.", body = ErrorBody),

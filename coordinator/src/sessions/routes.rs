@@ -32,7 +32,6 @@ use crate::error::{ApiError, unavailable};
     responses(
         (status = 201, description = "The session, live.", body = SessionView),
         (status = 400, description = "The body is not a session request; `param` names the field.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 422, description = "A field out of range (`param`), or a language sessions are not offered in.", body = ErrorBody),
         (status = 429, description = "The tenant's live sessions are at its quota (`limit`: `coordinator.tenants.<name>.sessions`), or its request rate.", body = ErrorBody),
         (status = 503, description = "No worker can take a session now (`no_session_host`), or Redis is unavailable; `Retry-After` says when to retry.", body = ErrorBody),
@@ -56,7 +55,6 @@ pub(crate) async fn open(
     tag = "sessions",
     responses(
         (status = 200, description = "The sessions.", body = SessionList),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
 )]
@@ -85,7 +83,6 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The session.", body = SessionView),
         (status = 400, description = "Not a session id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -109,7 +106,6 @@ pub(crate) async fn fetch(
     responses(
         (status = 200, description = "The session, ended (or as it had ended before).", body = SessionView),
         (status = 400, description = "Not a session id.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable.", body = ErrorBody),
     )
@@ -136,7 +132,6 @@ pub(crate) async fn delete(
     responses(
         (status = 200, description = "The cell's result (`status` ok, error or timeout: the session lives on).", body = CellResult),
         (status = 400, description = "The body is not a cell; `param` names the field.", body = ErrorBody),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
         (status = 409, description = "The session has ended (`session_ended`: this cell killed its kernel, or it ended before) or was lost with its worker (`session_lost`); the message says why.", body = ErrorBody),
         (status = 422, description = "`timeout_ms` out of range, or code too large.", body = ErrorBody),
@@ -166,7 +161,6 @@ pub(crate) async fn run(
     responses(
         (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 200, description = "Regular files below the working directory, by path.", body = SessionFiles),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
         (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or the session's worker refused the call.", body = ErrorBody),
@@ -200,7 +194,6 @@ pub(crate) struct FilePath {
     responses(
         (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 200, description = "The file's bytes.", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant, or no such file (`param`: `path`).", body = ErrorBody),
         (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 422, description = "No such file, a folder, a path leaving the working directory, or a file over `worker.sessions.max_file_bytes`.", body = ErrorBody),
@@ -231,7 +224,6 @@ pub(crate) async fn download(
     responses(
         (status = 400, description = "Not a session id.", body = ErrorBody),
         (status = 204, description = "Written."),
-        (status = 401, description = "API keys are configured and none (or an unknown one) was given.", body = ErrorBody),
         (status = 404, description = "No such session for this tenant.", body = ErrorBody),
         (status = 409, description = "The session has ended or was lost.", body = ErrorBody),
         (status = 413, description = "Over `coordinator.max_body_bytes`.", body = ErrorBody),
