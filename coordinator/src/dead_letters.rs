@@ -131,8 +131,8 @@ impl Coordinator {
         let result = ExecutionResult::error(Status::Error, explanation);
         let envelope = proto::Envelope::decode(&delivery.body).ok();
         let language = match envelope.as_ref().map(|e| &e.task) {
-            Some(proto::Task::Execute(request)) => request.language.as_str(),
-            _ => "unknown",
+            Some(proto::Task::Execute(request)) => Some(request.language),
+            _ => None,
         };
         let tenant = envelope.as_ref().and_then(|e| e.tenant.as_deref());
         match self.finish_execution(id, tenant, language, &result).await {

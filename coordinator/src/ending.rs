@@ -1,9 +1,9 @@
-//! How work ends in the coordinator: a job through [`flow::Flow`] (the one way a job ends,
-//! shared with the workers), an execution through the store's one finishing operation; this
-//! process's usage counter charged once, by the call that ended it.
+//! How work ends in the coordinator: a job through [`flow::Flow`], an execution through
+//! [`flow::ExecutionEnds`] (the one way each ends, shared with the workers); this process's
+//! counters charged once, by the call that ended it.
 
 use proto::job::{JobMeta, JobResult, JobStatus};
-use proto::{ExecutionResult, TaskId};
+use proto::{ExecutionResult, Language, TaskId};
 
 use crate::Coordinator;
 
@@ -36,30 +36,17 @@ impl Coordinator {
             .map(drop)
     }
 
-    /// Ends an execution with `result` (the store's one finishing operation), and counts the
-    /// tenant's usage in this process's metrics when this call is the one that ended it.
+    /// Ends an execution with `result` ([`flow::ExecutionEnds::finish`]); whether this call
+    /// ended it.
     pub(crate) async fn finish_execution(
         &self,
         id: TaskId,
         tenant: Option<&str>,
-        language: &str,
+        language: Option<Language>,
         result: &ExecutionResult,
     ) -> Result<bool, store::Error> {
-        let stored = self
-            .stores
-            .executions
-            .complete_execution(id, tenant, result)
-            .await?;
-        if stored {
-            self.metrics
-                .executions_finished
-                .with_label_values(&[language, result.status.as_str()])
-                .inc();
-            self.metrics.usage.charge(
-                tenant,
-                &proto::api::UsageTotals::of_execution(result).fields(),
-            );
-        }
-        Ok(stored)
+        self.execution_ends
+            .finish(id, tenant, language, result)
+            .await
     }
 }

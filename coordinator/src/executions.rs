@@ -727,7 +727,7 @@ pub(crate) async fn enqueue(
         let reason = format!("not queued: {e}");
         let result = ExecutionResult::error(Status::Error, reason.clone());
         let _ = c
-            .finish_execution(id, tenant.0.as_deref(), language.as_str(), &result)
+            .finish_execution(id, tenant.0.as_deref(), Some(language), &result)
             .await;
         return Err(ApiError::new(ErrorCode::NotQueued, reason));
     }

@@ -229,6 +229,8 @@ pub struct Coordinator {
     pub(crate) session_client: reqwest::Client,
     /// Ends sessions, as the workers do (`flow`); none without a session store.
     pub(crate) session_ends: Option<flow::SessionEnds>,
+    /// Ends executions, as the workers do (`flow`).
+    pub(crate) execution_ends: flow::ExecutionEnds,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -294,6 +296,11 @@ impl Coordinator {
             .sessions
             .clone()
             .map(|s| flow::SessionEnds::new(s, metrics.sessions_ended.clone()));
+        let execution_ends = flow::ExecutionEnds::new(
+            stores.executions.clone(),
+            metrics.executions_finished.clone(),
+            metrics.usage.clone(),
+        );
         Ok(Self {
             options: Arc::new(options),
             broker,
@@ -307,6 +314,7 @@ impl Coordinator {
             images: Arc::default(),
             session_client: sessions::host_client(),
             session_ends,
+            execution_ends,
         })
     }
 

@@ -23,6 +23,7 @@
 //!   answers "first" to charges the tenant's usage in this process's metrics.
 
 mod ending;
+mod executions;
 pub mod planning;
 mod sessions;
 
@@ -34,6 +35,7 @@ use proto::{Envelope, Progress, Task, TaskId};
 use store::{Completion, Finished, JobStore};
 
 pub use ending::Ended;
+pub use executions::ExecutionEnds;
 pub use planning::{MAX_REPLANS, PlanError, plan};
 pub use sessions::SessionEnds;
 

@@ -24,13 +24,61 @@ use tokio_util::sync::CancellationToken;
 
 /// What a failure on a dependency means ([`Gate::outage`]).
 #[derive(Debug)]
-pub enum Outage {
+enum Outage {
     /// The dependency answers: the failure is the operation's own.
     Own,
     /// It was down and is back: run the operation again.
     Back,
     /// Still down after the wait: what is down.
     Still(Vec<(Dependency, Down)>),
+}
+
+/// Which dependency a failure may be an outage of ([`Gate::through`]).
+pub trait Blame: std::fmt::Display {
+    /// The dependency to probe, `None` when the failure is the operation's own whatever
+    /// answers.
+    fn blamed(&self) -> Option<Dependency>;
+    /// Whether the failure can be an outage at all (a refused request is not).
+    fn retryable(&self) -> bool;
+}
+
+impl Blame for sandbox::Error {
+    fn blamed(&self) -> Option<Dependency> {
+        Some(Dependency::Docker)
+    }
+    fn retryable(&self) -> bool {
+        self.is_retryable()
+    }
+}
+
+impl Blame for store::Error {
+    fn blamed(&self) -> Option<Dependency> {
+        Some(Dependency::Redis)
+    }
+    fn retryable(&self) -> bool {
+        self.is_retryable()
+    }
+}
+
+/// How an operation through the gate failed ([`Gate::through`]).
+#[derive(Debug)]
+pub enum Failed<E> {
+    /// The operation's own failure: what it depends on answers.
+    Own(E),
+    /// A dependency stayed down past the wait: the work goes back (`missing`: what is down).
+    Down {
+        error: E,
+        missing: Vec<(Dependency, Down)>,
+    },
+}
+
+impl<E> Failed<E> {
+    /// The failure itself, whichever it was.
+    pub fn error(&self) -> &E {
+        match self {
+            Failed::Own(error) | Failed::Down { error, .. } => error,
+        }
+    }
 }
 
 /// Something the worker needs from outside its process.
@@ -225,12 +273,50 @@ impl Gate {
         }
     }
 
-    /// The one outage policy of every retry ladder: an operation failed on `dependency`
+    /// The one outage loop, which every operation on a dependency goes through: runs `op`
+    /// until it succeeds; when it fails on a dependency ([`Blame`]) whose probe fails too, the
+    /// dependency is down, and `op` runs again once neither it nor any of `also` is, waiting
+    /// at most `wait(dependency)` ([`Failed::Down`] after that). A failure the dependency's
+    /// probe answers is the operation's own ([`Failed::Own`]): retrying that is the caller's
+    /// policy.
+    pub async fn through<T, E, F, Fut>(
+        &self,
+        also: &[Dependency],
+        wait: impl Fn(Dependency) -> Duration,
+        mut op: F,
+    ) -> Result<T, Failed<E>>
+    where
+        E: Blame,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        loop {
+            let error = match op().await {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let Some(dependency) = error.blamed() else {
+                return Err(Failed::Own(error));
+            };
+            let reason = error.to_string();
+            let retryable = error.retryable();
+            match self
+                .outage(dependency, &reason, retryable, also, wait(dependency))
+                .await
+            {
+                Outage::Back => {}
+                Outage::Own => return Err(Failed::Own(error)),
+                Outage::Still(missing) => return Err(Failed::Down { error, missing }),
+            }
+        }
+    }
+
+    /// The outage policy of [`Gate::through`]: an operation failed on `dependency`
     /// (`reason`). A failure that cannot be an outage (`retryable` false), or one the
     /// dependency's probe answers, is the operation's own ([`Outage::Own`]). Otherwise the
     /// dependency is down: wait until none of it and `also` is, at most `wait`
     /// ([`Outage::Back`]: run the operation again; [`Outage::Still`]: hand the work back).
-    pub async fn outage(
+    async fn outage(
         &self,
         dependency: Dependency,
         reason: &str,
@@ -252,13 +338,6 @@ impl Gate {
             Ok(()) => Outage::Back,
             Err(missing) => Outage::Still(missing),
         }
-    }
-
-    /// [`Gate::outage`] of a sandbox run's failure (on Docker).
-    pub async fn sandbox_outage(&self, error: &sandbox::Error, wait: Duration) -> Outage {
-        let reason = error.to_string();
-        self.outage(Dependency::Docker, &reason, error.is_retryable(), &[], wait)
-            .await
     }
 
     /// Waits until none of `needs` is down, at most `timeout`; `Err` lists what is still down.

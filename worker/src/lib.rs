@@ -15,6 +15,7 @@
 //!   towards the delivery limit. Only a failure whose dependency answers is the task's own and
 //!   counts (`requeue`).
 
+mod executions;
 pub mod fair;
 pub mod gate;
 #[cfg(test)]
@@ -24,6 +25,7 @@ pub mod model_limits;
 pub mod packages;
 pub mod pipeline;
 pub mod sandbox_turns;
+mod sandboxed;
 pub mod sessions;
 pub mod static_check;
 pub mod stubs;
@@ -32,12 +34,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use backon::{ExponentialBuilder, Retryable};
 use broker::{Broker, Delivery, Queue};
 use fair::Fair;
 use futures::{Stream, StreamExt};
-use gate::{Dependency, Down, Gate, Outage};
-use proto::{Envelope, ExecutionRequest, ExecutionResult, Language, Status, Task, TaskId};
+use gate::{Dependency, Down, Gate};
+use proto::{Envelope, Language, Task};
 use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
 use store::{Presence, Store, Stores, Tenants};
@@ -119,6 +120,10 @@ pub struct Worker {
     metrics: Metrics,
     pipeline: Option<Pipeline>,
     gate: Gate,
+    /// The one sandbox-run loop, over `gate` and the pools' turns; shared with the pipeline.
+    sandboxed: sandboxed::Sandboxed,
+    /// The one way an execution ends (`flow`), shared with the coordinators.
+    execution_ends: flow::ExecutionEnds,
     /// Where this worker says it is alive and whether it can generate, and its id there.
     presence: Option<(Arc<dyn Presence>, String)>,
     /// The tenants whose lanes of each queue this worker consumes besides the lane of no
@@ -126,7 +131,7 @@ pub struct Worker {
     tenants: Option<Arc<dyn Tenants>>,
     /// The registered weights, for the model's turn ([`model::turnstile`]).
     weights: std::sync::RwLock<std::collections::HashMap<String, u32>>,
-    /// Whose pooled sandbox run goes next ([`sandbox_turns`]); shared with the pipeline.
+    /// Whose pooled sandbox run goes next ([`sandbox_turns`]).
     sandbox_turns: Option<Arc<sandbox_turns::SandboxTurns>>,
 }
 
@@ -190,6 +195,18 @@ impl Worker {
             ));
         }
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
+        let execution_ends = flow::ExecutionEnds::new(
+            Arc::clone(&stores.executions),
+            metrics.executions_finished.clone(),
+            metrics.usage.clone(),
+        );
+        let gate = Gate::default();
+        let sandboxed = sandboxed::Sandboxed::new(
+            gate.clone(),
+            None,
+            Some(metrics.sandbox.clone()),
+            options.sandbox_retries,
+        );
         Ok(Self {
             options,
             broker,
@@ -197,7 +214,9 @@ impl Worker {
             sandbox,
             metrics,
             pipeline: None,
-            gate: Gate::default(),
+            gate,
+            sandboxed,
+            execution_ends,
             presence: stores
                 .presence
                 .clone()
@@ -283,18 +302,27 @@ impl Worker {
     /// without it they take containers as they come.
     pub fn with_sandbox_turns(mut self, pool_size: impl Fn(Language) -> usize) -> Self {
         self.sandbox_turns = sandbox_turns::SandboxTurns::new(pool_size).map(Arc::new);
-        if let Some(pipeline) = &mut self.pipeline {
-            pipeline.sandbox_turns = self.sandbox_turns.clone();
-        }
+        self.rewire();
         self
+    }
+
+    /// The sandbox-run loop over this worker's gate and turns, given to its pipeline too.
+    fn rewire(&mut self) {
+        self.sandboxed = sandboxed::Sandboxed::new(
+            self.gate.clone(),
+            self.sandbox_turns.clone(),
+            Some(self.metrics.sandbox.clone()),
+            self.options.sandbox_retries,
+        );
+        if let Some(pipeline) = &mut self.pipeline {
+            pipeline.sandboxed = self.sandboxed.clone();
+        }
     }
 
     /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
     pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
-        pipeline.sandbox_turns = self.sandbox_turns.clone();
-        pipeline.gate = self.gate.clone();
+        pipeline.sandboxed = self.sandboxed.clone();
         pipeline.shared_cases = Some(self.metrics.shared_cases.clone());
-        pipeline.sandbox_runs = Some(self.metrics.sandbox.clone());
         pipeline.flow = pipeline.flow.with_ends(flow::Ends {
             usage: self.metrics.usage.clone(),
             job_seconds: self.metrics.job_seconds.clone(),
@@ -307,10 +335,8 @@ impl Worker {
     /// Which dependencies are down (run its [`gate::GateService`] beside the worker); without
     /// one nothing is ever considered down.
     pub fn with_gate(mut self, gate: Gate) -> Self {
-        if let Some(pipeline) = &mut self.pipeline {
-            pipeline.gate = gate.clone();
-        }
         self.gate = gate;
+        self.rewire();
         self
     }
 
@@ -680,122 +706,6 @@ impl Worker {
         outcome
     }
 
-    /// `lane`: the tenant's, for its turn at the language's pool.
-    async fn execute_task(
-        &self,
-        id: TaskId,
-        tenant: Option<&str>,
-        lane: &model::Lane,
-        request: &ExecutionRequest,
-        delivery: Delivery,
-    ) -> Outcome {
-        // A redelivered task whose result is already stored must not run again.
-        match self.store.execution_result(id).await {
-            Ok(Some(_)) => {
-                tracing::info!(%id, "result already stored; acking duplicate delivery");
-                return self.settle(delivery, Outcome::Duplicate).await;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(%id, error = %e, "cannot check for an earlier result; running")
-            }
-        }
-        tracing::debug!(%id, language = %request.language, redelivered = delivery.redelivered, "executing");
-        let result = loop {
-            let e = match self.run_sandboxed(id, lane, request).await {
-                Ok(result) => break result,
-                Err(e) => e,
-            };
-            match self.gate.sandbox_outage(&e, self.options.outage_wait).await {
-                Outage::Back => {}
-                Outage::Still(missing) => {
-                    return self.hand_back(delivery, "execute", &missing).await;
-                }
-                Outage::Own => {
-                    self.metrics.sandbox.counted(
-                        metrics::Work::Execution,
-                        request.language,
-                        Status::SandboxError,
-                    );
-                    tracing::error!(%id, error = %e, "sandbox failed; reporting sandbox_error");
-                    break ExecutionResult::error(Status::SandboxError, e.to_string());
-                }
-            }
-        };
-        match self.store_result(id, tenant, &result).await {
-            Ok(first) => {
-                if first {
-                    self.metrics
-                        .executions_finished
-                        .with_label_values(&[request.language.as_str(), result.status.as_str()])
-                        .inc();
-                    self.metrics.usage.charge(
-                        tenant,
-                        &proto::api::UsageTotals::of_execution(&result).fields(),
-                    );
-                }
-                tracing::info!(%id, status = result.status.as_str(), duration_ms = result.duration_ms, first, "execution finished");
-                // The task's span (this runs in it) carries the verdict, failed when the
-                // program did not pass.
-                let span = tracing::Span::current();
-                span.record("verdict", result.status.as_str());
-                if result.status != Status::Passed {
-                    failed_span(&span, result.status.as_str());
-                }
-                self.settle(delivery, Outcome::Completed).await
-            }
-            Err(StoreFailure::Down(missing)) => self.hand_back(delivery, "execute", &missing).await,
-            Err(StoreFailure::Store(e)) => {
-                tracing::error!(%id, error = %e, "giving the task back: result could not be stored");
-                if let Err(e) = delivery.requeue().await {
-                    tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
-                }
-                Outcome::Requeued
-            }
-        }
-    }
-
-    /// Stores an execution's result: while Redis is down it waits for it (at most
-    /// `outage_wait`); while Redis answers its probe but not the write, it retries with
-    /// backoff for `store_retry_for`.
-    async fn store_result(
-        &self,
-        id: TaskId,
-        tenant: Option<&str>,
-        result: &ExecutionResult,
-    ) -> Result<bool, StoreFailure> {
-        let give_up = tokio::time::Instant::now() + self.options.outage_wait;
-        (|| async {
-            let e = match self.store.complete_execution(id, tenant, result).await {
-                Ok(first) => return Ok(first),
-                Err(e) => e,
-            };
-            let left = give_up.saturating_duration_since(tokio::time::Instant::now());
-            let reason = e.to_string();
-            let outage = self
-                .gate
-                .outage(Dependency::Redis, &reason, e.is_retryable(), &[], left);
-            match outage.await {
-                Outage::Still(missing) => Err(StoreFailure::Down(missing)),
-                // Back, or the store's own failure: the backoff below retries it.
-                Outage::Back | Outage::Own => Err(StoreFailure::Store(e)),
-            }
-        })
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(STORE_RETRY_MIN_DELAY)
-                .with_jitter()
-                .with_max_delay(STORE_RETRY_MAX_DELAY)
-                .with_total_delay(Some(self.options.store_retry_for))
-                .without_max_times(),
-        )
-        .when(|e| matches!(e, StoreFailure::Store(e) if e.is_retryable()))
-        .notify(
-            |e, after| tracing::warn!(%id, error = %e, retry_in = ?after, "cannot store result"),
-        )
-        .await
-    }
-
     async fn pipeline_task(
         &self,
         ctx: &pipeline::TaskCtx,
@@ -809,6 +719,7 @@ impl Worker {
             return Outcome::Malformed;
         };
         let job = step.job_id();
+        let needs = self.needs(Queue::Tasks);
         let mut own_failures = 0;
         loop {
             // One message per step: the reliability tests wait for "implement task started".
@@ -819,57 +730,47 @@ impl Worker {
                 }
                 Step::Integrate(_) => tracing::info!(%job, "integrate task started"),
             }
-            let result = pipeline.run(ctx, step).await;
-            let (dependency, reason) = match result {
+            // An outage, over: the step runs again (its finished parts are in Redis and are
+            // not redone).
+            let wait = |dependency| self.outage_wait(pipeline, dependency);
+            let result = self
+                .gate
+                .through(&needs, wait, || pipeline.run(ctx, step))
+                .await;
+            let error = match result {
                 Ok(()) => return self.settle(delivery, Outcome::Completed).await,
-                Err(pipeline::Error::Stale(reason)) => {
+                Err(gate::Failed::Down { error, missing }) => {
+                    // Waited long enough for the model: run again, and the step fails its
+                    // function (or plan) with the model's last error.
+                    if missing.iter().any(|(d, _)| *d == Dependency::Model)
+                        && pipeline.model_given_up().is_some()
+                    {
+                        continue;
+                    }
+                    tracing::info!(kind, %job, %error, "pipeline task waited out its dependency");
+                    return self.hand_back(delivery, kind, &missing).await;
+                }
+                Err(gate::Failed::Own(error)) => error,
+            };
+            let (dependency, reason) = match error {
+                pipeline::Error::Stale(reason) => {
                     tracing::info!(kind, %job, %reason, "stale pipeline task: acking it");
                     return self.settle(delivery, Outcome::Stale).await;
                 }
                 // Plan and implement record their own failures and integrate ends its job
                 // with them; one that gets here had nothing to record it in.
-                Err(pipeline::Error::Failed(reason) | pipeline::Error::Budget(reason)) => {
+                pipeline::Error::Failed(reason) | pipeline::Error::Budget(reason) => {
                     tracing::warn!(kind, %job, %reason, "pipeline step failed for good");
                     return self.settle(delivery, Outcome::Failed).await;
                 }
-                Err(pipeline::Error::Ended(status)) => {
+                pipeline::Error::Ended(status) => {
                     tracing::info!(kind, %job, %status, "job ended: dropping its task");
                     return self.settle(delivery, Outcome::Ended).await;
                 }
-                Err(pipeline::Error::Retry { dependency, reason }) => (dependency, reason),
+                pipeline::Error::Retry { dependency, reason } => (dependency, reason),
             };
-            // Waited long enough for the model: run again, and the step fails its function (or
-            // plan) with the model's last error.
             if dependency == Dependency::Model && pipeline.model_given_up().is_some() {
                 continue;
-            }
-            let wait = match dependency {
-                // What is left of `model_wait` since the model went down (or now).
-                Dependency::Model => self.options.outage_wait.min(
-                    pipeline.options.model_wait.saturating_sub(
-                        self.gate
-                            .down(Dependency::Model)
-                            .map_or(Duration::ZERO, |down| down.since.elapsed()),
-                    ),
-                ),
-                _ => self.options.outage_wait,
-            };
-            let needs = self.needs(Queue::Tasks);
-            match self
-                .gate
-                .outage(dependency, &reason, true, &needs, wait)
-                .await
-            {
-                // An outage, over: run the task again (its finished parts are in Redis and are
-                // not redone).
-                Outage::Back => continue,
-                Outage::Still(_)
-                    if dependency == Dependency::Model && pipeline.model_given_up().is_some() =>
-                {
-                    continue;
-                }
-                Outage::Still(missing) => return self.hand_back(delivery, kind, &missing).await,
-                Outage::Own => {}
             }
             // The dependency answers its probe. Once more in place, in case the blip just
             // ended; after that the failure is the task's own and counts.
@@ -886,6 +787,21 @@ impl Worker {
         }
     }
 
+    /// How long a pipeline task waits out `dependency`: `outage_wait`, and for the model
+    /// what is left of `model_wait` since it went down (or now).
+    fn outage_wait(&self, pipeline: &Pipeline, dependency: Dependency) -> Duration {
+        match dependency {
+            Dependency::Model => self.options.outage_wait.min(
+                pipeline.options.model_wait.saturating_sub(
+                    self.gate
+                        .down(Dependency::Model)
+                        .map_or(Duration::ZERO, |down| down.since.elapsed()),
+                ),
+            ),
+            Dependency::Redis | Dependency::Docker | Dependency::Broker => self.options.outage_wait,
+        }
+    }
+
     async fn settle(&self, delivery: Delivery, outcome: Outcome) -> Outcome {
         if let Err(e) = delivery.ack().await {
             // The result is stored; a redelivery will be recognised as a duplicate.
@@ -893,57 +809,10 @@ impl Worker {
         }
         outcome
     }
-
-    /// Runs in the sandbox; infrastructure failures are retried `sandbox_retries` times.
-    async fn run_sandboxed(
-        &self,
-        id: TaskId,
-        lane: &model::Lane,
-        request: &ExecutionRequest,
-    ) -> Result<ExecutionResult, sandbox::Error> {
-        let mut attempt = 0;
-        loop {
-            let started = Instant::now();
-            let turn = match &self.sandbox_turns {
-                Some(turns) => turns.enter(request, lane).await,
-                None => None,
-            };
-            let outcome = self.sandbox.run(request).await;
-            drop(turn);
-            self.metrics.sandbox.ran(
-                metrics::Work::Execution,
-                request.language,
-                started,
-                outcome.as_ref().ok().map(|result| result.status),
-            );
-            match outcome {
-                Ok(result) => return Ok(result),
-                Err(e) if e.is_retryable() && attempt < self.options.sandbox_retries => {
-                    attempt += 1;
-                    tracing::warn!(%id, error = %e, attempt, "sandbox failed; retrying");
-                    tokio::time::sleep(
-                        SANDBOX_RETRY_STEP * u32::try_from(attempt).unwrap_or(u32::MAX),
-                    )
-                    .await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// Why a result was not stored.
-#[derive(Debug, thiserror::Error)]
-enum StoreFailure {
-    /// Redis stayed down for `outage_wait`.
-    #[error("still down: {}", describe(.0))]
-    Down(Vec<(Dependency, Down)>),
-    #[error(transparent)]
-    Store(store::Error),
 }
 
 /// `redis: why; docker: why`, for logs.
-fn describe(missing: &[(Dependency, Down)]) -> String {
+pub(crate) fn describe(missing: &[(Dependency, Down)]) -> String {
     missing
         .iter()
         .map(|(d, down)| format!("{d}: {}", down.reason))
@@ -954,9 +823,6 @@ fn describe(missing: &[(Dependency, Down)]) -> String {
 /// How often a paused worker looks again at what its queues need (the static fallback may
 /// take over with time).
 const NEEDS_RECHECK: Duration = Duration::from_secs(1);
-/// Backoff while a verdict cannot be stored (up to `store_retry_for`).
-const STORE_RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
-const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
 /// A pipeline task that failed while its dependency answers runs again after this pause, and
 /// goes back to the queue (counted) after this many failures.
 const OWN_FAILURE_PAUSE: Duration = Duration::from_millis(500);
@@ -969,8 +835,6 @@ const LANE_BUFFER: u16 = 8;
 pub const TENANTS_REFRESH: Duration = Duration::from_secs(5);
 const PRESENCE_PERIOD: Duration = Duration::from_secs(5);
 const PRESENCE_TTL: Duration = Duration::from_secs(15);
-/// Sandbox retries of an execution back off linearly by this step.
-const SANDBOX_RETRY_STEP: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests;

@@ -14,8 +14,9 @@ use proto::{ErrorKind, Language, Status};
 use sandbox::HarnessOutcome;
 use serde_json::Value;
 
-use crate::gate::{Dependency, Outage};
+use crate::gate::Dependency;
 use crate::metrics::Work;
+use crate::sandboxed::{Run, Verdict};
 
 use super::forms::{self, FunctionCases};
 use super::shared_runs::{Shared, SharedReport};
@@ -41,17 +42,6 @@ pub(super) struct FormRun {
     pub(super) result: proto::ExecutionResult,
     /// The code's line coverage, when the run measured it.
     pub(super) coverage: Option<f64>,
-}
-
-/// A sandbox run's verdict, for `codegen_sandbox_runs_total`.
-pub(super) trait Verdict {
-    fn status(&self) -> Status;
-}
-
-impl Verdict for proto::ExecutionResult {
-    fn status(&self) -> Status {
-        self.status
-    }
 }
 
 impl Verdict for HarnessOutcome {
@@ -88,14 +78,16 @@ impl Pipeline {
         .await
     }
 
-    /// One sandbox call (`call`, in a turn of `language`'s pool unless `held` is one), retried
-    /// while Docker is down (at most `sandbox_wait`), its wall time added to the task's sandbox
-    /// time. `Ok(Err(_))`: an error `settled` says no later attempt does better.
+    /// One sandbox call (`call`, in a turn of `language`'s pool unless `held` is one) through
+    /// the worker's one sandbox-run loop ([`crate::sandboxed`]), waiting out Docker at most
+    /// `sandbox_wait`, its wall time added to the task's sandbox time. `Ok(Err(_))`: an error
+    /// `settled` says no later attempt does better. The task's own failure, or Docker still
+    /// down, is the task's to decide (it waits for Docker, or is handed back).
     async fn in_sandbox<T, F, Fut>(
         &self,
         ctx: &TaskCtx,
         language: Language,
-        mut held: Option<Turn<'_>>,
+        held: Option<Turn<'_>>,
         call: F,
         settled: fn(&sandbox::Error) -> bool,
     ) -> Result<Result<T, sandbox::Error>, Error>
@@ -104,49 +96,26 @@ impl Pipeline {
         Fut: Future<Output = Result<T, sandbox::Error>>,
         T: Verdict,
     {
-        loop {
-            if held.is_none() {
-                self.go_on(ctx).await?;
-            }
-            // Timed from before the turn: a run's time includes waiting for a container, as it
-            // did when that wait was inside the pool.
-            let started = Instant::now();
-            let turn = match (held.take(), self.sandbox_turns.as_deref()) {
-                (Some(turn), _) => Some(turn),
-                (None, Some(turns)) => turns.enter_language(language, &ctx.call.lane).await,
-                (None, None) => None,
-            };
-            let outcome = call().await;
-            drop(turn);
-            ctx.add_sandbox_time(started);
-            if let Some(runs) = &self.sandbox_runs {
-                let status = match &outcome {
-                    Ok(value) => Some(value.status()),
-                    Err(e) if settled(e) => Some(Status::SandboxError),
-                    // Tried again, or the task is: only the try that ends counts.
-                    Err(_) => None,
-                };
-                runs.ran(Work::Job, language, started, status);
-            }
-            let e = match outcome {
-                Ok(value) => return Ok(Ok(value)),
-                Err(e) if settled(&e) => return Ok(Err(e)),
-                Err(e) => e,
-            };
-            if let Outage::Back = self
-                .gate
-                .sandbox_outage(&e, self.options.sandbox_wait)
-                .await
-            {
-                continue;
-            }
-            // The task's own failure, or Docker is still down: the task decides (it waits for
-            // Docker, or is handed back).
-            return Err(Error::Retry {
-                dependency: Dependency::Docker,
-                reason: e.to_string(),
-            });
+        if held.is_none() {
+            self.go_on(ctx).await?;
         }
+        let run = Run {
+            work: Work::Job,
+            language,
+            lane: &ctx.call.lane,
+            pooled: true,
+            held,
+            wait: self.options.sandbox_wait,
+            settled,
+            timed: &|started| ctx.add_sandbox_time(started),
+        };
+        self.sandboxed
+            .run(run, call)
+            .await
+            .map_err(|failed| Error::Retry {
+                dependency: Dependency::Docker,
+                reason: failed.error().to_string(),
+            })
     }
 
     /// Runs `module` through the image's test harness in the runner's own interpreter (no
@@ -293,8 +262,7 @@ impl Pipeline {
             function: Some(function.to_owned()),
             ..self.cases_request(cases)
         };
-        let (Some(turns), true) = (self.sandbox_turns.as_deref(), self.shared_runs.enabled())
-        else {
+        let (Some(turns), true) = (self.sandboxed.turns(), self.shared_runs.enabled()) else {
             return self
                 .run_cases_alone(ctx, language, module, function, cases, run)
                 .await;

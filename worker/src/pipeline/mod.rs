@@ -12,7 +12,7 @@ use sandbox::Sandbox;
 use serde::{Deserialize, Serialize};
 use store::{CacheStore, JobStore};
 
-use crate::gate::{Dependency, Gate};
+use crate::gate::Dependency;
 
 mod candidates;
 mod cases;
@@ -114,6 +114,18 @@ pub enum Error {
     Budget(String),
 }
 
+impl crate::gate::Blame for Error {
+    fn blamed(&self) -> Option<Dependency> {
+        match self {
+            Error::Retry { dependency, .. } => Some(*dependency),
+            Error::Stale(_) | Error::Failed(_) | Error::Ended(_) | Error::Budget(_) => None,
+        }
+    }
+    fn retryable(&self) -> bool {
+        matches!(self, Error::Retry { .. })
+    }
+}
+
 /// A store (Redis) failure.
 fn redis(e: impl std::fmt::Display) -> Error {
     Error::Retry {
@@ -199,18 +211,15 @@ pub struct Pipeline {
     pub(crate) cache: Option<(Arc<dyn CacheStore>, String)>,
     /// The caches, before the model identity is known.
     caches: Option<Arc<dyn CacheStore>>,
-    /// Which dependencies are down; shared with the worker.
-    pub(crate) gate: Gate,
-    /// Whose pooled sandbox run goes next, once the pipeline belongs to a worker.
-    pub(crate) sandbox_turns: Option<Arc<crate::sandbox_turns::SandboxTurns>>,
+    /// The worker's sandbox runs (its gate, its pools' turns, its run counter), once the
+    /// pipeline belongs to a worker.
+    pub(crate) sandboxed: crate::sandboxed::Sandboxed,
     /// Why there is no model (when there is none), for `/readyz`, presence and failures.
     pub(crate) no_model: String,
     /// Cases runs waiting for a container, which the first to get one runs together.
     pub(crate) shared_runs: Arc<shared_runs::SharedRuns>,
     /// `codegen_sandbox_shared_cases_total`, once the pipeline belongs to a worker.
     pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
-    /// `codegen_sandbox_runs_total`, once the pipeline belongs to a worker.
-    pub(crate) sandbox_runs: Option<crate::metrics::SandboxRuns>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -241,11 +250,9 @@ impl Pipeline {
             model,
             sandbox,
             cache: None,
-            gate: Gate::default(),
-            sandbox_turns: None,
+            sandboxed: crate::sandboxed::Sandboxed::default(),
             shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
-            sandbox_runs: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
@@ -267,7 +274,7 @@ impl Pipeline {
     /// `Some(why)` once the model has been unreachable for `model_wait`: tasks stop waiting
     /// for it and fail with its last error.
     pub(crate) fn model_given_up(&self) -> Option<String> {
-        let down = self.gate.down(Dependency::Model)?;
+        let down = self.sandboxed.gate().down(Dependency::Model)?;
         let waited = down.since.elapsed();
         (waited >= self.options.model_wait).then(|| {
             format!(
