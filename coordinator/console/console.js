@@ -913,7 +913,7 @@
       location.hash = `#/sessions/${encodeURIComponent(data.id)}`;
     }));
     const rows = h("tbody", {});
-    const list = table(["Session", "Language", "State", "Cells#", "Opened", "Expires", "Ended"], [], { id: "sessions-table" });
+    const list = table(["Session", "Language", "State", "Cells#", "Opened", "Expires", "Ended by", "Why"], [], { id: "sessions-table" });
     list.replaceChild(rows, list.tBodies[0]);
     root.append(h("h2", { text: "Sessions" }), form, list);
     const { data } = await api("GET", "/v1/sessions", { signal });
@@ -924,8 +924,9 @@
       h("td", { class: "num", text: s.cells }),
       h("td", { text: when(s.created_ms) }),
       h("td", { text: when(s.expires_ms) }),
+      h("td", { class: "ended-by", text: s.ended_by || "" }),
       h("td", { text: s.ended_reason || "" }))));
-    if (!data.sessions.length) rows.append(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No sessions." })));
+    if (!data.sessions.length) rows.append(h("tr", {}, h("td", { colspan: 8, class: "muted", text: "No sessions." })));
   }
 
   async function sessionView(root, signal, id) {
@@ -947,15 +948,27 @@
         stat("cells", s.cells),
         stat("memory", `${s.memory_mb} MiB`),
         stat("idle timeout", `${s.idle_timeout_s} s`),
-        stat("expires", when(s.expires_ms))),
-        s.ended_reason ? h("p", { class: "error-inline", text: `Ended: ${s.ended_reason}` }) : null);
+        stat("expires", when(s.expires_ms)),
+        // What ended it (SessionEndedBy: deleted, idle, lifetime, memory_limit, kernel_died,
+        // not_started, worker_lost) and, below, why in the record's words.
+        s.ended_by ? stat("ended by", s.ended_by, "session-ended-by") : null),
+        s.ended_reason ? h("p", { class: "error-inline" }, "Ended: ",
+          h("span", { id: "session-ended-reason", text: s.ended_reason })) : null);
       form.hidden = s.state !== "live";
     };
     root.append(h("p", {}, h("a", { href: "#/sessions", text: "← Sessions" })),
       h("h2", {}, "Session ", h("span", { class: "mono", text: id })), info, form, cells);
     form.addEventListener("submit", act(run, async () => {
       const source = code.value;
-      const { data: cell } = await api("POST", `${path}/run`, { body: { code: source }, signal });
+      let cell;
+      try {
+        ({ data: cell } = await api("POST", `${path}/run`, { body: { code: source }, signal }));
+      } catch (e) {
+        // A cell that ended its session (its kernel died, or it had ended meanwhile): the 409
+        // is shown, and so is what ended it.
+        if (e instanceof ApiError && e.status === 409) renderInfo((await api("GET", path, { signal })).data);
+        throw e;
+      }
       const n = cells.children.length + 1;
       cells.append(h("div", { class: `cell ${cell.status === "ok" ? "ok" : "error"}`, "data-cell": n },
         h("h4", {}, `Cell ${n} `, badge(cell.status), h("span", { class: "muted", text: ` ${cell.duration_ms} ms` })),

@@ -7,7 +7,8 @@ tenants' API keys and a scripted (FAKE) model; by hand:
         --url http://127.0.0.1:8080 --key-a KEY --key-b KEY --key-slow KEY --out DIR
 
 Tenant A submits a job and a batch and watches them finish, runs programs in the playground,
-pages through its executions, runs cells in a session and reads its usage; tenant B (another
+pages through its executions, runs cells in a session, sees how each of two sessions ended
+(deleted, and its kernel killed by a cell) and reads its usage; tenant B (another
 browser context, so another sessionStorage) must see none of it, and A's ids answer 404 for
 it; a bad key shows 401, a tenant over its request rate 429 with Retry-After. A screenshot of
 every page goes to --out. Exit status 0 only when every check passed; the last line is a JSON
@@ -359,10 +360,8 @@ def check_batch_submitted_and_watched(browser):
     page.close()
 
 
-def check_session_runs_cells(browser):
-    page = new_page(STATE["context_a"], "A session")
-    page.goto(console_url("#/sessions"))
-    set_key(page, ARGS.key_a)
+def open_session(page):
+    """Opens a python session from the sessions page; its id, with its page shown."""
     open_view(page, "#/sessions", "sessions")
     page.select_option("#session-language", "python")
     # A worker announces its sessions API a moment after it is ready: 503 until then.
@@ -381,8 +380,23 @@ def check_session_runs_cells(browser):
             assert error.get_attribute("data-status") == "503", error.inner_text()
             time.sleep(1)
     session_id = page.url.rsplit("/", 1)[1]
-    STATE["session_a"] = session_id
     expect(page.locator("#session-state")).to_have_text("live")
+    # A live session was ended by nothing.
+    expect(page.locator("#session-ended-by")).to_have_count(0)
+    return session_id
+
+
+def ended_by_in_list(page, session_id):
+    open_view(page, "#/sessions", "sessions")
+    return page.locator(f"#sessions-table tr[data-id='{session_id}'] td.ended-by").inner_text()
+
+
+def check_session_runs_cells(browser):
+    page = new_page(STATE["context_a"], "A session")
+    page.goto(console_url("#/sessions"))
+    set_key(page, ARGS.key_a)
+    session_id = open_session(page)
+    STATE["session_a"] = session_id
     page.fill("#cell-code", "x = 21\nprint('set x')")
     page.click("#cell-run")
     expect(page.locator(".cell[data-cell='1'] .cell-stdout")).to_contain_text("set x")
@@ -399,6 +413,33 @@ def check_session_runs_cells(browser):
     open_view(page, f"#/sessions/{session_id}", "sessions")
     page.click("#session-delete")
     expect(page.locator("#session-state")).to_have_text("ended")
+    # How it ended: its record's `ended_by` and reason.
+    expect(page.locator("#session-ended-by")).to_have_text("deleted")
+    expect(page.locator("#session-ended-reason")).to_have_text("deleted")
+    assert ended_by_in_list(page, session_id) == "deleted"
+    page.close()
+
+
+def check_session_whose_kernel_died_says_how_it_ended(browser):
+    page = new_page(STATE["context_a"], "A session ended by its kernel")
+    page.goto(console_url("#/sessions"))
+    set_key(page, ARGS.key_a)
+    session_id = open_session(page)
+    page.fill("#cell-code", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    page.click("#cell-run")
+    # The cell's answer is the 409; the page then shows what ended the session, and why.
+    text = expect_error(page, 409, "session_ended")
+    assert "signal 9" in text, text
+    expect(page.locator("#session-state")).to_have_text("ended")
+    expect(page.locator("#session-ended-by")).to_have_text("kernel_died")
+    expect(page.locator("#session-ended-reason")).to_contain_text("its kernel died")
+    expect(page.locator("#session-ended-reason")).to_contain_text("signal 9")
+    expect(page.locator("#cell-form")).to_be_hidden()
+    shot(page, "session-ended")
+    # Opened again later, it says the same; so does the list.
+    open_view(page, f"#/sessions/{session_id}", "sessions")
+    expect(page.locator("#session-ended-by")).to_have_text("kernel_died")
+    assert ended_by_in_list(page, session_id) == "kernel_died"
     page.close()
 
 
@@ -523,6 +564,7 @@ CHECKS = [
     check_executions_list_and_pages,
     check_batch_submitted_and_watched,
     check_session_runs_cells,
+    check_session_whose_kernel_died_says_how_it_ended,
     check_usage,
     check_tenant_b_sees_none_of_a,
     check_rate_limit_shows_429,
