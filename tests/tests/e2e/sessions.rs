@@ -91,6 +91,17 @@ pub(crate) async fn run(
     .await
 }
 
+/// A call's answer is the 409 `session_ended`: the session it named had ended (or the call
+/// ended it).
+#[track_caller]
+pub(crate) fn assert_session_ended(status: u16, answer: &Value) {
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (409, Some("session_ended")),
+        "{answer}"
+    );
+}
+
 #[tokio::test]
 async fn names_imports_open_files_and_the_working_directory_persist_across_coordinators() {
     let (cluster, _coordinator, _worker, _) = cluster_with(&[]).await;
@@ -273,11 +284,7 @@ async fn names_imports_open_files_and_the_working_directory_persist_across_coord
         "{deleted}"
     );
     let (status, gone) = run(&cluster, &first, None, &id, "x").await;
-    assert_eq!(
-        (status, gone["code"].as_str()),
-        (409, Some("session_ended")),
-        "{gone}"
-    );
+    assert_session_ended(status, &gone);
     tests::wait_session_containers_gone(&id).await;
     cluster.cleanup().await;
 }
@@ -532,11 +539,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
         "hog = []\nwhile True:\n    hog.append(bytearray(1 << 24))",
     )
     .await;
-    assert_eq!(
-        (status, bomb["code"].as_str()),
-        (409, Some("session_ended")),
-        "{bomb}"
-    );
+    assert_session_ended(status, &bomb);
     assert!(bomb["error"].as_str().unwrap().contains("memory"), "{bomb}");
     tests::wait_session_containers_gone(&id).await;
     // The record says what ended it, with the limit.
@@ -560,11 +563,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
     )
     .await;
-    assert_eq!(
-        (status, answer["code"].as_str()),
-        (409, Some("session_ended")),
-        "{answer}"
-    );
+    assert_session_ended(status, &answer);
     let record = session_record(&cluster, &killed).await;
     assert_eq!(record["ended_by"], "kernel_died", "{record}");
     let reason = record["ended_reason"].as_str().unwrap();
@@ -585,11 +584,7 @@ async fn a_memory_bomb_or_a_cell_that_ignores_its_deadline_ends_only_its_own_ses
         Some(json!({"code": "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass", "timeout_ms": 1000})),
     )
     .await;
-    assert_eq!(
-        (status, stuck["code"].as_str()),
-        (409, Some("session_ended")),
-        "{stuck}"
-    );
+    assert_session_ended(status, &stuck);
     tests::wait_session_containers_gone(&stubborn).await;
 
     // A cell past its deadline that stops at the interrupt keeps the session.
