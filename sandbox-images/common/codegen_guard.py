@@ -62,6 +62,7 @@ SCRUB_DIRS = (WORKDIR, "/tmp", "/dev/shm", "/dev/mqueue", BUILD_DIR, DATA_DIR)
 COMPILE_GRACE_S = 2.0
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"
 CPU_USAGE = "/sys/fs/cgroup/cpuacct/cpuacct.usage"
+PIDS_EVENTS = "/sys/fs/cgroup/pids/pids.events"
 # Bytes of the program's status report (exception, harness results, files) C reads at most.
 MAX_STATUS_BYTES = 32 << 20
 CHILD_ENV = {
@@ -131,15 +132,26 @@ def read_cgroup(path):
         return None
 
 
-def oom_kills():
-    """The memory cgroup's OOM-kill counter (cgroup v1), or None when it cannot be read."""
-    for line in (read_cgroup(OOM_CONTROL) or b"").split(b"\n"):
-        if line.startswith(b"oom_kill "):
+def cgroup_counter(path, key):
+    """The counter `key` of the cgroup file `path` (lines "key value"), or None when it
+    cannot be read."""
+    for line in (read_cgroup(path) or b"").split(b"\n"):
+        if line.startswith(key + b" "):
             try:
                 return int(line.split()[1])
-            except ValueError:
+            except (IndexError, ValueError):
                 return None
     return None
+
+
+def oom_kills():
+    """The memory cgroup's OOM-kill counter (cgroup v1), or None when it cannot be read."""
+    return cgroup_counter(OOM_CONTROL, b"oom_kill")
+
+
+def pids_limit_hits():
+    """How often the pids cgroup refused a fork (cgroup v1 pids.events "max"), or None."""
+    return cgroup_counter(PIDS_EVENTS, b"max")
 
 
 def cpu_ns():
@@ -347,26 +359,12 @@ def collect_files(paths, budget):
         try:
             top, rel = file_place(path)
             parts = rel.split("/")
-            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            for part in parts[:-1]:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = nxt
-            leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-            os.close(fd)
-            fd = leaf
+            fd = open_below(top, parts)
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file")
             room = max(0, budget)
-            chunks, got = [], 0
-            while got <= room:
-                chunk = os.read(fd, min(1 << 20, room + 1 - got))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                got += len(chunk)
-            data = b"".join(chunks)
+            data = read_bounded(fd, room)
             if len(data) > room:
                 data = data[:room]
                 errors[path] = "cut at %d bytes (the cap on returned files)" % room
@@ -382,6 +380,37 @@ def collect_files(paths, budget):
             if fd is not None:
                 os.close(fd)
     return files, errors
+
+
+def open_below(top, parts):
+    """A read-only descriptor of top/<parts>, reached without following any symbolic link:
+    each component is opened with O_NOFOLLOW (the leaf also O_NONBLOCK: a FIFO does not
+    block). The runner's returned files and a session's get_file open files so."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                       dir_fd=fd)
+    finally:
+        os.close(fd)
+    return leaf
+
+
+def read_bounded(fd, limit):
+    """What `fd` holds, read to its end but at most limit + 1 bytes: more than `limit` bytes
+    means it is over."""
+    chunks, got = [], 0
+    while got <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 def _is_link_on_path(top, parts):
@@ -951,16 +980,23 @@ def check_privileges():
     return problems
 
 
-def serve(language):
-    """Z from start-up on: sets up what every program process starts from, has `language`
-    load what its programs find warm, forks C and serves it. Returns the exit status."""
+def program_environment(language, extra=None):
+    """What every program process starts with, set once in the process it is forked from
+    (the zygote, a session's supervisor), which itself neither reads the environment nor
+    handles a signal: umask 077 (the program sets its own), CHILD_ENV, the language's
+    "env" and `extra`, the default signal dispositions."""
     os.umask(0o077)
-    # What every program process starts with, set once here for all of them: the zygote and
-    # the supervisor neither read the environment nor handle a signal.
     os.environ.clear()
     os.environ.update(CHILD_ENV)
     os.environ.update(language.env)
+    os.environ.update(extra or {})
     reset_signals()
+
+
+def serve(language):
+    """Z from start-up on: sets up what every program process starts from, has `language`
+    load what its programs find warm, forks C and serves it. Returns the exit status."""
+    program_environment(language)
     libc().prctl  # ctypes and the function's pointer, once here rather than in every run
     try:
         language.preload()

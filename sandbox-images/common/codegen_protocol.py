@@ -194,6 +194,42 @@ class FrameReader:
 # ----------------------------------------------------------------------------- request
 
 
+def is_unicode(value):
+    """Whether the string `value` encodes to UTF-8 (no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def text_field(name, value):
+    """`value` if it is a string of valid Unicode, else RequestError naming `name`."""
+    if not isinstance(value, str):
+        raise RequestError("%s must be a string" % name)
+    if not is_unicode(value):
+        raise RequestError("%s must be valid Unicode (no lone surrogates)" % name)
+    return value
+
+
+def integer_field(req, name, minimum, maximum, default=None):
+    """req[name] (or `default` when it is missing) if it is an integer in [minimum, maximum]
+    (not a boolean), else RequestError naming the field."""
+    v = req.get(name, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
+        raise RequestError("'%s' must be an integer in [%d, %d]" % (name, minimum, maximum))
+    return v
+
+
+def plain_parts(rel):
+    """The components of a plain relative path (no leading '/', no '', '.' or '..'
+    component, no NUL), or None."""
+    parts = rel.split("/")
+    if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        return None
+    return parts
+
+
 def parse_request(raw, language):
     """The request of the frame `raw`, checked against the protocol and the image's
     `language` (its file names, whether a harness runs in-process), with defaults filled in;
@@ -205,20 +241,10 @@ def parse_request(raw, language):
     if not isinstance(req, dict):
         raise RequestError("request must be a JSON object")
 
-    def text(name, value):
-        if not isinstance(value, str):
-            raise RequestError("%s must be a string" % name)
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RequestError("%s must be valid Unicode (no lone surrogates)" % name)
-        return value
+    text = text_field
 
     def integer(name, minimum, maximum, default=None):
-        v = req.get(name, default)
-        if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
-            raise RequestError("'%s' must be an integer in [%d, %d]" % (name, minimum, maximum))
-        return v
+        return integer_field(req, name, minimum, maximum, default)
 
     out = {
         "code": text("'code'", req.get("code")),
@@ -300,8 +326,8 @@ def check_relpath(path, language):
     if not isinstance(path, str) or not path or len(path) > 1024:
         raise RequestError("file paths must be non-empty strings of at most 1024 characters")
     top, rel = file_place(path)
-    parts = rel.split("/")
-    if rel.startswith("/") or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+    parts = plain_parts(rel)
+    if parts is None:
         raise RequestError("file path %r must be relative (or below %s/), without '.', '..' "
                            "or '//'" % (path, DATA_DIR))
     if path == language.main:

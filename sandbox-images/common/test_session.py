@@ -1,4 +1,4 @@
-"""Tests for stateful sessions (session.py, codegen_session.py, session_kernel.js; protocol
+"""Tests for stateful sessions (session.py, codegen_session*.py, session_kernel.js; protocol
 "session/3", benign programs only).
 
 Run from the repository root:
@@ -30,6 +30,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import codegen_session as session  # noqa: E402
+import codegen_session_files as sfiles  # noqa: E402
+import codegen_session_limits as limits  # noqa: E402
 from testlib import (  # noqa: E402
     COMMON, HARDENING, docker_ready, frame, image, skip_without_image, working_tree_mounts,
 )
@@ -43,17 +45,17 @@ ANSWER_TIMEOUT_S = 120
 
 class PureFunctionTest(unittest.TestCase):
     def parse(self, obj):
-        return session.parse_request(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
+        return limits.parse_request(obj if isinstance(obj, bytes) else json.dumps(obj).encode())
 
     def test_requests_are_validated(self):
         cell = {"type": "cell", "code": "x", "timeout_ms": 5, "max_output_bytes": 0}
         self.assertEqual(self.parse(cell), dict(cell, checkpoint=None))
         then = dict(cell, checkpoint={"max_bytes": 1 << 40, "full": False, "extra": 1})
         self.assertEqual(self.parse(then)["checkpoint"], {
-            "type": "checkpoint", "full": False, "max_bytes": session.MAX_CHECKPOINT_BYTES})
+            "type": "checkpoint", "full": False, "max_bytes": limits.MAX_CHECKPOINT_BYTES})
         self.assertEqual(self.parse({"type": "list_files", "extra": 1}), {"type": "list_files"})
         self.assertEqual(self.parse({"type": "get_file", "path": "a/b", "max_bytes": 1 << 40}),
-                         {"type": "get_file", "path": "a/b", "max_bytes": session.MAX_GET_BYTES})
+                         {"type": "get_file", "path": "a/b", "max_bytes": limits.MAX_GET_BYTES})
         self.assertEqual(self.parse({"type": "put_file", "path": "a", "base64": "AAE="})["base64"],
                          "AAE=")
         bad = [
@@ -69,16 +71,16 @@ class PureFunctionTest(unittest.TestCase):
             {"type": "get_file", "path": "a"}, {"type": "get_file", "path": "a", "max_bytes": -1},
         ]
         for obj in bad:
-            with self.subTest(request=obj), self.assertRaises(session.RequestError):
+            with self.subTest(request=obj), self.assertRaises(limits.RequestError):
                 self.parse(obj)
 
     def test_paths_stay_below_the_work_directory(self):
         for good in ("a.txt", "d/e/f.bin", ".hidden", "a..b", "sp ace"):
-            session.check_path(good)
+            limits.check_path(good)
         for bad in ("", "/etc/passwd", "../a", "a/../b", "a//b", "./a", "a/", "a/.", "a\0b",
                     "x" * 1025, None, 3, "\udcff"):
-            with self.subTest(path=bad), self.assertRaises(session.RequestError):
-                session.check_path(bad)
+            with self.subTest(path=bad), self.assertRaises(limits.RequestError):
+                limits.check_path(bad)
 
     def test_a_cell_stream_keeps_what_lies_between_its_markers(self):
         s = session.CellStream(1000, b"stdout")
@@ -96,16 +98,16 @@ class PureFunctionTest(unittest.TestCase):
         self.assertEqual((s.capture.text(), s.capture.truncated, s.done), ("abc", True, True))
 
     def test_text_for_frames_is_clean_and_bounded(self):
-        self.assertEqual(session.clean_text("a\ud800b", 10), "a?b")
-        self.assertEqual(session.clean_text("h\u00e9llo", 2), "h")
-        self.assertEqual(session.clean_text("abcdef", 3, tail=True), "def")
-        self.assertEqual(session.clean_text(None, 3), "")
+        self.assertEqual(limits.clean_text("a\ud800b", 10), "a?b")
+        self.assertEqual(limits.clean_text("h\u00e9llo", 2), "h")
+        self.assertEqual(limits.clean_text("abcdef", 3, tail=True), "def")
+        self.assertEqual(limits.clean_text(None, 3), "")
 
     def test_checkpoint_and_restore_requests_are_validated(self):
         ck = {"type": "checkpoint", "max_bytes": 5, "full": False}
         self.assertEqual(self.parse(ck), ck)
         self.assertEqual(self.parse(dict(ck, max_bytes=1 << 40))["max_bytes"],
-                         session.MAX_CHECKPOINT_BYTES)
+                         limits.MAX_CHECKPOINT_BYTES)
         rs = {"type": "restore", "state": "AAE=", "files": None, "cells": 3}
         self.assertEqual(self.parse(rs), rs)
         self.assertEqual(self.parse({k: v for k, v in rs.items() if k != "files"}), rs)
@@ -116,21 +118,21 @@ class PureFunctionTest(unittest.TestCase):
             {k: v for k, v in rs.items() if k != "cells"},
         ]
         for obj in bad:
-            with self.subTest(request=obj), self.assertRaises(session.RequestError):
+            with self.subTest(request=obj), self.assertRaises(limits.RequestError):
                 self.parse(obj)
 
     def test_a_skipped_list_from_the_kernel_is_checked_and_bounded(self):
         raw = [{"name": "a", "reason": "r"}, {"name": 3}, "x", {"name": "b\ud800"},
                {"name": "n" * 5000, "reason": "z" * 5000}]
-        got = session.skipped_list(raw)
+        got = limits.skipped_list(raw)
         self.assertEqual(got[:2], [{"name": "a", "reason": "r"},
                                    {"name": "b?", "reason": "it is not restored"}])
         self.assertEqual((len(got[2]["name"]), len(got[2]["reason"])),
-                         (session.MAX_SKIPPED_NAME, session.MAX_SKIPPED_REASON))
-        self.assertEqual(session.skipped_list(None), [])
-        many = session.skipped_list([{"name": str(i), "reason": "r"}
-                                     for i in range(session.MAX_SKIPPED + 5)])
-        self.assertEqual(len(many), session.MAX_SKIPPED + 1)
+                         (limits.MAX_SKIPPED_NAME, limits.MAX_SKIPPED_REASON))
+        self.assertEqual(limits.skipped_list(None), [])
+        many = limits.skipped_list([{"name": str(i), "reason": "r"}
+                                     for i in range(limits.MAX_SKIPPED + 5)])
+        self.assertEqual(len(many), limits.MAX_SKIPPED + 1)
         self.assertIn("5 more names", many[-1]["reason"])
 
     def test_a_checkpoint_answer_is_one_frame_written_in_pieces(self):
@@ -152,7 +154,7 @@ class PureFunctionTest(unittest.TestCase):
                               obj["skipped"]),
                              ("checkpoint", len(state), len(files or b""),
                               [{"name": "f", "reason": "why"}]))
-        too = session.too_large(12, 10)
+        too = limits.too_large(12, 10)
         self.assertEqual(too, {"type": "error", "too_large": True, "message":
                                "the checkpoint is 12 bytes, over its limit of 10 bytes "
                                "(worker.sessions.checkpoint_max_bytes)"})
@@ -198,9 +200,9 @@ class WorkFilesTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.top, True)
         self.work = os.path.join(self.top, "work")
         os.mkdir(self.work)
-        saved = session.WORKDIR
-        session.WORKDIR = self.work
-        self.addCleanup(setattr, session, "WORKDIR", saved)
+        saved = sfiles.WORKDIR
+        sfiles.WORKDIR = self.work
+        self.addCleanup(setattr, sfiles, "WORKDIR", saved)
 
     def test_the_walk_and_its_tar_keep_files_folders_modes_and_inner_links(self):
         w = self.work
@@ -215,11 +217,11 @@ class WorkFilesTest(unittest.TestCase):
         os.symlink("/etc/passwd", w + "/out-link")
         os.symlink("d/../..", w + "/up-link")
         os.mkfifo(w + "/fifo")
-        entries, skipped, digest = session.walk_tree()
+        entries, skipped, digest = sfiles.walk_tree()
         self.assertEqual([e[0] for e in entries], ["d", "empty", "in-link", "d/e", "d/run.sh"])
         self.assertEqual(sorted(s["name"] for s in skipped),
                          [w + "/fifo", w + "/out-link", w + "/up-link"])
-        pieces, size, unread = session.build_tar(entries, 1 << 20)
+        pieces, size, unread = sfiles.build_tar(entries, 1 << 20)
         data = b"".join(pieces)
         self.assertEqual((len(data), unread), (size, []))
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -229,18 +231,18 @@ class WorkFilesTest(unittest.TestCase):
         self.assertEqual(got["d/e"], (tarfile.DIRTYPE, 0o700, "", 0, ""))
         self.assertEqual(got["in-link"], (tarfile.SYMTYPE, 0o777, "d/run.sh", 0, ""))
         # The same tree, the same digest; a deletion changes it.
-        self.assertEqual(session.walk_tree()[2], digest)
+        self.assertEqual(sfiles.walk_tree()[2], digest)
         os.unlink(w + "/empty")
-        self.assertNotEqual(session.walk_tree()[2], digest)
+        self.assertNotEqual(sfiles.walk_tree()[2], digest)
         # Over its budget the tar is not kept, but its size is still exact.
-        entries = session.walk_tree()[0]
-        self.assertEqual(session.build_tar(entries, 100)[:2],
-                         (None, len(b"".join(session.build_tar(entries, 1 << 20)[0]))))
+        entries = sfiles.walk_tree()[0]
+        self.assertEqual(sfiles.build_tar(entries, 100)[:2],
+                         (None, len(b"".join(sfiles.build_tar(entries, 1 << 20)[0]))))
 
     def test_extraction_restores_bytes_and_modes_and_refuses_what_leaves_work(self):
         for files in ESCAPING_TARS:
-            with self.subTest(files=files[:40]), self.assertRaises(session.RestoreRefused):
-                session.extract_files(base64.b64decode(files))
+            with self.subTest(files=files[:40]), self.assertRaises(sfiles.RestoreRefused):
+                sfiles.extract_files(base64.b64decode(files))
             self.assertEqual(os.listdir(self.work), [])
             self.assertEqual(os.listdir(self.top), ["work"])
         buf = io.BytesIO()
@@ -258,7 +260,7 @@ class WorkFilesTest(unittest.TestCase):
                     info.type = tarfile.DIRTYPE if kind == "dir" else tarfile.SYMTYPE
                     info.linkname = payload or ""
                     tar.addfile(info)
-        skipped = session.extract_files(buf.getvalue())
+        skipped = sfiles.extract_files(buf.getvalue())
         self.assertEqual([s["name"] for s in skipped], [self.work + "/a"])
         self.assertFalse(os.path.lexists(self.work + "/a"))
         with open(self.work + "/ro/in", "rb") as f:
@@ -338,7 +340,7 @@ class SessionCase(unittest.TestCase):
     def setUpClass(cls):
         cls.s = Session(cls.LANGUAGE)
         ready = cls.s.recv()
-        assert ready == {"type": "ready", "protocol": session.PROTOCOL,
+        assert ready == {"type": "ready", "protocol": limits.PROTOCOL,
                          "language": cls.LANGUAGE}, ready
 
     @classmethod
@@ -406,7 +408,7 @@ class PythonSessionTest(SessionCase):
         self.assertEqual((r["stdout"], r["value"]), ("a\n", "'bb'"))
         self.assertEqual(self.ok("if True:\n    z = 1\nz")["value"], "1")
         big = self.ok("'x' * 100000")["value"]
-        self.assertEqual(len(big.encode()), session.MAX_VALUE_BYTES)
+        self.assertEqual(len(big.encode()), limits.MAX_VALUE_BYTES)
         r = self.ok("import asyncio\nawait asyncio.sleep(0.01)\n'awaited'")
         self.assertEqual(r["value"], "'awaited'")
 
@@ -623,7 +625,8 @@ class PythonSessionEndsTest(SessionCase):
 class NoSessionsTest(unittest.TestCase):
     def test_an_image_without_a_session_kernel_says_so(self):
         mounts = []
-        for name in ("session.py", "codegen_session.py"):
+        for name in ["session.py"] + sorted(n for n in os.listdir(COMMON)
+                                            if re.match(r"codegen_session\w*\.py$", n)):
             mounts += ["-v", "%s:/opt/codegen/%s:ro" % (os.path.join(COMMON, name), name)]
         s = Session("go", mounts=mounts)
         try:
@@ -973,19 +976,85 @@ class PythonCheckpointTest(CheckpointContract, unittest.TestCase):
         self.assertIn('File "<cell 2>", line 2, in boom\n', r["error"]["traceback"])
         self.assertEqual(self.ok(u, "(p.norm(), fib(10), os.getcwd(), st.st_mode & 0o777)")
                          ["value"], "(3, 55, '/work/sub', 488)")
-        # What cannot be kept is said at the checkpoint, what fails at the restore then.
+        # A class no name holds any more comes back with its instance (by value); what
+        # fails at the restore is said then.
         u = self.session()
         self.ok(u, "class Gone:\n    pass\n\n\nkept = [Gone(), 1]\ndel Gone\n"
                    "with open('/work/mymod.py', 'w') as f:\n    f.write('X = 1\\n')\n"
                    "import mymod, os\nos.remove('/work/mymod.py')\nlast = 1\ndel f")
         ck = self.checkpoint(u)
-        self.assertEqual([x["name"] for x in ck["skipped"]], ["kept"])
-        self.assertIn("it cannot be pickled", ck["skipped"][0]["reason"])
+        self.assertEqual(ck["skipped"], [])
         v = self.session()
         self.assertEqual(self.restore(v, ck["state"], ck["files"]), {"type": "restored",
                          "skipped": [{"name": "mymod", "reason": "the module mymod no longer "
                                       "imports: ModuleNotFoundError: No module named 'mymod'"}]})
-        self.assertEqual(self.ok(v, "(last, 'mymod' in dir())")["value"], "(1, False)")
+        self.assertEqual(self.ok(v, "(last, 'mymod' in dir(), type(kept[0]).__name__)")["value"],
+                         "(1, False, 'Gone')")
+
+    # Each edge case: a cell sets it up, `probe` reads it back; after the restore the probe
+    # gives the same value, or the name is in the checkpoint's skipped with this reason.
+    EDGES = [
+        ("closure", "def make(k):\n    def inner(v):\n        return v + k\n    return inner\n"
+                    "closure = make(10)", "closure(1)", None),
+        ("lambda", "table = {'sq': lambda v: v * v, 'k': 3}", "table['sq'](table['k'])", None),
+        ("class attribute", "class A:\n    pass\n\n\nA.x = 1\nA.hook = staticmethod(len)",
+         "(A.x, A.hook('ab'), A().x)", None),
+        ("function attribute", "def f():\n    return f.tag\n\n\nf.tag = 'tagged'",
+         "(f(), f.tag)", None),
+        ("decorated", "def deco(fn):\n    def wrapper(*a):\n        return ('wrapped', fn(*a))\n"
+                      "    return wrapper\n\n\n@deco\ndef dec(v):\n    return v\n",
+         "dec(2)", None),
+        ("class made in a function", "def factory(base):\n    class Local:\n        b = base\n"
+                                     "    return Local\n\n\nLocal = factory(5)\nobj = Local()",
+         "(obj.b, isinstance(obj, Local), Local.__qualname__)", None),
+        ("counter closure", "def counter():\n    n = 0\n    def step():\n        nonlocal n\n"
+                            "        n += 1\n        return n\n    return step\n\n\n"
+                            "step = counter()\nstep(); step()", "step()", None),
+        ("rebound class", "class B:\n    v = 1\n\n\nold = B()\n\n\nclass B:\n    v = 2",
+         "(old.v, B.v, type(old) is B)", None),
+        ("generator", "gen = (i for i in range(3))", None,
+         "a generator cannot be checkpointed (its running frame cannot be saved)"),
+        ("open file", "handle = open('/work/kept.txt', 'w')\nhandle.write('x')", None,
+         "an open file (io.TextIOWrapper) cannot be checkpointed"),
+        ("value holding an open file", "holder = {'f': open('/work/kept2.txt', 'w')}", None,
+         "it holds what cannot be checkpointed (builtins.dict): an open file "
+         "(io.TextIOWrapper) cannot be checkpointed"),
+        ("socket", "import socket\nsock = socket.socket()", None,
+         "an open socket (socket.socket) cannot be checkpointed"),
+        ("thread", "import threading\nthread = threading.Thread(target=lambda: None)", None,
+         "a thread (threading.Thread) cannot be checkpointed"),
+    ]
+
+    def test_each_edge_case_comes_back_or_is_named(self):
+        s = self.session()
+        for _, setup, _, _ in self.EDGES:
+            self.ok(s, setup)
+        ck = self.checkpoint(s)
+        # After the checkpoint: a probe may change what it reads (the counter steps).
+        before = {what: self.ok(s, probe)["value"] for what, _, probe, _ in self.EDGES if probe}
+        named = {x["name"]: x["reason"] for x in ck["skipped"]}
+        self.assertEqual(named, {
+            "gen": self.EDGES[8][3], "handle": self.EDGES[9][3], "holder": self.EDGES[10][3],
+            "sock": self.EDGES[11][3], "thread": self.EDGES[12][3]})
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=len(self.EDGES)),
+                         {"type": "restored", "skipped": []})
+        for what, _, probe, _ in self.EDGES:
+            if probe:
+                with self.subTest(what):
+                    self.assertEqual(self.ok(t, probe)["value"], before[what])
+        # The values the probes saw, so that a probe that gives the same wrong answer
+        # before and after cannot pass.
+        self.assertEqual([before[w] for w, _, p, _ in self.EDGES if p], [
+            "11", "9", "(1, 2, 1)", "('tagged', 'tagged')", "('wrapped', 2)",
+            "(5, True, 'factory.<locals>.Local')", "3", "(1, 2, False)"])
+        # The restored functions' globals are the session's own: a later cell changes what
+        # they see; their frames show their cells' source.
+        self.ok(t, "f.tag = 'changed'")
+        self.assertEqual(self.ok(t, "f()")["value"], "'changed'")
+        r = t.cell("closure(None)")
+        self.assertIn('File "<cell 1>", line 3, in inner\n    return v + k\n',
+                      r["error"]["traceback"])
 
 
 @skip_without_image("bash")
