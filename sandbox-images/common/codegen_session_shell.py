@@ -290,6 +290,8 @@ class BashKernel(ChildKernel):
   builtin printf 'S\0'; builtin set +o; builtin printf '\0'
   builtin printf 'T\0'; builtin trap -p; builtin printf '\0'
   builtin printf 'J\0'; builtin jobs -l; builtin printf '\0'
+  builtin printf 'U\0'; builtin umask -p; builtin printf '\0'
+  builtin printf 'P\0'; builtin dirs -l -p; builtin printf '\0'
   builtin printf 'E\0'
 }
 __codegen_checkpoint >|@OUT@ 2>/dev/null
@@ -395,6 +397,15 @@ builtin return "${1:-0}"
                         skipped.append(skip("%" + m.group(1).decode(), "a %s background job (%s) "
                                             "is not restored" % (m.group(2).decode().lower(),
                                                                  label(m.group(3)).strip()[:200])))
+            elif tag == b"U":
+                if text.strip() and text.strip() != b"umask 0022":  # K's (become_program)
+                    entries.append(("umask", text.strip()))
+            elif tag == b"P":
+                stack = [line for line in text.split(b"\n") if line]
+                if len(stack) > 1:
+                    skipped.append(skip("<directory stack>", "pushd's directory stack (%d "
+                                        "folders below the working directory) is not restored"
+                                        % (len(stack) - 1)))
             else:
                 raise CheckpointRefused("the shell's checkpoint is malformed")
         for name in sorted(exported):

@@ -297,6 +297,179 @@ function reasonOf(err) {
   return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON)}...` : text;
 }
 
+// The scopes a function closes over, as the inspector names them ("Closure (make)",
+// "Block", "Script", "Global"): V8 keeps a scope only when the function uses a name of it,
+// so anything but the context's top level ("Script") and its global object means the
+// function needs what its source alone cannot give it. null: the inspector cannot tell.
+let inspectorSession = null;
+function scopesOf(fn) {
+  try {
+    if (inspectorSession === null) {
+      inspectorSession = new (require('inspector').Session)();
+      inspectorSession.connect();
+    }
+  } catch (_) {
+    return null;
+  }
+  const post = (method, params) => {
+    let failure = null;
+    let answer = null;
+    inspectorSession.post(method, params, (err, res) => {
+      failure = err;
+      answer = res;
+    });
+    if (failure !== null || answer === null) throw failure || new Error(`${method}: no answer`);
+    return answer;
+  };
+  const slot = `__codegen_probe_${crypto.randomBytes(8).toString('hex')}`;
+  const group = 'codegen-checkpoint';
+  globalThis[slot] = fn;
+  try {
+    const found = post('Runtime.evaluate', { expression: `globalThis.${slot}`, objectGroup: group });
+    const props = post('Runtime.getProperties', { objectId: found.result.objectId, ownProperties: true });
+    const scopes = (props.internalProperties || []).find((x) => x.name === '[[Scopes]]');
+    if (scopes === undefined || !scopes.value || !scopes.value.objectId) return [];
+    const list = post('Runtime.getProperties', { objectId: scopes.value.objectId, ownProperties: true });
+    return list.result.filter((x) => x.value && typeof x.value.description === 'string')
+      .map((x) => {
+        const kind = x.value.description;
+        if (kind === 'Script' || kind === 'Global' || !x.value.objectId) return { kind, names: [] };
+        const names = post('Runtime.getProperties', { objectId: x.value.objectId, ownProperties: true })
+          .result.map((y) => y.name);
+        return { kind, names };
+      });
+  } catch (_) {
+    return null;
+  } finally {
+    delete globalThis[slot];
+    try {
+      post('Runtime.releaseObjectGroup', { objectGroup: group });
+    } catch (_) {
+      // nothing held
+    }
+  }
+}
+
+const STANDARD_FUNCTION_PROPS = new Set(['length', 'name', 'prototype', 'arguments', 'caller']);
+
+// What a function or class kept by its source would lose: why it cannot be kept (a string),
+// or the own data properties to carry beside its source ({key: {value, attrs}}).
+function functionExtras(fn) {
+  const scopes = scopesOf(fn);
+  // A class's (or a named function expression's) own name is a scope of its own, which its
+  // source makes again.
+  let own = '';
+  try {
+    own = fn.name;
+  } catch (_) {
+    // nameless
+  }
+  const local = (scopes || []).filter((x) => x.kind !== 'Script' && x.kind !== 'Global'
+    && !x.names.every((n) => n === own)).map((x) => x.kind);
+  if (local.length > 0) {
+    return `a function closing over a local scope (${local.join(', ')}) cannot be `
+      + 'checkpointed: its source alone does not hold what it closed over';
+  }
+  const props = {};
+  const lost = [];
+  for (const key of Object.getOwnPropertyNames(fn)) {
+    if (STANDARD_FUNCTION_PROPS.has(key)) continue;
+    const d = Object.getOwnPropertyDescriptor(fn, key);
+    const isFunction = d && 'value' in d && typeof d.value === 'function';
+    if (d === undefined || (!d.enumerable && (isFunction || !('value' in d)))) continue; // its source's
+    if (!('value' in d) || isFunction) {
+      lost.push(key);
+      continue;
+    }
+    props[key] = { value: d.value, attrs: { writable: d.writable, enumerable: d.enumerable } };
+  }
+  const proto = Object.getOwnPropertyDescriptor(fn, 'prototype');
+  const isClass = /^class[\s{]/.test(fnToString.call(fn));
+  if (proto && proto.value !== null && typeof proto.value === 'object') {
+    for (const key of Object.getOwnPropertyNames(proto.value)) {
+      if (key === 'constructor') continue;
+      const d = Object.getOwnPropertyDescriptor(proto.value, key);
+      // A class's methods are not enumerable; anything set on a prototype later is.
+      if (!isClass || (d && d.enumerable)) lost.push(`prototype.${key}`);
+    }
+  }
+  if (lost.length > 0) {
+    return `its properties set after its definition (${lost.slice(0, 10).join(', ')}) are `
+      + 'functions or accessors, which are not kept beside its source';
+  }
+  return props;
+}
+
+// The prototypes the structured clone gives back (of node's realm and the context's).
+const CLONED_KINDS = ['Object', 'Array', 'Map', 'Set', 'Date', 'RegExp', 'Error', 'EvalError',
+  'RangeError', 'ReferenceError', 'SyntaxError', 'TypeError', 'URIError', 'ArrayBuffer',
+  'SharedArrayBuffer', 'DataView', 'Boolean', 'Number', 'String', 'BigInt', 'Int8Array',
+  'Uint8Array', 'Uint8ClampedArray', 'Int16Array', 'Uint16Array', 'Int32Array', 'Uint32Array',
+  'Float32Array', 'Float64Array', 'BigInt64Array', 'BigUint64Array', 'Buffer'];
+let clonedPrototypes = null;
+function cloned(proto) {
+  if (clonedPrototypes === null) {
+    clonedPrototypes = new Set([null]);
+    for (const realm of [globalThis, contextGlobal]) {
+      for (const kind of CLONED_KINDS) {
+        const ctor = Object.getOwnPropertyDescriptor(realm, kind);
+        const p = ctor && typeof ctor.value === 'function' ? ctor.value.prototype : undefined;
+        if (p !== undefined) clonedPrototypes.add(p);
+      }
+    }
+  }
+  return clonedPrototypes.has(proto);
+}
+
+// Where `root` holds an object whose prototype the structured clone would not give back
+// ({what, at}), or null. The root itself may have one when `rootKept` (its class is kept).
+// Looks at 100000 objects at most.
+function classlessAt(root, rootKept) {
+  const seen = new Set();
+  const stack = [[root, '']];
+  while (stack.length > 0 && seen.size < 100000) {
+    const [v, at] = stack.pop();
+    if (v === null || typeof v !== 'object' || seen.has(v)) continue;
+    seen.add(v);
+    let proto;
+    try {
+      proto = Object.getPrototypeOf(v);
+    } catch (_) {
+      continue;
+    }
+    if (!cloned(proto) && !(v === root && rootKept)) {
+      let what = 'a class';
+      try {
+        const ctor = proto.constructor;
+        if (typeof ctor === 'function' && ctor.name) what = `the class ${ctor.name}`;
+      } catch (_) {
+        // unnamed
+      }
+      return { what, at: at || 'its top' };
+    }
+    try {
+      if (v instanceof Map || Object.prototype.toString.call(v) === '[object Map]') {
+        let i = 0;
+        for (const [k, x] of Map.prototype.entries.call(v)) {
+          stack.push([k, `${at}<key ${i}>`], [x, `${at}<value ${i}>`]);
+          i += 1;
+        }
+      } else if (v instanceof Set || Object.prototype.toString.call(v) === '[object Set]') {
+        let i = 0;
+        for (const x of Set.prototype.values.call(v)) stack.push([x, `${at}<item ${i++}>`]);
+      } else if (!ArrayBuffer.isView(v)) {
+        for (const k of Object.keys(v)) {
+          const d = Object.getOwnPropertyDescriptor(v, k);
+          if (d && 'value' in d) stack.push([d.value, Array.isArray(v) ? `${at}[${k}]` : `${at}.${k}`]);
+        }
+      }
+    } catch (_) {
+      // what cannot be walked, v8.serialize refuses
+    }
+  }
+  return null;
+}
+
 // The names the cells declare with let / const / class at their top level, as far as a
 // regular expression tells (see the header): name -> 'let' | 'const' | 'class'.
 function lexicalCandidates() {
@@ -389,7 +562,18 @@ function checkpoint(maxBytes) {
         });
         continue;
       }
-      defs.push({ ...e, source });
+      const extras = functionExtras(v);
+      if (typeof extras === 'string') {
+        skipped.push({ name: e.name, reason: extras });
+        continue;
+      }
+      try {
+        v8.serialize(Object.fromEntries(Object.entries(extras).map(([k, x]) => [k, x.value])));
+      } catch (err) {
+        skipped.push({ name: e.name, reason: `its own properties cannot be serialized: ${reasonOf(err)}` });
+        continue;
+      }
+      defs.push({ ...e, source, props: extras });
     } else {
       values.push(e);
     }
@@ -409,11 +593,32 @@ function checkpoint(maxBytes) {
     const owner = owners.get(Object.getPrototypeOf(e.value));
     if (owner !== undefined) e.proto = { name: owner.name, where: owner.where };
   }
+  // The structured clone keeps no prototype: an object made by a class inside a value (or
+  // a named one whose class is not kept) would come back plain. Such a value is named.
+  values = values.filter((e) => {
+    const lost = classlessAt(e.value, e.proto !== undefined);
+    if (lost === null) return true;
+    try {
+      v8.serialize(e.value);
+    } catch (_) {
+      return true; // named below with what the serializer says
+    }
+    skipped.push({
+      name: e.name,
+      reason: `it holds an object made by ${lost.what} (at ${lost.at}), which would come back `
+        + 'as a plain object (the structured clone keeps no prototype)',
+    });
+    return false;
+  });
   // Every value in ONE v8.serialize: what two names share comes back shared. When that
   // fails, each value alone finds the ones that cannot be serialized.
   const record = () => {
-    const r = { global: new Map(), let: new Map(), const: new Map() };
+    const r = { global: new Map(), let: new Map(), const: new Map(), props: new Map() };
     for (const e of values) r[e.where].set(e.name, e.value);
+    for (const d of defs) {
+      const own = Object.entries(d.props);
+      if (own.length > 0) r.props.set(`${d.where}:${d.name}`, new Map(own.map(([k, x]) => [k, x.value])));
+    }
     return r;
   };
   let payload;
@@ -447,7 +652,13 @@ function checkpoint(maxBytes) {
   }
   const header = {
     cwd,
-    defs: defs.map(({ name, where, attrs, source }) => ({ name, where, attrs, source })),
+    defs: defs.map(({ name, where, attrs, source, props }) => ({
+      name,
+      where,
+      attrs,
+      source,
+      props: Object.fromEntries(Object.entries(props).map(([k, x]) => [k, x.attrs])),
+    })),
     refs,
     values: values.map(({ name, where, attrs, proto }) => ({ name, where, attrs, proto })),
   };
@@ -657,6 +868,24 @@ function restore(encoded) {
     for (const d of pending) {
       const reason = `its source does not evaluate: ${reasonOf(errors.get(d))}`;
       skipped.push({ name: d.name, reason });
+    }
+    // (The copies are the context's own Maps: not instanceof this realm's Map.)
+    const isMap = (m) => Object.prototype.toString.call(m) === '[object Map]';
+    const props = copied !== null && isMap(copied.props) ? copied.props : new Map();
+    for (const d of header.defs) {
+      const fn = made.get(`${d.where}:${d.name}`);
+      const own = props.get(`${d.where}:${d.name}`);
+      if (fn === undefined || !isMap(own)) continue;
+      for (const [key, value] of own) {
+        const a = (d.props && d.props[key]) || {};
+        try {
+          Object.defineProperty(fn, key, {
+            value, writable: a.writable !== false, enumerable: a.enumerable !== false, configurable: true,
+          });
+        } catch (err) {
+          skipped.push({ name: `${d.name}.${key}`, reason: `it cannot be set again: ${reasonOf(err)}` });
+        }
+      }
     }
     for (const v of copied === null ? [] : header.values) {
       const fn = v.proto ? made.get(`${v.proto.where}:${v.proto.name}`) : undefined;

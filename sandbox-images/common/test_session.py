@@ -1096,6 +1096,25 @@ class BashCheckpointTest(CheckpointContract, unittest.TestCase):
         self.assertEqual(self.ok(u, "shout x; echo $num $PWD; ll")["stdout"],
                          "X\n7 /work/d\nlisting\n")
 
+    def test_each_edge_case_comes_back_or_is_named(self):
+        s = self.session()
+        self.ok(s, "greet() { echo \"hi $1\"; }\nexport -f greet\nexport LEVEL=3\n"
+                   "declare -r FIXED=k\numask 027\ntrap 'echo bye' USR1\n"
+                   "mkdir -p /work/p/q && cd /work/p && pushd q >/dev/null\n"
+                   "counter=0; bump() { counter=$((counter + 1)); }; bump; bump")
+        ck = self.checkpoint(s)
+        self.assertEqual(ck["skipped"], [{"name": "<directory stack>", "reason": "pushd's "
+                                          "directory stack (1 folders below the working "
+                                          "directory) is not restored"}])
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=1),
+                         {"type": "restored", "skipped": []})
+        r = self.ok(t, "bump; echo $counter $PWD $LEVEL $FIXED $(umask)\n"
+                       "bash -c 'greet there; echo $LEVEL'\ntrap -p USR1\n"
+                       "(FIXED=x) 2>/dev/null || echo readonly")
+        self.assertEqual(r["stdout"], "3 /work/p/q 3 k 0027\nhi there\n3\n"
+                         "trap -- 'echo bye' SIGUSR1\nreadonly\n")
+
 
 @skip_without_image("javascript")
 class JavaScriptCheckpointTest(CheckpointContract, unittest.TestCase):
@@ -1151,9 +1170,51 @@ class JavaScriptCheckpointTest(CheckpointContract, unittest.TestCase):
         self.assertEqual(r["value"], "[ '750', 10002, 'echo', true ]")
         u = self.session()
         ck = self.checkpoint(t)
+        # fs.Stats is a class of node's: its object would come back plain.
+        self.assertIn({"name": "st", "reason": "it holds an object made by the class Stats (at "
+                       "its top), which would come back as a plain object (the structured "
+                       "clone keeps no prototype)"}, ck["skipped"])
         self.assertEqual(self.restore(u, ck["state"], ck["files"], cells=9)["type"], "restored")
-        r = self.ok(u, "JSON.stringify([count, base, box instanceof Box, typeof deep, st.uid])")
-        self.assertEqual(r["value"], "'[10,40,true,\"function\",10002]'")
+        r = self.ok(u, "JSON.stringify([count, base, box instanceof Box, typeof deep, typeof st])")
+        self.assertEqual(r["value"], "'[10,40,true,\"function\",\"undefined\"]'")
+
+    def test_each_edge_case_comes_back_or_is_named(self):
+        s = self.session()
+        self.ok(s, "function mk() { let y = 2; return () => y; }\nvar closed = mk();\n"
+                   "{ let q = 5; var inBlock = () => q; }\n"
+                   "var noCapture = (function () { return function () { return 7; }; })();\n"
+                   "let top = 3;\nfunction usesTop() { return top; }\n"
+                   "function tagged() { return tagged.tag; }\ntagged.tag = 'x';\n"
+                   "class Counter { static n = 0; static bump() { return ++Counter.n; } }\n"
+                   "Counter.n = 5;\nCounter.extra = [1, 2];\n"
+                   "function Old() {}\nOld.prototype.greet = function () { return 1; };\n"
+                   "class Box2 { constructor(v) { this.v = v; } get d() { return this.v * 2; } }\n"
+                   "var boxes = [new Box2(1)];\nvar lone = new Box2(4);\n"
+                   "function withMethod() {}\nwithMethod.helper = () => 1;")
+        ck = self.checkpoint(s)
+        named = {x["name"]: x["reason"] for x in ck["skipped"]}
+        self.maxDiff = None
+        self.assertEqual(named, {
+            "closed": "a function closing over a local scope (Closure (mk)) cannot be "
+                      "checkpointed: its source alone does not hold what it closed over",
+            "inBlock": "a function closing over a local scope (Block) cannot be checkpointed: "
+                       "its source alone does not hold what it closed over",
+            "Old": "its properties set after its definition (prototype.greet) are functions "
+                   "or accessors, which are not kept beside its source",
+            "withMethod": "its properties set after its definition (helper) are functions or "
+                          "accessors, which are not kept beside its source",
+            "boxes": "it holds an object made by the class Box2 (at [0]), which would come "
+                     "back as a plain object (the structured clone keeps no prototype)"})
+        t = self.session()
+        self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=1),
+                         {"type": "restored", "skipped": []})
+        probe = ("JSON.stringify([noCapture(), usesTop(), tagged(), tagged.tag, Counter.n,"
+                 " Counter.extra, Counter.bump(), lone.d, lone instanceof Box2,"
+                 " typeof closed, typeof inBlock, typeof Old, typeof boxes])")
+        self.assertEqual(json.loads(self.ok(t, probe)["value"][1:-1]),
+                         [7, 3, "x", "x", 5, [1, 2], 6, 8, True, "undefined", "undefined",
+                          "undefined", "undefined"])
+
 
 
 class PythonSciCheckpointTest(unittest.TestCase):
