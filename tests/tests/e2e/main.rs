@@ -39,6 +39,7 @@ mod sessions;
 mod sessions_jupyter;
 mod sessions_packages;
 mod sessions_restore;
+mod sessions_restore_edges;
 mod silent_partitions;
 mod stack_faults;
 mod tenants;
