@@ -1,9 +1,10 @@
 """In-container entry point of a stateful session (stdlib only, Python 3.11), run as
 `python3 -I /opt/codegen/session.py` in a container of the session's own, hardened as the
 pool's are (uid 0 with only CAP_SETUID, CAP_SETGID and CAP_KILL, no-new-privileges; it refuses
-to start otherwise). It speaks protocol "session/3" on its stdin/stdout: see
-codegen_session.py, which holds the session supervisor (S) and the kernel (K); the security
-core it shares with the runner is codegen_guard.py, the image's language codegen_languages.py.
+to start otherwise). It speaks protocol "session/3" on its stdin/stdout (docs/sessions.md, "The
+protocol"): codegen_session.py holds the session supervisor (S), codegen_session_kernel.py and
+the modules beside it the kernel (K); the security core it shares with the runner is
+codegen_guard.py, the image's language codegen_languages.py.
 
 The modules are imported from this file's folder (-I keeps it off sys.path); the Python
 kernel takes the folder off sys.path before any cell runs, and a module already imported

@@ -1,5 +1,5 @@
 'use strict';
-// The JavaScript kernel of a stateful session (codegen_session.py's NodeKernel starts it):
+// The JavaScript kernel of a stateful session (codegen_session_shell.py's NodeKernel starts it):
 //
 //   node /opt/codegen/session_kernel.js     (cwd /work, uid 10002; fd 3: cells, fd 4: outcomes)
 //
@@ -49,18 +49,24 @@
 //     require('fs')`, `const {join} = require('path')`): as require(id) again, so changes
 //     made to it since are not kept;
 //   - functions and classes by their source text (Function.prototype.toString), evaluated
-//     again in the new context (file name "<restored NAME>"). Native and bound functions,
-//     and methods taken from an object (their source is no expression), are skipped. A
-//     closure comes back without what it closed over (it is evaluated at the top level),
-//     and a function without its own properties;
+//     again in the new context (file name "<restored NAME>"), with the own data properties
+//     set on them since (f.tag = 1, a static field changed) carried in the values' serialize.
+//     Skipped, and named: native and bound functions, methods taken from an object (their
+//     source is no expression), a function that closes over a local scope (its source,
+//     evaluated at the top level, would not see it: the inspector's [[Scopes]] of the
+//     function show a Closure or Block scope beyond the context's Script and Global ones; V8
+//     keeps only the scopes a function uses, and a class's own name's scope is its source's),
+//     and one with functions or accessors set on it, or on its prototype (enumerable ones: a
+//     class body's methods are not), since;
 //   - every other value in ONE v8.serialize (the structured clone: what two names share
 //     comes back shared). What it refuses (a promise, a timer, a function inside a value, a
 //     symbol) is skipped with its error; when the whole fails, each value alone finds them.
 //     v8.deserialize makes objects of node's realm: they are copied into the context's
 //     (objects, arrays, Map, Set, Date, RegExp, errors, typed arrays, boxed primitives), so
 //     that `instanceof Array` holds. A named value made by a kept class gets that class's
-//     prototype back; objects nested in values come back plain (the structured clone keeps
-//     no prototype);
+//     prototype back; a value holding any other object of a class (one nested in it, or
+//     itself of a class not kept, such as fs.Stats) is skipped and named, since the
+//     structured clone keeps no prototype and it would come back plain;
 //   - the working directory (process.cwd()).
 // Restore order: the required values, the functions and classes (one that misses a name,
 // such as a class extending a value, is evaluated again after the values), the values.
