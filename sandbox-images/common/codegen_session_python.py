@@ -329,8 +329,13 @@ class PythonKernel(KernelBase):
         set since), their globals as __main__'s own; modules by name. When the whole dump
         fails, each name is tried alone to find the ones that cannot be kept, which are left
         out with why. Returns (sink, [[name, start, end]], skipped, the "<cell N>" files of
-        the code it holds)."""
+        the code it holds). A state with nothing of the cells' own code (no function, class
+        or instance of one) is pickled by the C pickler alone, ten times as fast as dill's
+        pure-Python one, into the same kind of stream."""
         main = self.main.__dict__
+        fast = fast_dump(main, names, max_bytes)
+        if fast is not None:
+            return fast + ([], set())
         left_out = {}
         tried_alone = False
         while True:
@@ -532,6 +537,62 @@ def state_pickler(file, main):
     pickler._main = main
     pickler.cell_files = set()
     return pickler
+
+
+class NeedsDill(Exception):
+    """What the C pickler would pickle by reference but must go by value."""
+
+
+_FAST_PICKLER = []
+
+
+def fast_dump(main, names, max_bytes):
+    """(sink, offsets) of the values of `names` as dump_values makes them, by the C pickler,
+    when none of them holds a function, a class or code of the cells (__main__) and pickle
+    takes every one; else None (dill does it all)."""
+    if not _FAST_PICKLER:
+        import importlib
+
+        pickle = stdlib("pickle")
+        types = stdlib("types")
+        module_type = type(sys)
+
+        class FastPickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                # A module's namespace (globals()) is the module's, which dill refers to:
+                # pickle would copy it (and reducer_override never sees a dict).
+                if type(obj) is dict and isinstance(obj.get("__name__"), str):
+                    module = sys.modules.get(obj["__name__"])
+                    if module is not None and getattr(module, "__dict__", None) is obj:
+                        raise NeedsDill
+                return None
+
+            def reducer_override(self, obj):
+                if isinstance(obj, module_type):
+                    name = getattr(obj, "__name__", None)
+                    if isinstance(name, str) and sys.modules.get(name) is obj:
+                        return importlib.import_module, (name,)
+                    raise NeedsDill
+                if isinstance(obj, types.CodeType) or (
+                        isinstance(obj, (types.FunctionType, type))
+                        and getattr(obj, "__module__", None) == "__main__"):
+                    raise NeedsDill
+                if refusal(obj) is not None:
+                    raise NeedsDill
+                return NotImplemented
+
+        _FAST_PICKLER.append(FastPickler)
+    sink = BoundedSink(max_bytes)
+    pickler = _FAST_PICKLER[0](sink, protocol=5)
+    offsets = []
+    for name in names:
+        start = sink.size
+        try:
+            pickler.dump(main[name])
+        except Exception:
+            return None
+        offsets.append([name, start, sink.size])
+    return sink, offsets
 
 
 def unpicklable_reason(value, error):

@@ -1025,6 +1025,21 @@ class PythonCheckpointTest(CheckpointContract, unittest.TestCase):
          "a thread (threading.Thread) cannot be checkpointed"),
     ]
 
+    def test_a_namespace_stays_the_sessions_own_with_or_without_cell_code(self):
+        # Without a function or class of the cells the C pickler takes the state (fast);
+        # with one, dill: globals() stays __main__'s own either way, shared stays shared.
+        for extra in ("", "\ndef g2():\n    return 1"):
+            with self.subTest(extra=extra):
+                s = self.session()
+                self.ok(s, "g = globals()\nshared = [1]\nalias = {'s': shared}" + extra)
+                ck = self.checkpoint(s)
+                self.assertEqual(ck["skipped"], [])
+                t = self.session()
+                self.assertEqual(self.restore(t, ck["state"], ck["files"], cells=1)["type"],
+                                 "restored")
+                self.assertEqual(self.ok(t, "(g is globals(), alias['s'] is shared)")["value"],
+                                 "(True, True)")
+
     def test_each_edge_case_comes_back_or_is_named(self):
         s = self.session()
         for _, setup, _, _ in self.EDGES:
