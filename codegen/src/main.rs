@@ -362,12 +362,19 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let worker =
-        worker::Worker::build(settings.worker.clone(), broker, &stores, sandbox, &registry)?
-            .with_pipeline(pipeline)
-            .with_sandbox_turns(|language| settings.sandbox.pool_size_of(language))
-            .with_gate(gate)
-            .named(id);
+    let worker = worker::Worker::build(
+        settings.worker.clone(),
+        worker::Parts {
+            broker,
+            stores: &stores,
+            sandbox,
+            registry: &registry,
+            gate,
+            pipeline: Some(pipeline),
+            pool_size: Some(&|language| settings.sandbox.pool_size_of(language)),
+            name: Some(id),
+        },
+    )?;
     worker.run(shutdown).await;
     if let Some(hosting) = hosting {
         let _ = hosting.await;

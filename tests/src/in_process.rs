@@ -131,14 +131,18 @@ impl InProcess {
             );
             let worker = worker::Worker::build(
                 worker::Options::default(),
-                Arc::new(broker.clone()),
-                &stores,
-                Arc::new(sandbox.clone()),
-                &prometheus::Registry::new(),
+                worker::Parts {
+                    broker: Arc::new(broker.clone()),
+                    stores: &stores,
+                    sandbox: Arc::new(sandbox.clone()),
+                    registry: &prometheus::Registry::new(),
+                    gate: worker::gate::Gate::default(),
+                    pipeline: Some(pipeline),
+                    pool_size: Some(&|_| pool_size),
+                    name: None,
+                },
             )
-            .expect("a worker")
-            .with_pipeline(pipeline)
-            .with_sandbox_turns(|_| pool_size);
+            .expect("a worker");
             tasks.push(tokio::spawn(worker.run(cancel.clone())));
         }
         Self {

@@ -131,8 +131,32 @@ pub struct Worker {
     tenants: Option<Arc<dyn Tenants>>,
     /// The registered weights, for the model's turn ([`model::turnstile`]).
     weights: std::sync::RwLock<std::collections::HashMap<String, u32>>,
-    /// Whose pooled sandbox run goes next ([`sandbox_turns`]).
-    sandbox_turns: Option<Arc<sandbox_turns::SandboxTurns>>,
+}
+
+/// What a worker is built from besides its options, all given at once ([`Worker::build`]).
+pub struct Parts<'a> {
+    pub broker: Arc<dyn Broker>,
+    pub stores: &'a Stores,
+    pub sandbox: Arc<dyn Sandbox>,
+    pub registry: &'a prometheus::Registry,
+    /// Which dependencies are down (run its [`gate::GateService`] beside the worker);
+    /// `Gate::default()`: nothing ever is.
+    pub gate: Gate,
+    /// Plan, implement and integrate tasks; without a pipeline they are dead-lettered.
+    pub pipeline: Option<Pipeline>,
+    /// Each language's number of warm containers (`sandbox::Options::pool_size_of`): pooled
+    /// runs then take them by tenant and weight ([`sandbox_turns`]); `None`: as they come.
+    pub pool_size: Option<&'a dyn Fn(Language) -> usize>,
+    /// Its name where it announces itself (`stores.presence`); default `worker-<pid>`.
+    pub name: Option<String>,
+}
+
+impl std::fmt::Debug for Parts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -178,52 +202,65 @@ impl Outcome {
 }
 
 impl Worker {
-    /// A worker on `stores`: executions' verdicts go to `stores.executions`; with
-    /// `stores.tenants` it consumes every registered tenant's lane by weight ([`fair`], looking
-    /// for new tenants every [`TENANTS_REFRESH`]); with `stores.presence` it announces itself
-    /// (as [`Worker::named`]).
-    pub fn build(
-        options: Options,
-        broker: Arc<dyn Broker>,
-        stores: &Stores,
-        sandbox: Arc<dyn Sandbox>,
-        registry: &prometheus::Registry,
-    ) -> Result<Self, Error> {
+    /// A worker from its options and `parts`, in one step: executions' verdicts go to
+    /// `stores.executions`; with `stores.tenants` it consumes every registered tenant's lane
+    /// by weight ([`fair`], looking for new tenants every [`TENANTS_REFRESH`]); with
+    /// `stores.presence` it announces itself (as `parts.name`). The pipeline, when given,
+    /// is wired to this worker's gate, sandbox runs and counters here, before anything runs.
+    pub fn build(options: Options, parts: Parts<'_>) -> Result<Self, Error> {
         if options.concurrency == 0 {
             return Err(Error::Config(
                 "worker.concurrency must be at least 1".into(),
             ));
         }
+        let Parts {
+            broker,
+            stores,
+            sandbox,
+            registry,
+            gate,
+            pipeline,
+            pool_size,
+            name,
+        } = parts;
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         let execution_ends = flow::ExecutionEnds::new(
             Arc::clone(&stores.executions),
             metrics.executions_finished.clone(),
             metrics.usage.clone(),
         );
-        let gate = Gate::default();
+        let turns = pool_size.and_then(|size| sandbox_turns::SandboxTurns::new(size).map(Arc::new));
         let sandboxed = sandboxed::Sandboxed::new(
             gate.clone(),
-            None,
+            turns,
             Some(metrics.sandbox.clone()),
             options.sandbox_retries,
         );
+        let pipeline = pipeline.map(|pipeline| {
+            pipeline.in_worker(pipeline::InWorker {
+                sandboxed: sandboxed.clone(),
+                shared_cases: metrics.shared_cases.clone(),
+                ends: flow::Ends {
+                    usage: metrics.usage.clone(),
+                    job_seconds: metrics.job_seconds.clone(),
+                    jobs_finished: metrics.jobs_finished.clone(),
+                },
+            })
+        });
+        let name = name.unwrap_or_else(|| format!("worker-{}", std::process::id()));
         Ok(Self {
             options,
             broker,
             store: Arc::clone(&stores.executions),
             sandbox,
             metrics,
-            pipeline: None,
+            pipeline,
             gate,
             sandboxed,
             execution_ends,
-            presence: stores
-                .presence
-                .clone()
-                .map(|presence| (presence, format!("worker-{}", std::process::id()))),
+            presence: stores.presence.clone().map(|presence| (presence, name)),
             tenants: stores.tenants.clone(),
             weights: Default::default(),
-            sandbox_turns: None,
         })
     }
 
@@ -279,65 +316,12 @@ impl Worker {
         }
     }
 
-    /// Announces this worker as `id` (alive, and whether it can generate) every
-    /// `PRESENCE_PERIOD` (5 s) while it runs, so coordinators refuse jobs nobody can generate
-    /// (with `stores.presence`; the default name is `worker-<pid>`).
-    pub fn named(mut self, id: String) -> Self {
-        if let Some((_, name)) = &mut self.presence {
-            *name = id;
-        }
-        self
-    }
-
     /// Whether this worker takes generation tasks; `Err` says why not.
     fn can_generate(&self) -> Result<(), String> {
         match &self.pipeline {
             Some(pipeline) => pipeline.can_generate().map_err(str::to_owned),
             None => Err("this worker runs no pipeline".into()),
         }
-    }
-
-    /// Orders this worker's pooled sandbox runs by tenant and weight, as many at once per
-    /// language as its pool has containers (give it `sandbox::Options::pool_size_of`);
-    /// without it they take containers as they come.
-    pub fn with_sandbox_turns(mut self, pool_size: impl Fn(Language) -> usize) -> Self {
-        self.sandbox_turns = sandbox_turns::SandboxTurns::new(pool_size).map(Arc::new);
-        self.rewire();
-        self
-    }
-
-    /// The sandbox-run loop over this worker's gate and turns, given to its pipeline too.
-    fn rewire(&mut self) {
-        self.sandboxed = sandboxed::Sandboxed::new(
-            self.gate.clone(),
-            self.sandbox_turns.clone(),
-            Some(self.metrics.sandbox.clone()),
-            self.options.sandbox_retries,
-        );
-        if let Some(pipeline) = &mut self.pipeline {
-            pipeline.sandboxed = self.sandboxed.clone();
-        }
-    }
-
-    /// Enables plan, implement and integrate tasks; without it they are dead-lettered.
-    pub fn with_pipeline(mut self, mut pipeline: Pipeline) -> Self {
-        pipeline.sandboxed = self.sandboxed.clone();
-        pipeline.shared_cases = Some(self.metrics.shared_cases.clone());
-        pipeline.flow = pipeline.flow.with_ends(flow::Ends {
-            usage: self.metrics.usage.clone(),
-            job_seconds: self.metrics.job_seconds.clone(),
-            jobs_finished: self.metrics.jobs_finished.clone(),
-        });
-        self.pipeline = Some(pipeline);
-        self
-    }
-
-    /// Which dependencies are down (run its [`gate::GateService`] beside the worker); without
-    /// one nothing is ever considered down.
-    pub fn with_gate(mut self, gate: Gate) -> Self {
-        self.gate = gate;
-        self.rewire();
-        self
     }
 
     /// What work from `queue` needs. Pipeline tasks need Docker too, unless the static
@@ -471,14 +455,14 @@ impl Worker {
                             // What the broker sent before the pause waits in its handler.
                             deliveries.only_light(None);
                             while let Some(start) = deliveries.next().await {
-                                in_flight.spawn(self.clone().start(start));
+                                in_flight.spawn(self.clone().start(start, cancel.clone()));
                             }
                             continue 'session;
                         }
                     }
                     start = deliveries.next() => match start {
                         Some(start) => {
-                            in_flight.spawn(self.clone().start(start));
+                            in_flight.spawn(self.clone().start(start, cancel.clone()));
                         }
                         None => break 'session,
                     },
@@ -506,8 +490,12 @@ impl Worker {
     /// Handles one delivery of `fair`; answers its lane's tenant, to count it done (a task
     /// that panicked answers nothing: its lane's count stays high, which only keeps that lane
     /// from the spare starts sooner).
-    async fn start(self: Arc<Self>, (tenant, delivery): fair::Start) -> Option<String> {
-        self.handle(delivery).await;
+    async fn start(
+        self: Arc<Self>,
+        (tenant, delivery): fair::Start,
+        stop: CancellationToken,
+    ) -> Option<String> {
+        self.handle(delivery, &stop).await;
         tenant
     }
 
@@ -551,7 +539,9 @@ impl Worker {
     }
 
     /// Processes one delivery and settles it.
-    pub async fn handle(&self, delivery: Delivery) -> Outcome {
+    /// A pipeline task stops at its next step once `stop` (the worker's drain) is cancelled,
+    /// and goes back to its queue; an execution runs to its verdict.
+    pub async fn handle(&self, delivery: Delivery, stop: &CancellationToken) -> Outcome {
         let started = Instant::now();
         // The queue wait ends where the handling time starts: neither counts the other's part.
         let started_us = proto::now_us();
@@ -600,7 +590,7 @@ impl Worker {
             telemetry::queue_wait(&span, queue, at(envelope.published_at_us), at(started_us));
         }
         let outcome = self
-            .handle_envelope(delivery, envelope, started, started_us)
+            .handle_envelope(delivery, envelope, started, started_us, stop)
             .instrument(span.clone())
             .await;
         span.record("outcome", outcome.as_str());
@@ -619,6 +609,7 @@ impl Worker {
         envelope: Envelope,
         started: Instant,
         started_us: u64,
+        stop: &CancellationToken,
     ) -> Outcome {
         let kind = envelope.task.kind();
         if delivery.redelivered || delivery.delivery_count > 0 {
@@ -674,7 +665,7 @@ impl Worker {
             Task::Implement(task) => Step::Implement(task),
             Task::Integrate(task) => Step::Integrate(task),
         };
-        let ctx = pipeline::TaskCtx::new(step.job_id(), lane);
+        let ctx = pipeline::TaskCtx::new(step.job_id(), lane, stop.clone());
         let outcome = self.pipeline_task(&ctx, &step, delivery).await;
         let (sandbox_us, model_us) = (ctx.sandbox_us(), ctx.call.exchange_us());
         // One line per pipeline task: what `bench/tasks` reads the per-task overhead from
@@ -766,6 +757,14 @@ impl Worker {
                 pipeline::Error::Ended(status) => {
                     tracing::info!(kind, %job, %status, "job ended: dropping its task");
                     return self.settle(delivery, Outcome::Ended).await;
+                }
+                // Draining: what the step finished is stored; another worker goes on.
+                pipeline::Error::Stopped => {
+                    tracing::info!(kind, %job, "worker stopping: task handed back at a step's end");
+                    if let Err(e) = delivery.hand_back().await {
+                        tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+                    }
+                    return Outcome::HandedBack;
                 }
                 pipeline::Error::Retry { dependency, reason } => (dependency, reason),
             };

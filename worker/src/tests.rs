@@ -67,28 +67,46 @@ fn worker(
     sandbox: ScriptedSandbox,
     options: Options,
 ) -> Worker {
-    worker_on(broker, stores(store), sandbox, options)
+    worker_with(
+        broker,
+        &stores(store),
+        sandbox,
+        options,
+        Gate::default(),
+        None,
+        None,
+    )
+}
+
+/// A worker over `gate` that announces itself as `name`, with `pipeline`.
+fn worker_with(
+    broker: &MemoryBroker,
+    stores: &Stores,
+    sandbox: ScriptedSandbox,
+    options: Options,
+    gate: Gate,
+    pipeline: Option<Pipeline>,
+    name: Option<String>,
+) -> Worker {
+    Worker::build(
+        options,
+        Parts {
+            broker: Arc::new(broker.clone()),
+            stores,
+            sandbox: Arc::new(sandbox),
+            registry: &prometheus::Registry::new(),
+            gate,
+            pipeline,
+            pool_size: None,
+            name,
+        },
+    )
+    .unwrap()
 }
 
 /// Executions on `store`, jobs in memory, nothing else.
 fn stores(store: &MemoryStore) -> Stores {
     Stores::bare(Arc::new(store.clone()), Arc::new(store::MemoryJobs::new()))
-}
-
-fn worker_on(
-    broker: &MemoryBroker,
-    stores: Stores,
-    sandbox: ScriptedSandbox,
-    options: Options,
-) -> Worker {
-    Worker::build(
-        options,
-        Arc::new(broker.clone()),
-        &stores,
-        Arc::new(sandbox),
-        &prometheus::Registry::new(),
-    )
-    .unwrap()
 }
 
 async fn next(broker: &MemoryBroker) -> Delivery {
@@ -106,7 +124,11 @@ async fn stores_the_result_then_acks() {
     let w = worker(&broker, &store, sandbox.clone(), Options::default());
     let (id, message) = task("print(1)");
     broker.publish(message).await.unwrap();
-    assert_eq!(w.handle(next(&broker).await).await, Outcome::Completed);
+    assert_eq!(
+        w.handle(next(&broker).await, &CancellationToken::new())
+            .await,
+        Outcome::Completed
+    );
     let result = store.execution_result(id).await.unwrap().unwrap();
     assert_eq!(result.status, Status::Passed);
     assert_eq!(result.stdout, "print(1)");
@@ -125,7 +147,11 @@ async fn a_redelivered_task_with_a_stored_result_is_not_run_again() {
         .await
         .unwrap();
     broker.publish(message).await.unwrap();
-    assert_eq!(w.handle(next(&broker).await).await, Outcome::Duplicate);
+    assert_eq!(
+        w.handle(next(&broker).await, &CancellationToken::new())
+            .await,
+        Outcome::Duplicate
+    );
     assert_eq!(sandbox.runs(), 0);
     let kept = store.execution_result(id).await.unwrap().unwrap();
     assert_eq!(kept.reason.as_deref(), Some("earlier"));
@@ -141,7 +167,11 @@ async fn garbage_is_dead_lettered() {
         Options::default(),
     );
     broker.inject("junk", b"\xc1\xc1 not messagepack".to_vec());
-    assert_eq!(w.handle(next(&broker).await).await, Outcome::Malformed);
+    assert_eq!(
+        w.handle(next(&broker).await, &CancellationToken::new())
+            .await,
+        Outcome::Malformed
+    );
     assert_eq!(broker.len(Queue::DeadLetters), 1);
     assert_eq!(broker.len(Queue::Tasks), 0);
 }
@@ -153,7 +183,11 @@ async fn sandbox_failures_are_retried_then_reported() {
     let w = worker(&broker, &store, sandbox.clone(), Options::default());
     let (id, message) = task("x");
     broker.publish(message).await.unwrap();
-    assert_eq!(w.handle(next(&broker).await).await, Outcome::Completed);
+    assert_eq!(
+        w.handle(next(&broker).await, &CancellationToken::new())
+            .await,
+        Outcome::Completed
+    );
     assert_eq!(sandbox.runs(), 3, "one run plus two retries");
     let result = store.execution_result(id).await.unwrap().unwrap();
     assert_eq!(result.status, Status::SandboxError);
@@ -171,7 +205,11 @@ async fn a_result_that_cannot_be_stored_goes_back_to_the_queue() {
     let (_, message) = task("x");
     broker.publish(message).await.unwrap();
     store.set_down("redis stopped");
-    assert_eq!(w.handle(next(&broker).await).await, Outcome::Requeued);
+    assert_eq!(
+        w.handle(next(&broker).await, &CancellationToken::new())
+            .await,
+        Outcome::Requeued
+    );
     assert_eq!(
         broker.len(Queue::Tasks),
         1,
@@ -252,13 +290,21 @@ async fn a_result_waits_for_redis_instead_of_going_back_to_the_queue() {
         store_retry_for: Duration::from_millis(50),
         ..Options::default()
     };
-    let w = worker(&broker, &store, ScriptedSandbox::new(passing), options).with_gate(gate);
+    let w = worker_with(
+        &broker,
+        &stores(&store),
+        ScriptedSandbox::new(passing),
+        options,
+        gate,
+        None,
+        None,
+    );
     let (id, message) = task("x");
     broker.publish(message).await.unwrap();
     let delivery = next(&broker).await;
     // Down after the task was taken: the write fails, the probe confirms, the task waits.
     store.set_down("redis stopped");
-    let handling = tokio::spawn(async move { w.handle(delivery).await });
+    let handling = tokio::spawn(async move { w.handle(delivery, &CancellationToken::new()).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !handling.is_finished(),
@@ -282,7 +328,15 @@ async fn past_outage_wait_a_task_goes_back_without_counting_towards_the_limit() 
         outage_wait: Duration::from_millis(100),
         ..Options::default()
     };
-    let w = worker(&broker, &store, ScriptedSandbox::new(passing), options).with_gate(gate);
+    let w = worker_with(
+        &broker,
+        &stores(&store),
+        ScriptedSandbox::new(passing),
+        options,
+        gate,
+        None,
+        None,
+    );
     let (id, message) = task("x");
     broker.publish(message).await.unwrap();
     store.set_down("redis stopped");
@@ -290,13 +344,19 @@ async fn past_outage_wait_a_task_goes_back_without_counting_towards_the_limit() 
     for _ in 0..4 {
         let delivery = next(&broker).await;
         assert_eq!(delivery.delivery_count, 0);
-        assert_eq!(w.handle(delivery).await, Outcome::HandedBack);
+        assert_eq!(
+            w.handle(delivery, &CancellationToken::new()).await,
+            Outcome::HandedBack
+        );
     }
     assert_eq!(broker.len(Queue::DeadLetters), 0);
     store.set_up();
     let delivery = next(&broker).await;
     assert_eq!(delivery.delivery_count, 0);
-    assert_eq!(w.handle(delivery).await, Outcome::Completed);
+    assert_eq!(
+        w.handle(delivery, &CancellationToken::new()).await,
+        Outcome::Completed
+    );
     assert!(store.execution_result(id).await.unwrap().is_some());
     cancel.cancel();
 }
@@ -318,12 +378,20 @@ async fn an_execution_waits_for_docker_instead_of_reporting_sandbox_error() {
             ))
         }
     });
-    let w = worker(&broker, &store, sandbox.clone(), Options::default()).with_gate(gate);
+    let w = worker_with(
+        &broker,
+        &stores(&store),
+        sandbox.clone(),
+        Options::default(),
+        gate,
+        None,
+        None,
+    );
     let (id, message) = task("x");
     broker.publish(message).await.unwrap();
     let delivery = next(&broker).await;
     docker.store(false, std::sync::atomic::Ordering::SeqCst);
-    let handling = tokio::spawn(async move { w.handle(delivery).await });
+    let handling = tokio::spawn(async move { w.handle(delivery, &CancellationToken::new()).await });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !handling.is_finished(),
@@ -344,13 +412,15 @@ async fn a_worker_takes_no_work_while_a_dependency_is_down_and_resumes_by_itself
     let (gate, service) = gate_over(&store, &docker);
     let cancel = CancellationToken::new();
     tokio::spawn(service.run(cancel.clone()));
-    let w = worker(
+    let w = worker_with(
         &broker,
-        &store,
+        &stores(&store),
         ScriptedSandbox::new(passing),
         Options::default(),
-    )
-    .with_gate(gate.clone());
+        gate.clone(),
+        None,
+        None,
+    );
     let mut rx = gate.subscribe();
     rx.wait_for(|down| down.contains_key(&Dependency::Docker))
         .await
@@ -393,14 +463,15 @@ async fn a_worker_without_a_model_takes_no_generation_tasks_and_says_why() {
         Arc::new(ScriptedSandbox::new(passing)),
     )
     .without_model_because("model not configured: no base url".into());
-    let w = worker_on(
+    let w = worker_with(
         &broker,
-        stores,
+        &stores,
         ScriptedSandbox::new(passing),
         Options::default(),
-    )
-    .with_pipeline(pipeline)
-    .named("w1".into());
+        Gate::default(),
+        Some(pipeline),
+        Some("w1".into()),
+    );
     let job = proto::job::PlanTask {
         job_id: TaskId::new(),
         problem: None,

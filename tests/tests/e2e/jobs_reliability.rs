@@ -75,6 +75,57 @@ async fn a_worker_killed_mid_function_loses_nothing_and_applies_nothing_twice() 
     cluster.cleanup().await;
 }
 
+/// A worker asked to stop (SIGTERM) mid-function lets go of its task at the step's end: the
+/// model call in flight finishes and its attempt is stored, then the task goes back to its
+/// queue (not counted) instead of running to its end or being cut mid-call; another worker
+/// goes on from what was stored, and the job ends once, each attempt recorded once.
+#[tokio::test]
+async fn a_worker_stopped_mid_function_hands_its_task_on_at_the_steps_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&slow_script(dir.path(), 700)).await;
+    let _coordinator = cluster.coordinator().await;
+    let (mut stopping, _) = cluster.worker("stopping").await;
+
+    let (_, body) = cluster
+        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    wait_for_log(&stopping, "implement task started", STARTED).await;
+    stopping.signal("TERM");
+    let code = stopping.wait_exit(Duration::from_secs(180));
+    let log = stopping.log_text();
+    assert_eq!(code, Some(0), "log:\n{log}");
+    assert!(
+        log.contains("worker stopping: task handed back at a step's end"),
+        "the task was let go of at a step, not run to its end or aborted:\n{log}"
+    );
+    assert!(
+        !log.contains("drain deadline passed"),
+        "nothing was cut mid-call:\n{log}"
+    );
+
+    let (_successor, _) = cluster.worker("successor").await;
+    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    // Exactly one repair of sum_primes: no attempt was recorded twice or lost.
+    let history = result["improvement_history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(result["quality"]["tests_total"], 9);
+    let events = cluster.job_events(&id).await;
+    assert_eq!(
+        events.matches("event: function_done").count(),
+        2,
+        "each function finished once: {events}"
+    );
+    assert_eq!(
+        events.matches("event: finished").count(),
+        1,
+        "the job ended once: {events}"
+    );
+    cluster.cleanup().await;
+}
+
 /// A worker killed after it stored a function's final outcome (the same script completed the
 /// function in the plan, releasing its dependant) and before the broker confirmed the
 /// dependant's task: whoever takes the task again publishes the dependant, and the job ends

@@ -422,7 +422,7 @@ impl Pipeline {
                 }
                 alone()
             }
-            Err(e @ Error::Ended(_)) => return Err(e),
+            Err(e @ (Error::Ended(_) | Error::Stopped)) => return Err(e),
             // Docker stayed down for as long as a run waits: no member waits again.
             Err(Error::Retry { dependency, reason }) => (0..members)
                 .map(|_| Shared::Down(dependency, reason.clone()))

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use proto::TaskId;
 use proto::job::JobStatus;
+use tokio_util::sync::CancellationToken;
 
 use super::Error;
 
@@ -34,6 +35,8 @@ pub struct TaskCtx {
     pub call: model::Call,
     /// The job's token budget, as far as this task knows what the job has spent.
     budget: Mutex<Budget>,
+    /// The worker's: cancelled when it drains, and the task stops at its next step.
+    stop: CancellationToken,
 }
 
 /// A job's token budget, seen from one of its tasks.
@@ -48,13 +51,23 @@ struct Budget {
 }
 
 impl TaskCtx {
-    pub fn new(job: TaskId, lane: model::Lane) -> Self {
+    /// A task of `job` in `lane`, which stops at its next step once `stop` is cancelled.
+    pub fn new(job: TaskId, lane: model::Lane, stop: CancellationToken) -> Self {
         Self {
             job,
             status_seen: Mutex::new(None),
             sandbox_us: AtomicU64::new(0),
             call: model::Call::new(lane),
             budget: Mutex::new(Budget::default()),
+            stop,
+        }
+    }
+
+    /// `Err(Stopped)` once the worker drains.
+    pub(crate) fn going_on(&self) -> Result<(), Error> {
+        match self.stop.is_cancelled() {
+            true => Err(Error::Stopped),
+            false => Ok(()),
         }
     }
 
@@ -134,7 +147,11 @@ mod tests {
 
     #[test]
     fn a_final_status_ends_the_task_and_an_unfinished_one_is_fresh_for_a_while() {
-        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
+        let ctx = TaskCtx::new(
+            TaskId::new(),
+            model::Lane::default(),
+            CancellationToken::new(),
+        );
         assert!(!ctx.fresh(), "nothing read yet");
         ctx.seen(Some(JobStatus::Running)).unwrap();
         // Judged as of the read's own instant and just past the window: no race with the
@@ -154,7 +171,11 @@ mod tests {
 
     #[test]
     fn the_budget_counts_the_jobs_total_and_what_the_task_has_not_charged_yet() {
-        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
+        let ctx = TaskCtx::new(
+            TaskId::new(),
+            model::Lane::default(),
+            CancellationToken::new(),
+        );
         ctx.within_budget()
             .expect("no budget known: nothing to stop");
         ctx.set_budget(Some(100));
@@ -176,7 +197,11 @@ mod tests {
 
     #[test]
     fn sandbox_time_adds_up() {
-        let ctx = TaskCtx::new(TaskId::new(), model::Lane::default());
+        let ctx = TaskCtx::new(
+            TaskId::new(),
+            model::Lane::default(),
+            CancellationToken::new(),
+        );
         let started = Instant::now() - Duration::from_millis(5);
         ctx.add_sandbox_time(started);
         ctx.add_sandbox_time(started);

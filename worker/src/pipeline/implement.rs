@@ -135,7 +135,8 @@ impl Pipeline {
         {
             // Infrastructure failed mid-way: the partial outcome stays, the task comes back.
             // Or the job ended: nothing more is stored by this one.
-            Err(e @ (Error::Retry { .. } | Error::Ended(_))) => return Err(e),
+            // Or the worker stops: the task goes back with what it stored.
+            Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stopped)) => return Err(e),
             // Another run of the task finished the function: nothing more is stored by this
             // one, which publishes what that run may not have.
             Err(stale @ Error::Stale(_)) => {

@@ -112,13 +112,21 @@ pub enum Error {
     /// with its best attempt, plan refuses the plan it has; never retried.
     #[error("{0}")]
     Budget(String),
+    /// The worker is draining: the task stopped at a step's boundary (what it finished is
+    /// stored) and goes back to its queue, not counted, for another worker to go on with.
+    #[error("the worker is stopping")]
+    Stopped,
 }
 
 impl crate::gate::Blame for Error {
     fn blamed(&self) -> Option<Dependency> {
         match self {
             Error::Retry { dependency, .. } => Some(*dependency),
-            Error::Stale(_) | Error::Failed(_) | Error::Ended(_) | Error::Budget(_) => None,
+            Error::Stale(_)
+            | Error::Failed(_)
+            | Error::Ended(_)
+            | Error::Budget(_)
+            | Error::Stopped => None,
         }
     }
     fn retryable(&self) -> bool {
@@ -222,6 +230,14 @@ pub struct Pipeline {
     pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
 }
 
+/// What a worker gives its pipeline ([`Pipeline::in_worker`]).
+pub(crate) struct InWorker {
+    pub sandboxed: crate::sandboxed::Sandboxed,
+    /// `codegen_sandbox_shared_cases_total`.
+    pub shared_cases: prometheus::IntCounterVec,
+    pub ends: flow::Ends,
+}
+
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
@@ -255,6 +271,15 @@ impl Pipeline {
             shared_cases: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
+    }
+
+    /// The pipeline of a worker, on its sandbox runs and counting its ends in its metrics
+    /// (`Worker::build` calls it once, before anything runs).
+    pub(crate) fn in_worker(mut self, worker: InWorker) -> Self {
+        self.sandboxed = worker.sandboxed;
+        self.shared_cases = Some(worker.shared_cases);
+        self.flow = self.flow.with_ends(worker.ends);
+        self
     }
 
     /// Why `model` is `None` (e.g. `model not configured: …`), said wherever it matters.
@@ -305,10 +330,12 @@ impl Pipeline {
         }
     }
 
-    /// `Err(Ended)` once the current task's job has ended: called before every model call and
-    /// sandbox run, so a cancelled job stops spending at its running tasks' next step. One
+    /// `Err(Ended)` once the current task's job has ended, `Err(Stopped)` once the worker
+    /// drains: called before every model call and sandbox run, so a cancelled job stops
+    /// spending, and a stopping worker lets go of its tasks, at their next step. One
     /// `GET` per check, against a model call or a run that costs a thousand times more.
     pub(crate) async fn go_on(&self, ctx: &TaskCtx) -> Result<(), Error> {
+        ctx.going_on()?;
         if ctx.fresh() {
             return Ok(());
         }
@@ -321,6 +348,7 @@ impl Pipeline {
     /// spent. A call in flight on another worker when the budget is reached still finishes,
     /// so a job can pass its budget by what its running calls spend.
     pub(crate) async fn may_ask(&self, ctx: &TaskCtx) -> Result<(), Error> {
+        ctx.going_on()?;
         let uncharged = ctx.uncharged();
         if uncharged > 0 || !ctx.fresh() {
             let spent = self

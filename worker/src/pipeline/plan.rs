@@ -68,7 +68,9 @@ impl Pipeline {
             let generated = match answer {
                 Ok(generated) => generated,
                 // The model is down: hand the task back; the delivery limit bounds the waiting.
-                Err(e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_))) => {
+                Err(
+                    e @ (Error::Retry { .. } | Error::Ended(_) | Error::Stale(_) | Error::Stopped),
+                ) => {
                     return Err(e);
                 }
                 Err(Error::Failed(reason)) => {
