@@ -1231,7 +1231,6 @@ class JavaScriptCheckpointTest(CheckpointContract, unittest.TestCase):
                           "undefined", "undefined"])
 
 
-
 class PythonSciCheckpointTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
