@@ -429,11 +429,11 @@ function cloned(proto) {
 
 // Where `root` holds an object whose prototype the structured clone would not give back
 // ({what, at}), or null. The root itself may have one when `rootKept` (its class is kept).
-// Looks at 100000 objects at most.
+// Walks all of it, as v8.serialize will.
 function classlessAt(root, rootKept) {
   const seen = new Set();
   const stack = [[root, '']];
-  while (stack.length > 0 && seen.size < 100000) {
+  while (stack.length > 0) {
     const [v, at] = stack.pop();
     if (v === null || typeof v !== 'object' || seen.has(v)) continue;
     seen.add(v);
@@ -463,6 +463,11 @@ function classlessAt(root, rootKept) {
       } else if (v instanceof Set || Object.prototype.toString.call(v) === '[object Set]') {
         let i = 0;
         for (const x of Set.prototype.values.call(v)) stack.push([x, `${at}<item ${i++}>`]);
+      } else if (Array.isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          const x = v[i];
+          if (x !== null && typeof x === 'object') stack.push([x, `${at}[${i}]`]);
+        }
       } else if (!ArrayBuffer.isView(v)) {
         for (const k of Object.keys(v)) {
           const d = Object.getOwnPropertyDescriptor(v, k);
