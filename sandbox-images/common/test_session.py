@@ -1238,6 +1238,13 @@ class PythonSciCheckpointTest(unittest.TestCase):
             raise unittest.SkipTest("needs Docker and the python-sci sandbox image")
 
     def test_random_generators_and_arrays_continue_after_a_restore(self):
+        # Without the cells' own code (the C pickler) and with a function holding an array
+        # in its defaults (dill).
+        for extra in ("", "\ndef total(a=arr):\n    return float(a.sum())"):
+            with self.subTest(extra=extra):
+                self.generators_and_arrays(extra)
+
+    def generators_and_arrays(self, extra):
         s = open_session("python-sci")
         self.addCleanup(s.close)
         r = s.cell("import numpy as np, random, pandas as pd\nnp.random.seed(1)\nrandom.seed(2)\n"
@@ -1245,13 +1252,14 @@ class PythonSciCheckpointTest(unittest.TestCase):
                    "rng = np.random.default_rng(5)\nrng.random()\n"
                    "frame = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\n"
                    "arr = np.arange(6).reshape(2, 3)\nboth = [arr, arr]\n"
-                   "big = np.arange(1 << 20, dtype=np.float64)")
+                   "big = np.arange(1 << 20, dtype=np.float64)" + extra)
         self.assertEqual(r["status"], "ok", r)
         ck = s.ask({"type": "checkpoint", "max_bytes": 64 << 20, "full": False})
         self.assertEqual((ck["type"], ck["skipped"]), ("checkpoint", []), ck)
         draw = ("print(np.random.rand(3).tolist(), np.random.randn(), random.random(),"
                 " random.gauss(0, 1), rng.random(), frame.to_dict(), arr.tolist(),"
-                " big.sum(), big.dtype, both[0] is both[1])")
+                " big.sum(), big.dtype, both[0] is both[1]%s)"
+                % (", total(), total.__defaults__[0] is arr" if extra else ""))
         expected = s.cell(draw)
         self.assertEqual(expected["status"], "ok", expected)
         t = open_session("python-sci")
