@@ -40,58 +40,84 @@ async fn wait_for_log(process: &tests::Process, needle: &str, timeout: Duration)
     }
 }
 
-#[tokio::test]
-async fn a_worker_killed_mid_function_loses_nothing_and_applies_nothing_twice() {
+/// The sieve job on one worker (`name`), over the slow model, once the worker has started
+/// implementing its first function; the model and coordinator processes are held here.
+struct MidFunction {
+    cluster: Cluster,
+    worker: tests::Process,
+    id: String,
+    _held: (tempfile::TempDir, tests::Process, tests::Process),
+}
+
+async fn mid_function(name: &str) -> MidFunction {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&slow_script(dir.path(), 700)).await;
-    let _coordinator = cluster.coordinator().await;
-    let (mut doomed, _) = cluster.worker("doomed").await;
-
+    let model = cluster.scripted_model(&slow_script(dir.path(), 700)).await;
+    let coordinator = cluster.coordinator().await;
+    let (worker, _) = cluster.worker(name).await;
     let (_, body) = cluster
         .submit_job(json!({"instruction": "sieve, then sum the primes"}))
         .await;
     let id = body["job_id"].as_str().unwrap().to_owned();
-    // Kill it in the middle of implementing the first function.
-    wait_for_log(&doomed, "implement task started", STARTED).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    doomed.signal("KILL");
-    doomed.wait_exit(Duration::from_secs(60));
+    wait_for_log(&worker, "implement task started", STARTED).await;
+    MidFunction {
+        cluster,
+        worker,
+        id,
+        _held: (dir, model, coordinator),
+    }
+}
 
-    let (_rescuer, _) = cluster.worker("rescuer").await;
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
+/// A second worker finishes the job: it succeeds, with exactly one repair of sum_primes (no
+/// attempt recorded twice or lost), each function finished once and the job ended once.
+async fn finished_once_by_another_worker(cluster: &Cluster, id: &str) {
+    let (_successor, _) = cluster.worker("successor").await;
+    let result = cluster.wait_job(id, JOB_DEADLINE).await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
-    // Exactly one repair of sum_primes: no attempt was recorded twice.
     let history = result["improvement_history"].as_array().unwrap();
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(result["quality"]["tests_total"], 9);
-    // Each function finished once in the progress stream.
-    let events = cluster.job_events(&id).await;
+    let events = cluster.job_events(id).await;
     assert_eq!(
         events.matches("event: function_done").count(),
         2,
-        "{events}"
+        "each function finished once: {events}"
     );
+    assert_eq!(
+        events.matches("event: finished").count(),
+        1,
+        "the job ended once: {events}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_function_loses_nothing_and_applies_nothing_twice() {
+    let MidFunction {
+        cluster,
+        worker: mut doomed,
+        id,
+        _held,
+    } = mid_function("doomed").await;
+    // Kill it in the middle of implementing the first function.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    doomed.signal("KILL");
+    doomed.wait_exit(Duration::from_secs(60));
+    finished_once_by_another_worker(&cluster, &id).await;
     cluster.cleanup().await;
 }
 
 /// A worker asked to stop (SIGTERM) mid-function lets go of its task at the step's end: the
 /// model call in flight finishes and its attempt is stored, then the task goes back to its
 /// queue (not counted) instead of running to its end or being cut mid-call; another worker
-/// goes on from what was stored, and the job ends once, each attempt recorded once.
+/// goes on from what was stored.
 #[tokio::test]
 async fn a_worker_stopped_mid_function_hands_its_task_on_at_the_steps_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::new();
-    let _model = cluster.scripted_model(&slow_script(dir.path(), 700)).await;
-    let _coordinator = cluster.coordinator().await;
-    let (mut stopping, _) = cluster.worker("stopping").await;
-
-    let (_, body) = cluster
-        .submit_job(json!({"instruction": "sieve, then sum the primes"}))
-        .await;
-    let id = body["job_id"].as_str().unwrap().to_owned();
-    wait_for_log(&stopping, "implement task started", STARTED).await;
+    let MidFunction {
+        cluster,
+        worker: mut stopping,
+        id,
+        _held,
+    } = mid_function("stopping").await;
     stopping.signal("TERM");
     let code = stopping.wait_exit(Duration::from_secs(180));
     let log = stopping.log_text();
@@ -104,25 +130,7 @@ async fn a_worker_stopped_mid_function_hands_its_task_on_at_the_steps_end() {
         !log.contains("drain deadline passed"),
         "nothing was cut mid-call:\n{log}"
     );
-
-    let (_successor, _) = cluster.worker("successor").await;
-    let result = cluster.wait_job(&id, JOB_DEADLINE).await;
-    assert_eq!(result["status"], "succeeded", "{result:#}");
-    // Exactly one repair of sum_primes: no attempt was recorded twice or lost.
-    let history = result["improvement_history"].as_array().unwrap();
-    assert_eq!(history.len(), 1, "{history:?}");
-    assert_eq!(result["quality"]["tests_total"], 9);
-    let events = cluster.job_events(&id).await;
-    assert_eq!(
-        events.matches("event: function_done").count(),
-        2,
-        "each function finished once: {events}"
-    );
-    assert_eq!(
-        events.matches("event: finished").count(),
-        1,
-        "the job ended once: {events}"
-    );
+    finished_once_by_another_worker(&cluster, &id).await;
     cluster.cleanup().await;
 }
 
