@@ -62,7 +62,8 @@ pub struct Options {
     /// Plain executions run at the same time (also their queue's prefetch). Executions wait
     /// for a warm container, so a little more than the pool size hides the broker hop.
     pub execution_concurrency: u16,
-    /// How long a shutdown waits for in-flight tasks before leaving them to redelivery.
+    /// How long a shutdown waits for in-flight work before leaving it to redelivery: an
+    /// execution runs to its verdict, a pipeline task stops at its next step and goes back.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
     /// Extra attempts after a sandbox infrastructure failure.
