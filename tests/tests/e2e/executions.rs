@@ -129,7 +129,12 @@ async fn a_task_published_while_no_worker_runs_waits_for_one() {
 
 #[tokio::test]
 async fn a_malformed_message_is_dead_lettered_and_the_worker_keeps_serving() {
-    let cluster = Cluster::new();
+    // Published to the tasks queue, which only a worker that can generate consumes: the
+    // scripted model makes it one, whatever model the environment names (or none).
+    let script = tests::root().join("examples/scripted-model.json");
+    let cluster = Cluster::new()
+        .with_env("CODEGEN__MODEL__PROVIDER", "scripted")
+        .with_env("CODEGEN__MODEL__SCRIPT_FILE", script.to_str().unwrap());
     let _coordinator = cluster.coordinator().await;
     let (mut worker, worker_url) = cluster.worker("worker").await;
 
