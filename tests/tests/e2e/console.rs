@@ -167,7 +167,7 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         coordinator.log_text(),
         worker.log_text()
     );
-    assert!(summary["passed"].as_u64().unwrap_or(0) >= 12, "{summary}");
+    assert!(summary["passed"].as_u64().unwrap_or(0) >= 13, "{summary}");
     for page in [
         "docs",
         "jobs",
@@ -179,6 +179,7 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         "playground",
         "sessions",
         "session",
+        "session-ended",
         "usage",
         "error-401",
         "error-429",
