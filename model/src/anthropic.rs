@@ -57,7 +57,7 @@ impl Anthropic {
             .messages
             .iter()
             .map(|m| {
-                json!({"role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
+                json!({"role": match m.role { Role::User | Role::Tool => "user", Role::Assistant => "assistant" },
                        "content": m.content})
             })
             .collect();
@@ -153,6 +153,9 @@ impl Provider for Anthropic {
                 usage,
                 truncated,
                 others: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_problem: None,
+            token_ids: None,
             },
             None => ChatResponse {
                 text: text_answer,
@@ -160,6 +163,9 @@ impl Provider for Anthropic {
                 usage,
                 truncated,
                 others: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_problem: None,
+            token_ids: None,
             },
         })
     }

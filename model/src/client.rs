@@ -15,7 +15,7 @@ use crate::limits::{self, Limits, SharedLimits};
 use crate::schema::{cached_spec_for, extract_json, validate};
 use crate::{
     Call, CallError, ChatRequest, ChatResponse, Error, Message, Metrics, Options, Phase, Prompt,
-    Provider, ProviderKind, Role, SchemaSpec, Usage, turnstile::Lane,
+    Provider, ProviderKind, SchemaSpec, Usage, turnstile::Lane,
 };
 
 /// A type the model can be asked to answer in.
@@ -113,6 +113,9 @@ pub struct Model {
     options: Arc<Options>,
     limits: Limits,
     metrics: Metrics,
+    /// Tools go in the prompt ([`crate::ToolCalling::Prompted`], or since the server refused
+    /// them), shared by every clone.
+    prompted_tools: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Model {
@@ -154,6 +157,9 @@ impl Model {
         Self {
             provider,
             limits: Limits::local(limits_config(&options)),
+            prompted_tools: Arc::new(std::sync::atomic::AtomicBool::new(
+                options.tool_calling == crate::ToolCalling::Prompted,
+            )),
             options: Arc::new(options),
             metrics,
         }
@@ -297,10 +303,7 @@ impl Model {
                     };
                     self.count(phase, "invalid_answer");
                     tracing::warn!(phase = phase.as_str(), answer, %problem, "model answer invalid");
-                    request.messages.push(Message {
-                        role: Role::Assistant,
-                        content: response.text.clone(),
-                    });
+                    request.messages.push(Message::assistant(response.text.clone()));
                     let again = match &request.schema {
                         Some(schema) => format!(
                             "Answer again with only a JSON object that follows the `{}` schema.",
@@ -308,10 +311,9 @@ impl Model {
                         ),
                         None => "Answer again with the code in one fenced code block.".to_owned(),
                     };
-                    request.messages.push(Message {
-                        role: Role::User,
-                        content: format!("That answer is not valid: {problem}\n{again}"),
-                    });
+                    request.messages.push(Message::user(format!(
+                        "That answer is not valid: {problem}\n{again}"
+                    )));
                     last_problem = problem;
                 }
             }
@@ -361,6 +363,9 @@ impl Model {
             usage: Usage::default(),
             truncated: choice.truncated,
             others: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_problem: None,
+            token_ids: None,
         }))
         .collect();
         let given = answers.len();
@@ -398,19 +403,108 @@ impl Model {
         Ok(generated)
     }
 
+    /// One step of a tool-using agent: the conversation so far and the tools it may call, one
+    /// answer (transport retries only: an answer that calls no tool, or calls one wrongly, is
+    /// the agent's to tell the model about). The tools go as the API's own tool calling, or in
+    /// the prompted form ([`crate::tools`]) when `model.tool_calling` says so or the server
+    /// refuses `tools`.
+    pub async fn turn(
+        &self,
+        call: &Call,
+        seat: &mut Seat,
+        turn: Turn<'_>,
+        deadline: Instant,
+    ) -> Result<Turned, Error> {
+        let started = Instant::now();
+        let mut prompted = self.prompted_tools.load(Ordering::Relaxed);
+        let mut calls = 0;
+        loop {
+            let request = if prompted {
+                ChatRequest {
+                    phase: Phase::Agent,
+                    function: turn.function.map(str::to_owned),
+                    system: format!(
+                        "{}{}",
+                        turn.system,
+                        crate::tools::prompted_instructions(turn.tools)
+                    ),
+                    messages: crate::tools::prompted_history(turn.messages),
+                    schema: None,
+                    max_tokens: None,
+                    n: 1,
+                    tools: Vec::new(),
+                    temperature: turn.temperature,
+                    seed: turn.seed,
+                }
+            } else {
+                ChatRequest {
+                    phase: Phase::Agent,
+                    function: turn.function.map(str::to_owned),
+                    system: turn.system.to_owned(),
+                    messages: turn.messages.to_vec(),
+                    schema: None,
+                    max_tokens: None,
+                    n: 1,
+                    tools: turn.tools.to_vec(),
+                    temperature: turn.temperature,
+                    seed: turn.seed,
+                }
+            };
+            let mut request = request;
+            request.max_tokens = self.answer_budget(&request)?;
+            let (response, made) = self.call(call, seat, &request, deadline).await;
+            calls += made;
+            let mut response = match response {
+                // A server that does not take `tools` says so by naming them: the prompted
+                // form from now on, for every clone, and this step asked again at once.
+                Err(Error::Rejected { status, message })
+                    if !prompted && refuses_tools(&message) =>
+                {
+                    tracing::warn!(
+                        endpoint = %self.provider.endpoint(),
+                        status,
+                        answer = %message,
+                        "the model server refuses tool calling; tools go in the prompt from now on"
+                    );
+                    self.prompted_tools.store(true, Ordering::Relaxed);
+                    prompted = true;
+                    continue;
+                }
+                other => other?,
+            };
+            if prompted {
+                match crate::tools::parse_prompted(&response.text) {
+                    Ok(action) => response.tool_calls = vec![action],
+                    Err(problem) => response.tool_problem = Some(problem),
+                }
+            }
+            return Ok(Turned {
+                text: response.text,
+                tool_calls: response.tool_calls,
+                tool_problem: response.tool_problem,
+                usage: response.usage,
+                truncated: response.truncated,
+                token_ids: response.token_ids,
+                calls,
+                prompted,
+                elapsed: started.elapsed(),
+            });
+        }
+    }
+
     /// The request of a first call for a `T` answer to `prompt`.
     fn request<T: Answer>(phase: Phase, function: Option<&str>, prompt: &Prompt) -> ChatRequest {
         ChatRequest {
             phase,
             function: function.map(str::to_owned),
             system: prompt.system.clone(),
-            messages: vec![Message {
-                role: Role::User,
-                content: prompt.user.clone(),
-            }],
+            messages: vec![Message::user(prompt.user.clone())],
             schema: (!T::TEXT).then(|| cached_spec_for::<T>(T::NAME, T::STRICT)),
             max_tokens: None,
             n: 1,
+            tools: Vec::new(),
+            temperature: None,
+            seed: None,
         }
     }
 
@@ -695,6 +789,41 @@ fn limits_config(options: &Options) -> limits::Config {
         tokens_per_minute: options.tokens_per_minute,
         reserve: options.tenant_reserve,
     }
+}
+
+/// Whether a refusal is the server not taking the request's `tools` (it names them).
+fn refuses_tools(message: &str) -> bool {
+    message.contains("tools") || message.contains("tool_choice")
+}
+
+/// One agent step's question ([`Model::turn`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    pub system: &'a str,
+    /// The conversation so far, tool calls and results included.
+    pub messages: &'a [Message],
+    pub tools: &'a [crate::ToolSpec],
+    /// What the scripted model and the logs key the step by (the run's id).
+    pub function: Option<&'a str>,
+    pub temperature: Option<f32>,
+    pub seed: Option<u64>,
+}
+
+/// The model's answer to one agent step.
+#[derive(Debug, Clone)]
+pub struct Turned {
+    pub text: String,
+    pub tool_calls: Vec<crate::ToolCall>,
+    /// The answer was meant as a tool call that cannot be read as one: why.
+    pub tool_problem: Option<String>,
+    pub usage: Usage,
+    pub truncated: bool,
+    pub token_ids: Option<Vec<u32>>,
+    /// HTTP calls made, retries included.
+    pub calls: u32,
+    /// Asked in the prompted form.
+    pub prompted: bool,
+    pub elapsed: Duration,
 }
 
 /// The smallest answer worth asking for: a function and its analysis need more.

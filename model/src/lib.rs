@@ -29,6 +29,7 @@ pub mod record;
 pub mod schema;
 pub mod scripted;
 pub mod server;
+pub mod tools;
 pub mod turnstile;
 
 use std::time::Duration;
@@ -37,10 +38,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use call::Call;
-pub use client::{Completion, Generated, Model, Seat};
+pub use client::{Completion, Generated, Model, Seat, Turn, Turned};
 pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};
+pub use tools::{ToolCall, ToolCalling, ToolSpec};
 pub use turnstile::Lane;
 
 /// What the model is being asked to do; metric label, script key and prompt template.
@@ -55,6 +57,8 @@ pub enum Phase {
     Implement,
     /// Fix an implementation from the evidence of its failure.
     Repair,
+    /// One step of a tool-using agent: the model answers with tool calls or its last word.
+    Agent,
 }
 
 impl Phase {
@@ -64,6 +68,7 @@ impl Phase {
             Phase::Tests => "tests",
             Phase::Implement => "implement",
             Phase::Repair => "repair",
+            Phase::Agent => "agent",
         }
     }
 }
@@ -76,8 +81,9 @@ impl std::str::FromStr for Phase {
             "tests" => Ok(Phase::Tests),
             "implement" => Ok(Phase::Implement),
             "repair" => Ok(Phase::Repair),
+            "agent" => Ok(Phase::Agent),
             other => Err(format!(
-                "unknown phase {other:?} (plan, tests, implement, repair)"
+                "unknown phase {other:?} (plan, tests, implement, repair, agent)"
             )),
         }
     }
@@ -102,6 +108,42 @@ impl std::ops::AddAssign for Usage {
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// An assistant turn's tool calls (several in one answer allowed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A `Tool` turn: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// The result of tool call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(id.into()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +151,8 @@ pub struct Message {
 pub enum Role {
     User,
     Assistant,
+    /// A tool's result, answering one of the assistant's calls.
+    Tool,
 }
 
 /// The named JSON schema an answer must follow.
@@ -141,6 +185,16 @@ pub struct ChatRequest {
     /// recording's key, so recordings made before it existed still match.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub n: u32,
+    /// The tools the model may call (an agent's step); empty for every other request, and
+    /// then left out of a recording's key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Sampling settings of this request, over `model.temperature` (and the server's own
+    /// seed): what a reproducible rollout forwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -167,6 +221,17 @@ pub struct ChatResponse {
     /// server gave them; their tokens are in `usage`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub others: Vec<Choice>,
+    /// The tools the answer calls (native tool calling, or the prompted form's one action).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// A request with tools whose answer was meant as a call but could not be read as one
+    /// (the prompted form's action malformed, native arguments that are not JSON): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_problem: Option<String>,
+    /// The answer's token ids, where the server returns them (vLLM's `return_token_ids`,
+    /// llama.cpp's `tokens`): what an RL trainer keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// One more answer of a response that sampled several.
@@ -386,6 +451,9 @@ pub struct Options {
     /// less than a minimum fails with [`Error::ContextWindow`] instead of being cut.
     pub context_window: u32,
     pub structured_output: StructuredOutput,
+    /// How an agent's tools are offered: the API's own tool calling, or described in the
+    /// prompt with one fenced action per answer (a server without tool calling).
+    pub tool_calling: ToolCalling,
     /// Per HTTP call.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
@@ -432,6 +500,7 @@ impl Default for Options {
             max_tokens: 4096,
             context_window: 0,
             structured_output: StructuredOutput::Native,
+            tool_calling: ToolCalling::Native,
             timeout: Duration::from_secs(120),
             max_attempts: 5,
             min_backoff: Duration::from_millis(500),

@@ -102,7 +102,7 @@ impl OpenAi {
         }
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(request.messages.iter().map(|m| {
-            json!({"role": match m.role { Role::User => "user", Role::Assistant => "assistant" },
+            json!({"role": match m.role { Role::User | Role::Tool => "user", Role::Assistant => "assistant" },
                    "content": m.content})
         }));
         let mut body = json!({
@@ -255,6 +255,9 @@ impl Provider for OpenAi {
             truncated: first.truncated,
             // At most what was asked: a server that gives more is not paid for twice.
             others: choices.take(request.n.saturating_sub(1) as usize).collect(),
+        tool_calls: Vec::new(),
+        tool_problem: None,
+        token_ids: None,
         })
     }
 }

@@ -215,6 +215,9 @@ impl Provider for Scripted {
             json,
             truncated: false,
             others: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_problem: None,
+            token_ids: None,
         })
     }
 }
@@ -380,6 +383,9 @@ impl Provider for Counting {
             usage: Usage::default(),
             truncated: false,
             others: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_problem: None,
+            token_ids: None,
         })
     }
 }
