@@ -610,6 +610,8 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
             .as_ref()
             .filter(|r| !r.goals.is_empty())
             .map(|r| r.goals.clone()),
+        files: None,
+        agent: None,
     };
     let response = api
         .send_creating(

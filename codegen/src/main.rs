@@ -358,7 +358,8 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
                 &registry,
             )
             .await?;
-            Some(tokio::spawn(hosting.run(shutdown.clone())))
+            let local = hosting.local();
+            Some((local, tokio::spawn(hosting.run(shutdown.clone()))))
         }
         _ => None,
     };
@@ -373,10 +374,11 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
             pipeline: Some(pipeline),
             pool_size: Some(&|language| settings.sandbox.pool_size_of(language)),
             name: Some(id),
+            sessions: hosting.as_ref().map(|(local, _)| local.clone()),
         },
     )?;
     worker.run(shutdown).await;
-    if let Some(hosting) = hosting {
+    if let Some((_, hosting)) = hosting {
         let _ = hosting.await;
     }
     infra.cancel();

@@ -402,6 +402,47 @@ pub fn pending_plain(view: &JobProgress) -> String {
     line
 }
 
+/// An agent's step as the live transcript shows it: the model's words and calls, or what a
+/// call got back (its first lines).
+pub fn agent_step_line(step: &proto::agent::AgentStep) -> String {
+    use proto::agent::AgentStep;
+    let clip = |text: &str, max: usize| {
+        let one: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if one.chars().count() > max {
+            format!("{}…", one.chars().take(max).collect::<String>())
+        } else {
+            one
+        }
+    };
+    match step {
+        AgentStep::Model {
+            step, text, calls, problem, ..
+        } => {
+            let mut line = format!("step {step}");
+            if !text.trim().is_empty() {
+                let _ = write!(line, ": {}", clip(text, 100));
+            }
+            for call in calls {
+                let _ = write!(line, "\n  → {} {}", call.tool, clip(&call.arguments, 120));
+            }
+            if let Some(problem) = problem {
+                let _ = write!(line, "\n  ✗ {}", clip(problem, 120));
+            }
+            line
+        }
+        AgentStep::Observation {
+            tool,
+            content,
+            error,
+            ..
+        } => {
+            let mark = if *error { "✗" } else { "←" };
+            let tool = if tool.is_empty() { "answer" } else { tool };
+            format!("  {mark} {tool}: {}", clip(content, 160))
+        }
+    }
+}
+
 /// One progress line for an event of `GET /v1/jobs/{id}/events`.
 pub fn progress_line(elapsed: Duration, event: &Progress) -> String {
     let text = match event {
@@ -415,6 +456,7 @@ pub fn progress_line(elapsed: Duration, event: &Progress) -> String {
             )
         }
         Progress::Replanning { problem } => format!("plan rejected, asking again: {problem}"),
+        Progress::AgentStep { step } => agent_step_line(step),
         Progress::FunctionStarted { function } => format!("{function}: started"),
         Progress::FunctionCached { function } => {
             format!("{function}: reused a verified function from the cache")

@@ -155,5 +155,6 @@ fn pipeline_job(body: &[u8]) -> Option<(TaskId, String)> {
         proto::Task::Plan(t) => Some((t.job_id, "planning".into())),
         proto::Task::Implement(t) => Some((t.job_id, format!("implementing {}", t.function))),
         proto::Task::Integrate(t) => Some((t.job_id, "integration".into())),
+        proto::Task::Agent(t) => Some((t.job_id, "the agent's run".into())),
     }
 }

@@ -57,6 +57,12 @@ impl ApiError {
         self
     }
 
+    /// What the error is about (a field, a query parameter, a header).
+    #[cfg(test)]
+    pub(crate) fn field(&self) -> Option<&str> {
+        self.param.as_deref()
+    }
+
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

@@ -71,7 +71,8 @@ pub(crate) fn validate(
             }
         }
     };
-    if !language.spec().generation {
+    let agent = crate::agent_jobs::agent_request(options, &submission, language)?;
+    if agent.is_none() && !language.spec().generation {
         let supported: Vec<&str> = Language::ALL
             .iter()
             .filter(|l| l.spec().generation)
@@ -140,6 +141,7 @@ pub(crate) fn validate(
         candidates,
         max_tokens_total: Some(max_tokens_total),
         rework,
+        agent,
     })
 }
 
@@ -347,9 +349,11 @@ pub(crate) async fn create_job(
     tenant: Option<String>,
     request_id: Option<&str>,
 ) -> Result<Created, ApiError> {
+    // An agent's run is not a function of its request (its tools' results are the sandbox's).
     let cache_key = c
         .cache()
         .as_ref()
+        .filter(|_| request.agent.is_none())
         .map(|(_, model)| proto::job::solution_cache_key(&request, model));
     if let (Some((cache, _)), Some(key)) = (c.cache(), &cache_key) {
         match cache.cached_solution(key).await {
@@ -391,16 +395,14 @@ pub(crate) async fn create_job(
         .jobs
         .push_event(id, &Progress::Queued { job_id: id })
         .await;
-    if let Err(e) = c
-        .flow
-        .publish(
-            Task::Plan(proto::job::PlanTask {
-                job_id: id,
-                problem: None,
-            }),
-            &meta,
-        )
-        .await
+    let first = match meta.request.agent {
+        Some(_) => Task::Agent(proto::agent::AgentTask { job_id: id }),
+        None => Task::Plan(proto::job::PlanTask {
+            job_id: id,
+            problem: None,
+        }),
+    };
+    if let Err(e) = c.flow.publish(first, &meta).await
     {
         let reason = format!("not queued: {e}");
         if let Err(e) = c.fail_job(&meta, &reason).await {

@@ -11,6 +11,7 @@
 //! - a request is answered 2xx only after the broker confirmed its task;
 //! - a task that cannot be published gets an `error` result, never a silent "queued".
 
+mod agent_jobs;
 mod api;
 pub mod auth;
 mod batches;
@@ -96,6 +97,8 @@ pub struct Options {
     /// Tokens a job may spend when it gives no `max_tokens_total`, and the most it may ask.
     pub default_max_tokens_total: u64,
     pub max_tokens_total_limit: u64,
+    /// The longest an agent job's run may ask to take (`agent.max_seconds`), in seconds.
+    pub agent_max_seconds: u64,
     /// Most functions a plan may have.
     pub max_functions: usize,
     /// Most jobs one `POST /v1/batches` may hold.
@@ -173,6 +176,7 @@ impl Default for Options {
             max_iterations_limit: 10,
             default_max_tokens_total: 500_000,
             max_tokens_total_limit: 10_000_000,
+            agent_max_seconds: 3600,
             max_functions: 16,
             max_batch_jobs: 1000,
             max_batch_executions: 10_000,

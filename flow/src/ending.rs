@@ -50,6 +50,9 @@ impl Flow {
         reason: &str,
         specs: &[FunctionSpec],
     ) -> Result<Ended, store::Error> {
+        if meta.request.agent.is_some() {
+            return self.end_agent_early(meta, status, reason).await;
+        }
         let plan = self.jobs.plan(meta.id).await?;
         let specs = plan.as_ref().map_or(specs, |plan| &plan.specs[..]);
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
@@ -74,6 +77,54 @@ impl Flow {
             tracing::info!(job = %meta.id, status = status.as_str(), %reason, "job ended");
             return Ok(Ended { result, now: true });
         }
+        self.ended_before(meta, reason, result).await
+    }
+
+    /// [`Self::end_early`] of an agent job: what its recorded steps spent, no answer. Its
+    /// run, wherever it is, stops at its next step (the job's status says so); its session
+    /// ends with it there, or at its idle timeout if no run takes the job again.
+    async fn end_agent_early(
+        &self,
+        meta: &JobMeta,
+        status: JobStatus,
+        reason: &str,
+    ) -> Result<Ended, store::Error> {
+        use proto::agent::{AgentEnd, AgentOutcome, AgentTotals};
+        let steps = self.jobs.steps(meta.id).await?;
+        let now = proto::now_ms();
+        let mut totals = AgentTotals::of(&steps);
+        totals.wall_ms = now.saturating_sub(meta.submitted_at_ms);
+        let outcome = AgentOutcome {
+            ended_by: if status == JobStatus::Cancelled {
+                AgentEnd::Cancelled
+            } else {
+                AgentEnd::Failed
+            },
+            answer: None,
+            files: Default::default(),
+            missing: Default::default(),
+            totals,
+            session_id: proto::agent::session_id(meta.id),
+        };
+        let ending = Ending::Agent {
+            outcome,
+            failure: Some(reason.to_owned()),
+        };
+        let result = JobResult::assemble(meta, &[], &BTreeMap::new(), ending, now);
+        if self.finish(meta.tenant.as_deref(), &result).await? {
+            tracing::info!(job = %meta.id, status = status.as_str(), %reason, "agent job ended");
+            return Ok(Ended { result, now: true });
+        }
+        self.ended_before(meta, reason, result).await
+    }
+
+    /// A job that had finished before this end: its own result.
+    async fn ended_before(
+        &self,
+        meta: &JobMeta,
+        reason: &str,
+        result: JobResult,
+    ) -> Result<Ended, store::Error> {
         tracing::info!(job = %meta.id, %reason, "job had finished already; its result stands");
         Ok(Ended {
             result: self.jobs.result(meta.id).await?.unwrap_or(result),

@@ -56,6 +56,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
             candidates: 1,
             max_tokens_total: None,
             rework: None,
+            agent: None,
         },
         submitted_at_ms: 0,
         replans: 0,

@@ -22,6 +22,8 @@ const IMPLEMENT_REWORK: &str = include_str!("../prompts/v1/implement_rework.j2")
 const COMPLETE_SYSTEM: &str = include_str!("../prompts/v1/complete_system.j2");
 const COMPLETE: &str = include_str!("../prompts/v1/complete.j2");
 const COMPLETE_REPAIR: &str = include_str!("../prompts/v1/complete_repair.j2");
+const AGENT_SYSTEM: &str = include_str!("../prompts/v1/agent_system.j2");
+const AGENT_TASK: &str = include_str!("../prompts/v1/agent_task.j2");
 
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +179,8 @@ fn environment() -> Environment<'static> {
         ("complete_system", COMPLETE_SYSTEM),
         ("complete", COMPLETE),
         ("complete_repair", COMPLETE_REPAIR),
+        ("agent_system", AGENT_SYSTEM),
+        ("agent_task", AGENT_TASK),
     ] {
         env.add_template(name, source)
             .expect("bundled templates parse (checked by tests)");
@@ -440,6 +444,31 @@ fn render_with(
                 ..minijinja::Value::from(minijinja::value::Serde(&context))
             },
         )?,
+    })
+}
+
+/// Inputs of an agent's prompt: its system prompt, and its task as the first turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentContext<'a> {
+    pub instruction: &'a str,
+    pub language: &'a str,
+    pub max_steps: u32,
+    /// The files given with the task.
+    pub files: Vec<&'a str>,
+}
+
+/// An agent's system prompt and first turn (the tools go with every step, not in here).
+pub fn agent(context: &AgentContext<'_>) -> Result<Prompt, Error> {
+    let render = |name: &str| {
+        ENVIRONMENT
+            .get_template(name)
+            .and_then(|t| t.render(minijinja::value::Serde(context)))
+            .map(|s| s.trim().to_owned())
+            .map_err(|e| Error::Config(format!("prompt template {name}: {e}")))
+    };
+    Ok(Prompt {
+        system: render("agent_system")?,
+        user: render("agent_task")?,
     })
 }
 

@@ -19,6 +19,11 @@ pub enum Ending {
     Integrated(Integration),
     /// Ended before its integration with `status` (`failed`, `cancelled`) and why.
     Early { status: JobStatus, reason: String },
+    /// An agent job's run ended (`failure`: why, when it did not finish).
+    Agent {
+        outcome: crate::agent::AgentOutcome,
+        failure: Option<String>,
+    },
 }
 
 /// What the integration gave.
@@ -94,8 +99,31 @@ impl JobResult {
             validation: Validation::NotValidated,
             manual_review_recommended: true,
             change: None,
+            agent: None,
         };
         match ending {
+            Ending::Agent { outcome, failure } => {
+                use crate::agent::AgentEnd;
+                result.status = match outcome.ended_by {
+                    AgentEnd::Finished => JobStatus::Succeeded,
+                    AgentEnd::Cancelled => JobStatus::Cancelled,
+                    _ => JobStatus::Failed,
+                };
+                result.failure = match (result.status, failure) {
+                    (JobStatus::Succeeded, _) => None,
+                    (_, Some(failure)) => Some(failure),
+                    (_, None) => Some(format!(
+                        "the agent's run ended: {}",
+                        outcome.ended_by.as_str()
+                    )),
+                };
+                let totals = outcome.totals;
+                result.metrics.model_calls += totals.model_calls;
+                result.metrics.tokens.prompt += totals.prompt_tokens;
+                result.metrics.tokens.completion += totals.completion_tokens;
+                result.metrics.sandbox_cpu_ms += totals.sandbox_cpu_ms;
+                result.agent = Some(outcome);
+            }
             Ending::Early { status, reason } => {
                 result.status = status;
                 result.failure = Some(reason);
@@ -314,6 +342,7 @@ mod tests {
                 candidates: 1,
                 max_tokens_total: None,
                 rework: None,
+                agent: None,
             },
             submitted_at_ms: 1_000,
             replans: 0,

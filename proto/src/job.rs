@@ -60,6 +60,13 @@ pub struct JobSubmission {
     /// `readability`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goals: Option<Vec<String>>,
+    /// `agent`: files put into the agent's working directory before its first step (path →
+    /// UTF-8 content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<BTreeMap<String, String>>,
+    /// `agent`: the run's budgets and sampling (docs/agent.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::agent::AgentSettings>,
 }
 
 /// What a job does with its request.
@@ -73,6 +80,9 @@ pub enum Mode {
     Debug,
     /// Improve given code toward goals: its behaviour, pinned by tests first, stays the same.
     Refactor,
+    /// A tool-using agent on a session of its own: the model decides each next step (run
+    /// code or a command, read, write and list files, install packages) until it finishes.
+    Agent,
 }
 
 impl Mode {
@@ -81,6 +91,7 @@ impl Mode {
             Mode::Generate => "generate",
             Mode::Debug => "debug",
             Mode::Refactor => "refactor",
+            Mode::Agent => "agent",
         }
     }
 }
@@ -97,7 +108,7 @@ impl Mode {
     /// The rework a job of this mode does to its given code (`None`: it writes code anew).
     pub fn rework(self) -> Option<ReworkMode> {
         match self {
-            Mode::Generate => None,
+            Mode::Generate | Mode::Agent => None,
             Mode::Debug => Some(ReworkMode::Debug),
             Mode::Refactor => Some(ReworkMode::Refactor),
         }
@@ -149,6 +160,9 @@ pub struct JobRequest {
     /// A `debug` or `refactor` job's given code; `None`: the job generates.
     #[serde(default)]
     pub rework: Option<Rework>,
+    /// An `agent` job's run; `None`: a pipeline job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::agent::AgentRequest>,
 }
 
 fn one() -> u32 {
@@ -157,6 +171,9 @@ fn one() -> u32 {
 
 impl JobRequest {
     pub fn mode(&self) -> Mode {
+        if self.agent.is_some() {
+            return Mode::Agent;
+        }
         self.rework
             .as_ref()
             .map_or(Mode::Generate, |r| r.mode.into())
@@ -739,6 +756,10 @@ pub struct JobResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub change: Option<Change>,
+    /// An `agent` job's answer, files and totals (its steps: `GET /v1/jobs/{id}/transcript`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub agent: Option<crate::agent::AgentOutcome>,
 }
 
 /// What a `debug` or `refactor` job changed in the given code, and why.
@@ -789,6 +810,7 @@ mod tests {
             candidates: 1,
             max_tokens_total: None,
             rework: None,
+            agent: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! Redis key names are the store's own (`store::keys`).
 //! Coordinators and workers of the same schema version can be mixed freely in one cluster.
 
+pub mod agent;
 pub mod api;
 pub mod clock;
 pub mod codec;

@@ -46,6 +46,8 @@ pub enum Progress {
         passed: bool,
         attempts: u32,
     },
+    /// An agent job recorded a step (its model's answer, or a call's observation).
+    AgentStep { step: crate::agent::AgentStep },
     /// The job is final; its result is stored. Always the last event.
     Finished {
         status: JobStatus,
@@ -82,6 +84,7 @@ impl Progress {
             Progress::FunctionStarted { .. } => "function_started",
             Progress::Attempt { .. } => "attempt",
             Progress::FunctionDone { .. } => "function_done",
+            Progress::AgentStep { .. } => "agent_step",
             Progress::Finished { .. } => "finished",
         }
     }

@@ -65,6 +65,8 @@ pub enum Task {
     Implement(ImplementTask),
     /// Assemble a job's module, run all tests together, report quality.
     Integrate(IntegrateTask),
+    /// Run (or go on with) an agent job's loop.
+    Agent(crate::agent::AgentTask),
 }
 
 impl Task {
@@ -75,6 +77,7 @@ impl Task {
             Task::Plan(_) => "plan",
             Task::Implement(_) => "implement",
             Task::Integrate(_) => "integrate",
+            Task::Agent(_) => "agent",
         }
     }
 
@@ -85,6 +88,7 @@ impl Task {
             Task::Plan(t) => Some(t.job_id),
             Task::Implement(t) => Some(t.job_id),
             Task::Integrate(t) => Some(t.job_id),
+            Task::Agent(t) => Some(t.job_id),
         }
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use proto::agent::AgentStep;
 use proto::{Progress, TaskId};
 
 use crate::Error;
@@ -89,6 +90,16 @@ pub struct Saved {
     /// The job's status as the write saw it: a worker learns that its job ended without
     /// another read.
     pub status: Option<JobStatus>,
+}
+
+/// What [`JobStore::record_step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepRecorded {
+    Yes,
+    /// The transcript holds `length` steps, not the step's index: another run records it.
+    Taken { length: u32 },
+    /// The job has ended (`status`): nothing more is recorded.
+    Ended(JobStatus),
 }
 
 /// What a job has spent, as a charge to it answered ([`JobStore::spend_tokens`]).
@@ -238,6 +249,13 @@ pub trait JobStore: Send + Sync + 'static {
         result: &JobResult,
     ) -> Result<bool, Error>;
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error>;
+    /// Records agent job `id`'s `step` at its index, with its `agent_step` progress event, in
+    /// one step: only when the transcript holds exactly `step.index()` steps and the job has
+    /// not ended. Two runs of one job (a redelivery while the first still runs) cannot both
+    /// record a step: the second is told, and stops.
+    async fn record_step(&self, id: TaskId, step: &AgentStep) -> Result<StepRecorded, Error>;
+    /// Agent job `id`'s transcript, in order.
+    async fn steps(&self, id: TaskId) -> Result<Vec<AgentStep>, Error>;
     async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error>;
     /// Events after `after` (stream id; `None`: from the start). An event this process cannot
     /// read (written by a newer one) is left out.

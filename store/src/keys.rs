@@ -112,6 +112,12 @@ impl JobKeys {
         format!("{}:final", self.function(name))
     }
 
+    /// `{p}:job:{id}:steps`, list: an agent job's transcript, MessagePack `AgentStep`s in
+    /// order (a step's index is its position).
+    pub fn steps(&self) -> String {
+        self.part("steps")
+    }
+
     /// `{p}:job:{id}:published`, set: functions (and `#integrate`) whose task was published.
     pub fn published(&self) -> String {
         self.part("published")
@@ -530,6 +536,7 @@ mod tests {
             (keys.function("add"), "fn:add"),
             (keys.function_final("add"), "fn:add:final"),
             (keys.published(), "published"),
+            (keys.steps(), "steps"),
             (keys.result(), "result"),
             (keys.events(), "events"),
             (keys.batch_link(), "batch"),

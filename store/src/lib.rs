@@ -47,7 +47,7 @@ pub use idempotency::{Answer, Claimed, Idempotency, MemoryIdempotency};
 pub use index::{Index, MemoryIndex};
 pub use jobs::{
     Completion, Finished, IntegrationView, JobStore, JobView, MemoryJobs, Saved, Spent, Started,
-    StoredEvent,
+    StepRecorded, StoredEvent,
 };
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;

@@ -85,6 +85,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
             candidates: 1,
             max_tokens_total: None,
             rework: None,
+            agent: None,
         },
         submitted_at_ms: 1_000,
         replans: 0,

@@ -140,6 +140,7 @@ impl InProcess {
                     pipeline: Some(pipeline),
                     pool_size: Some(&|_| pool_size),
                     name: None,
+                    sessions: None,
                 },
             )
             .expect("a worker");

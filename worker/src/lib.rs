@@ -15,6 +15,7 @@
 //!   towards the delivery limit. Only a failure whose dependency answers is the task's own and
 //!   counts (`requeue`).
 
+pub mod agent;
 mod executions;
 pub mod fair;
 pub mod gate;
@@ -132,6 +133,8 @@ pub struct Worker {
     tenants: Option<Arc<dyn Tenants>>,
     /// The registered weights, for the model's turn ([`model::turnstile`]).
     weights: std::sync::RwLock<std::collections::HashMap<String, u32>>,
+    /// Agent jobs' loops, when this worker has a model and holds sessions.
+    agent: Option<agent::Agent>,
 }
 
 /// What a worker is built from besides its options, all given at once ([`Worker::build`]).
@@ -150,6 +153,9 @@ pub struct Parts<'a> {
     pub pool_size: Option<&'a dyn Fn(Language) -> usize>,
     /// Its name where it announces itself (`stores.presence`); default `worker-<pid>`.
     pub name: Option<String>,
+    /// This worker's sessions ([`sessions::SessionHosting::local`]): with a pipeline that has
+    /// a model, agent jobs run here, each on a session of its own.
+    pub sessions: Option<sessions::LocalSessions>,
 }
 
 impl std::fmt::Debug for Parts<'_> {
@@ -223,6 +229,7 @@ impl Worker {
             pipeline,
             pool_size,
             name,
+            sessions,
         } = parts;
         let metrics = Metrics::register(registry).map_err(|e| Error::Config(e.to_string()))?;
         let execution_ends = flow::ExecutionEnds::new(
@@ -249,6 +256,17 @@ impl Worker {
             })
         });
         let name = name.unwrap_or_else(|| format!("worker-{}", std::process::id()));
+        let agent = match (&pipeline, sessions) {
+            (Some(pipeline), Some(sessions)) => pipeline.model.clone().map(|model| {
+                agent::Agent::new(
+                    model,
+                    Arc::clone(&pipeline.jobs),
+                    pipeline.flow.clone(),
+                    sessions,
+                )
+            }),
+            _ => None,
+        };
         Ok(Self {
             options,
             broker,
@@ -262,6 +280,7 @@ impl Worker {
             presence: stores.presence.clone().map(|presence| (presence, name)),
             tenants: stores.tenants.clone(),
             weights: Default::default(),
+            agent,
         })
     }
 
@@ -665,6 +684,10 @@ impl Worker {
             Task::Plan(task) => Step::Plan(task),
             Task::Implement(task) => Step::Implement(task),
             Task::Integrate(task) => Step::Integrate(task),
+            Task::Agent(task) => {
+                let outcome = self.agent_task(&task, lane, delivery, stop).await;
+                return self.finish(kind, outcome, started);
+            }
         };
         let ctx = pipeline::TaskCtx::new(step.job_id(), lane, stop.clone());
         let outcome = self.pipeline_task(&ctx, &step, delivery).await;
@@ -784,6 +807,64 @@ impl Worker {
                 tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
             }
             return Outcome::Requeued;
+        }
+    }
+
+    /// Runs an agent job's loop (or goes on with it) and settles its delivery.
+    async fn agent_task(
+        &self,
+        task: &proto::agent::AgentTask,
+        lane: model::Lane,
+        delivery: Delivery,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        let job = task.job_id;
+        let (Some(agent), Some(pipeline)) = (&self.agent, &self.pipeline) else {
+            // Only workers that can run it take from the tasks queue with a model; one that
+            // holds no sessions gives the task back for another.
+            tracing::warn!(%job, "this worker holds no sessions: agent task handed back");
+            if let Err(e) = delivery.hand_back().await {
+                tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+            }
+            return Outcome::HandedBack;
+        };
+        tracing::info!(%job, "agent task started");
+        let needs = self.needs(Queue::Tasks);
+        let wait = |dependency| self.outage_wait(pipeline, dependency);
+        let result = self
+            .gate
+            .through(&needs, wait, || agent.run(task, &lane, stop))
+            .await;
+        match result {
+            Ok(()) => self.settle(delivery, Outcome::Completed).await,
+            Err(gate::Failed::Down { error, missing }) => {
+                tracing::info!(%job, %error, "agent task waited out its dependency");
+                self.hand_back(delivery, "agent", &missing).await
+            }
+            Err(gate::Failed::Own(agent::Error::Stopped)) => {
+                tracing::info!(%job, "worker stopping: agent run handed back at a step's end");
+                if let Err(e) = delivery.hand_back().await {
+                    tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+                }
+                Outcome::HandedBack
+            }
+            Err(gate::Failed::Own(agent::Error::Ended(status))) => {
+                tracing::info!(%job, %status, "job ended: agent run stopped");
+                self.settle(delivery, Outcome::Ended).await
+            }
+            Err(gate::Failed::Own(agent::Error::Stale(reason))) => {
+                tracing::info!(%job, %reason, "stale agent task: acking it");
+                self.settle(delivery, Outcome::Stale).await
+            }
+            Err(gate::Failed::Own(error @ agent::Error::Retry { .. })) => {
+                // Its dependency answers: the failure is the run's; the broker's delivery
+                // limit bounds how often it is tried.
+                tracing::warn!(%job, %error, "agent task failed; back to its queue");
+                if let Err(e) = delivery.requeue().await {
+                    tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
+                }
+                Outcome::Requeued
+            }
         }
     }
 

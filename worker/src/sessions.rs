@@ -328,6 +328,11 @@ impl SessionHosting {
         &self.url
     }
 
+    /// The sessions as callers in this process reach them.
+    pub fn local(&self) -> LocalSessions {
+        LocalSessions(Arc::clone(&self.inner))
+    }
+
     /// Serves until `cancel`; then ends every held session.
     pub async fn run(self, cancel: CancellationToken) {
         let Self {
@@ -352,6 +357,112 @@ impl SessionHosting {
         }
         let _ = server.await;
         inner.close_all().await;
+    }
+}
+
+/// This worker's sessions for a caller in this process (an agent's run, whose session is held
+/// where its loop runs): the session API's operations without HTTP, answered and refused
+/// alike. Cheap to clone.
+#[derive(Clone)]
+pub struct LocalSessions(Arc<Inner>);
+
+impl std::fmt::Debug for LocalSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSessions")
+            .field("host", &self.0.id)
+            .finish()
+    }
+}
+
+impl LocalSessions {
+    /// This worker's id as a session host (what a record's `host` names).
+    pub fn host(&self) -> &str {
+        &self.0.id
+    }
+
+    /// Where coordinators reach this worker's sessions.
+    pub fn url(&self) -> &str {
+        &self.0.url
+    }
+
+    pub fn store(&self) -> &Arc<dyn store::Sessions> {
+        &self.0.store
+    }
+
+    /// Whether this worker holds session `id` now.
+    pub fn holds(&self, id: &str) -> bool {
+        self.0.lookup(id).is_some()
+    }
+
+    /// The largest file a call may carry (`worker.sessions.max_file_bytes`).
+    pub fn max_file_bytes(&self) -> u64 {
+        self.0.options.max_file_bytes
+    }
+
+    /// Opens session `id` (its record already made): `true` when this call opened it.
+    pub async fn open(&self, id: &str, open: &OpenSession) -> Result<bool, Refusal> {
+        self.0.open(id, open).await
+    }
+
+    /// Restores session `id` here from its checkpoint, taking it over from `lost_host`.
+    pub async fn restore(
+        &self,
+        id: &str,
+        request: &RestoreSession,
+    ) -> Result<Option<Restore>, Refusal> {
+        self.0.restore(id, request).await
+    }
+
+    pub async fn cell(&self, id: &str, cell: RunCell) -> Result<CellOutcome, Refusal> {
+        match with_kernel(&self.0, id, Op::Cell(cell)).await? {
+            Ok(Done::Cell(result)) => Ok(CellOutcome::Ran(result)),
+            Ok(Done::AlreadyRan) => Ok(CellOutcome::AlreadyRan),
+            Ok(_) => unreachable!("a cell is answered with its result"),
+            Err(SessionError::Dead { reason, oom_killed }) => {
+                Ok(CellOutcome::Died { reason, oom_killed })
+            }
+            Err(refusal) => Err(refused(refusal)),
+        }
+    }
+
+    pub async fn put_file(&self, id: &str, path: &str, bytes: Vec<u8>) -> Result<(), Refusal> {
+        match with_kernel(&self.0, id, Op::Put(path.to_owned(), bytes.into())).await? {
+            Ok(_) => Ok(()),
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// A file's bytes, at most `max_bytes` of them (more is refused).
+    pub async fn get_file(&self, id: &str, path: &str, max_bytes: u64) -> Result<Vec<u8>, Refusal> {
+        match with_kernel(&self.0, id, Op::Get(path.to_owned(), max_bytes)).await? {
+            Ok(Done::Get(bytes)) => Ok(bytes),
+            Ok(_) => unreachable!("a file request is answered with its bytes"),
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    pub async fn list_files(
+        &self,
+        id: &str,
+    ) -> Result<Vec<proto::api::sessions::SessionFile>, Refusal> {
+        match with_kernel(&self.0, id, Op::List).await? {
+            Ok(Done::List(files)) => Ok(files),
+            Ok(_) => unreachable!("a listing is answered with the files"),
+            Err(e) => Err(refused(e)),
+        }
+    }
+
+    /// Removes session `id`'s container (its record is ended by whoever ends it).
+    pub async fn close(&self, id: &str) {
+        self.0.close(id).await;
+    }
+
+    /// Ends session `id`'s record as `end` says (the first end wins), through the one place
+    /// sessions end.
+    pub async fn end(&self, record: &proto::session::SessionRecord, end: &SessionEnd) {
+        if let Err(e) = self.0.ends.end(record, end).await {
+            tracing::warn!(error = %e, session = %record.id, "cannot record a session's end");
+        }
     }
 }
 
@@ -508,18 +619,37 @@ impl Inner {
     }
 }
 
-fn refuse(status: StatusCode, code: HostErrorCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        axum::Json(HostError {
-            code,
-            message: message.into(),
-        }),
-    )
-        .into_response()
+/// A session call refused: what the session API answers, and what a caller in this process
+/// (an agent's run) reads.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub error: HostError,
 }
 
-fn no_session(id: &str) -> Response {
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.error)).into_response()
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error.message)
+    }
+}
+
+fn refuse(status: StatusCode, code: HostErrorCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        error: HostError {
+            code,
+            message: message.into(),
+        },
+    }
+}
+
+fn no_session(id: &str) -> Refusal {
     refuse(
         StatusCode::NOT_FOUND,
         HostErrorCode::NoSession,
@@ -569,6 +699,7 @@ fn router(inner: Arc<Inner>) -> Router {
                         HostErrorCode::Unauthorized,
                         "the session secret is missing or wrong",
                     )
+                    .into_response()
                 }
             },
         ))
@@ -580,18 +711,31 @@ async fn open(
     Path(id): Path<String>,
     axum::Json(open): axum::Json<OpenSession>,
 ) -> Response {
+    match inner.open(&id, &open).await {
+        Ok(true) => StatusCode::CREATED.into_response(),
+        Ok(false) => StatusCode::NO_CONTENT.into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+impl Inner {
+    /// Opens session `id` here: `true` when this call opened it, `false` when it was held
+    /// already.
+    async fn open(&self, id: &str, open: &OpenSession) -> Result<bool, Refusal> {
+        let inner = self;
+        let id = id.to_owned();
     if inner.lookup(&id).is_some() {
-        return StatusCode::NO_CONTENT.into_response();
+        return Ok(false);
     }
     if inner.count() >= inner.options.max_per_worker {
-        return refuse(
+        return Err(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             HostErrorCode::Full,
             format!(
                 "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
                 inner.options.max_per_worker
             ),
-        );
+        ));
     }
     // Counted while it starts, so concurrent opens cannot pass the limit together.
     let slot = Arc::new(tokio::sync::Mutex::new(Held::new(open.language)));
@@ -602,12 +746,12 @@ async fn open(
         .expect("poisoned")
         .insert(id.clone(), slot);
     inner.recount();
-    let packages = match inner.install(&open).await {
+    let packages = match inner.install(open).await {
         Ok(packages) => packages,
         Err(refusal) => {
             inner.held.lock().expect("poisoned").remove(&id);
             inner.recount();
-            return refusal;
+            return Err(refusal);
         }
     };
     match inner
@@ -620,18 +764,19 @@ async fn open(
             guard.kernel = Some(kernel);
             // Checkpointed from the start (an empty session restores as one), unless off.
             inner.checkpoint(&id, &mut guard, None).await;
-            StatusCode::CREATED.into_response()
+            Ok(true)
         }
         Err(e) => {
             inner.held.lock().expect("poisoned").remove(&id);
             inner.recount();
             tracing::warn!(session = %id, error = %e, "cannot open a session");
-            refuse(
+            Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 HostErrorCode::Sandbox,
                 e.to_string(),
-            )
+            ))
         }
+    }
     }
 }
 
@@ -664,7 +809,7 @@ async fn with_kernel(
     inner: &Inner,
     id: &str,
     op: Op,
-) -> Result<Result<Done, SessionError>, Response> {
+) -> Result<Result<Done, SessionError>, Refusal> {
     let started = std::time::Instant::now();
     let held = inner.lookup(id).ok_or_else(|| no_session(id))?;
     let mut held = held.lock().await;
@@ -751,7 +896,7 @@ async fn with_kernel(
 impl Inner {
     /// Installs the packages `open` asks for (from the cache when they are there): the folder
     /// the session's container mounts, or the refusal naming the package.
-    async fn install(&self, open: &OpenSession) -> Result<Option<std::path::PathBuf>, Response> {
+    async fn install(&self, open: &OpenSession) -> Result<Option<std::path::PathBuf>, Refusal> {
         if open.packages.is_empty() {
             return Ok(None);
         }
@@ -925,7 +1070,7 @@ impl Inner {
     }
 }
 
-fn refused(outcome: SessionError) -> Response {
+fn refused(outcome: SessionError) -> Refusal {
     match outcome {
         SessionError::Refused(message) => {
             refuse(StatusCode::BAD_REQUEST, HostErrorCode::Invalid, message)
@@ -945,14 +1090,14 @@ async fn run_cell(
     axum::Json(cell): axum::Json<RunCell>,
 ) -> Response {
     let answer = match with_kernel(&inner, &id, Op::Cell(cell)).await {
-        Err(response) => return response,
+        Err(refusal) => return refusal.into_response(),
         Ok(Ok(Done::Cell(result))) => CellOutcome::Ran(result),
         Ok(Ok(Done::AlreadyRan)) => CellOutcome::AlreadyRan,
         Ok(Ok(_)) => unreachable!("a cell is answered with its result"),
         Ok(Err(SessionError::Dead { reason, oom_killed })) => {
             CellOutcome::Died { reason, oom_killed }
         }
-        Ok(Err(refusal)) => return refused(refusal),
+        Ok(Err(refusal)) => return refused(refusal).into_response(),
     };
     axum::Json(answer).into_response()
 }
@@ -971,12 +1116,13 @@ async fn put_file(
                 body.len(),
                 inner.options.max_file_bytes
             ),
-        );
+        )
+        .into_response();
     }
     match with_kernel(&inner, &id, Op::Put(path, body)).await {
-        Err(response) => response,
+        Err(refusal) => refusal.into_response(),
         Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Err(e)) => refused(e),
+        Ok(Err(e)) => refused(e).into_response(),
     }
 }
 
@@ -986,21 +1132,21 @@ async fn get_file(
 ) -> Response {
     let max = inner.options.max_file_bytes;
     match with_kernel(&inner, &id, Op::Get(path, max)).await {
-        Err(response) => response,
+        Err(refusal) => refusal.into_response(),
         Ok(Ok(Done::Get(bytes))) => {
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
         }
         Ok(Ok(_)) => unreachable!("a file request is answered with its bytes"),
-        Ok(Err(e)) => refused(e),
+        Ok(Err(e)) => refused(e).into_response(),
     }
 }
 
 async fn list_files(State(inner): State<Arc<Inner>>, Path(id): Path<String>) -> Response {
     match with_kernel(&inner, &id, Op::List).await {
-        Err(response) => response,
+        Err(refusal) => refusal.into_response(),
         Ok(Ok(Done::List(files))) => axum::Json(files).into_response(),
         Ok(Ok(_)) => unreachable!("a listing is answered with the files"),
-        Ok(Err(e)) => refused(e),
+        Ok(Err(e)) => refused(e).into_response(),
     }
 }
 
@@ -1012,49 +1158,63 @@ async fn restore(
     Path(id): Path<String>,
     axum::Json(request): axum::Json<RestoreSession>,
 ) -> Response {
+    match inner.restore(&id, &request).await {
+        Ok(restore) => axum::Json(restore).into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+impl Inner {
+    /// Takes over session `id` (see the handler): what came back (`None`: a restore that
+    /// had nothing to restore, answered as before).
+    async fn restore(
+        &self,
+        id: &str,
+        request: &RestoreSession,
+    ) -> Result<Option<Restore>, Refusal> {
+        let inner = self;
+        let id = id.to_owned();
     let started = std::time::Instant::now();
     let count = |result: &str| inner.metrics.restores.with_label_values(&[result]).inc();
     if let Some(slot) = inner.lookup(&id) {
         // Restored here already (a concurrent call found the loss too): answer that restore.
         let alive = slot.lock().await.kernel.is_some();
         return match inner.store.session(&id).await {
-            Ok(Some(record)) if alive && record.host == inner.id => {
-                axum::Json(record.last_restore).into_response()
-            }
-            _ => no_session(&id),
+            Ok(Some(record)) if alive && record.host == inner.id => Ok(record.last_restore),
+            _ => Err(no_session(&id)),
         };
     }
     if inner.count() >= inner.options.max_per_worker {
-        return refuse(
+        return Err(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             HostErrorCode::Full,
             format!(
                 "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
                 inner.options.max_per_worker
             ),
-        );
+        ));
     }
     let checkpoint = match inner.store.checkpoint(&id).await {
         Ok(store::Checkpoint::Kept(checkpoint)) => checkpoint,
         Ok(store::Checkpoint::Unavailable(why)) => {
             count("no_checkpoint");
-            return refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why);
+            return Err(refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why));
         }
         Ok(store::Checkpoint::None) => {
             count("no_checkpoint");
-            return refuse(
+            return Err(refuse(
                 StatusCode::CONFLICT,
                 HostErrorCode::NoCheckpoint,
                 "it has no checkpoint",
-            );
+            ));
         }
         Err(e) => {
             count("failed");
-            return refuse(
+            return Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 HostErrorCode::Sandbox,
                 format!("its checkpoint could not be read: {e}"),
-            );
+            ));
         }
     };
     let slot = Arc::new(tokio::sync::Mutex::new(Held::new(request.open.language)));
@@ -1074,7 +1234,7 @@ async fn restore(
         Err(refusal) => {
             forget(&inner);
             count("failed");
-            return refusal;
+            return Err(refusal);
         }
     };
     let mut kernel = match inner
@@ -1091,11 +1251,11 @@ async fn restore(
         Err(e) => {
             forget(&inner);
             count("failed");
-            return refuse(
+            return Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 HostErrorCode::Sandbox,
                 e.to_string(),
-            );
+            ));
         }
     };
     let skipped = match kernel
@@ -1111,18 +1271,18 @@ async fn restore(
             kernel.close().await;
             forget(&inner);
             count("failed");
-            return refuse(
+            return Err(refuse(
                 StatusCode::CONFLICT,
                 HostErrorCode::NoCheckpoint,
                 format!("its checkpoint could not be restored: {e}"),
-            );
+            ));
         }
     };
     let mut unrestorable: Vec<Unrestorable> = checkpoint.unrestorable;
     unrestorable.extend(skipped);
     let restore = Restore {
         lost_worker: request.lost_host.clone(),
-        reason: request.reason,
+        reason: request.reason.clone(),
         after_cell: checkpoint.cells,
         unrestorable,
         restored_ms: u64::try_from(
@@ -1149,27 +1309,28 @@ async fn restore(
                 .restore_seconds
                 .observe(started.elapsed().as_secs_f64());
             // The restored kernel has no checkpoint of its own yet: its first one is whole.
-            axum::Json(Some(restore)).into_response()
+            Ok(Some(restore))
         }
         Ok(false) => {
             kernel.close().await;
             forget(&inner);
             count("moved");
-            refuse(
+            Err(refuse(
                 StatusCode::CONFLICT,
                 HostErrorCode::Moved,
                 "another worker restored the session first, or it ended",
-            )
+            ))
         }
         Err(e) => {
             kernel.close().await;
             forget(&inner);
             count("failed");
-            refuse(
+            Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 HostErrorCode::Sandbox,
                 format!("the restored session could not be recorded: {e}"),
-            )
+            ))
         }
     }
+}
 }

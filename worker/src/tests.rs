@@ -99,6 +99,7 @@ fn worker_with(
             pipeline,
             pool_size: None,
             name,
+            sessions: None,
         },
     )
     .unwrap()

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 
-use super::{Completion, Finished, JobStore, Saved, Spent, Started, StoredEvent};
+use super::{Completion, Finished, JobStore, Saved, Spent, Started, StepRecorded, StoredEvent};
 use crate::Error;
 use crate::dag::{Effects, Integrate};
 
@@ -34,6 +34,8 @@ pub(crate) struct MemoryState {
     /// What each job's model calls have spent ([`JobStore::spend_tokens`]).
     tokens: HashMap<TaskId, u64>,
     events: HashMap<TaskId, Vec<Progress>>,
+    /// Agent jobs' transcripts ([`JobStore::record_step`]).
+    steps: HashMap<TaskId, Vec<proto::agent::AgentStep>>,
     batches: HashMap<TaskId, Batch>,
     /// What finished jobs and executions cost, by tenant and hour (the charge of Redis's
     /// finishing scripts).
@@ -329,6 +331,29 @@ impl JobStore for MemoryJobs {
     async fn result(&self, id: TaskId) -> Result<Option<JobResult>, Error> {
         Ok(self.state().results.get(&id).cloned())
     }
+    async fn record_step(
+        &self,
+        id: TaskId,
+        step: &proto::agent::AgentStep,
+    ) -> Result<StepRecorded, Error> {
+        let mut s = self.state();
+        if let Some(status) = s.status.get(&id).copied().filter(|s| s.is_final()) {
+            return Ok(StepRecorded::Ended(status));
+        }
+        let steps = s.steps.entry(id).or_default();
+        let length = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+        if length != step.index() {
+            return Ok(StepRecorded::Taken { length });
+        }
+        steps.push(step.clone());
+        s.events.entry(id).or_default().push(Progress::AgentStep { step: step.clone() });
+        Ok(StepRecorded::Yes)
+    }
+
+    async fn steps(&self, id: TaskId) -> Result<Vec<proto::agent::AgentStep>, Error> {
+        Ok(self.state().steps.get(&id).cloned().unwrap_or_default())
+    }
+
     async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error> {
         self.state()
             .events

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
+use proto::agent::AgentStep;
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
 use super::{
-    Completion, Finished, IntegrationView, JobStore, JobView, Saved, Spent, Started, StoredEvent,
+    Completion, Finished, IntegrationView, JobStore, JobView, Saved, Spent, Started, StepRecorded,
+    StoredEvent,
 };
 use crate::dag::Effects;
 use crate::keys::{self, JobKeys};
@@ -74,6 +76,10 @@ static SET_STATUS: LazyLock<redis::Script> =
 /// [`finish_job_call`]).
 static FINISH_JOB: LazyLock<redis::Script> =
     LazyLock::new(|| crate::usage::charging(include_str!("../lua/job_finish.lua")));
+
+/// Records an agent job's step at its index, once, with its event.
+static RECORD_STEP: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../lua/job_record_step.lua")));
 
 /// Stores a partial outcome unless the final one is stored, with its progress event if any;
 /// answers whether it stored it and the job's status.
@@ -629,6 +635,49 @@ impl JobStore for RedisStore {
         bytes
             .map(|b| JobResult::decode(&b).map_err(|e| corrupt(&key, e)))
             .transpose()
+    }
+
+    async fn record_step(&self, id: TaskId, step: &AgentStep) -> Result<StepRecorded, Error> {
+        let keys = JobKeys::new(self.prefix(), id);
+        let event = Progress::AgentStep { step: step.clone() };
+        let (done, length, status): (i64, u32, String) = RECORD_STEP
+            .key(keys.steps())
+            .key(keys.status())
+            .key(keys.events())
+            .arg(step.index())
+            .arg(proto::codec::encode(step))
+            .arg(self.ttl_secs())
+            .arg(event.to_json())
+            .arg(EVENTS_MAX_LEN)
+            .arg(keys::job_events_channel(self.prefix()))
+            .arg(id.to_string())
+            .arg(&JobStatus::FINAL.map(JobStatus::as_str)[..])
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(backend)?;
+        Ok(match done {
+            1 => StepRecorded::Yes,
+            0 => StepRecorded::Taken { length },
+            _ => {
+                match parse_status(&keys.status(), Some(status))? {
+                    Some(status) => StepRecorded::Ended(status),
+                    None => return Err(corrupt(&keys.status(), "an ended job without a status")),
+                }
+            }
+        })
+    }
+
+    async fn steps(&self, id: TaskId) -> Result<Vec<AgentStep>, Error> {
+        let key = JobKeys::new(self.prefix(), id).steps();
+        let items: Vec<Vec<u8>> = self
+            .connection()
+            .lrange(&key, 0, -1)
+            .await
+            .map_err(backend)?;
+        items
+            .iter()
+            .map(|b| proto::codec::decode(b).map_err(|e| corrupt(&key, e)))
+            .collect()
     }
 
     async fn push_event(&self, id: TaskId, event: &Progress) -> Result<(), Error> {

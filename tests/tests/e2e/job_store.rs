@@ -621,6 +621,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
             candidates: 1,
             max_tokens_total: None,
             rework: None,
+            agent: None,
         },
         submitted_at_ms: at,
         replans: 0,
