@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::http::{classify, transport, truncate};
 use crate::{
-    CallError, ChatRequest, ChatResponse, Choice, Error, Options, Provider, Role, SchemaSpec,
-    StructuredOutput, Usage,
+    CallError, ChatRequest, ChatResponse, Choice, Error, Message, Options, Provider, Role,
+    SchemaSpec, StructuredOutput, ToolCall, Usage,
 };
 
 /// Headers that tell a scripted endpoint which phase and function a request is about; real
@@ -101,18 +101,33 @@ impl OpenAi {
             system.push_str(&prompted_schema(schema));
         }
         let mut messages = vec![json!({"role": "system", "content": system})];
-        messages.extend(request.messages.iter().map(|m| {
-            json!({"role": match m.role { Role::User | Role::Tool => "user", Role::Assistant => "assistant" },
-                   "content": m.content})
-        }));
+        messages.extend(request.messages.iter().map(message));
         let mut body = json!({
             "model": self.model,
             "messages": messages,
-            "temperature": self.temperature,
+            "temperature": request.temperature.unwrap_or(self.temperature),
             "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
         });
         if request.n > 1 {
             body["n"] = json!(request.n);
+        }
+        if let Some(seed) = request.seed {
+            body["seed"] = json!(seed);
+        }
+        // No `tool_choice`: `auto` is every server's default, and an answer without a call is
+        // the agent's last word.
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    }})
+                })
+                .collect();
         }
         // A free-text request (no schema) is asked as a plain chat call.
         let Some(schema) = &request.schema else {
@@ -141,12 +156,133 @@ impl OpenAi {
     }
 }
 
+/// One turn as the API takes it: an assistant turn with its calls (`content` null when it
+/// said nothing else), a tool turn as the result of the call it names.
+fn message(m: &Message) -> Value {
+    match m.role {
+        Role::User => json!({"role": "user", "content": m.content}),
+        Role::Assistant if m.tool_calls.is_empty() => {
+            json!({"role": "assistant", "content": m.content})
+        }
+        Role::Assistant => json!({
+            "role": "assistant",
+            "content": (!m.content.is_empty()).then_some(m.content.as_str()),
+            "tool_calls": m.tool_calls.iter().map(|call| json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            })).collect::<Vec<_>>(),
+        }),
+        Role::Tool => match &m.tool_call_id {
+            Some(id) => json!({"role": "tool", "tool_call_id": id, "content": m.content}),
+            // A result that answers no call has nothing to pair with: the API would refuse
+            // it as a tool turn, so it goes as what the user says.
+            None => json!({"role": "user", "content": m.content}),
+        },
+    }
+}
+
+/// The calls of an answer's `message`, arguments as the model wrote them. A server that gives
+/// no id (some compatible ones) gets one derived from the answer; one that gives the
+/// arguments as an object (rather than its JSON text) has them written back as text.
+fn tool_calls(message: &Value, answer: &str) -> Vec<ToolCall> {
+    let Some(calls) = message["tool_calls"].as_array() else {
+        return Vec::new();
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let function = &call["function"];
+            let arguments = match &function["arguments"] {
+                Value::String(text) => text.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            ToolCall {
+                id: call["id"]
+                    .as_str()
+                    .filter(|id| !id.is_empty())
+                    .map_or_else(|| crate::tools::derived_id(answer, index), str::to_owned),
+                name: function["name"].as_str().unwrap_or_default().to_owned(),
+                arguments,
+            }
+        })
+        .collect()
+}
+
+/// The answer's token ids where the server sends them unasked-for in a known form: vLLM's
+/// `token_ids` (with `return_token_ids`), llama.cpp's `logprobs.content[].id`, or vLLM's
+/// `token_id:<n>` tokens (`return_tokens_as_token_ids`). `None` when any is missing: a
+/// partial list would be wrong, not short.
+fn token_ids(choice: &Value) -> Option<Vec<u32>> {
+    let id = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+    if let Some(ids) = choice["token_ids"].as_array() {
+        return ids.iter().map(id).collect();
+    }
+    let content = choice["logprobs"]["content"].as_array()?;
+    if content.is_empty() {
+        return None;
+    }
+    content
+        .iter()
+        .map(|token| {
+            id(&token["id"]).or_else(|| {
+                token["token"]
+                    .as_str()?
+                    .strip_prefix("token_id:")?
+                    .parse()
+                    .ok()
+            })
+        })
+        .collect()
+}
+
 /// Whether an error answer is the server refusing the request's `response_format` (not a
 /// throttle or a gateway's: those name no field).
 fn refuses_response_format(status: reqwest::StatusCode, text: &str) -> bool {
     !matches!(status.as_u16(), 429 | 502..=504 | 529)
         && (status.is_client_error() || status.is_server_error())
         && text.contains("response_format")
+}
+
+/// Whether an error answer is the server refusing the request's `tools` (llama-cpp-python:
+/// HTTP 500 naming them), as [`refuses_response_format`] tells its field.
+fn refuses_tools(status: reqwest::StatusCode, text: &str) -> bool {
+    !matches!(status.as_u16(), 429 | 502..=504 | 529)
+        && (status.is_client_error() || status.is_server_error())
+        && names_tools(text)
+}
+
+/// What `Model::turn` reads as a refusal of tool calling.
+fn names_tools(text: &str) -> bool {
+    text.contains("tools") || text.contains("tool_choice")
+}
+
+/// A refusal of `tools` as [`CallError::Rejected`], in the server's words (which name them).
+fn refused_tools(
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    text: &str,
+) -> CallError {
+    let message = match classify(status, headers, text) {
+        CallError::Retryable { message, .. }
+        | CallError::Throttled { message, .. }
+        | CallError::ServerError { message, .. }
+        | CallError::Rejected { message, .. }
+        | CallError::SpendLimit(message)
+        | CallError::ReplayMiss(message) => message,
+    };
+    // The error's own message may leave out where the body named them.
+    let message = if names_tools(&message) {
+        message
+    } else {
+        format!("HTTP {}: {}", status.as_u16(), truncate(text, 500))
+    };
+    CallError::Rejected {
+        status: status.as_u16(),
+        message,
+    }
 }
 
 /// The schema, spelled out for servers that cannot enforce it.
@@ -204,7 +340,14 @@ impl Provider for OpenAi {
             // A server that does not take this form of `response_format` says so by naming
             // it (llama-cpp-python: HTTP 500, "Input should be 'text' or 'json_object'"): ask
             // again at once in the next plainer form, which every later call uses too.
-            if refuses_response_format(status, &text)
+            // A server refusing `tools` is not asked again with them: the refusal goes up as
+            // one (not as a server error to retry) so that `Model::turn` asks in the
+            // prompted form, which has none.
+            if !request.tools.is_empty() && refuses_tools(status, &text) {
+                return Err(refused_tools(status, &headers, &text));
+            }
+            if request.schema.is_some()
+                && refuses_response_format(status, &text)
                 && let Some(next) = self.fall_back(structured)
             {
                 tracing::warn!(
@@ -248,6 +391,8 @@ impl Provider for OpenAi {
             prompt_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
             completion_tokens: value["usage"]["completion_tokens"].as_u64().unwrap_or(0),
         };
+        let first_choice = &value["choices"][0];
+        let tool_calls = tool_calls(&first_choice["message"], &text);
         Ok(ChatResponse {
             text: first.text,
             json: None,
@@ -255,9 +400,9 @@ impl Provider for OpenAi {
             truncated: first.truncated,
             // At most what was asked: a server that gives more is not paid for twice.
             others: choices.take(request.n.saturating_sub(1) as usize).collect(),
-        tool_calls: Vec::new(),
-        tool_problem: None,
-        token_ids: None,
+            tool_problem: crate::tools::arguments_problem(&tool_calls),
+            tool_calls,
+            token_ids: token_ids(first_choice),
         })
     }
 }

@@ -150,6 +150,33 @@ fn action_blocks(text: &str) -> Vec<&str> {
     blocks
 }
 
+/// Why an answer's native calls cannot be carried out as they are: the first whose arguments
+/// are not a JSON object (a model's own text, kept as it wrote it so the agent can quote it
+/// back). `None`: every call's arguments are an object.
+pub fn arguments_problem(calls: &[ToolCall]) -> Option<String> {
+    calls.iter().find_map(
+        |call| match serde_json::from_str::<Value>(&call.arguments) {
+            Ok(Value::Object(_)) => None,
+            Ok(_) => Some(format!(
+                "the arguments of the call to `{}` ({}) must be a JSON object",
+                call.name, call.id
+            )),
+            Err(e) => Some(format!(
+                "the arguments of the call to `{}` ({}) are not JSON: {e}",
+                call.name, call.id
+            )),
+        },
+    )
+}
+
+/// An id for a call whose server gave none (some OpenAI-compatible servers leave it out):
+/// from the answer and the call's place in it, so the same answer read again has the same id.
+pub fn derived_id(answer: &str, index: usize) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(format!("{index}\n{answer}").as_bytes());
+    format!("call_{}", hex::encode(&hash[..6]))
+}
+
 /// The history as the prompted form sends it: an assistant turn is its text (which holds its
 /// action block), a tool turn a user turn naming the call it answers.
 pub fn prompted_history(messages: &[crate::Message]) -> Vec<crate::Message> {
@@ -254,6 +281,30 @@ mod tests {
                 .unwrap()
                 .id
         );
+    }
+
+    #[test]
+    fn native_arguments_that_are_not_an_object_are_named() {
+        let call = |arguments: &str| ToolCall {
+            id: "c1".into(),
+            name: "run_shell".into(),
+            arguments: arguments.into(),
+        };
+        assert_eq!(arguments_problem(&[call(r#"{"command":"ls"}"#)]), None);
+        let problem = arguments_problem(&[call("{}"), call("{\"command\": ")]).unwrap();
+        assert!(
+            problem.contains("`run_shell` (c1) are not JSON"),
+            "{problem}"
+        );
+        let problem = arguments_problem(&[call("[\"ls\"]")]).unwrap();
+        assert!(problem.contains("must be a JSON object"), "{problem}");
+    }
+
+    #[test]
+    fn derived_ids_differ_by_place_and_answer() {
+        assert_eq!(derived_id("a", 0), derived_id("a", 0));
+        assert_ne!(derived_id("a", 0), derived_id("a", 1));
+        assert_ne!(derived_id("a", 0), derived_id("b", 0));
     }
 
     #[test]
