@@ -415,6 +415,9 @@ pub fn agent_step_line(step: &proto::agent::AgentStep) -> String {
         }
     };
     match step {
+        AgentStep::Start { model, tools, .. } => {
+            format!("started with {model} and {} tools", tools.len())
+        }
         AgentStep::Model {
             step, text, calls, problem, ..
         } => {

@@ -592,7 +592,7 @@ pub(crate) struct JobEvent {
 /// and ending with the job.
 ///
 /// Each event's data is one `Progress` object; the event's name is its `event` field
-/// (`queued`, `planning`, `planned`, `replanning`, `function_started`, `attempt`,
+/// (`queued`, `planning`, `planned`, `replanning`, `function_started`, `attempt`, `agent_step`,
 /// `function_cached`, `function_done`, `finished`), its id the position in the job's stream.
 /// `finished` is always the last event. A client whose stream broke sends the last id it
 /// received as `Last-Event-ID` (as browsers' `EventSource` does) and gets the events after it.

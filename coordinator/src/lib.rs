@@ -37,6 +37,7 @@ mod reaper;
 mod request_id;
 pub mod sessions;
 pub mod tenants;
+mod transcript;
 #[cfg(test)]
 mod testing;
 mod usage;

@@ -119,10 +119,32 @@ pub struct Cut {
     pub omitted_chars: u64,
 }
 
+/// A tool as the model was offered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AgentTool {
+    pub name: String,
+    pub description: String,
+    /// The JSON schema of its arguments.
+    #[schema(value_type = Object)]
+    pub parameters: serde_json::Value,
+}
+
 /// One recorded step of a run, in order; its `kind` names it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AgentStep {
+    /// The run's start: what the model is told before its first step, exactly (a run taken
+    /// again goes on with these words, whatever its worker's templates say).
+    Start {
+        index: u32,
+        system: String,
+        task: String,
+        tools: Vec<AgentTool>,
+        /// `provider/model` of the run's worker.
+        model: String,
+        at_ms: u64,
+        worker: String,
+    },
     /// The model's answer: what it said and the tools it calls.
     Model {
         /// Position in the transcript, from 0.
@@ -175,7 +197,9 @@ pub enum AgentStep {
 impl AgentStep {
     pub fn index(&self) -> u32 {
         match self {
-            AgentStep::Model { index, .. } | AgentStep::Observation { index, .. } => *index,
+            AgentStep::Start { index, .. }
+            | AgentStep::Model { index, .. }
+            | AgentStep::Observation { index, .. } => *index,
         }
     }
 }
@@ -246,6 +270,7 @@ impl AgentTotals {
         let mut last_worker: Option<&str> = None;
         for step in steps {
             let worker = match step {
+                AgentStep::Start { worker, .. } => worker,
                 AgentStep::Model {
                     prompt_tokens,
                     completion_tokens,
@@ -279,6 +304,58 @@ impl AgentTotals {
     }
 }
 
+/// `steps` as OpenAI chat messages, one JSON object each (what `GET /v1/jobs/{id}/transcript`
+/// answers, a line per message): the system prompt, the task, then each answer with its
+/// `tool_calls` (and `token_ids` where the server returned them) and each call's `tool`
+/// result; a malformed answer's feedback is a `user` message.
+pub fn chat_messages(steps: &[AgentStep]) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut messages = Vec::with_capacity(steps.len() + 1);
+    for step in steps {
+        match step {
+            AgentStep::Start { system, task, .. } => {
+                messages.push(json!({"role": "system", "content": system}));
+                messages.push(json!({"role": "user", "content": task}));
+            }
+            AgentStep::Model {
+                text,
+                calls,
+                token_ids,
+                ..
+            } => {
+                let mut message = json!({
+                    "role": "assistant",
+                    "content": if text.is_empty() && !calls.is_empty() { serde_json::Value::Null } else { json!(text) },
+                });
+                if !calls.is_empty() {
+                    message["tool_calls"] = calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.tool, "arguments": c.arguments}})
+                        })
+                        .collect();
+                }
+                if let Some(ids) = token_ids {
+                    message["token_ids"] = json!(ids);
+                }
+                messages.push(message);
+            }
+            AgentStep::Observation {
+                call_id: Some(id),
+                content,
+                ..
+            } => messages.push(json!({"role": "tool", "tool_call_id": id, "content": content})),
+            AgentStep::Observation {
+                call_id: None,
+                content,
+                ..
+            } => messages.push(json!({"role": "user", "content": content})),
+        }
+    }
+    messages
+}
+
 /// An agent job's outcome: part of its `JobResult`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AgentOutcome {
@@ -296,4 +373,91 @@ pub struct AgentOutcome {
     pub totals: AgentTotals,
     /// The session the run worked in.
     pub session_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps() -> Vec<AgentStep> {
+        vec![
+            AgentStep::Start {
+                index: 0,
+                system: "sys".into(),
+                task: "task".into(),
+                tools: vec![AgentTool {
+                    name: "run_shell".into(),
+                    description: "d".into(),
+                    parameters: serde_json::json!({"type": "object"}),
+                }],
+                model: "m".into(),
+                at_ms: 1,
+                worker: "w1".into(),
+            },
+            AgentStep::Model {
+                index: 1,
+                step: 1,
+                text: String::new(),
+                calls: vec![AgentCall {
+                    id: "c1".into(),
+                    tool: "run_shell".into(),
+                    arguments: r#"{"command":"ls"}"#.into(),
+                }],
+                problem: None,
+                prompt_tokens: 10,
+                completion_tokens: 3,
+                model_calls: 1,
+                token_ids: Some(vec![1, 2, 3]),
+                duration_ms: 5,
+                at_ms: 2,
+                worker: "w1".into(),
+            },
+            AgentStep::Observation {
+                index: 2,
+                call_id: Some("c1".into()),
+                tool: "run_shell".into(),
+                content: "a.txt".into(),
+                error: false,
+                malformed: false,
+                cut: None,
+                cpu_ms: 4,
+                duration_ms: 6,
+                at_ms: 3,
+                worker: "w2".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn steps_cross_processes_whole() {
+        for step in steps() {
+            let bytes = crate::codec::encode(&step);
+            let back: AgentStep = crate::codec::decode(&bytes).unwrap();
+            assert_eq!(back, step);
+        }
+    }
+
+    #[test]
+    fn totals_count_what_the_steps_spent() {
+        let totals = AgentTotals::of(&steps());
+        assert_eq!(totals.steps, 1);
+        assert_eq!(totals.tool_calls, 1);
+        assert_eq!(totals.prompt_tokens, 10);
+        assert_eq!(totals.sandbox_cpu_ms, 4);
+        assert_eq!(totals.resumed, 1, "w1 then w2");
+    }
+
+    #[test]
+    fn the_transcript_is_openai_chat_messages() {
+        let messages = chat_messages(&steps());
+        assert_eq!(messages.len(), 4);
+        assert_eq!(messages[0]["role"], "system");
+        assert_eq!(messages[1]["content"], "task");
+        assert_eq!(messages[2]["content"], serde_json::Value::Null);
+        assert_eq!(messages[2]["tool_calls"][0]["function"]["name"], "run_shell");
+        assert_eq!(messages[2]["tool_calls"][0]["type"], "function");
+        assert_eq!(messages[2]["token_ids"], serde_json::json!([1, 2, 3]));
+        assert_eq!(messages[3]["role"], "tool");
+        assert_eq!(messages[3]["tool_call_id"], "c1");
+    }
 }

@@ -95,8 +95,6 @@ impl std::fmt::Debug for Agent {
 struct Run<'a> {
     meta: &'a JobMeta,
     request: &'a AgentRequest,
-    system: String,
-    task: String,
     lane: &'a model::Lane,
     stop: &'a CancellationToken,
     transcript: Transcript,
@@ -150,21 +148,12 @@ impl Agent {
             .await
             .map_err(Error::store)?;
         let transcript = Transcript::new(self.jobs.steps(id).await.map_err(Error::store)?);
-        let prompt = model::prompts::agent(&model::prompts::AgentContext {
-            instruction: &meta.request.instruction,
-            language: meta.request.language.as_str(),
-            max_steps: request.limits.max_steps,
-            files: request.files.keys().map(String::as_str).collect(),
-        })
-        .map_err(|e| Error::Stale(e.to_string()))?;
         if !transcript.steps.is_empty() {
             tracing::info!(job = %id, steps = transcript.steps.len(), "agent run taken again: going on from its last recorded step");
         }
         let mut run = Run {
             meta: &meta,
             request,
-            system: prompt.system,
-            task: prompt.user,
             lane,
             stop,
             transcript,
@@ -203,6 +192,7 @@ impl Agent {
                 return self.end(run, Some(workspace), end, Some(why), None).await;
             }
             match run.transcript.next() {
+                Next::Start => self.start(run).await?,
                 Next::Ask => {
                     if let Some(why) = self.ask(run).await? {
                         return self
@@ -306,10 +296,54 @@ impl Agent {
         }
     }
 
+    /// Records the run's start: its prompt and tools, as the model will be shown them.
+    async fn start(&self, run: &mut Run<'_>) -> Result<(), Error> {
+        let meta = run.meta;
+        let prompt = model::prompts::agent(&model::prompts::AgentContext {
+            instruction: &meta.request.instruction,
+            language: meta.request.language.as_str(),
+            max_steps: run.request.limits.max_steps,
+            files: run.request.files.keys().map(String::as_str).collect(),
+        })
+        .map_err(|e| Error::Stale(e.to_string()))?;
+        let step = AgentStep::Start {
+            index: run.transcript.next_index(),
+            system: prompt.system,
+            task: prompt.user,
+            tools: self
+                .tools
+                .iter()
+                .map(|t| proto::agent::AgentTool {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect(),
+            model: self.model.describe(),
+            at_ms: proto::now_ms(),
+            worker: self.sessions.host().to_owned(),
+        };
+        self.record(run, step).await
+    }
+
     /// Asks the model for the next step and records its answer; `Some` says why the model
     /// failed for good (a refused request, a context window too small).
     async fn ask(&self, run: &mut Run<'_>) -> Result<Option<String>, Error> {
-        let messages = run.transcript.messages(&run.task);
+        let messages = run.transcript.messages();
+        let (system, tools) = match run.transcript.start() {
+            Some((system, _, tools)) => (
+                system.to_owned(),
+                tools
+                    .iter()
+                    .map(|t| model::ToolSpec {
+                        name: t.name.clone(),
+                        description: t.description.clone(),
+                        parameters: t.parameters.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            None => return Err(Error::Stale("the run has no recorded start".into())),
+        };
         let left = self.time_left(run);
         let function = run.meta.id.to_string();
         let call = model::Call::new(run.lane.clone());
@@ -319,9 +353,9 @@ impl Agent {
                 &call,
                 &mut run.seat,
                 model::Turn {
-                    system: &run.system,
+                    system: &system,
                     messages: &messages,
-                    tools: &self.tools,
+                    tools: &tools,
                     function: Some(&function),
                     temperature: run.request.temperature,
                     seed: run.request.seed,
@@ -444,7 +478,7 @@ impl Agent {
             .rev()
             .find_map(|s| match s {
                 AgentStep::Model { calls, .. } => Some(calls.as_slice()),
-                _ => None,
+                AgentStep::Observation { .. } | AgentStep::Start { .. } => None,
             })
             .unwrap_or_default();
         let at = calls.iter().position(|c| c.id == call.id).unwrap_or(0);

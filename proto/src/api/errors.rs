@@ -56,6 +56,7 @@ pub enum ErrorCode {
     SessionLost,
     NoSessionHost,
     SessionRestored,
+    NotAnAgentJob,
 }
 
 impl ErrorCode {
@@ -90,6 +91,7 @@ impl ErrorCode {
         Self::SessionLost,
         Self::NoSessionHost,
         Self::SessionRestored,
+        Self::NotAnAgentJob,
     ];
 
     /// The HTTP status every answer with this code has.
@@ -104,7 +106,8 @@ impl ErrorCode {
             | Self::IdempotencyInProgress
             | Self::AlreadyEnded
             | Self::SessionEnded
-            | Self::SessionLost => 409,
+            | Self::SessionLost
+            | Self::NotAnAgentJob => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::InvalidField | Self::UnknownLanguage => 422,
@@ -153,6 +156,7 @@ impl ErrorCode {
             Self::SessionLost => "session_lost",
             Self::NoSessionHost => "no_session_host",
             Self::SessionRestored => "session_restored",
+            Self::NotAnAgentJob => "not_an_agent_job",
         }
     }
 
@@ -230,6 +234,9 @@ impl ErrorCode {
             }
             Self::SessionRestored => {
                 "the worker holding the session was lost after this cell ran and before its answer came back: the session now lives on another worker with the cell's effects (the message names what did not come back); its output is lost. Do not send it again."
+            }
+            Self::NotAnAgentJob => {
+                "the job is not an `agent` job: only agent jobs have a transcript."
             }
         }
     }

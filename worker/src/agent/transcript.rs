@@ -13,6 +13,8 @@ pub struct Transcript {
 /// What the run does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
+    /// Record the run's start (its prompt and tools).
+    Start,
     /// Ask the model.
     Ask,
     /// Carry out this call of the last answer (the calls before it have their observations).
@@ -40,6 +42,9 @@ impl Transcript {
     }
 
     pub fn next(&self) -> Next {
+        if self.start().is_none() {
+            return Next::Start;
+        }
         let Some(last_answer) = self
             .steps
             .iter()
@@ -54,7 +59,7 @@ impl Transcript {
             .iter()
             .filter_map(|s| match s {
                 AgentStep::Observation { call_id, .. } => Some(call_id.as_deref()),
-                AgentStep::Model { .. } => None,
+                AgentStep::Model { .. } | AgentStep::Start { .. } => None,
             })
             .collect();
         if calls.is_empty() {
@@ -88,7 +93,7 @@ impl Transcript {
                     malformed: true, ..
                 } => count += 1,
                 AgentStep::Observation { .. } => break,
-                AgentStep::Model { .. } => {}
+                AgentStep::Model { .. } | AgentStep::Start { .. } => {}
             }
         }
         count
@@ -155,7 +160,7 @@ impl Transcript {
                         });
                     }
                 }
-                AgentStep::Observation { .. } => {}
+                AgentStep::Observation { .. } | AgentStep::Start { .. } => {}
             }
         }
         pairs
@@ -166,11 +171,26 @@ impl Transcript {
         AgentTotals::of(&self.steps)
     }
 
-    /// The conversation the model is shown after `system` and the `task` turn.
-    pub fn messages(&self, task: &str) -> Vec<model::Message> {
-        let mut messages = vec![model::Message::user(task)];
+    /// The recorded start: the system prompt, the task and the tools.
+    pub fn start(&self) -> Option<(&str, &str, &[proto::agent::AgentTool])> {
+        self.steps.iter().find_map(|s| match s {
+            AgentStep::Start {
+                system,
+                task,
+                tools,
+                ..
+            } => Some((system.as_str(), task.as_str(), tools.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// The conversation the model is shown after the system prompt: the task, then every
+    /// step.
+    pub fn messages(&self) -> Vec<model::Message> {
+        let mut messages = Vec::with_capacity(self.steps.len());
         for step in &self.steps {
             match step {
+                AgentStep::Start { task, .. } => messages.push(model::Message::user(task.clone())),
                 AgentStep::Model { text, calls, .. } => messages.push(model::Message {
                     tool_calls: calls
                         .iter()
@@ -273,9 +293,23 @@ mod tests {
         }
     }
 
+    fn start() -> AgentStep {
+        AgentStep::Start {
+            index: 0,
+            system: "be careful".into(),
+            task: "the task".into(),
+            tools: Vec::new(),
+            model: "scripted/scripted".into(),
+            at_ms: 0,
+            worker: "w1".into(),
+        }
+    }
+
     #[test]
     fn the_next_thing_follows_from_the_steps() {
         let mut t = Transcript::default();
+        assert_eq!(t.next(), Next::Start);
+        t.steps.push(start());
         assert_eq!(t.next(), Next::Ask);
         t.steps.push(answer(0, &[("a", "run_shell", "{}"), ("b", "list_files", "{}")]));
         assert!(matches!(t.next(), Next::Call(c) if c.id == "a"));
@@ -297,12 +331,13 @@ mod tests {
     #[test]
     fn the_conversation_holds_every_step() {
         let t = Transcript::new(vec![
+            start(),
             answer(0, &[("a", "run_shell", r#"{"command":"ls"}"#)]),
             observed(1, Some("a"), "x.py", false),
             answer(2, &[]),
             observed(3, None, "call a tool", true),
         ]);
-        let m = t.messages("the task");
+        let m = t.messages();
         assert_eq!(m.len(), 5);
         assert_eq!(m[0].content, "the task");
         assert_eq!(m[1].tool_calls[0].name, "run_shell");
@@ -318,7 +353,7 @@ mod tests {
             stuck_errors: 2,
             ..AgentLimits::default()
         };
-        let mut t = Transcript::default();
+        let mut t = Transcript::new(vec![start()]);
         for i in 0..2 {
             t.steps.push(answer(2 * i, &[(&format!("c{i}"), "run_shell", "{}")]));
             t.steps.push(observed(2 * i + 1, Some(&format!("c{i}")), "same", false));

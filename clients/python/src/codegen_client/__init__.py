@@ -16,6 +16,7 @@ from .client import Client, Session
 from .errors import (
     ERROR_CODES,
     AlreadyEnded,
+    NotAnAgentJob,
     ApiKeyRequired,
     ApiKeyUnknown,
     BrokerUnavailable,
@@ -102,6 +103,7 @@ __all__ = [
     "StreamedItemView",
     "ERROR_CODES",
     "AlreadyEnded",
+    "NotAnAgentJob",
     "ApiKeyRequired",
     "ApiKeyUnknown",
     "BrokerUnavailable",

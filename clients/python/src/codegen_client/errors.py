@@ -30,6 +30,7 @@ import httpx
 __all__ = [
     "ERROR_CODES",
     "AlreadyEnded",
+    "NotAnAgentJob",
     "ApiKeyRequired",
     "ApiKeyUnknown",
     "BrokerUnavailable",
@@ -234,6 +235,12 @@ class IdempotencyInProgress(Conflict):
 
 class AlreadyEnded(Conflict):
     error_code, http_status = "already_ended", 409
+
+
+class NotAnAgentJob(Conflict):
+    """Only agent jobs have a transcript."""
+
+    error_code, http_status = "not_an_agent_job", 409
 
 
 class SessionEnded(Conflict):
