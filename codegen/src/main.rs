@@ -85,6 +85,9 @@ struct ModelServerArgs {
     /// Address to listen on (loopback by default; a private network in deploy/compose).
     #[arg(long, default_value = "127.0.0.1:8090")]
     listen: std::net::SocketAddr,
+    /// Append every request answered to this file, one JSON line each (see `model::server`).
+    #[arg(long, env = "CODEGEN_FAKE_MODEL_LOG")]
+    request_log: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -423,7 +426,12 @@ async fn run_model_server(settings: Settings, args: ModelServerArgs) -> anyhow::
     );
     let cancel = CancellationToken::new();
     on_shutdown_signal(cancel.clone(), telemetry::Readiness::new());
-    telemetry::serve(tcp, model::server::router(Arc::new(script)), cancel).await?;
+    let script = Arc::new(script);
+    let router = match args.request_log {
+        Some(log) => model::server::router_with_log(script, log),
+        None => model::server::router(script),
+    };
+    telemetry::serve(tcp, router, cancel).await?;
     Ok(())
 }
 

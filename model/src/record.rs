@@ -1,7 +1,8 @@
 //! Record real exchanges to a folder, and replay them deterministically.
 //!
 //! An exchange is keyed by a hash of what determines the answer: phase, function, system
-//! prompt, messages and schema. A replay of a request that was never recorded fails with the
+//! prompt, messages (tool calls and results included) and schema, and an agent's tools and a
+//! request's temperature and seed when it has them. A replay of a request that was never recorded fails with the
 //! key and folder named; it never falls through to a real model.
 
 use std::path::PathBuf;
@@ -23,15 +24,26 @@ pub struct Exchange {
     pub response: ChatResponse,
 }
 
-/// The key of a request: sha256 over its canonical JSON, hex.
+/// The key of a request: sha256 over its canonical JSON, hex. An agent's tools and a
+/// request's own sampling settings are part of it only when given, so that every request
+/// without them keeps the key it was recorded under (as do messages without tool calls).
 pub fn key(request: &ChatRequest) -> String {
-    let canonical = serde_json::json!({
+    let mut canonical = serde_json::json!({
         "phase": request.phase,
         "function": request.function,
         "system": request.system,
         "messages": request.messages,
         "schema": request.schema,
     });
+    if !request.tools.is_empty() {
+        canonical["tools"] = serde_json::json!(request.tools);
+    }
+    if let Some(temperature) = request.temperature {
+        canonical["temperature"] = serde_json::json!(temperature);
+    }
+    if let Some(seed) = request.seed {
+        canonical["seed"] = serde_json::json!(seed);
+    }
     hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
 }
 

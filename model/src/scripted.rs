@@ -6,9 +6,17 @@
 //!   {"phase": "plan", "answer": {"functions": [...]}},
 //!   {"phase": "implement", "function": "sieve", "answer": {"code": "...", "analysis": null}},
 //!   {"phase": "repair", "function": "sieve", "text": "raw text, e.g. for the JSON fallback",
-//!    "latency_ms": 50}
+//!    "latency_ms": 50},
+//!   {"phase": "agent", "function": "run-1", "text": "optional reasoning",
+//!    "tool_calls": [{"name": "run_shell", "arguments": {"command": "ls"}},
+//!                   {"name": "run_shell", "arguments": "{\"command\": "}]}
 //! ]}
 //! ```
+//! An agent step's entry answers with `tool_calls` (and `text` beside them, if given): each
+//! call's `arguments` is a JSON object, or a string sent as it is (malformed arguments, the
+//! way a model gets them wrong). Call ids are `call_<entry>_<k>_<use>` (the entry's place in
+//! the file, the call's in the answer, the entry's use count): the same in every run of a
+//! script, and never the same twice in one.
 //! Entries for the same phase and function are used in order; the last one repeats. An entry
 //! without `function` matches any function of its phase. An entry with `prompt_contains`
 //! answers only requests whose prompt (system and messages) contains that text, and takes
@@ -23,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{CallError, ChatRequest, ChatResponse, Error, Phase, Provider, Usage};
+use crate::{CallError, ChatRequest, ChatResponse, Error, Phase, Provider, ToolCall, Usage};
 
 /// The script file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -54,6 +62,64 @@ pub struct Entry {
     /// `answer` and `text` are then left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// An agent step's tool calls (with `text` or without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ScriptedCall>>,
+}
+
+/// One scripted tool call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub name: String,
+    /// A JSON value, sent as its JSON text; a string is sent as it is (its own JSON text,
+    /// right or wrong).
+    #[serde(default = "no_arguments")]
+    pub arguments: serde_json::Value,
+}
+
+fn no_arguments() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+/// The entry a request was answered from, and where it stands.
+#[derive(Debug, Clone, Copy)]
+pub struct Picked<'a> {
+    pub entry: &'a Entry,
+    /// The entry's place in the script.
+    pub index: usize,
+    /// How many times its group was used before (0 the first time).
+    pub used: usize,
+}
+
+impl Picked<'_> {
+    /// The entry's tool calls with their ids ([`Scripted`]'s module docs), arguments as text.
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        let Some(calls) = &self.entry.tool_calls else {
+            return Vec::new();
+        };
+        calls
+            .iter()
+            .enumerate()
+            .map(|(k, call)| ToolCall {
+                id: format!("call_{}_{k}_{}", self.index, self.used),
+                name: call.name.clone(),
+                arguments: match &call.arguments {
+                    serde_json::Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                },
+            })
+            .collect()
+    }
+
+    /// The answer's text: the structured answer's JSON, the text, or none beside tool calls.
+    pub fn text(&self) -> String {
+        match (&self.entry.answer, &self.entry.text) {
+            (Some(answer), _) => answer.to_string(),
+            (None, Some(text)) => text.clone(),
+            (None, None) => String::new(),
+        }
+    }
 }
 
 type GroupKey = (Phase, Option<String>, Option<String>);
@@ -68,14 +134,25 @@ pub struct Scripted {
 impl Scripted {
     pub fn new(script: Script) -> Result<Self, Error> {
         for (i, entry) in script.answers.iter().enumerate() {
+            // `text` may go with `tool_calls` (the reasoning before the calls), nothing else.
             let given = [
                 entry.answer.is_some(),
-                entry.text.is_some(),
+                entry.text.is_some() || entry.tool_calls.is_some(),
                 entry.status.is_some(),
             ];
             if given.iter().filter(|g| **g).count() != 1 {
                 return Err(Error::Config(format!(
-                    "scripted answer #{i} ({}): give exactly one of `answer`, `text` and `status`",
+                    "scripted answer #{i} ({}): give exactly one of `answer`, `text` (with \
+                     `tool_calls` or without), `tool_calls` and `status`",
+                    entry.phase.as_str()
+                )));
+            }
+            if let Some(calls) = &entry.tool_calls
+                && (calls.is_empty() || calls.iter().any(|c| c.name.is_empty()))
+            {
+                return Err(Error::Config(format!(
+                    "scripted answer #{i} ({}): `tool_calls` needs at least one call, each \
+                     with a `name`",
                     entry.phase.as_str()
                 )));
             }
@@ -99,39 +176,52 @@ impl Scripted {
     /// a matching `prompt_contains`, this function without one, then the same for entries
     /// without a function.
     pub fn answer(&self, phase: Phase, function: Option<&str>, prompt: &str) -> Option<&Entry> {
+        self.pick(phase, function, prompt)
+            .map(|picked| picked.entry)
+    }
+
+    /// [`Scripted::answer`], with the entry's place and use count (what its calls' ids are
+    /// made of).
+    pub fn pick(&self, phase: Phase, function: Option<&str>, prompt: &str) -> Option<Picked<'_>> {
         let tiers = [(true, true), (true, false), (false, true), (false, false)];
         for (exact, filtered) in tiers {
-            let group: Vec<&Entry> = self
+            let group: Vec<(usize, &Entry)> = self
                 .script
                 .answers
                 .iter()
-                .filter(|e| e.phase == phase)
-                .filter(|e| {
+                .enumerate()
+                .filter(|(_, e)| e.phase == phase)
+                .filter(|(_, e)| {
                     if exact {
                         e.function.is_some() && e.function.as_deref() == function
                     } else {
                         e.function.is_none()
                     }
                 })
-                .filter(|e| match &e.prompt_contains {
+                .filter(|(_, e)| match &e.prompt_contains {
                     Some(needle) => filtered && prompt.contains(needle.as_str()),
                     None => !filtered,
                 })
                 .collect();
-            let Some(first) = group.first().copied() else {
+            let Some((_, first)) = group.first().copied() else {
                 continue;
             };
             // Several filters may match one prompt: the first one in the file wins.
-            let group: Vec<&Entry> = group
+            let group: Vec<(usize, &Entry)> = group
                 .into_iter()
-                .filter(|e| e.prompt_contains == first.prompt_contains)
+                .filter(|(_, e)| e.prompt_contains == first.prompt_contains)
                 .collect();
             let key = (phase, first.function.clone(), first.prompt_contains.clone());
             let mut used = self.used.lock().expect("poisoned");
             let count = used.entry(key).or_insert(0);
-            let entry = group[(*count).min(group.len() - 1)];
+            let (index, entry) = group[(*count).min(group.len() - 1)];
+            let picked = Picked {
+                entry,
+                index,
+                used: *count,
+            };
             *count += 1;
-            return Some(entry);
+            return Some(picked);
         }
         None
     }
@@ -182,11 +272,9 @@ impl Provider for Scripted {
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
-        let prompt: String = std::iter::once(request.system.as_str())
-            .chain(request.messages.iter().map(|m| m.content.as_str()))
-            .collect();
-        let entry = self
-            .answer(request.phase, request.function.as_deref(), &prompt)
+        let prompt = prompt_of(request);
+        let picked = self
+            .pick(request.phase, request.function.as_deref(), &prompt)
             .ok_or_else(|| CallError::Rejected {
                 status: 404,
                 message: format!(
@@ -195,17 +283,16 @@ impl Provider for Scripted {
                     request.function.as_deref().unwrap_or("-")
                 ),
             })?;
+        let entry = picked.entry;
         if entry.latency_ms > 0 {
             tokio::time::sleep(Duration::from_millis(entry.latency_ms)).await;
         }
         if let Some(status) = entry.status {
             return Err(scripted_failure(status));
         }
-        let (text, json) = match (&entry.answer, &entry.text) {
-            (Some(answer), _) => (answer.to_string(), Some(answer.clone())),
-            (None, Some(text)) => (text.clone(), None),
-            (None, None) => unreachable!("checked in new()"),
-        };
+        let text = picked.text();
+        let json = entry.answer.clone();
+        let tool_calls = picked.tool_calls();
         Ok(ChatResponse {
             usage: Usage {
                 prompt_tokens: (prompt.len() as u64).div_ceil(4),
@@ -215,11 +302,25 @@ impl Provider for Scripted {
             json,
             truncated: false,
             others: Vec::new(),
-            tool_calls: Vec::new(),
-            tool_problem: None,
+            tool_problem: crate::tools::arguments_problem(&tool_calls),
+            tool_calls,
             token_ids: None,
         })
     }
+}
+
+/// What `prompt_contains` looks in: the system prompt, then every turn's text and the calls
+/// it made (name and arguments), run together as a server sees them.
+fn prompt_of(request: &ChatRequest) -> String {
+    let mut prompt = request.system.clone();
+    for m in &request.messages {
+        prompt.push_str(&m.content);
+        for call in &m.tool_calls {
+            prompt.push_str(&call.name);
+            prompt.push_str(&call.arguments);
+        }
+    }
+    prompt
 }
 
 #[cfg(test)]
@@ -299,9 +400,56 @@ mod tests {
 
     #[test]
     fn an_entry_needs_exactly_one_answer_form() {
-        let script: Script =
-            serde_json::from_value(json!({"answers": [{"phase": "plan"}]})).unwrap();
-        assert!(Scripted::new(script).is_err());
+        let script = |entry: serde_json::Value| -> Script {
+            serde_json::from_value(json!({"answers": [entry]})).unwrap()
+        };
+        let call = json!([{"name": "run_shell", "arguments": {"command": "ls"}}]);
+        for wrong in [
+            json!({"phase": "plan"}),
+            json!({"phase": "agent", "tool_calls": call, "status": 500}),
+            json!({"phase": "agent", "tool_calls": call, "answer": {}}),
+            json!({"phase": "agent", "tool_calls": []}),
+            json!({"phase": "agent", "tool_calls": [{"name": ""}]}),
+        ] {
+            assert!(Scripted::new(script(wrong.clone())).is_err(), "{wrong}");
+        }
+        for right in [
+            json!({"phase": "agent", "tool_calls": call}),
+            json!({"phase": "agent", "tool_calls": call, "text": "I look first."}),
+            json!({"phase": "agent", "text": "done"}),
+        ] {
+            assert!(Scripted::new(script(right.clone())).is_ok(), "{right}");
+        }
+    }
+
+    #[test]
+    fn scripted_calls_have_ids_unique_per_answer_and_raw_arguments() {
+        let script: Script = serde_json::from_value(json!({"answers": [
+            {"phase": "plan", "answer": {}},
+            {"phase": "agent", "function": "r", "tool_calls": [
+                {"name": "run_shell", "arguments": {"command": "ls"}},
+                {"name": "run_shell", "arguments": "{\"command\": "},
+                {"name": "run_tests"},
+            ]},
+        ]}))
+        .unwrap();
+        let scripted = Scripted::new(script).unwrap();
+        let first = scripted.pick(Phase::Agent, Some("r"), "").unwrap();
+        let calls = first.tool_calls();
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_1_0_0", "call_1_1_0", "call_1_2_0"]);
+        assert_eq!(calls[0].arguments, r#"{"command":"ls"}"#);
+        assert_eq!(
+            calls[1].arguments, r#"{"command": "#,
+            "a raw string is sent as it is"
+        );
+        assert_eq!(calls[2].arguments, "{}");
+        let again = scripted.pick(Phase::Agent, Some("r"), "").unwrap();
+        assert_eq!(
+            again.tool_calls()[0].id,
+            "call_1_0_1",
+            "the last entry repeats, anew"
+        );
     }
 }
 
