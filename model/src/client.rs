@@ -303,7 +303,9 @@ impl Model {
                     };
                     self.count(phase, "invalid_answer");
                     tracing::warn!(phase = phase.as_str(), answer, %problem, "model answer invalid");
-                    request.messages.push(Message::assistant(response.text.clone()));
+                    request
+                        .messages
+                        .push(Message::assistant(response.text.clone()));
                     let again = match &request.schema {
                         Some(schema) => format!(
                             "Answer again with only a JSON object that follows the `{}` schema.",
