@@ -3,6 +3,7 @@
 mod client;
 mod control;
 mod exec_batch;
+mod mcp;
 mod report;
 mod session;
 mod settings;
@@ -73,6 +74,10 @@ enum Command {
     /// Stateful sessions: open one, run cells in it (names, imports and files stay between
     /// them), move files in and out, list and end them.
     Session(session::SessionArgs),
+    /// Serve the cluster's execution and session tools to an MCP client over standard input
+    /// and output (run_code, create_session, run_cell, ...), calling the coordinator's API
+    /// with your key (docs/mcp.md).
+    Mcp(mcp::McpArgs),
     /// Serve a scripted (fake) model as an OpenAI-compatible endpoint, for tests and demos.
     ModelServer(ModelServerArgs),
 }
@@ -129,6 +134,7 @@ fn main() -> std::process::ExitCode {
             Command::Jobs(args) => control::list(args).await,
             Command::Usage(args) => control::usage(args).await,
             Command::Session(args) => session::session(args).await,
+            Command::Mcp(args) => mcp::mcp(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
         }
     });

@@ -170,6 +170,9 @@ pub fn router(coordinator: Coordinator) -> Router {
         };
         api = api.route(path, endpoint);
     }
+    // MCP over streamable HTTP (docs/mcp.md): behind the key and rate layers below, as /v1 is;
+    // not an API route, so not in `routes()` nor the OpenAPI document.
+    api = api.route_service("/mcp", crate::mcp::service(coordinator.clone()));
     let mut router = api
         .fallback(|| async { ApiError::new(ErrorCode::NoSuchRoute, "no such route") })
         .layer(DefaultBodyLimit::max(coordinator.options.max_body_bytes))

@@ -31,6 +31,7 @@ mod idempotency;
 mod jobs;
 mod languages;
 mod listing;
+pub mod mcp;
 mod metrics;
 mod quotas;
 mod reaper;

@@ -23,6 +23,7 @@ mod job_store;
 mod jobs;
 mod jobs_reliability;
 mod languages;
+mod mcp;
 mod metrics;
 mod model_cluster;
 mod model_limits;
