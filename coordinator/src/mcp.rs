@@ -115,3 +115,6 @@ impl ToolError {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
