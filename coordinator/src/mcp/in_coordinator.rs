@@ -35,6 +35,7 @@ const ROUTE: &str = "/mcp";
 pub(crate) fn service(
     c: Coordinator,
 ) -> StreamableHttpService<Tools<InCoordinator>, NeverSessionManager> {
+    let max_body_bytes = c.options.max_body_bytes;
     let config = StreamableHttpServerConfig::default()
         // No MCP session lives in a coordinator's memory: coordinators keep no state, and the
         // next request may reach another one.
@@ -47,9 +48,12 @@ pub(crate) fn service(
         // rebinding attack reaches a server on loopback: refused (403). Agents' MCP clients
         // send none.
         .enforce_origin_validation()
-        .with_max_request_body_bytes(c.options.max_body_bytes);
+        .with_max_request_body_bytes(max_body_bytes);
+    // Each request gets its own server (no MCP session outlives it): a copy of one made
+    // here, so that the tools' schemas are not generated again for every request.
+    let tools = Tools::new(InCoordinator(c));
     StreamableHttpService::new(
-        move || Ok(Tools::new(InCoordinator(c.clone()))),
+        move || Ok(tools.clone()),
         Arc::new(NeverSessionManager::default()),
         config,
     )

@@ -18,20 +18,25 @@ use serde::Deserialize;
 use super::render;
 use super::{Cluster, ToolError};
 
+// The arguments' schemas are what an agent reads of each field: a description that does not fit
+// a doc comment's line is an attribute, so that it reaches the schema as one line of text.
+
 /// `run_code`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCode {
-    /// The program's language, by name or alias (list_languages): python, python-sci,
-    /// javascript, typescript, bash, c, cpp, go, rust, java; py, js, ts, sh, ...
+    #[schemars(
+        description = "The program's language, by name or alias (list_languages): python, python-sci, javascript, typescript, bash, c, cpp, go, rust, java; py, js, ts, sh, ..."
+    )]
     pub language: String,
     /// The program's source code.
     pub code: String,
     /// Text given to the program on its standard input.
     #[serde(default)]
     pub stdin: Option<String>,
-    /// Wall-clock limit in milliseconds (the cluster's default when absent, 10000; at most
-    /// 120000 by default).
+    #[schemars(
+        description = "Wall-clock limit in milliseconds (the cluster's default when absent, 10000; at most 120000 by default)."
+    )]
     #[serde(default)]
     pub timeout_ms: Option<u64>,
 }
@@ -42,8 +47,9 @@ pub struct RunCode {
 pub struct CreateSession {
     /// One of python, python-sci, javascript, bash.
     pub language: String,
-    /// Python packages to install before the first cell (pip requirements such as
-    /// `sympy==1.12`), from the operator's index and among the names it allows.
+    #[schemars(
+        description = "Python packages to install before the first cell (pip requirements such as `sympy==1.12`), from the operator's index and among the names it allows."
+    )]
     #[serde(default)]
     pub packages: Vec<String>,
 }
@@ -56,8 +62,9 @@ pub struct RunCell {
     pub session_id: String,
     /// The cell's code, run after the cells before it in the same interpreter.
     pub code: String,
-    /// The cell's deadline in milliseconds (the cluster's default when absent, 30000): at it
-    /// the cell is interrupted and the session lives on.
+    #[schemars(
+        description = "The cell's deadline in milliseconds (the cluster's default when absent, 30000): at it the cell is interrupted and the session lives on."
+    )]
     #[serde(default)]
     pub timeout_ms: Option<u64>,
 }
@@ -68,8 +75,9 @@ pub struct RunCell {
 pub struct SessionPath {
     /// The session's id.
     pub session_id: String,
-    /// The file's path, relative to the session's working directory (no `.`, `..` or empty
-    /// segments).
+    #[schemars(
+        description = "The file's path, relative to the session's working directory (no `.`, `..` or empty segments)."
+    )]
     pub path: String,
 }
 
@@ -90,8 +98,9 @@ pub enum Encoding {
 pub struct WriteFile {
     /// The session's id.
     pub session_id: String,
-    /// The file's path, relative to the session's working directory (folders are made as
-    /// needed).
+    #[schemars(
+        description = "The file's path, relative to the session's working directory (folders are made as needed)."
+    )]
     pub path: String,
     /// What the file holds: its text, or (with `encoding: base64`) its bytes in base64.
     pub content: String,
@@ -112,6 +121,16 @@ pub struct SessionId {
 pub struct Tools<C: Cluster> {
     cluster: Arc<C>,
     tool_router: ToolRouter<Self>,
+}
+
+// By hand: `C` itself need not be `Clone` (it is shared).
+impl<C: Cluster> Clone for Tools<C> {
+    fn clone(&self) -> Self {
+        Self {
+            cluster: Arc::clone(&self.cluster),
+            tool_router: self.tool_router.clone(),
+        }
+    }
 }
 
 impl<C: Cluster> std::fmt::Debug for Tools<C> {
