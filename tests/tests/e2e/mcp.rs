@@ -60,7 +60,10 @@ async fn client(args: &[&str]) -> String {
 
 /// A coordinator and a worker of a cluster with the keys of tenants `acme` and `globex`.
 async fn cluster() -> (Cluster, Process, Process) {
+    // run_code waits for its verdict as long as POST /v1/executions does: long enough for a
+    // slow machine, and within the MCP client's 300 s for an answer.
     let cluster = Cluster::new()
+        .with_coordinator_wait(Duration::from_secs(240))
         .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
     let coordinator = cluster.coordinator().await;
