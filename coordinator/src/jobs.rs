@@ -402,8 +402,7 @@ pub(crate) async fn create_job(
             problem: None,
         }),
     };
-    if let Err(e) = c.flow.publish(first, &meta).await
-    {
+    if let Err(e) = c.flow.publish(first, &meta).await {
         let reason = format!("not queued: {e}");
         if let Err(e) = c.fail_job(&meta, &reason).await {
             tracing::warn!(job = %id, error = %e, "cannot record that the job was not queued");

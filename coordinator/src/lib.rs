@@ -38,9 +38,9 @@ mod reaper;
 mod request_id;
 pub mod sessions;
 pub mod tenants;
-mod transcript;
 #[cfg(test)]
 mod testing;
+mod transcript;
 mod usage;
 mod webhooks;
 

@@ -89,9 +89,10 @@ impl Default for AgentLimits {
 }
 
 /// The id of job `job`'s session: one per agent job, found again by the run that takes it
-/// after a worker's loss.
+/// after a worker's loss. The job's own id (a session id is a UUID like any other; a tenant
+/// reads its agent's session as it reads its own).
 pub fn session_id(job: crate::TaskId) -> String {
-    format!("agent-{job}")
+    job.to_string()
 }
 
 /// The task a worker runs an agent job's loop in; taken again after a worker's loss.
@@ -454,7 +455,10 @@ mod tests {
         assert_eq!(messages[0]["role"], "system");
         assert_eq!(messages[1]["content"], "task");
         assert_eq!(messages[2]["content"], serde_json::Value::Null);
-        assert_eq!(messages[2]["tool_calls"][0]["function"]["name"], "run_shell");
+        assert_eq!(
+            messages[2]["tool_calls"][0]["function"]["name"],
+            "run_shell"
+        );
         assert_eq!(messages[2]["tool_calls"][0]["type"], "function");
         assert_eq!(messages[2]["token_ids"], serde_json::json!([1, 2, 3]));
         assert_eq!(messages[3]["role"], "tool");

@@ -700,15 +700,30 @@ impl Cluster {
     /// Starts `codegen model-server` (a scripted, fake model behind the real OpenAI-compatible
     /// HTTP API) with `script`, and points every process started afterwards at it.
     pub async fn scripted_model(&mut self, script: &std::path::Path) -> Process {
+        self.scripted_model_logged(script, None).await
+    }
+
+    /// [`Self::scripted_model`], writing every request it answered to `requests` (one JSON
+    /// line each: phase, function, message count, last message, tools offered).
+    pub async fn scripted_model_logged(
+        &mut self,
+        script: &std::path::Path,
+        requests: Option<&std::path::Path>,
+    ) -> Process {
         let port = free_port();
         let log = self.dir.path().join("model-server.log");
         let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .arg("model-server")
             .arg("--script")
             .arg(script)
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(format!("127.0.0.1:{port}"));
+        if let Some(requests) = requests {
+            command.arg("--request-log").arg(requests);
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)

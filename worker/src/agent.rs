@@ -172,7 +172,9 @@ impl Agent {
         match ended {
             Ok(()) => Ok(()),
             Err(Error::Ended(status)) => {
-                workspace.end(&format!("its agent's job ended ({status})")).await;
+                workspace
+                    .end(&format!("its agent's job ended ({status})"))
+                    .await;
                 Err(Error::Ended(status))
             }
             // Another run goes on with the session, or the next take restores it.
@@ -553,7 +555,10 @@ impl Agent {
             meta,
             &[],
             &Default::default(),
-            Ending::Agent { outcome, failure: failure.clone() },
+            Ending::Agent {
+                outcome,
+                failure: failure.clone(),
+            },
             now,
         );
         let ended = self

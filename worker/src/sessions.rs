@@ -724,59 +724,59 @@ impl Inner {
     async fn open(&self, id: &str, open: &OpenSession) -> Result<bool, Refusal> {
         let inner = self;
         let id = id.to_owned();
-    if inner.lookup(&id).is_some() {
-        return Ok(false);
-    }
-    if inner.count() >= inner.options.max_per_worker {
-        return Err(refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            HostErrorCode::Full,
-            format!(
-                "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
-                inner.options.max_per_worker
-            ),
-        ));
-    }
-    // Counted while it starts, so concurrent opens cannot pass the limit together.
-    let slot = Arc::new(tokio::sync::Mutex::new(Held::new(open.language)));
-    let mut guard = slot.clone().lock_owned().await;
-    inner
-        .held
-        .lock()
-        .expect("poisoned")
-        .insert(id.clone(), slot);
-    inner.recount();
-    let packages = match inner.install(open).await {
-        Ok(packages) => packages,
-        Err(refusal) => {
-            inner.held.lock().expect("poisoned").remove(&id);
-            inner.recount();
-            return Err(refusal);
+        if inner.lookup(&id).is_some() {
+            return Ok(false);
         }
-    };
-    match inner
-        .sandbox
-        .open_session(open.language, open.memory_mb, &id, packages.as_deref())
-        .await
-    {
-        Ok(kernel) => {
-            tracing::info!(session = %id, language = %open.language, container = kernel.container(), tenant = open.tenant.as_deref().unwrap_or("-"), "session opened");
-            guard.kernel = Some(kernel);
-            // Checkpointed from the start (an empty session restores as one), unless off.
-            inner.checkpoint(&id, &mut guard, None).await;
-            Ok(true)
-        }
-        Err(e) => {
-            inner.held.lock().expect("poisoned").remove(&id);
-            inner.recount();
-            tracing::warn!(session = %id, error = %e, "cannot open a session");
-            Err(refuse(
+        if inner.count() >= inner.options.max_per_worker {
+            return Err(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
-                HostErrorCode::Sandbox,
-                e.to_string(),
-            ))
+                HostErrorCode::Full,
+                format!(
+                    "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
+                    inner.options.max_per_worker
+                ),
+            ));
         }
-    }
+        // Counted while it starts, so concurrent opens cannot pass the limit together.
+        let slot = Arc::new(tokio::sync::Mutex::new(Held::new(open.language)));
+        let mut guard = slot.clone().lock_owned().await;
+        inner
+            .held
+            .lock()
+            .expect("poisoned")
+            .insert(id.clone(), slot);
+        inner.recount();
+        let packages = match inner.install(open).await {
+            Ok(packages) => packages,
+            Err(refusal) => {
+                inner.held.lock().expect("poisoned").remove(&id);
+                inner.recount();
+                return Err(refusal);
+            }
+        };
+        match inner
+            .sandbox
+            .open_session(open.language, open.memory_mb, &id, packages.as_deref())
+            .await
+        {
+            Ok(kernel) => {
+                tracing::info!(session = %id, language = %open.language, container = kernel.container(), tenant = open.tenant.as_deref().unwrap_or("-"), "session opened");
+                guard.kernel = Some(kernel);
+                // Checkpointed from the start (an empty session restores as one), unless off.
+                inner.checkpoint(&id, &mut guard, None).await;
+                Ok(true)
+            }
+            Err(e) => {
+                inner.held.lock().expect("poisoned").remove(&id);
+                inner.recount();
+                tracing::warn!(session = %id, error = %e, "cannot open a session");
+                Err(refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HostErrorCode::Sandbox,
+                    e.to_string(),
+                ))
+            }
+        }
     }
 }
 
@@ -1174,163 +1174,167 @@ impl Inner {
     ) -> Result<Option<Restore>, Refusal> {
         let inner = self;
         let id = id.to_owned();
-    let started = std::time::Instant::now();
-    let count = |result: &str| inner.metrics.restores.with_label_values(&[result]).inc();
-    if let Some(slot) = inner.lookup(&id) {
-        // Restored here already (a concurrent call found the loss too): answer that restore.
-        let alive = slot.lock().await.kernel.is_some();
-        return match inner.store.session(&id).await {
-            Ok(Some(record)) if alive && record.host == inner.id => Ok(record.last_restore),
-            _ => Err(no_session(&id)),
+        let started = std::time::Instant::now();
+        let count = |result: &str| inner.metrics.restores.with_label_values(&[result]).inc();
+        if let Some(slot) = inner.lookup(&id) {
+            // Restored here already (a concurrent call found the loss too): answer that restore.
+            let alive = slot.lock().await.kernel.is_some();
+            return match inner.store.session(&id).await {
+                Ok(Some(record)) if alive && record.host == inner.id => Ok(record.last_restore),
+                _ => Err(no_session(&id)),
+            };
+        }
+        if inner.count() >= inner.options.max_per_worker {
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                HostErrorCode::Full,
+                format!(
+                    "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
+                    inner.options.max_per_worker
+                ),
+            ));
+        }
+        let checkpoint = match inner.store.checkpoint(&id).await {
+            Ok(store::Checkpoint::Kept(checkpoint)) => checkpoint,
+            Ok(store::Checkpoint::Unavailable(why)) => {
+                count("no_checkpoint");
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::NoCheckpoint,
+                    why,
+                ));
+            }
+            Ok(store::Checkpoint::None) => {
+                count("no_checkpoint");
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::NoCheckpoint,
+                    "it has no checkpoint",
+                ));
+            }
+            Err(e) => {
+                count("failed");
+                return Err(refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HostErrorCode::Sandbox,
+                    format!("its checkpoint could not be read: {e}"),
+                ));
+            }
         };
-    }
-    if inner.count() >= inner.options.max_per_worker {
-        return Err(refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            HostErrorCode::Full,
-            format!(
-                "this worker holds {} sessions, its limit (worker.sessions.max_per_worker)",
-                inner.options.max_per_worker
-            ),
-        ));
-    }
-    let checkpoint = match inner.store.checkpoint(&id).await {
-        Ok(store::Checkpoint::Kept(checkpoint)) => checkpoint,
-        Ok(store::Checkpoint::Unavailable(why)) => {
-            count("no_checkpoint");
-            return Err(refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why));
-        }
-        Ok(store::Checkpoint::None) => {
-            count("no_checkpoint");
-            return Err(refuse(
-                StatusCode::CONFLICT,
-                HostErrorCode::NoCheckpoint,
-                "it has no checkpoint",
-            ));
-        }
-        Err(e) => {
-            count("failed");
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                HostErrorCode::Sandbox,
-                format!("its checkpoint could not be read: {e}"),
-            ));
-        }
-    };
-    let slot = Arc::new(tokio::sync::Mutex::new(Held::new(request.open.language)));
-    let mut guard = slot.clone().lock_owned().await;
-    inner
-        .held
-        .lock()
-        .expect("poisoned")
-        .insert(id.clone(), slot);
-    inner.recount();
-    let forget = |inner: &Inner| {
-        inner.held.lock().expect("poisoned").remove(&id);
+        let slot = Arc::new(tokio::sync::Mutex::new(Held::new(request.open.language)));
+        let mut guard = slot.clone().lock_owned().await;
+        inner
+            .held
+            .lock()
+            .expect("poisoned")
+            .insert(id.clone(), slot);
         inner.recount();
-    };
-    let packages = match inner.install(&request.open).await {
-        Ok(packages) => packages,
-        Err(refusal) => {
-            forget(&inner);
-            count("failed");
-            return Err(refusal);
-        }
-    };
-    let mut kernel = match inner
-        .sandbox
-        .open_session(
-            request.open.language,
-            request.open.memory_mb,
-            &id,
-            packages.as_deref(),
-        )
-        .await
-    {
-        Ok(kernel) => kernel,
-        Err(e) => {
-            forget(&inner);
-            count("failed");
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                HostErrorCode::Sandbox,
-                e.to_string(),
-            ));
-        }
-    };
-    let skipped = match kernel
-        .restore(
-            &checkpoint.state,
-            checkpoint.files.as_deref(),
-            checkpoint.cells,
-        )
-        .await
-    {
-        Ok(skipped) => skipped,
-        Err(e) => {
-            kernel.close().await;
-            forget(&inner);
-            count("failed");
-            return Err(refuse(
-                StatusCode::CONFLICT,
-                HostErrorCode::NoCheckpoint,
-                format!("its checkpoint could not be restored: {e}"),
-            ));
-        }
-    };
-    let mut unrestorable: Vec<Unrestorable> = checkpoint.unrestorable;
-    unrestorable.extend(skipped);
-    let restore = Restore {
-        lost_worker: request.lost_host.clone(),
-        reason: request.reason.clone(),
-        after_cell: checkpoint.cells,
-        unrestorable,
-        restored_ms: u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis(),
-        )
-        .unwrap_or(u64::MAX),
-    };
-    match inner
-        .store
-        .rehost_session(&id, &request.lost_host, &inner.id, &inner.url, &restore)
-        .await
-    {
-        Ok(true) => {
-            tracing::info!(session = %id, lost = %request.lost_host, after_cell = checkpoint.cells, container = kernel.container(), "session restored");
-            guard.kernel = Some(kernel);
-            guard.cells = checkpoint.cells;
-            guard.calls = checkpoint.calls.into();
-            count("restored");
-            inner
-                .metrics
-                .restore_seconds
-                .observe(started.elapsed().as_secs_f64());
-            // The restored kernel has no checkpoint of its own yet: its first one is whole.
-            Ok(Some(restore))
-        }
-        Ok(false) => {
-            kernel.close().await;
-            forget(&inner);
-            count("moved");
-            Err(refuse(
-                StatusCode::CONFLICT,
-                HostErrorCode::Moved,
-                "another worker restored the session first, or it ended",
-            ))
-        }
-        Err(e) => {
-            kernel.close().await;
-            forget(&inner);
-            count("failed");
-            Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                HostErrorCode::Sandbox,
-                format!("the restored session could not be recorded: {e}"),
-            ))
+        let forget = |inner: &Inner| {
+            inner.held.lock().expect("poisoned").remove(&id);
+            inner.recount();
+        };
+        let packages = match inner.install(&request.open).await {
+            Ok(packages) => packages,
+            Err(refusal) => {
+                forget(inner);
+                count("failed");
+                return Err(refusal);
+            }
+        };
+        let mut kernel = match inner
+            .sandbox
+            .open_session(
+                request.open.language,
+                request.open.memory_mb,
+                &id,
+                packages.as_deref(),
+            )
+            .await
+        {
+            Ok(kernel) => kernel,
+            Err(e) => {
+                forget(inner);
+                count("failed");
+                return Err(refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HostErrorCode::Sandbox,
+                    e.to_string(),
+                ));
+            }
+        };
+        let skipped = match kernel
+            .restore(
+                &checkpoint.state,
+                checkpoint.files.as_deref(),
+                checkpoint.cells,
+            )
+            .await
+        {
+            Ok(skipped) => skipped,
+            Err(e) => {
+                kernel.close().await;
+                forget(inner);
+                count("failed");
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::NoCheckpoint,
+                    format!("its checkpoint could not be restored: {e}"),
+                ));
+            }
+        };
+        let mut unrestorable: Vec<Unrestorable> = checkpoint.unrestorable;
+        unrestorable.extend(skipped);
+        let restore = Restore {
+            lost_worker: request.lost_host.clone(),
+            reason: request.reason.clone(),
+            after_cell: checkpoint.cells,
+            unrestorable,
+            restored_ms: u64::try_from(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX),
+        };
+        match inner
+            .store
+            .rehost_session(&id, &request.lost_host, &inner.id, &inner.url, &restore)
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(session = %id, lost = %request.lost_host, after_cell = checkpoint.cells, container = kernel.container(), "session restored");
+                guard.kernel = Some(kernel);
+                guard.cells = checkpoint.cells;
+                guard.calls = checkpoint.calls.into();
+                count("restored");
+                inner
+                    .metrics
+                    .restore_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                // The restored kernel has no checkpoint of its own yet: its first one is whole.
+                Ok(Some(restore))
+            }
+            Ok(false) => {
+                kernel.close().await;
+                forget(inner);
+                count("moved");
+                Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::Moved,
+                    "another worker restored the session first, or it ended",
+                ))
+            }
+            Err(e) => {
+                kernel.close().await;
+                forget(inner);
+                count("failed");
+                Err(refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HostErrorCode::Sandbox,
+                    format!("the restored session could not be recorded: {e}"),
+                ))
+            }
         }
     }
-}
 }

@@ -836,8 +836,15 @@ fn the_event_stream_is_documented_as_frames_whose_data_is_a_progress_event() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for name in ["queued", "planned", "attempt", "function_done", "finished"] {
+    for name in [
+        "queued",
+        "planned",
+        "attempt",
+        "function_done",
+        "agent_step",
+        "finished",
+    ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
-    assert_eq!(names.len(), 9, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
 }

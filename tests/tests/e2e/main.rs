@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod agent;
 mod broker_failover;
 mod cli_jobs;
 mod cli_sessions;

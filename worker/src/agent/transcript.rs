@@ -79,9 +79,9 @@ impl Transcript {
 
     /// Whether the run has ended with `finish` (its observation recorded, not an error).
     pub fn finished(&self) -> bool {
-        self.steps.iter().any(|s| {
-            matches!(s, AgentStep::Observation { tool, error: false, .. } if tool == "finish")
-        })
+        self.steps.iter().any(
+            |s| matches!(s, AgentStep::Observation { tool, error: false, .. } if tool == "finish"),
+        )
     }
 
     /// The observations in a row, from the last, that were malformed calls or answers.
@@ -311,7 +311,10 @@ mod tests {
         assert_eq!(t.next(), Next::Start);
         t.steps.push(start());
         assert_eq!(t.next(), Next::Ask);
-        t.steps.push(answer(0, &[("a", "run_shell", "{}"), ("b", "list_files", "{}")]));
+        t.steps.push(answer(
+            0,
+            &[("a", "run_shell", "{}"), ("b", "list_files", "{}")],
+        ));
         assert!(matches!(t.next(), Next::Call(c) if c.id == "a"));
         t.steps.push(observed(1, Some("a"), "ok", false));
         assert!(matches!(t.next(), Next::Call(c) if c.id == "b"));
@@ -324,7 +327,10 @@ mod tests {
         assert_eq!(t.model_steps(), 2);
         assert_eq!(t.malformed_in_a_row(), 1);
         let totals = t.totals();
-        assert_eq!((totals.steps, totals.tool_calls, totals.prompt_tokens), (2, 2, 20));
+        assert_eq!(
+            (totals.steps, totals.tool_calls, totals.prompt_tokens),
+            (2, 2, 20)
+        );
         assert_eq!(totals.sandbox_cpu_ms, 9);
     }
 
@@ -355,8 +361,10 @@ mod tests {
         };
         let mut t = Transcript::new(vec![start()]);
         for i in 0..2 {
-            t.steps.push(answer(2 * i, &[(&format!("c{i}"), "run_shell", "{}")]));
-            t.steps.push(observed(2 * i + 1, Some(&format!("c{i}")), "same", false));
+            t.steps
+                .push(answer(2 * i, &[(&format!("c{i}"), "run_shell", "{}")]));
+            t.steps
+                .push(observed(2 * i + 1, Some(&format!("c{i}")), "same", false));
         }
         assert_eq!(t.stuck(&limits), None);
         t.steps.push(answer(4, &[("c2", "run_shell", "{}")]));

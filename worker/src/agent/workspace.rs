@@ -12,7 +12,9 @@ use base64::engine::general_purpose::STANDARD;
 use proto::Language;
 use proto::api::sessions::{CellResult, SessionState};
 use proto::job::JobMeta;
-use proto::session::{CellOutcome, OpenSession, RestoreSession, RunCell, SessionEnd, SessionRecord};
+use proto::session::{
+    CellOutcome, OpenSession, RestoreSession, RunCell, SessionEnd, SessionRecord,
+};
 
 use super::tools::{self, Action};
 use crate::sessions::{LocalSessions, Refusal};
@@ -101,9 +103,7 @@ impl Workspace {
                 "the agent's session has ended: {}",
                 record.ended_reason.as_deref().unwrap_or("ended")
             ))),
-            Some(record) if record.host == sessions.host() && sessions.holds(&id) => {
-                Ok(workspace)
-            }
+            Some(record) if record.host == sessions.host() && sessions.holds(&id) => Ok(workspace),
             Some(record) => {
                 let restore = RestoreSession {
                     open: workspace.open.clone(),
@@ -176,7 +176,8 @@ impl Workspace {
                 .put_file(&self.id, path, content.clone().into_bytes())
                 .await
             {
-                let why = format!("the job's file {path} could not be put into the session: {refusal}");
+                let why =
+                    format!("the job's file {path} could not be put into the session: {refusal}");
                 self.end("its job's files could not be put into it").await;
                 return Err(Error::Lost(why));
             }
@@ -263,9 +264,8 @@ impl Workspace {
                     let lines: Vec<String> = files
                         .iter()
                         .filter(|f| {
-                            prefix.is_none_or(|p| {
-                                f.path == p || f.path.starts_with(&format!("{p}/"))
-                            })
+                            prefix
+                                .is_none_or(|p| f.path == p || f.path.starts_with(&format!("{p}/")))
                         })
                         .map(|f| format!("{} ({} bytes)", f.path, f.size))
                         .collect();
@@ -314,7 +314,11 @@ impl Workspace {
     }
 
     async fn read(&self, a: &tools::ReadFile) -> Observed {
-        let bytes = match self.sessions.get_file(&self.id, &a.path, MAX_READ_BYTES).await {
+        let bytes = match self
+            .sessions
+            .get_file(&self.id, &a.path, MAX_READ_BYTES)
+            .await
+        {
             Ok(bytes) => bytes,
             Err(refusal) => return failed(refusal.to_string()),
         };
@@ -338,7 +342,11 @@ impl Workspace {
         if a.old.is_empty() {
             return failed("`old` is empty: give the text to replace".into());
         }
-        let text = match self.sessions.get_file(&self.id, &a.path, MAX_READ_BYTES).await {
+        let text = match self
+            .sessions
+            .get_file(&self.id, &a.path, MAX_READ_BYTES)
+            .await
+        {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => text,
                 Err(_) => return failed(format!("{} is not UTF-8 text", a.path)),
@@ -394,16 +402,31 @@ impl Workspace {
             max_output_bytes: MAX_OUTPUT_BYTES,
             call: call_id.to_owned(),
         };
-        match self.sessions.cell(&self.id, cell).await {
+        // The record says the session is busy until the command's deadline, and counts the
+        // cell once it ran (what a coordinator does for a caller's cell).
+        let now = proto::now_ms();
+        let busy_until = now.saturating_add(cell.timeout_ms);
+        self.sessions
+            .store()
+            .touch_session(&self.id, now, false, busy_until)
+            .await?;
+        let outcome = self.sessions.cell(&self.id, cell).await;
+        if let Ok(CellOutcome::Ran(_)) = &outcome {
+            self.sessions
+                .store()
+                .touch_session(&self.id, proto::now_ms(), true, 0)
+                .await?;
+        }
+        match outcome {
             Ok(CellOutcome::Ran(result)) => Ok(observed(&result, timeout)),
             Ok(CellOutcome::AlreadyRan) => Ok(failed(
                 "this call ran before the run's worker was lost, and its output was lost with \
                  it; its effects on the files are kept: run a command to see them if you need to"
                     .into(),
             )),
-            Ok(CellOutcome::Died { reason, .. }) => Err(Error::Lost(format!(
-                "the agent's session died: {reason}"
-            ))),
+            Ok(CellOutcome::Died { reason, .. }) => {
+                Err(Error::Lost(format!("the agent's session died: {reason}")))
+            }
             Err(refusal) => self.refused(refusal).await,
         }
     }
@@ -538,7 +561,9 @@ fn observed(result: &CellResult, timeout: Duration) -> Observed {
         }
     }
     if result.stdout_truncated || result.stderr_truncated {
-        content.push_str(&format!("[output past {MAX_OUTPUT_BYTES} bytes was dropped]\n"));
+        content.push_str(&format!(
+            "[output past {MAX_OUTPUT_BYTES} bytes was dropped]\n"
+        ));
     }
     Observed {
         content,
@@ -555,7 +580,13 @@ mod tests {
     fn a_shell_cell_quotes_nothing_it_is_given() {
         let hostile = "echo '$(rm -rf /)' \"`x`\" \\ ;";
         for language in [Language::Python, Language::Javascript, Language::Bash] {
-            let cell = shell_cell(language, hostile, Some("print('x')"), Some("in"), DEFAULT_TIMEOUT);
+            let cell = shell_cell(
+                language,
+                hostile,
+                Some("print('x')"),
+                Some("in"),
+                DEFAULT_TIMEOUT,
+            );
             assert!(!cell.contains("rm -rf"), "{language}: {cell}");
             assert!(!cell.contains("print("), "{language}: {cell}");
         }

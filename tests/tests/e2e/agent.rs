@@ -1,0 +1,459 @@
+//! The agent (`"mode": "agent"`), end to end: a scripted FAKE model over the real
+//! OpenAI-compatible API decides each step with tool calls, the real cluster runs them in a
+//! session of the job's own (real Docker, RabbitMQ, Redis), records every step, and ends the
+//! run with `finish`, a budget, stuck detection or malformed calls. A worker SIGKILLed in the
+//! middle of a run costs nothing: another takes the task, restores the session and goes on
+//! from the last recorded step, asking the model nothing it had answered and running no call
+//! whose result was recorded.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tests::Cluster;
+
+/// Work of seconds, ten times slower on a slow machine: only a failure waits it out.
+const WITHIN: Duration = Duration::from_secs(600);
+
+/// A script of agent steps, answered in order whatever the job (one job per script).
+fn script(dir: &std::path::Path, steps: Vec<Value>) -> std::path::PathBuf {
+    let answers: Vec<Value> = steps
+        .into_iter()
+        .map(|mut step| {
+            step["phase"] = json!("agent");
+            step
+        })
+        .collect();
+    let path = dir.join("agent-model.json");
+    std::fs::write(&path, json!({ "answers": answers }).to_string()).unwrap();
+    path
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+/// The model server's request log: one JSON object per request it answered.
+fn model_log(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+async fn transcript(cluster: &Cluster, id: &str) -> Vec<Value> {
+    let response = reqwest::get(format!("{}/v1/jobs/{id}/transcript", cluster.url()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/x-ndjson",
+        "one JSON message a line"
+    );
+    response
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The recorded steps, as the job's `agent_step` events carry them.
+async fn steps(cluster: &Cluster, id: &str) -> Vec<Value> {
+    cluster
+        .job_events(id)
+        .await
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .filter(|e| e["event"] == "agent_step")
+        .map(|e| e["step"].clone())
+        .collect()
+}
+
+/// The steps job `id` has recorded so far, read where the run records them (the event stream
+/// answers only once the job has ended).
+async fn recorded(cluster: &Cluster, id: &str) -> Vec<Value> {
+    use redis::AsyncCommands;
+    let client = redis::Client::open(cluster.redis_url.as_str()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let items: Vec<Vec<u8>> = connection
+        .lrange(format!("{}:job:{id}:steps", cluster.prefix), 0, -1)
+        .await
+        .unwrap();
+    items
+        .iter()
+        .map(|b| {
+            let step: proto::agent::AgentStep = proto::codec::decode(b).unwrap();
+            serde_json::to_value(step).unwrap()
+        })
+        .collect()
+}
+
+/// Waits until job `id` has recorded a step that `until` accepts; answers the steps.
+async fn wait_step(cluster: &Cluster, id: &str, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let steps = recorded(cluster, id).await;
+        if until(&steps) {
+            return steps;
+        }
+        assert!(Instant::now() < deadline, "no such step came: {steps:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn agent_job(instruction: &str, extra: Value) -> Value {
+    let mut body = json!({"instruction": instruction, "mode": "agent", "language": "python"});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+#[tokio::test]
+async fn an_agent_writes_runs_reads_and_finishes_in_a_session_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"text": "I will look first.", "tool_calls": [call("list_files", json!({}))]}),
+            json!({"tool_calls": [
+                call("read_file", json!({"path": "data/numbers.txt"})),
+                call("write_file", json!({"path": "sum.py", "content": "import sys\nprint(sum(int(x) for x in open('data/numbers.txt').read().split()))\n"})),
+            ]}),
+            json!({"tool_calls": [call("run_shell", json!({"command": "python3 sum.py"}))]}),
+            json!({"tool_calls": [call("edit_file", json!({"path": "sum.py", "old": "print(sum(", "new": "print('total', sum("}))]}),
+            json!({"tool_calls": [call("run_code", json!({"language": "python", "code": "import sys\nprint(sys.stdin.read().upper())", "stdin": "quiet"}))]}),
+            json!({"tool_calls": [call("finish", json!({"answer": "the total is 10", "files": ["sum.py", "missing.txt"]}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let log = dir.path().join("requests.jsonl");
+    let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster
+        .submit_job(agent_job(
+            "Sum the numbers in data/numbers.txt with a script.",
+            json!({"files": {"data/numbers.txt": "1 2 3 4\n"}, "agent": {"seed": 7, "temperature": 0.0}}),
+        ))
+        .await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, WITHIN).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let agent = &result["agent"];
+    assert_eq!(agent["ended_by"], "finished", "{result:#}");
+    assert_eq!(agent["answer"], "the total is 10");
+    assert_eq!(
+        agent["files"]["sum.py"],
+        "import sys\nprint('total', sum(int(x) for x in open('data/numbers.txt').read().split()))\n"
+    );
+    assert!(
+        agent["missing"]["missing.txt"].is_string(),
+        "a file finish named that is not there is named: {agent:#}"
+    );
+    assert_eq!(agent["totals"]["steps"], 6, "{agent:#}");
+    assert_eq!(agent["totals"]["tool_calls"], 7, "{agent:#}");
+    assert_eq!(agent["totals"]["resumed"], 0, "{agent:#}");
+    assert!(
+        agent["totals"]["sandbox_cpu_ms"].as_u64().unwrap() > 0,
+        "{agent:#}"
+    );
+    assert_eq!(
+        result["metrics"]["model_calls"], 6,
+        "one model call a step: {result:#}"
+    );
+
+    // What each call got back, in order, in the transcript's OpenAI messages.
+    let messages = transcript(&cluster, &id).await;
+    assert_eq!(messages[0]["role"], "system");
+    assert!(
+        messages[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("data/numbers.txt"),
+        "the task names the given files: {:#}",
+        messages[1]
+    );
+    let tool_results: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(tool_results.len(), 7, "{messages:#?}");
+    assert!(
+        tool_results[0].contains("data/numbers.txt (8 bytes)"),
+        "{}",
+        tool_results[0]
+    );
+    assert_eq!(tool_results[1], "1 2 3 4\n");
+    assert!(
+        tool_results[3].contains("exit code: 0") && tool_results[3].contains("10\n"),
+        "{}",
+        tool_results[3]
+    );
+    assert_eq!(tool_results[4], "edited sum.py");
+    assert!(
+        tool_results[5].contains("QUIET"),
+        "run_code's stdin: {}",
+        tool_results[5]
+    );
+    let calls: usize = messages
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(calls, 7);
+
+    // The model was asked once a step, with the tools and the run's seed and temperature.
+    let requests = model_log(&log);
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    for request in &requests {
+        assert_eq!(request["phase"], "agent");
+        assert_eq!(request["tools"], 9, "every tool offered: {request}");
+    }
+    // The live stream carried every step as it was recorded.
+    let streamed = steps(&cluster, &id).await;
+    assert_eq!(streamed.len(), 1 + 6 + 7, "start, answers, observations");
+    assert_eq!(streamed[0]["kind"], "start");
+    // The session ended with its run.
+    let session = reqwest::get(format!(
+        "{}/v1/sessions/{}",
+        cluster.url(),
+        agent["session_id"].as_str().unwrap()
+    ))
+    .await
+    .unwrap()
+    .json::<Value>()
+    .await
+    .unwrap();
+    assert_eq!(session["state"], "ended", "{session:#}");
+    assert_eq!(session["ended_by"], "deleted", "{session:#}");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn malformed_calls_go_back_to_the_model_and_three_in_a_row_end_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![
+            // An unknown tool, arguments that are not JSON, an answer with no call at all.
+            json!({"tool_calls": [call("rm_rf", json!({}))]}),
+            json!({"tool_calls": [{"name": "run_shell", "arguments": "{\"command\": "}]}),
+            json!({"text": "I think I am done."}),
+            json!({"tool_calls": [call("finish", json!({"answer": "never reached"}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster.submit_job(agent_job("Do it.", json!({}))).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, WITHIN).await;
+    assert_eq!(result["status"], "failed", "{result:#}");
+    assert_eq!(result["agent"]["ended_by"], "malformed", "{result:#}");
+    assert!(
+        result["failure"]
+            .as_str()
+            .unwrap()
+            .contains("3 malformed answers or calls in a row"),
+        "{result:#}"
+    );
+    let observations: Vec<Value> = steps(&cluster, &id)
+        .await
+        .into_iter()
+        .filter(|s| s["kind"] == "observation")
+        .collect();
+    assert_eq!(observations.len(), 3, "{observations:#?}");
+    assert!(
+        observations
+            .iter()
+            .all(|o| o["malformed"] == true && o["error"] == true)
+    );
+    let said: Vec<&str> = observations
+        .iter()
+        .map(|o| o["content"].as_str().unwrap())
+        .collect();
+    assert!(said[0].contains("there is no tool `rm_rf`"), "{}", said[0]);
+    assert!(said[1].contains("do not fit its schema"), "{}", said[1]);
+    assert!(said[2].contains("called no tool"), "{}", said[2]);
+    assert_eq!(result["agent"]["totals"]["steps"], 3);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn budgets_end_a_run_stuck_or_at_its_step_limit_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    // The same command with the same output, over and over.
+    let path = script(
+        dir.path(),
+        vec![json!({"tool_calls": [call("run_shell", json!({"command": "echo same"}))]})],
+    );
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (_, stuck) = cluster
+        .submit_job(agent_job("Loop.", json!({"agent": {"stuck_repeats": 3}})))
+        .await;
+    let (_, limited) = cluster
+        .submit_job(agent_job(
+            "Loop.",
+            json!({"agent": {"stuck_repeats": 100, "max_steps": 2}}),
+        ))
+        .await;
+    let stuck = cluster
+        .wait_job(stuck["job_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(stuck["agent"]["ended_by"], "stuck", "{stuck:#}");
+    assert_eq!(stuck["agent"]["totals"]["steps"], 3, "{stuck:#}");
+    assert!(
+        stuck["failure"]
+            .as_str()
+            .unwrap()
+            .contains("3 times in a row")
+    );
+    let limited = cluster
+        .wait_job(limited["job_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(limited["agent"]["ended_by"], "max_steps", "{limited:#}");
+    assert_eq!(limited["agent"]["totals"]["steps"], 2, "{limited:#}");
+    assert_eq!(
+        limited["agent"]["totals"]["tool_calls"], 2,
+        "the last step's call ran"
+    );
+    // Bad settings are refused by field.
+    let (status, refused) = cluster
+        .submit_job(agent_job("x", json!({"agent": {"max_steps": 0}})))
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["param"], "agent.max_steps", "{refused}");
+    cluster.cleanup().await;
+}
+
+/// Session containers of job `id`'s run.
+fn session_containers(id: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=org.codegen.session={id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn session(cluster: &Cluster, id: &str) -> Value {
+    reqwest::get(format!("{}/v1/sessions/{id}", cluster.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_worker_killed_in_the_middle_of_a_call_costs_the_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second step's command waits for a file the test makes only once its first worker
+    // is dead: it cannot end where it started, and ends on the worker that takes the run.
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("write_file", json!({"path": "kept.txt", "content": "from the first worker"}))]}),
+            json!({"tool_calls": [call("run_shell", json!({"command": "while [ ! -f /tmp/go ]; do sleep 0.1; done; echo released; cat kept.txt; echo ran >> runs.txt", "timeout_ms": 3_600_000}))]}),
+            json!({"tool_calls": [call("finish", json!({"answer": "done", "files": ["kept.txt", "runs.txt"]}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let log = dir.path().join("requests.jsonl");
+    let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
+    let _coordinator = cluster.coordinator().await;
+    let (mut doomed, _) = cluster.worker("doomed").await;
+    let (_, body) = cluster
+        .submit_job(agent_job("Wait, then report.", json!({})))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    // The model has answered the second step: its call is on its way or running.
+    let before = wait_step(&cluster, &id, |steps| {
+        steps.iter().any(|s| s["kind"] == "model" && s["step"] == 2)
+    })
+    .await;
+    doomed.signal("KILL");
+    doomed.wait_exit(WITHIN);
+    let (_successor, _) = cluster.worker("successor").await;
+    // Release the command wherever the run's session now is, until the run ends.
+    let deadline = Instant::now() + WITHIN;
+    let result = loop {
+        for container in session_containers(&id) {
+            let _ = std::process::Command::new("docker")
+                .args(["exec", &container, "touch", "/tmp/go"])
+                .output();
+        }
+        let view: Value = reqwest::get(format!("{}/v1/jobs/{id}", cluster.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if view["status"] == "succeeded" || view["status"] == "failed" {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {view:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let agent = &result["agent"];
+    // The session came back from its checkpoint (the first step's file), and the command ran
+    // once there: the first worker's try died with its container.
+    assert_eq!(
+        agent["files"]["kept.txt"], "from the first worker",
+        "{agent:#}"
+    );
+    assert_eq!(agent["files"]["runs.txt"], "ran\n", "{agent:#}");
+    assert!(
+        agent["totals"]["resumed"].as_u64().unwrap() >= 1,
+        "{agent:#}"
+    );
+    let steps = steps(&cluster, &id).await;
+    let answered_by = before
+        .iter()
+        .find(|s| s["kind"] == "model" && s["step"] == 2)
+        .unwrap()["worker"]
+        .clone();
+    let observed = steps
+        .iter()
+        .find(|s| s["kind"] == "observation" && s["tool"] == "run_shell")
+        .unwrap();
+    assert_ne!(
+        observed["worker"], answered_by,
+        "the successor ran the call: {steps:#?}"
+    );
+    assert!(observed["content"].as_str().unwrap().contains("released"));
+    // Each step's model call once: the model was not asked again for the step it had answered.
+    let requests = model_log(&log);
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    assert_eq!(
+        steps.iter().filter(|s| s["kind"] == "model").count(),
+        3,
+        "{steps:#?}"
+    );
+    // The session: restored once, one cell run to its end.
+    let session = session(&cluster, &id).await;
+    assert_eq!(session["restores"], 1, "{session:#}");
+    assert_eq!(session["cells"], 1, "{session:#}");
+    cluster.cleanup().await;
+}
