@@ -419,7 +419,11 @@ pub fn agent_step_line(step: &proto::agent::AgentStep) -> String {
             format!("started with {model} and {} tools", tools.len())
         }
         AgentStep::Model {
-            step, text, calls, problem, ..
+            step,
+            text,
+            calls,
+            problem,
+            ..
         } => {
             let mut line = format!("step {step}");
             if !text.trim().is_empty() {

@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::agent::AgentStep;
+use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 
 use crate::Error;
@@ -97,7 +97,9 @@ pub struct Saved {
 pub enum StepRecorded {
     Yes,
     /// The transcript holds `length` steps, not the step's index: another run records it.
-    Taken { length: u32 },
+    Taken {
+        length: u32,
+    },
     /// The job has ended (`status`): nothing more is recorded.
     Ended(JobStatus),
 }

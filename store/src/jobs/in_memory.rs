@@ -346,7 +346,10 @@ impl JobStore for MemoryJobs {
             return Ok(StepRecorded::Taken { length });
         }
         steps.push(step.clone());
-        s.events.entry(id).or_default().push(Progress::AgentStep { step: step.clone() });
+        s.events
+            .entry(id)
+            .or_default()
+            .push(Progress::AgentStep { step: step.clone() });
         Ok(StepRecorded::Yes)
     }
 

@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::agent::AgentStep;
+use proto::job::{Batch, FunctionOutcome, JobMeta, JobResult, JobStatus, Plan};
 use proto::{Progress, TaskId};
 use redis::AsyncCommands;
 
@@ -658,12 +658,10 @@ impl JobStore for RedisStore {
         Ok(match done {
             1 => StepRecorded::Yes,
             0 => StepRecorded::Taken { length },
-            _ => {
-                match parse_status(&keys.status(), Some(status))? {
-                    Some(status) => StepRecorded::Ended(status),
-                    None => return Err(corrupt(&keys.status(), "an ended job without a status")),
-                }
-            }
+            _ => match parse_status(&keys.status(), Some(status))? {
+                Some(status) => StepRecorded::Ended(status),
+                None => return Err(corrupt(&keys.status(), "an ended job without a status")),
+            },
         })
     }
 
