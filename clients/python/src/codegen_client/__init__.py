@@ -56,6 +56,11 @@ from .errors import (
     parse_retry_after,
 )
 from .models import (
+    AgentOutcome,
+    AgentSettings,
+    AgentStepModel,
+    AgentStepObservation,
+    AgentStepStart,
     BatchAccepted,
     BatchResults,
     BatchView,
@@ -84,6 +89,11 @@ __all__ = [
     "AsyncSession",
     "RetryPolicy",
     "models",
+    "AgentOutcome",
+    "AgentSettings",
+    "AgentStepModel",
+    "AgentStepObservation",
+    "AgentStepStart",
     "BatchAccepted",
     "BatchResults",
     "BatchView",

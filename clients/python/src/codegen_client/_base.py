@@ -40,6 +40,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
     ("GET", "/v1/jobs/{id}/events"),
+    ("GET", "/v1/jobs/{id}/transcript"),
     ("DELETE", "/v1/jobs/{id}"),
     ("GET", "/v1/jobs"),
     ("POST", "/v1/batches"),
@@ -194,6 +195,11 @@ def _json(r: httpx.Response) -> Any:
     return r.json()
 
 
+def _jsonl(r: httpx.Response) -> list[Any]:
+    """A JSON Lines body: one value per non-blank line."""
+    return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+
 def _segment(value: str) -> str:
     return quote(str(value), safe="")
 
@@ -301,6 +307,35 @@ def job_body(
     return m.JobSubmission.model_validate({**dict(request), **fields})
 
 
+#: The fields of ``AgentSettings``: ``agent_job_body`` takes them as keywords.
+AGENT_SETTINGS = tuple(m.AgentSettings.model_fields)
+
+
+def agent_job_body(
+    instruction: str,
+    *,
+    language: str | None,
+    files: Mapping[str, str] | None,
+    agent: m.AgentSettings | Mapping[str, Any] | None,
+    fields: dict[str, Any],
+) -> m.JobSubmission:
+    """An agent job (``mode: "agent"``): ``fields`` are ``AgentSettings``' (``max_steps``,
+    ``seed``, ``temperature``...) over ``agent``, and the other fields of ``JobSubmission``
+    (``max_tokens_total``, ``callback_url``...)."""
+    settings = {k: fields.pop(k) for k in list(fields) if k in AGENT_SETTINGS}
+    if isinstance(agent, m.AgentSettings):
+        agent = agent.model_dump(exclude_none=True)
+    settings = {**dict(agent or {}), **{k: v for k, v in settings.items() if v is not None}}
+    return m.JobSubmission(
+        instruction=instruction,
+        mode="agent",
+        language=language,
+        files=dict(files) if files is not None else None,
+        agent=m.AgentSettings(**settings) if settings else None,
+        **fields,
+    )
+
+
 def submit_job(
     request: m.JobSubmission, *, idempotency_key: str | None
 ) -> Call[m.JobAccepted | m.JobResult]:
@@ -319,6 +354,15 @@ def get_job(job_id: str) -> Call[m.JobResult | m.JobProgress]:
 
 def cancel_job(job_id: str) -> Call[m.JobResult]:
     return Call("DELETE", f"/v1/jobs/{_segment(job_id)}", _model(m.JobResult))
+
+
+def job_transcript(job_id: str) -> Call[list[dict[str, Any]]]:
+    return Call(
+        "GET",
+        f"/v1/jobs/{_segment(job_id)}/transcript",
+        _jsonl,
+        headers={"Accept": "application/x-ndjson"},
+    )
 
 
 def job_events_path(job_id: str) -> str:

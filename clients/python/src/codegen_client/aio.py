@@ -283,8 +283,52 @@ class AsyncJobs:
         body = b.job_body(request, fields)
         return await self._c._call(b.submit_job(body, idempotency_key=idempotency_key))
 
+    async def submit_agent(
+        self,
+        instruction: str,
+        *,
+        language: str | None = None,
+        files: Mapping[str, str] | None = None,
+        agent: m.AgentSettings | Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> m.JobAccepted | m.JobResult:
+        """An agent job (see ``Client.jobs.submit_agent``)."""
+        body = b.agent_job_body(
+            instruction, language=language, files=files, agent=agent, fields=fields
+        )
+        return await self._c._call(b.submit_job(body, idempotency_key=idempotency_key))
+
+    async def run_agent(
+        self,
+        instruction: str,
+        *,
+        language: str | None = None,
+        files: Mapping[str, str] | None = None,
+        agent: m.AgentSettings | Mapping[str, Any] | None = None,
+        on_progress: OnEvent | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> m.JobResult:
+        accepted = await self.submit_agent(
+            instruction,
+            language=language,
+            files=files,
+            agent=agent,
+            idempotency_key=idempotency_key,
+            **fields,
+        )
+        if isinstance(accepted, m.JobResult):
+            return accepted
+        return await self.wait(accepted.job_id, on_progress=on_progress, timeout=timeout)
+
     async def get(self, job_id: str) -> m.JobResult | m.JobProgress:
         return await self._c._call(b.get_job(job_id))
+
+    async def transcript(self, job_id: str) -> list[dict[str, Any]]:
+        """An agent job's steps as OpenAI chat messages (see ``Client.jobs.transcript``)."""
+        return await self._c._call(b.job_transcript(job_id))
 
     async def cancel(self, job_id: str) -> m.JobResult:
         return await self._c._call(b.cancel_job(job_id))

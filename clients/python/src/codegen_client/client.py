@@ -311,7 +311,7 @@ def _streamed(item: m.StreamedItemView, view: m.ExecutionView) -> m.StreamedItem
 
 
 class Jobs:
-    """Generation jobs: ``client.jobs``."""
+    """Generation and agent jobs: ``client.jobs``."""
 
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -329,9 +329,64 @@ class Jobs:
         body = b.job_body(request, fields)
         return self._c._call(b.submit_job(body, idempotency_key=idempotency_key))
 
+    def submit_agent(
+        self,
+        instruction: str,
+        *,
+        language: str | None = None,
+        files: Mapping[str, str] | None = None,
+        agent: m.AgentSettings | Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> m.JobAccepted | m.JobResult:
+        """``POST /v1/jobs`` with ``mode: "agent"``: a tool-using agent on a session of its
+        own works at ``instruction`` until it calls ``finish`` or a budget ends the run.
+        ``files``: put into its working directory first (path → UTF-8 text). ``fields``: the
+        run's settings (``AgentSettings``: ``max_steps``, ``max_seconds``, ``max_cpu_ms``,
+        ``stuck_repeats``, ``stuck_errors``, ``max_observation_chars``, ``seed``,
+        ``temperature``), over those of ``agent``, and the job's others (``max_tokens_total``,
+        ``callback_url``)."""
+        body = b.agent_job_body(
+            instruction, language=language, files=files, agent=agent, fields=fields
+        )
+        return self._c._call(b.submit_job(body, idempotency_key=idempotency_key))
+
+    def run_agent(
+        self,
+        instruction: str,
+        *,
+        language: str | None = None,
+        files: Mapping[str, str] | None = None,
+        agent: m.AgentSettings | Mapping[str, Any] | None = None,
+        on_progress: Callable[[m.JobEvent], None] | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> m.JobResult:
+        """Submits an agent job (see ``submit_agent``) and waits for its result, whose
+        ``agent`` says how the run ended; ``on_progress`` gets each event (an
+        ``agent_step`` per recorded step)."""
+        accepted = self.submit_agent(
+            instruction,
+            language=language,
+            files=files,
+            agent=agent,
+            idempotency_key=idempotency_key,
+            **fields,
+        )
+        if isinstance(accepted, m.JobResult):
+            return accepted
+        return self.wait(accepted.job_id, on_progress=on_progress, timeout=timeout)
+
     def get(self, job_id: str) -> m.JobResult | m.JobProgress:
         """``GET /v1/jobs/{id}``: the result once the job ended, its progress before."""
         return self._c._call(b.get_job(job_id))
+
+    def transcript(self, job_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/jobs/{id}/transcript``: an agent job's steps as OpenAI chat messages (the
+        system prompt, the task, each answer with its ``tool_calls``, each call's ``tool``
+        result), those recorded so far while it runs. ``NotAnAgentJob`` for another job."""
+        return self._c._call(b.job_transcript(job_id))
 
     def cancel(self, job_id: str) -> m.JobResult:
         """``DELETE /v1/jobs/{id}``: the job's result, ``cancelled``, with what it had

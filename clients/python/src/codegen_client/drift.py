@@ -7,7 +7,9 @@
   parts are merged; for a ``oneOf``/``anyOf`` a property is required when every variant
   requires it, as for an execution's verdict, whose fields are absent while it is queued);
 * the unions the client reads by their members (``JobView``: ``JobResult`` or
-  ``JobProgress``) and the enumerations it lists (``JOB_STATUSES``, ``EXECUTION_VERDICTS``);
+  ``JobProgress``), the tagged unions it reads a model per variant of (``Progress`` by
+  ``event``, ``AgentStep`` by ``kind``: the same tag values on both sides), and the
+  enumerations it lists (``JOB_STATUSES``, ``EXECUTION_VERDICTS``, ``AGENT_ENDS``...);
 * the error codes: every value of the ``ErrorCode`` enum has its exception class, with the
   status the schema's description gives it, and no class stands for a code the server lacks;
 * the routes: every route the client calls is in the document, every route of the document
@@ -29,7 +31,7 @@ from pydantic import BaseModel
 
 from . import _base
 from .errors import ERROR_CODES
-from .models import ENUM_SCHEMAS, SCHEMA_MODELS, UNION_SCHEMAS
+from .models import ENUM_SCHEMAS, SCHEMA_MODELS, TAGGED_UNIONS, UNION_SCHEMAS
 
 __all__ = [
     "check",
@@ -79,14 +81,19 @@ def schema_fields(doc: dict[str, Any], schema: dict[str, Any]) -> tuple[set[str]
     return names, required
 
 
-def _variant(doc: dict[str, Any], schema: dict[str, Any], event: str) -> dict[str, Any] | None:
-    """The member of a tagged ``oneOf`` whose ``event`` is ``event``."""
+def _tag_values(doc: dict[str, Any], member: dict[str, Any], tag: str) -> list[Any]:
+    """The values the tag field ``tag`` of a tagged ``oneOf``'s member takes."""
+    prop = _resolve(doc, member).get("properties", {}).get(tag, {})
+    return prop.get("enum") or ([prop["const"]] if "const" in prop else [])
+
+
+def _variant(
+    doc: dict[str, Any], schema: dict[str, Any], value: str, tag: str = "event"
+) -> dict[str, Any] | None:
+    """The member of a ``oneOf`` tagged by ``tag`` whose tag is ``value``."""
     for member in _resolve(doc, schema).get("oneOf", []):
-        member = _resolve(doc, member)
-        tag = member.get("properties", {}).get("event", {})
-        values = tag.get("enum") or ([tag["const"]] if "const" in tag else [])
-        if values == [event]:
-            return member
+        if _tag_values(doc, member, tag) == [value]:
+            return _resolve(doc, member)
     return None
 
 
@@ -115,7 +122,7 @@ def check_models(
             continue
         schema: dict[str, Any] = schemas[name]
         if variant is not None:
-            member = _variant(doc, schemas[name], variant)
+            member = _variant(doc, schemas[name], variant, getattr(model, "schema_tag", "event"))
             if member is None:
                 problems.append(f"{label}: the document's {name} has no variant {variant!r}")
                 continue
@@ -147,6 +154,21 @@ def check_unions_and_enums(doc: dict[str, Any]) -> list[str]:
         }
         if refs != set(members):
             problems.append(f"{name}: members {sorted(refs)}, the client reads {sorted(members)}")
+    for name, (tag, variants) in TAGGED_UNIONS.items():
+        if name not in schemas:
+            problems.append(f"the document has no schema {name}")
+            continue
+        server = {
+            value
+            for member in schemas[name].get("oneOf", [])
+            for value in _tag_values(doc, member, tag)
+        }
+        client = {getattr(cls, "schema_variant", None) for cls in variants}
+        if server != client:
+            problems.append(
+                f"{name}: the server's {tag} values {sorted(server)}, "
+                f"the client's models {sorted(client)}"
+            )
     for name, values in ENUM_SCHEMAS.items():
         server = schemas.get(name, {}).get("enum")
         if server is None:

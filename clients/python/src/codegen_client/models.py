@@ -1,7 +1,8 @@
 """Request and answer bodies of the coordinator's API, as pydantic v2 models.
 
 Each model names the schema of ``/openapi.json`` it stands for (``schema_name``; the variants
-of the ``Progress`` union also ``schema_variant``, the value of their ``event`` field). The
+of a tagged union also ``schema_variant``, the value of their tag: ``event`` for ``Progress``,
+``kind`` for ``AgentStep``, named by ``schema_tag``). The
 test suite checks every model against the server's document: the same field names, and a
 field is required here exactly when the schema requires it. So a field added on the server
 fails that test until it is added here.
@@ -17,6 +18,7 @@ module-level tuples list the values this client knows.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -28,6 +30,7 @@ __all__ = [
     "ExecutionBatchItem",
     "ExecutionBatch",
     "JobSubmission",
+    "AgentSettings",
     "SessionCreate",
     "CellRequest",
     # executions
@@ -55,6 +58,16 @@ __all__ = [
     "JobMetrics",
     "Change",
     "JobResult",
+    "AgentCall",
+    "AgentTool",
+    "Cut",
+    "AgentStep",
+    "AgentStepStart",
+    "AgentStepModel",
+    "AgentStepObservation",
+    "AgentStepOther",
+    "AgentTotals",
+    "AgentOutcome",
     "Progress",
     "ProgressQueued",
     "ProgressPlanning",
@@ -65,6 +78,7 @@ __all__ = [
     "ProgressAttempt",
     "ProgressFunctionDone",
     "ProgressFinished",
+    "ProgressAgentStep",
     "JobEvent",
     # batches
     "BatchAccepted",
@@ -101,9 +115,12 @@ __all__ = [
     "SCHEMA_MODELS",
     "UNION_SCHEMAS",
     "ENUM_SCHEMAS",
+    "TAGGED_UNIONS",
     "EXECUTION_VERDICTS",
     "JOB_STATUSES",
     "JOB_FINAL_STATUSES",
+    "JOB_MODES",
+    "AGENT_ENDS",
 ]
 
 #: Every status of an execution's verdict (`queued` is not one: it has none yet).
@@ -121,6 +138,20 @@ EXECUTION_VERDICTS = (
 JOB_STATUSES = ("queued", "planning", "running", "integrating", "succeeded", "failed", "cancelled")
 #: A job in one of these has ended.
 JOB_FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+#: What a job does (``JobSubmission.mode``; absent: ``generate``).
+JOB_MODES = ("generate", "debug", "refactor", "agent")
+#: Why an agent run ended (``AgentOutcome.ended_by``).
+AGENT_ENDS = (
+    "finished",
+    "max_steps",
+    "wall_time",
+    "tokens",
+    "cpu",
+    "stuck",
+    "malformed",
+    "cancelled",
+    "failed",
+)
 
 
 class _Answer(BaseModel):
@@ -197,6 +228,22 @@ class ExecutionBatch(_Request):
     callback_url: str | None = None
 
 
+class AgentSettings(_Request):
+    """``JobSubmission.agent``: an agent run's budgets and sampling; every field has a server
+    default (``max_steps`` 50, ``max_seconds`` 600, ``max_cpu_ms`` 300000, ``stuck_repeats``
+    4, ``stuck_errors`` 3, ``max_observation_chars`` 10000)."""
+
+    schema_name = "AgentSettings"
+    max_steps: int | None = None
+    max_seconds: int | None = None
+    max_cpu_ms: int | None = None
+    stuck_repeats: int | None = None
+    stuck_errors: int | None = None
+    max_observation_chars: int | None = None
+    seed: int | None = None
+    temperature: float | None = None
+
+
 class JobSubmission(_Request):
     """``POST /v1/jobs`` (and one line of ``POST /v1/batches``)."""
 
@@ -213,6 +260,8 @@ class JobSubmission(_Request):
     code: str | None = None
     error: str | None = None
     goals: list[str] | None = None
+    files: dict[str, str] | None = None
+    agent: AgentSettings | None = None
 
 
 class SessionCreate(_Request):
@@ -477,8 +526,164 @@ class Change(_Answer):
     quality_before: Quality | None = None
 
 
+# Agent jobs (``mode: "agent"``): the recorded steps of a run and its outcome.
+
+
+class AgentCall(_Answer):
+    """A tool call as the model made it."""
+
+    schema_name = "AgentCall"
+    id: str
+    tool: str
+    arguments: str  # JSON text as the model wrote it, not always valid
+
+    def parsed_arguments(self) -> Any:
+        """``arguments`` as JSON (``ValueError`` when the model wrote none that parses)."""
+        return json.loads(self.arguments)
+
+
+class AgentTool(_Answer):
+    """A tool as the model was offered it (``parameters``: the JSON schema of its arguments)."""
+
+    schema_name = "AgentTool"
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Cut(_Answer):
+    """What was cut from an observation over ``max_observation_chars``."""
+
+    schema_name = "Cut"
+    total_chars: int
+    omitted_chars: int
+
+
+class _AgentStepBase(_Answer):
+    schema_name = "AgentStep"
+    schema_tag: ClassVar[str] = "kind"
+    schema_variant: ClassVar[str]
+
+
+class AgentStepStart(_AgentStepBase):
+    """The run's start: the system prompt, the task and the tools, as the model is shown them."""
+
+    schema_variant = "start"
+    kind: Literal["start"]
+    index: int
+    system: str
+    task: str
+    tools: list[AgentTool]
+    model: str
+    at_ms: int
+    worker: str
+
+
+class AgentStepModel(_AgentStepBase):
+    """The model's answer: what it said and the tools it calls (``problem``: why an answer
+    meant as a call could not be read as one)."""
+
+    schema_variant = "model"
+    kind: Literal["model"]
+    index: int
+    step: int
+    text: str
+    calls: list[AgentCall]
+    problem: str | None = None
+    prompt_tokens: int
+    completion_tokens: int
+    model_calls: int
+    token_ids: list[int] | None = None
+    duration_ms: int
+    at_ms: int
+    worker: str
+
+
+class AgentStepObservation(_AgentStepBase):
+    """What a call got back (``call_id`` absent: the feedback on a malformed answer)."""
+
+    schema_variant = "observation"
+    kind: Literal["observation"]
+    index: int
+    call_id: str | None = None
+    tool: str
+    content: str
+    error: bool
+    malformed: bool = False
+    cut: Cut | None = None
+    cpu_ms: int
+    duration_ms: int
+    at_ms: int
+    worker: str
+
+
+class AgentStepOther(_Answer):
+    """A step of a kind this client does not know yet (a newer server's)."""
+
+    kind: str
+
+
+AGENT_STEP_VARIANTS: tuple[type[_AgentStepBase], ...] = (
+    AgentStepStart,
+    AgentStepModel,
+    AgentStepObservation,
+)
+_AGENT_STEP_KINDS = {cls.schema_variant for cls in AGENT_STEP_VARIANTS}
+
+
+def _agent_step_kind(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in _AGENT_STEP_KINDS else "other"
+
+
+#: One recorded step of an agent run, by its ``kind``: ``AgentStepStart``, ``AgentStepModel``
+#: or ``AgentStepObservation`` (``AgentStepOther`` for a kind this client does not know).
+AgentStep = Annotated[
+    Union[
+        Annotated[AgentStepStart, Tag("start")],
+        Annotated[AgentStepModel, Tag("model")],
+        Annotated[AgentStepObservation, Tag("observation")],
+        Annotated[AgentStepOther, Tag("other")],
+    ],
+    Discriminator(_agent_step_kind),
+]
+
+
+class AgentTotals(_Answer):
+    """What a run spent (``resumed``: times it was taken again after its worker was lost)."""
+
+    schema_name = "AgentTotals"
+    steps: int
+    tool_calls: int
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    sandbox_cpu_ms: int
+    wall_ms: int
+    resumed: int
+
+
+class AgentOutcome(_Answer):
+    """``JobResult.agent``: why the run ended, what ``finish`` said, the files it named (with
+    their contents; those it could not read in ``missing``, with why), and what it spent."""
+
+    schema_name = "AgentOutcome"
+    ended_by: str
+    answer: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)
+    missing: dict[str, str] = Field(default_factory=dict)
+    totals: AgentTotals
+    session_id: str
+
+    @property
+    def finished(self) -> bool:
+        """The model called ``finish`` (no budget or stuck detection ended the run)."""
+        return self.ended_by == "finished"
+
+
 class JobResult(_Answer):
-    """A job that ended (succeeded, failed or cancelled), with its code, tests and metrics."""
+    """A job that ended (succeeded, failed or cancelled), with its code, tests and metrics
+    (an agent job: its outcome in ``agent``; its steps: ``jobs.transcript``)."""
 
     schema_name = "JobResult"
     job_id: str
@@ -505,6 +710,7 @@ class JobResult(_Answer):
     validation: str
     manual_review_recommended: bool
     change: Change | None = None
+    agent: AgentOutcome | None = None
 
     @property
     def finished(self) -> bool:
@@ -582,6 +788,14 @@ class ProgressFinished(_ProgressBase):
     failure: str | None = None
 
 
+class ProgressAgentStep(_ProgressBase):
+    """An agent job recorded a step (the model's answer, or a call's observation)."""
+
+    schema_variant = "agent_step"
+    event: Literal["agent_step"]
+    step: AgentStep
+
+
 class ProgressOther(_Answer):
     """An event this client does not know yet (a newer server's)."""
 
@@ -597,7 +811,8 @@ Progress = Annotated[
     | ProgressFunctionStarted
     | ProgressAttempt
     | ProgressFunctionDone
-    | ProgressFinished,
+    | ProgressFinished
+    | ProgressAgentStep,
     Field(discriminator="event"),
 ]
 
@@ -611,6 +826,7 @@ PROGRESS_VARIANTS: tuple[type[_ProgressBase], ...] = (
     ProgressAttempt,
     ProgressFunctionDone,
     ProgressFinished,
+    ProgressAgentStep,
 )
 _PROGRESS_BY_EVENT = {cls.schema_variant: cls for cls in PROGRESS_VARIANTS}
 
@@ -975,6 +1191,13 @@ SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     Tally,
     JobMetrics,
     Change,
+    AgentSettings,
+    AgentCall,
+    AgentTool,
+    Cut,
+    *AGENT_STEP_VARIANTS,
+    AgentTotals,
+    AgentOutcome,
     JobResult,
     *PROGRESS_VARIANTS,
     BatchAccepted,
@@ -1019,4 +1242,13 @@ ENUM_SCHEMAS: dict[str, tuple[str, ...]] = {
     "Status": EXECUTION_VERDICTS,
     "JobStatus": JOB_STATUSES,
     "ExpiredStatus": ("unknown",),
+    "Mode": JOB_MODES,
+    "AgentEnd": AGENT_ENDS,
+}
+
+#: Unions tagged by a field whose every variant has its model here: the schema, its tag and
+#: the models (each names its tag value as ``schema_variant``).
+TAGGED_UNIONS: dict[str, tuple[str, tuple[type[BaseModel], ...]]] = {
+    "Progress": ("event", PROGRESS_VARIANTS),
+    "AgentStep": ("kind", AGENT_STEP_VARIANTS),
 }
