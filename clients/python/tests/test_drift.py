@@ -100,6 +100,46 @@ def test_a_new_progress_event_field_is_caught(snapshot):
     ]
 
 
+def test_a_new_agent_step_field_and_a_new_kind_are_caught(snapshot):
+    doc = copy.deepcopy(snapshot)
+    steps = doc["components"]["schemas"]["AgentStep"]["oneOf"]
+    for variant in steps:
+        if variant["properties"]["kind"]["enum"] == ["observation"]:
+            variant["properties"]["exit_code"] = {"type": "integer"}
+    steps.append(
+        {
+            "type": "object",
+            "properties": {"kind": {"type": "string", "enum": ["plan"]}},
+            "required": ["kind"],
+        }
+    )
+    assert drift.check_models(doc) == [
+        "AgentStepObservation (AgentStep/observation): the server's field 'exit_code' is "
+        "missing from the model"
+    ]
+    assert drift.check_unions_and_enums(doc) == [
+        "AgentStep: the server's kind values ['model', 'observation', 'plan', 'start'], "
+        "the client's models ['model', 'observation', 'start']"
+    ]
+
+
+def test_a_new_progress_event_and_a_new_agent_end_are_caught(snapshot):
+    doc = copy.deepcopy(snapshot)
+    doc["components"]["schemas"]["Progress"]["oneOf"].append(
+        {
+            "type": "object",
+            "properties": {"event": {"type": "string", "enum": ["paused"]}},
+            "required": ["event"],
+        }
+    )
+    doc["components"]["schemas"]["AgentEnd"]["enum"].append("bored")
+    problems = drift.check_unions_and_enums(doc)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("Progress: the server's event values"), problems
+    assert "'paused'" in problems[0]
+    assert problems[1].startswith("AgentEnd:") and "'bored'" in problems[1]
+
+
 def test_a_new_error_code_is_caught(snapshot):
     doc = copy.deepcopy(snapshot)
     doc["components"]["schemas"]["ErrorCode"]["enum"].append("too_many_cooks")
