@@ -577,7 +577,7 @@ fn print_result(result: &JobResult, format: Format) -> anyhow::Result<u8> {
 }
 
 /// Polls `GET /v1/jobs/{id}` until the job is final.
-async fn wait_final(api: &Api, id: TaskId) -> anyhow::Result<Box<JobResult>> {
+pub(crate) async fn wait_final(api: &Api, id: TaskId) -> anyhow::Result<Box<JobResult>> {
     loop {
         if let JobView::Done(result) = api.get_as(&format!("/v1/jobs/{id}")).await? {
             return Ok(result);
@@ -640,21 +640,26 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
     }
     eprintln!("job {id} accepted");
     let started = std::time::Instant::now();
-    if let Err(e) = follow(&api, id, started).await {
+    if let Err(e) = follow(&api, id, started, true).await {
         eprintln!("codegen: progress stream interrupted ({e:#}); polling instead");
     }
     let result = wait_final(&api, id).await?;
     print_result(&result, args.format)
 }
 
-/// Shows the job's progress, one server-sent event at a time, until it finishes: a bar over
-/// its functions on a terminal, else one line per event. A stream that breaks off is opened
-/// again with `Last-Event-ID`, so no event is missed or shown twice.
-async fn follow(api: &Api, id: TaskId, started: std::time::Instant) -> anyhow::Result<()> {
+/// Shows the job's progress, one server-sent event at a time, until it finishes: with `bar`,
+/// a bar over its functions on a terminal, else one line per event. A stream that breaks off
+/// is opened again with `Last-Event-ID`, so no event is missed or shown twice.
+pub(crate) async fn follow(
+    api: &Api,
+    id: TaskId,
+    started: std::time::Instant,
+    bar: bool,
+) -> anyhow::Result<()> {
     use backon::BackoffBuilder;
     use std::io::IsTerminal;
 
-    let bar = std::io::stderr().is_terminal().then(|| {
+    let bar = (bar && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(

@@ -1,5 +1,6 @@
 //! `codegen`: the cluster's processes and its command-line client.
 
+mod agent;
 mod client;
 mod control;
 mod exec_batch;
@@ -58,6 +59,9 @@ enum Command {
     /// Improve a file toward goals while its behaviour, pinned by tests first, stays the same
     /// (a `refactor` job).
     Refactor(client::RefactorArgs),
+    /// Run an agent on a task in a session of its own (the model calls tools until it
+    /// finishes): its steps live, then how it ended, its answer and files (an `agent` job).
+    Agent(agent::AgentArgs),
     /// Print a job's result, or its progress while it runs.
     Status(client::StatusArgs),
     /// Run a JSONL file of jobs as one batch and write one result per line, in input order.
@@ -127,6 +131,7 @@ fn main() -> std::process::ExitCode {
             Command::Submit(args) => client::submit(args).await,
             Command::Debug(args) => client::debug(args).await,
             Command::Refactor(args) => client::refactor(args).await,
+            Command::Agent(args) => agent::agent(args).await,
             Command::Status(args) => client::status(args).await,
             Command::Batch(args) => client::batch(args).await,
             Command::Cache(args) => client::cache(args).await,
