@@ -6,6 +6,7 @@
 
 mod agent;
 mod broker_failover;
+mod cli_agent;
 mod cli_jobs;
 mod cli_sessions;
 mod cluster_script;
