@@ -485,6 +485,8 @@
       case "function_done":
         Object.assign(fn(d.function), { state: "done", passed: Boolean(d.passed), attempts: d.attempts });
         break;
+      // An agent job's run: under way from its first recorded step.
+      case "agent_step": if (!JOB_FINAL.includes(model.status)) model.status = "running"; break;
       case "finished": model.status = d.status; break;
       default: break;
     }
@@ -501,9 +503,10 @@
         return `${d.function}: attempt ${d.attempt} ${d.passed ? "passed" : `failed${d.error_kind ? ` (${d.error_kind})` : ""}`}`;
       case "function_done":
         return `${d.function}: done, ${d.passed ? "passed" : "failed"} after ${d.attempts} attempt(s)`;
+      case "agent_step": return `agent: ${describeStep(d.step || {})}`;
       case "finished":
         return `finished: ${d.status}${d.all_tests_passed ? ", all tests passed" : ""}` +
-          `${d.validation ? `, ${d.validation}` : ""}${d.failure ? ` (${d.failure})` : ""}`;
+          `${d.validation && d.validation !== "none" ? `, ${d.validation}` : ""}${d.failure ? ` (${d.failure})` : ""}`;
       default: return event.event;
     }
   }
@@ -530,6 +533,10 @@
     const streamState = h("span", { id: "job-stream", class: "muted" });
     const cancel = h("button", { class: "danger", type: "button", id: "job-cancel", text: "Cancel job", hidden: true });
     const progress = h("div", { id: "job-live" });
+    // A pipeline job's functions; an agent job shows its transcript instead, as it grows.
+    const progressSection = h("section", { id: "job-progress-section" },
+      h("h3", { text: "Progress" }), progress);
+    const transcript = agentTranscript();
     const events = h("ol", { class: "events", id: "job-events" });
     const result = h("div", { id: "job-result" });
     const setStatus = (status) => {
@@ -537,10 +544,14 @@
       statusBox.setAttribute("data-status", status);
       cancel.hidden = JOB_FINAL.includes(status);
     };
+    const showAgent = () => {
+      progressSection.hidden = true;
+      transcript.section.hidden = false;
+    };
     root.append(
       h("p", {}, h("a", { href: "#/jobs", text: "← Jobs" })),
       h("h2", {}, "Job ", h("span", { class: "mono", text: id }), " ", statusBox, " ", cancel),
-      h("h3", { text: "Progress" }), progress,
+      progressSection, transcript.section,
       h("h4", {}, "Events ", streamState), events,
       result);
     cancel.addEventListener("click", act(cancel, async () => {
@@ -560,6 +571,7 @@
         });
       }
     }
+    if (first.agent) showAgent();
     if (JOB_FINAL.includes(first.status)) renderResult(first, result);
     renderProgress(model, progress);
 
@@ -573,7 +585,10 @@
           h("span", { class: "muted", text: `${event.id || ""} ` }), describeEvent(event)));
         events.scrollTop = events.scrollHeight;
         applyEvent(fresh, event);
-        renderProgress(fresh, progress);
+        if (event.event === "agent_step") {
+          showAgent();
+          transcript.add(event.data.step || {});
+        } else renderProgress(fresh, progress);
         if (event.event !== "finished") setStatus(fresh.status);
         else finished = true;
       },
@@ -582,10 +597,15 @@
     // The result, once the stream said the job ended.
     const { data: done } = await api("GET", path, { signal });
     setStatus(done.status);
+    if (done.agent) showAgent();
     if (finished || JOB_FINAL.includes(done.status)) renderResult(done, result);
   }
 
   function renderResult(job, into) {
+    if (job && job.agent) {
+      renderAgentOutcome(job, into);
+      return;
+    }
     if (!job || !job.function_specs) return;
     const q = job.quality || {};
     const m = job.metrics || {};
@@ -670,6 +690,190 @@
       parts.push(h("h3", { text: "Webhook" }), pre(JSON.stringify(job.webhook, null, 2)));
     }
     fill(into, parts);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Agent jobs: the transcript as its steps arrive (`agent_step` events), then the outcome.
+  // Every text here is the model's or the sandbox's: hostile, and only ever set as text.
+
+  // What a step's arguments, text or observation show at most; the rest is counted, not shown
+  // (GET /v1/jobs/{id}/transcript has it all).
+  const ARGUMENT_CHARS = 2000;
+  const TEXT_CHARS = 20000;
+  const FILE_CHARS = 200000;
+
+  const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+  const count = (n) => (typeof n === "number" ? n.toLocaleString("en-US") : "–");
+
+  /** `text` cut to `limit` characters, and a note of what was left out. */
+  function bounded(text, limit) {
+    const value = text === undefined || text === null ? "" : String(text);
+    if (value.length <= limit) return [value, null];
+    return [value.slice(0, limit), h("p", {
+      class: "cut-note", text: `… ${count(value.length - limit)} more characters not shown`,
+    })];
+  }
+
+  function boundedPre(text, limit, props = {}) {
+    const [shown, note] = bounded(text, limit);
+    return [pre(shown, props), note];
+  }
+
+  function boundedText(text, limit, props = {}) {
+    const [shown, note] = bounded(text, limit);
+    return [h("div", { ...props, class: `agent-text${props.class ? ` ${props.class}` : ""}`, text: shown }), note];
+  }
+
+  /** One line of what a step is, for the events list. */
+  function describeStep(step) {
+    switch (step.kind) {
+      case "start": return `start: ${step.model}, ${plural((step.tools || []).length, "tool")}`;
+      case "model": {
+        const calls = step.calls || [];
+        return `step ${step.step}: ${calls.length ? calls.map((c) => c.tool).join(", ") : "no call"}` +
+          `${step.problem ? " (malformed)" : ""}`;
+      }
+      case "observation":
+        return `observation: ${step.tool}${step.error ? " (error)" : ""}${step.cut ? " (cut)" : ""}`;
+      default: return String(step.kind);
+    }
+  }
+
+  /** A call's arguments as the model wrote them: a JSON object's fields one per row (a
+   * string as itself, anything else as indented JSON), each bounded; other text as written,
+   * marked when it is not JSON. */
+  function callArguments(raw) {
+    let parsed;
+    let json = true;
+    try { parsed = JSON.parse(raw); } catch (_) { json = false; }
+    if (!json || parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+      return h("div", { class: "call-args" },
+        json ? null : h("span", { class: "badge bad", "data-status": "not_json", text: "arguments are not JSON" }),
+        boundedPre(json ? JSON.stringify(parsed, null, 2) : raw, ARGUMENT_CHARS, { class: "call-raw" }));
+    }
+    const fields = Object.entries(parsed);
+    if (!fields.length) return h("div", { class: "call-args muted", text: "no arguments" });
+    return table(["Argument", "Value"], fields.map(([name, value]) => {
+      const text = typeof value === "string" ? value : JSON.stringify(value, null, 2);
+      const long = text.includes("\n") || text.length > 100;
+      const [shown, note] = bounded(text, ARGUMENT_CHARS);
+      return h("tr", { "data-argument": name },
+        h("td", { class: "mono", text: name }),
+        h("td", {}, long ? pre(shown) : h("span", { class: "mono", text: text === "" ? '""' : shown }), note));
+    }), { class: "call-args" });
+  }
+
+  function stepStart(step) {
+    const tools = step.tools || [];
+    return [
+      h("h4", {}, "Start ",
+        h("span", { class: "muted" }, "model ", h("span", { class: "mono", id: "agent-start-model", text: step.model }),
+          " · ", h("span", { id: "agent-start-tools", text: plural(tools.length, "tool") }),
+          ` · ${when(step.at_ms)} · worker ${step.worker}`)),
+      h("details", {}, h("summary", { text: "Task" }), boundedPre(step.task, TEXT_CHARS)),
+      h("details", {}, h("summary", { text: "System prompt" }), boundedPre(step.system, TEXT_CHARS)),
+      h("details", {}, h("summary", { text: `Tools (${tools.length})` }),
+        table(["Tool", "Description"], tools.map((t) => h("tr", { "data-tool": t.name },
+          h("td", { class: "mono", text: t.name }), h("td", { text: t.description }))))),
+    ];
+  }
+
+  function stepModel(step) {
+    const calls = step.calls || [];
+    return [
+      h("h4", {}, `Step ${step.step} · model `,
+        h("span", { class: "muted", text: `${plural(calls.length, "call")} · ${count(step.prompt_tokens)} + ` +
+          `${count(step.completion_tokens)} tokens · ${count(step.duration_ms)} ms · worker ${step.worker}` })),
+      step.text ? boundedText(step.text, TEXT_CHARS, { class: "model-text" }) : null,
+      step.problem ? h("p", { class: "error-inline step-problem", text: `Malformed: ${step.problem}` }) : null,
+      calls.map((c) => h("div", { class: "agent-call", "data-call-id": c.id, "data-tool": c.tool },
+        h("div", {}, "Calls ", h("strong", { class: "mono call-tool", text: c.tool }), " ",
+          h("span", { class: "muted mono", text: c.id })),
+        callArguments(c.arguments))),
+    ];
+  }
+
+  function stepObservation(step) {
+    const cut = step.cut;
+    return [
+      h("h4", {}, "Observation · ", h("span", { class: "mono", text: step.tool }), " ",
+        step.error ? h("span", { class: "badge bad observation-error", "data-status": "error", text: "error" })
+          : h("span", { class: "badge ok", "data-status": "ok", text: "ok" }),
+        step.malformed ? [" ", h("span", { class: "badge bad", "data-status": "malformed", text: "malformed" })] : null,
+        h("span", { class: "muted", text: ` ${step.call_id ? `answers ${step.call_id} · ` : ""}` +
+          `${count(step.duration_ms)} ms · CPU ${count(step.cpu_ms)} ms · worker ${step.worker}` })),
+      boundedPre(step.content, TEXT_CHARS, { class: "observation-content" }),
+      cut ? h("p", { class: "cut-note observation-cut",
+        text: `Cut: ${count(cut.omitted_chars)} of ${count(cut.total_chars)} characters left out ` +
+          "between the head and the tail, as the model was shown it." }) : null,
+    ];
+  }
+
+  /** The transcript's section: hidden until a step arrives; `add(step)` shows one, once. */
+  function agentTranscript() {
+    const list = h("ol", { class: "agent-steps", id: "agent-steps" });
+    const seen = new Set();
+    const summary = h("span", { class: "muted", id: "agent-transcript-count" });
+    const section = h("section", { id: "agent-transcript", hidden: true },
+      h("h3", {}, "Transcript ", summary), list);
+    const counts = { model: 0, observation: 0 };
+    const add = (step) => {
+      if (seen.has(step.index)) return;
+      seen.add(step.index);
+      const kind = ["start", "model", "observation"].includes(step.kind) ? step.kind : "other";
+      const parts = kind === "start" ? stepStart(step)
+        : kind === "model" ? stepModel(step)
+          : kind === "observation" ? stepObservation(step)
+            : [h("h4", { text: `Step of kind ${step.kind}` }), pre(JSON.stringify(step, null, 2))];
+      const state = kind === "observation" ? (step.error ? " error" : " ok") : "";
+      list.append(h("li", {
+        class: `agent-step ${kind}${state}`, "data-kind": kind, "data-index": step.index,
+        "data-step": step.step, "data-tool": step.tool, "data-error": kind === "observation" ? String(Boolean(step.error)) : null,
+      }, parts));
+      if (kind in counts) counts[kind] += 1;
+      summary.textContent = `(${plural(counts.model, "model step")}, ${plural(counts.observation, "observation")})`;
+    };
+    return { section, add };
+  }
+
+  /** An agent job's outcome: why it ended, its answer, the files it named, what it spent. */
+  function renderAgentOutcome(job, into) {
+    const a = job.agent;
+    const t = a.totals || {};
+    const files = Object.entries(a.files || {});
+    const missing = Object.entries(a.missing || {});
+    const end = a.ended_by;
+    fill(into,
+      h("h3", { text: "Outcome" }),
+      h("section", { id: "agent-outcome", "data-ended-by": end },
+        h("p", {}, "Ended by ", h("span", {
+          class: `badge ${end === "finished" ? "ok" : "bad"}`, id: "agent-ended-by", "data-status": end, text: end,
+        }), " · session ", h("a", { class: "mono", href: `#/sessions/${encodeURIComponent(a.session_id)}`, text: a.session_id })),
+        job.failure ? h("p", { class: "error-inline", id: "job-failure", text: `Failure: ${job.failure}` }) : null,
+        h("div", { class: "stats", id: "agent-totals" },
+          stat("status", job.status),
+          stat("model steps", t.steps, "agent-total-steps"),
+          stat("tool calls", t.tool_calls, "agent-total-tool-calls"),
+          stat("model calls", t.model_calls, "agent-total-model-calls"),
+          stat("tokens", `${count(t.prompt_tokens)} + ${count(t.completion_tokens)}`, "agent-total-tokens"),
+          stat("sandbox CPU", `${count(t.sandbox_cpu_ms)} ms`, "agent-total-cpu"),
+          stat("wall time", `${count(t.wall_ms)} ms`, "agent-total-wall"),
+          stat("resumed", t.resumed, "agent-total-resumed")),
+        h("h4", { text: "Answer" }),
+        a.answer !== undefined && a.answer !== null
+          ? boundedText(a.answer, TEXT_CHARS, { id: "agent-answer" })
+          : h("p", { class: "muted", id: "agent-answer", text: "No answer: the run did not call finish." }),
+        h("h4", { text: `Files (${files.length})` }),
+        h("div", { id: "agent-files" },
+          files.length ? files.map(([path, content]) => h("details", { class: "agent-file", "data-file": path },
+            h("summary", {}, h("span", { class: "mono", text: path }),
+              h("span", { class: "muted", text: ` ${count(content.length)} characters` })),
+            boundedPre(content, FILE_CHARS, { class: "file-content" })))
+            : h("p", { class: "muted", text: "No files named." })),
+        missing.length ? [h("h4", { text: `Not returned (${missing.length})` }),
+          table(["File", "Why"], missing.map(([path, why]) => h("tr", { "data-file": path },
+            h("td", { class: "mono", text: path }), h("td", { text: why }))), { id: "agent-missing" })] : null,
+        h("p", {}, h("strong", { text: "Instruction: " }), job.instruction)));
   }
 
   // ---------------------------------------------------------------------------------------
