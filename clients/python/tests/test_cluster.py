@@ -398,6 +398,75 @@ def test_a_session_keeps_its_state_and_its_files(client: Client):
     assert raised.value.status == 409
 
 
+# --- agent jobs --------------------------------------------------------------------------
+
+
+def agent_scripted_or_skip(result: cc.JobResult) -> None:
+    """Skips when the cluster's scripted model has no agent answers (a script without
+    ``"phase": "agent"`` entries): the run then fails at its first model call."""
+    assert result.agent is not None, result
+    if result.agent.ended_by == "failed" and "no answer for phase agent" in (result.failure or ""):
+        pytest.skip(f"the cluster's scripted model answers no agent step: {result.failure}")
+
+
+def test_an_agent_job_runs_its_steps_to_finish_and_has_a_transcript(client: Client, nonce):
+    # examples/scripted-model.json answers agent steps in order, the last one repeating: the
+    # first agent job a worker runs writes hello.py and finishes, the next ones only finish
+    # (hello.py then `missing`). So the run is asserted on, not on its files.
+    events: list[cc.JobEvent] = []
+    result = client.jobs.run_agent(
+        f"Write hello.py, which prints hello (client test {nonce}).",
+        language="python",
+        files={"data/numbers.txt": "1 2 3\n"},
+        max_steps=5,
+        seed=7,
+        temperature=0.0,
+        on_progress=events.append,
+        timeout=300,
+    )
+    agent_scripted_or_skip(result)
+    assert isinstance(result, cc.JobResult) and result.status == "succeeded", result
+    agent = result.agent
+    assert isinstance(agent, cc.AgentOutcome) and agent.finished and agent.answer == "done"
+    assert set(agent.files) | set(agent.missing) == {"hello.py"}, agent
+    assert agent.totals.steps >= 1 and agent.totals.tool_calls >= 1 and agent.session_id
+    names = [e.event for e in events]
+    assert names[0] == "queued" and names[-1] == "finished", names
+    steps = [e.data.step for e in events if isinstance(e.data, models.ProgressAgentStep)]
+    assert isinstance(steps[0], cc.AgentStepStart) and "data/numbers.txt" in steps[0].task
+    assert {tool.name for tool in steps[0].tools} >= {"write_file", "finish"}
+    answers = [s for s in steps if isinstance(s, cc.AgentStepModel)]
+    assert len(answers) == agent.totals.steps
+    assert answers[-1].calls[-1].tool == "finish"
+    assert answers[-1].calls[-1].parsed_arguments()["answer"] == "done"
+    assert [s.index for s in steps] == list(range(len(steps)))
+    # The transcript: the same run as OpenAI chat messages.
+    messages = client.jobs.transcript(result.job_id)
+    assert [m["role"] for m in messages[:2]] == ["system", "user"]
+    assert messages[0]["content"] == steps[0].system
+    calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert calls[-1]["function"]["name"] == "finish" and calls[-1]["type"] == "function"
+    results = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [c["id"] for c in calls]
+
+
+def test_only_an_agent_job_has_a_transcript_and_takes_agent_fields(client: Client, nonce):
+    accepted = client.jobs.submit(unique_job(nonce))
+    with pytest.raises(cc.NotAnAgentJob) as raised:
+        client.jobs.transcript(accepted.job_id)
+    assert (raised.value.status, raised.value.code) == (409, "not_an_agent_job")
+    assert isinstance(raised.value, cc.Conflict)
+    with pytest.raises(cc.InvalidField) as raised:
+        client.jobs.submit(unique_job(nonce), files={"a.py": ""})
+    assert raised.value.field == "files"
+    with pytest.raises(cc.InvalidField) as raised:
+        client.jobs.submit_agent(f"Go ({nonce}).", max_steps=0)
+    assert raised.value.field == "agent.max_steps"
+    with pytest.raises(cc.InvalidField) as raised:
+        client.jobs.submit_agent(f"Go ({nonce}).", files={"../x": ""})
+    assert raised.value.field == "files"
+
+
 # --- errors ------------------------------------------------------------------------------
 
 

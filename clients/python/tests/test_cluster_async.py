@@ -66,6 +66,26 @@ async def test_an_async_job_with_progress_and_its_listing(aclient: AsyncClient):
         await aclient.jobs.cancel(result.job_id)
 
 
+async def test_an_async_agent_job_and_its_transcript(aclient: AsyncClient):
+    nonce = uuid.uuid4().hex[:12]
+    kinds: list[str] = []
+
+    async def on_progress(event: cc.JobEvent) -> None:
+        if isinstance(event.data, models.ProgressAgentStep):
+            kinds.append(event.data.step.kind)
+
+    result = await aclient.jobs.run_agent(
+        f"Write hello.py (async {nonce}).", max_steps=5, on_progress=on_progress, timeout=300
+    )
+    assert result.agent is not None, result
+    if result.agent.ended_by == "failed" and "no answer for phase agent" in (result.failure or ""):
+        pytest.skip(f"the cluster's scripted model answers no agent step: {result.failure}")
+    assert result.status == "succeeded" and result.agent.finished, result
+    assert kinds[0] == "start" and "model" in kinds and kinds[-1] == "observation", kinds
+    messages = await aclient.jobs.transcript(result.job_id)
+    assert messages[0]["role"] == "system" and messages[-1]["role"] == "tool"
+
+
 async def test_an_async_batch_of_jobs(aclient: AsyncClient):
     nonce = uuid.uuid4().hex[:12]
     accepted = await aclient.batches.submit(
