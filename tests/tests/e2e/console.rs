@@ -266,7 +266,7 @@ def check_the_transcript_grows_while_the_job_runs(page):
     status = page.locator("#job-status").get_attribute("data-status")
     assert status == "running", f"the job is {status} while its third step's command is held"
     expect(page.locator("#agent-outcome")).to_have_count(0)
-    expect(steps(page, "observation")).to_have_count(4)
+    expect(steps(page, "observation")).to_have_count(5)
     expect(page.locator(".observation-content", has_text="released")).to_have_count(0)
     # A failed call is marked; an observation over max_observation_chars says what was cut.
     missing = page.locator("#agent-steps > li[data-kind='observation'][data-tool='read_file']")
@@ -276,7 +276,12 @@ def check_the_transcript_grows_while_the_job_runs(page):
     expect(cut).to_have_count(1)
     expect(cut.locator(".observation-cut")).to_contain_text(re.compile(r"Cut: [0-9,]+ of [0-9,]+ characters"))
     expect(cut.locator(".observation-content")).to_contain_text("3000")
-    expect(page.locator("#agent-transcript-count")).to_have_text("(3 model steps, 4 observations)")
+    expect(page.locator("#agent-transcript-count")).to_have_text("(3 model steps, 5 observations)")
+    # A long argument is shown in part, and says how much is left out.
+    long = page.locator(".agent-call[data-tool='write_file']", has_text="long.txt")
+    expect(long.locator("tr[data-argument='content'] .cut-note")).to_have_text(
+        "… 3,000 more characters not shown")
+    expect(long.locator("tr[data-argument='content'] pre")).to_have_text("x" * 2000)
     shot(page, "agent-job-running")
     RESULTS.append({"note": f"{steps(page).count()} steps shown while the job was {status}"})
 
@@ -285,7 +290,8 @@ def check_the_runs_text_is_shown_as_text(page):
     echoed = page.locator("#agent-steps > li[data-kind='observation'][data-tool='run_shell']").first
     expect(echoed.locator(".observation-content")).to_contain_text(HOSTILE)
     expect(page.locator("#agent-steps .model-text").first).to_contain_text("<script>alert(2)</script>")
-    written = page.locator(".agent-call[data-tool='write_file'] tr[data-argument='content']")
+    written = page.locator(".agent-call[data-tool='write_file']", has_text="notes.txt").locator(
+        "tr[data-argument='content']")
     expect(written).to_contain_text(HOSTILE)
     no_markup_from_the_run(page)
 
@@ -297,14 +303,14 @@ def check_the_outcome_when_the_job_ends(page):
     # The held command's observation came, then finish's.
     expect(page.locator(".observation-content", has_text="released")).to_have_count(1)
     expect(steps(page, "model")).to_have_count(4)
-    expect(steps(page, "observation")).to_have_count(6)
-    expect(steps(page)).to_have_count(11)
+    expect(steps(page, "observation")).to_have_count(7)
+    expect(steps(page)).to_have_count(12)
     expect(page.locator("#agent-total-steps")).to_have_text("4")
-    expect(page.locator("#agent-total-tool-calls")).to_have_text("6")
+    expect(page.locator("#agent-total-tool-calls")).to_have_text("7")
     expect(page.locator("#agent-total-resumed")).to_have_text("0")
     expect(page.locator("#agent-missing tr[data-file='absent.txt']")).to_have_count(1)
     events = page.locator("#job-events li").evaluate_all("items => items.map(i => i.dataset.event)")
-    assert events[-1] == "finished" and events.count("agent_step") == 11, events
+    assert events[-1] == "finished" and events.count("agent_step") == 12, events
     # A file's content is collapsed until opened.
     notes = page.locator("#agent-files details[data-file='notes.txt']")
     expect(notes.locator(".file-content")).to_be_hidden()
@@ -316,7 +322,7 @@ def check_the_outcome_when_the_job_ends(page):
     # Opened again once it has ended: the whole transcript, from the stream's replay.
     page.reload()
     page.wait_for_selector("#view > .page[data-view='jobs'][data-ready]", state="attached")
-    expect(steps(page)).to_have_count(11)
+    expect(steps(page)).to_have_count(12)
     expect(page.locator("#agent-ended-by")).to_have_text("finished")
     expect(page.locator("#job-progress-section")).to_be_hidden()
     no_markup_from_the_run(page)
@@ -425,7 +431,10 @@ async fn a_browser_watches_an_agent_jobs_transcript_grow_and_sees_its_outcome() 
                    agent_call("run_shell", json!({"command": format!("echo '{hostile}'")})),
                    agent_call("read_file", json!({"path": "absent.txt"})),
                ]}),
-        json!({"tool_calls": [agent_call("run_shell", json!({"command": "seq 1 3000"}))]}),
+        json!({"tool_calls": [
+            agent_call("run_shell", json!({"command": "seq 1 3000"})),
+            agent_call("write_file", json!({"path": "long.txt", "content": "x".repeat(5000)})),
+        ]}),
         json!({"tool_calls": [agent_call("run_shell", json!({
             "command": "while [ ! -f /tmp/go ]; do sleep 0.1; done; echo released",
             "timeout_ms": 3_600_000}))]}),
@@ -556,6 +565,6 @@ async fn a_browser_watches_an_agent_jobs_transcript_grow_and_sees_its_outcome() 
     assert_eq!(result["status"], "succeeded", "{result:#}");
     assert_eq!(result["agent"]["ended_by"], "finished", "{result:#}");
     assert_eq!(result["agent"]["totals"]["steps"], 4, "{result:#}");
-    assert_eq!(result["agent"]["totals"]["tool_calls"], 6, "{result:#}");
+    assert_eq!(result["agent"]["totals"]["tool_calls"], 7, "{result:#}");
     cluster.cleanup().await;
 }
