@@ -265,17 +265,20 @@ fn the_example_script_answers_follow_their_schemas() {
     let script: Script = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert!(Scripted::new(script.clone()).is_ok());
     for entry in &script.answers {
-        let answer = entry
-            .answer
-            .as_ref()
-            .expect("the example uses structured answers");
         let spec = match entry.phase {
             Phase::Plan => spec_for::<FunctionSpecs>("function_specs", true),
             Phase::Tests => spec_for::<TestCases>("test_cases", false),
             Phase::Implement | Phase::Repair => spec_for::<Implementation>("implementation", true),
             // An agent's answers are tool calls, not a schema's.
-            Phase::Agent => continue,
+            Phase::Agent => {
+                assert!(entry.tool_calls.is_some(), "{entry:?}");
+                continue;
+            }
         };
+        let answer = entry
+            .answer
+            .as_ref()
+            .expect("the example uses structured answers");
         validate(&spec, answer)
             .unwrap_or_else(|e| panic!("{:?} {:?}: {e}", entry.phase, entry.function));
     }

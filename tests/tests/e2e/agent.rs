@@ -457,3 +457,64 @@ async fn a_worker_killed_in_the_middle_of_a_call_costs_the_run_nothing() {
     assert_eq!(session["cells"], 1, "{session:#}");
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_worker_killed_between_two_steps_costs_the_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The second answer takes its time: the first worker dies while it waits for it (or
+    // before it asked), and the successor asks for it again, once.
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("run_shell", json!({"command": "echo one >> runs.txt"}))]}),
+            json!({"latency_ms": 3000, "tool_calls": [call("run_shell", json!({"command": "echo two >> runs.txt"}))]}),
+            json!({"tool_calls": [call("run_shell", json!({"command": "echo two >> runs.txt"}))]}),
+            json!({"tool_calls": [call("finish", json!({"answer": "done", "files": ["runs.txt"]}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let log = dir.path().join("requests.jsonl");
+    let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
+    let _coordinator = cluster.coordinator().await;
+    let (mut doomed, _) = cluster.worker("doomed").await;
+    let (_, body) = cluster.submit_job(agent_job("Count.", json!({}))).await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    wait_step(&cluster, &id, |steps| {
+        steps.iter().any(|s| s["kind"] == "observation")
+    })
+    .await;
+    doomed.signal("KILL");
+    doomed.wait_exit(WITHIN);
+    let (_successor, _) = cluster.worker("successor").await;
+    let result = cluster.wait_job(&id, WITHIN).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let agent = &result["agent"];
+    // The first command ran once (its observation was recorded before the loss), the second
+    // once on the restored session.
+    assert_eq!(agent["files"]["runs.txt"], "one\ntwo\n", "{agent:#}");
+    let steps = recorded(&cluster, &id).await;
+    assert_eq!(
+        steps.iter().filter(|s| s["kind"] == "model").count(),
+        3,
+        "{steps:#?}"
+    );
+    // The model server's own log: a conversation of each length was answered once, but the
+    // one in flight when the first worker died (its answer was never recorded).
+    let requests = model_log(&log);
+    let mut by_length = std::collections::BTreeMap::new();
+    for request in &requests {
+        *by_length
+            .entry(request["messages"].as_u64().unwrap())
+            .or_insert(0) += 1;
+    }
+    let repeated: Vec<_> = by_length.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(repeated.len() <= 1, "{requests:#?}");
+    assert!(
+        repeated.iter().all(|(length, n)| **n == 2 && **length == 4),
+        "only the second step's question may have been asked twice: {requests:#?}"
+    );
+    let session = session(&cluster, &id).await;
+    assert_eq!(session["restores"], 1, "{session:#}");
+    assert_eq!(session["cells"], 2, "{session:#}");
+    cluster.cleanup().await;
+}

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod agent;
+mod agent_hostile;
 mod broker_failover;
 mod cli_agent;
 mod cli_jobs;

@@ -494,6 +494,16 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
+/// Kills every process of this uid but this shell's ancestors (the kernel), in passes until
+/// none is left (bounded): bash builtins only.
+const SCRUB: &str = "keep=' '; p=$$; while [ \"${p:-0}\" -gt 0 ]; do keep=\"$keep$p \"; \
+    read -r line < /proc/$p/stat || break; set -- ${line##*) }; p=$2; done; \
+    for pass in 1 2 3 4 5 6 7 8 9 10; do found=; for d in /proc/[0-9]*; do pid=${d#/proc/}; \
+    case \"$keep\" in *\" $pid \"*) continue ;; esac; uid=; state=; \
+    while read -r k v _; do case $k in State:) state=$v ;; Uid:) uid=$v; break ;; esac; done < \"$d/status\" 2>/dev/null; \
+    [ \"$uid\" = \"$UID\" ] && [ \"$state\" != Z ] && kill -9 \"$pid\" 2>/dev/null && found=1; done; \
+    [ -z \"$found\" ] && break; done;";
+
 /// A cell of `language`'s kernel that runs `command` under bash as a fresh process, bounded
 /// by `timeout` (coreutils' `timeout`, the whole process group), and answers its exit code:
 /// everything is passed base64-encoded, so no text needs quoting in any kernel's syntax.
@@ -507,15 +517,24 @@ fn shell_cell(
     let b64 = |text: &str| STANDARD.encode(text.as_bytes());
     // The files the command reads its program and stdin from live outside the working
     // directory (nothing the agent lists), and go with the command.
+    // The command's output goes to files, not the kernel's pipes, and once it has ended every
+    // process of the program's uid it left (a fork bomb's children, a daemon, anything that
+    // left its process group) is killed, as an execution's are: all but the kernel, which is
+    // this wrapper's ancestry. A command ends when it ends, never when the last process holding
+    // its output does, and nothing it starts outlives it. The scrub uses builtins only: it
+    // must work while the pids limit is exhausted.
     let script = format!(
-        "set -o pipefail 2>/dev/null; dir=$(mktemp -d); printf %s '{program}' | base64 -d > \"$dir/program\"; \
+        "dir=$(mktemp -d); printf %s '{program}' | base64 -d > \"$dir/program\"; \
          printf %s '{stdin}' | base64 -d > \"$dir/stdin\"; \
-         CODEGEN_PROGRAM=\"$dir/program\" CODEGEN_STDIN=\"$dir/stdin\" timeout -k 2 {secs} bash -c \"$(printf %s '{command}' | base64 -d)\" < \"$dir/stdin\"; \
-         code=$?; rm -rf \"$dir\"; [ $code -eq 124 ] && echo \"[timed out after {secs} s]\" >&2; exit $code",
+         CODEGEN_PROGRAM=\"$dir/program\" CODEGEN_STDIN=\"$dir/stdin\" timeout -k 2 {secs} bash -c \"$(printf %s '{command}' | base64 -d)\" < \"$dir/stdin\" > \"$dir/out\" 2> \"$dir/err\"; \
+         code=$?; {SCRUB} \
+         head -c {max} \"$dir/out\"; head -c {max} \"$dir/err\" >&2; rm -rf \"$dir\"; \
+         [ $code -eq 124 ] && echo \"[timed out after {secs} s]\" >&2; exit $code",
         program = b64(program.unwrap_or("")),
         stdin = b64(stdin.unwrap_or("")),
         command = b64(command),
         secs = timeout.as_secs().max(1),
+        max = MAX_OUTPUT_BYTES,
     );
     let encoded = b64(&script);
     match language {
