@@ -58,8 +58,14 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
             json!({"command": "ln -s /etc/passwd link && ln -s / everything && echo linked"}),
         ),
         call("read_file", json!({"path": "link"})),
-        call("write_file", json!({"path": "everything/tmp/planted", "content": "x"})),
-        call("edit_file", json!({"path": "link", "old": "root", "new": "toor"})),
+        call(
+            "write_file",
+            json!({"path": "everything/tmp/planted", "content": "x"}),
+        ),
+        call(
+            "edit_file",
+            json!({"path": "link", "old": "root", "new": "toor"}),
+        ),
         // Left running in the background, in and out of its process group.
         call(
             "run_shell",
@@ -88,8 +94,10 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
             reqwest::Method::POST,
             &format!("{base}/v1/jobs"),
             "key-acme",
-            Some(json!({"instruction": "Try everything.", "mode": "agent", "language": "python",
-                        "agent": {"max_steps": 20}})),
+            Some(
+                json!({"instruction": "Try everything.", "mode": "agent", "language": "python",
+                        "agent": {"max_steps": 20}}),
+            ),
         )
         .await;
     assert_eq!(status, 202, "{body}");
@@ -99,12 +107,23 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
     let probe = wait_observation(&cluster, &id, 0).await;
     let pids: u64 = field(&probe, "pids").parse().unwrap_or(u64::MAX);
     let memory: u64 = field(&probe, "memory").parse().unwrap();
-    assert!(pids > 0 && pids <= 1024, "refusing to run a fork bomb: {probe}");
+    assert!(
+        pids > 0 && pids <= 1024,
+        "refusing to run a fork bomb: {probe}"
+    );
     assert!(memory <= 4096, "refusing to run a memory bomb: {probe}");
-    assert_ne!(field(&probe, "uid"), "0", "refusing: the calls run as root: {probe}");
+    assert_ne!(
+        field(&probe, "uid"),
+        "0",
+        "refusing: the calls run as root: {probe}"
+    );
     assert_eq!(field(&probe, "CapEff"), "0000000000000000", "{probe}");
     assert_eq!(field(&probe, "NoNewPrivs"), "1", "{probe}");
-    assert_eq!(field(&probe, "net"), "lo,", "no network but loopback: {probe}");
+    assert_eq!(
+        field(&probe, "net"),
+        "lo,",
+        "no network but loopback: {probe}"
+    );
     // Confirmed: release the bombs in that container.
     let containers = session_containers(&id);
     assert_eq!(containers.len(), 1, "{containers:?}");
@@ -119,7 +138,11 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
     let observations = observations(&cluster, &id).await;
     let said = |i: usize| observations[i]["content"].as_str().unwrap().to_owned();
     assert!(said(1).contains("after the fork bomb"), "{}", said(1));
-    assert!(said(2).contains("exit=137"), "the memory bomb was killed: {}", said(2));
+    assert!(
+        said(2).contains("exit=137"),
+        "the memory bomb was killed: {}",
+        said(2)
+    );
     assert!(
         said(3).contains("unreachable") || said(3).contains("timed out"),
         "no route out: {}",
@@ -134,8 +157,16 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
     }
     assert!(said(10).contains("started"), "{}", said(10));
     assert!(said(11).contains("alive"), "{}", said(11));
-    assert!(said(11).contains("No such file"), "nothing was planted: {}", said(11));
-    assert!(said(11).contains("left=0"), "nothing a command started outlived it: {}", said(11));
+    assert!(
+        said(11).contains("No such file"),
+        "nothing was planted: {}",
+        said(11)
+    );
+    assert!(
+        said(11).contains("left=0"),
+        "nothing a command started outlived it: {}",
+        said(11)
+    );
     let agent = &result["agent"];
     assert_eq!(agent["files"], json!({}), "{agent:#}");
     for path in ["link", "../outside", "/etc/hostname"] {
@@ -172,7 +203,12 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
 
 fn session_containers(id: &str) -> Vec<String> {
     let out = std::process::Command::new("docker")
-        .args(["ps", "-q", "--filter", &format!("label=org.codegen.session={id}")])
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=org.codegen.session={id}"),
+        ])
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
