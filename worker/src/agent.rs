@@ -159,7 +159,8 @@ impl Agent {
             transcript,
             seat: model::Seat::default(),
         };
-        let mut workspace = match Workspace::ready(&self.sessions, &meta, Vec::new()).await {
+        let packages = run.transcript.packages();
+        let mut workspace = match Workspace::ready(&self.sessions, &meta, packages).await {
             Ok(workspace) => workspace,
             Err(workspace::Error::Store(e)) => return Err(Error::store(e)),
             Err(workspace::Error::Lost(why)) => {

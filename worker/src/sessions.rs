@@ -452,6 +452,49 @@ impl LocalSessions {
         }
     }
 
+    /// Session `id` again, in a container with `open.packages` mounted: its state and files
+    /// come back from its checkpoint, taken after its last call, as a restore brings them
+    /// (its record counts it as one). Allowed names are checked and installed before anything
+    /// changes: a refusal leaves the session as it was.
+    pub async fn reinstall(&self, id: &str, open: &OpenSession) -> Result<(), Refusal> {
+        let inner = &self.0;
+        if inner.options.checkpoint_max_bytes == 0 {
+            return Err(refuse(
+                StatusCode::CONFLICT,
+                HostErrorCode::NoCheckpoint,
+                "packages are installed into a running session through its checkpoint, and checkpoints are off (worker.sessions.checkpoint_max_bytes = 0)",
+            ));
+        }
+        inner.install(open).await?;
+        match inner.store.checkpoint(id).await {
+            Ok(store::Checkpoint::Kept(_)) => {}
+            Ok(store::Checkpoint::Unavailable(why)) => {
+                return Err(refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why));
+            }
+            Ok(store::Checkpoint::None) => {
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::NoCheckpoint,
+                    "the session has no checkpoint",
+                ));
+            }
+            Err(e) => {
+                return Err(refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    HostErrorCode::Sandbox,
+                    format!("its checkpoint could not be read: {e}"),
+                ));
+            }
+        }
+        inner.close(id).await;
+        let again = RestoreSession {
+            open: open.clone(),
+            lost_host: inner.id.clone(),
+            reason: format!("reopened with the packages {}", open.packages.join(", ")),
+        };
+        inner.restore(id, &again).await.map(|_| ())
+    }
+
     /// Removes session `id`'s container (its record is ended by whoever ends it).
     pub async fn close(&self, id: &str) {
         self.0.close(id).await;

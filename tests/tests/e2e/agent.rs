@@ -518,3 +518,53 @@ async fn a_worker_killed_between_two_steps_costs_the_run_nothing() {
     assert_eq!(session["cells"], 2, "{session:#}");
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn install_packages_reopens_the_session_with_them_and_keeps_its_files() {
+    let wheels = tempfile::tempdir().unwrap();
+    crate::sessions_packages::build_wheels(wheels.path());
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("write_file", json!({"path": "notes.txt", "content": "before"}))]}),
+            json!({"tool_calls": [call("install_packages", json!({"names": ["cgwants"]}))]}),
+            json!({"tool_calls": [call("install_packages", json!({"names": ["cgcalc"]}))]}),
+            json!({"tool_calls": [call("run_shell", json!({"command": "python3 -c 'import cgcalc; print(cgcalc.area(2))'; cat notes.txt"}))]}),
+            json!({"tool_calls": [call("finish", json!({"answer": "done"}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let cache = cluster.dir.path().join("packages");
+    std::fs::write(
+        cluster.dir.path().join("codegen.toml"),
+        format!(
+            "[worker.sessions.packages]\nfind_links = {:?}\nallow = [\"cgcalc\", \"cg?ep\", \"cgwants\"]\npip = [\"/usr/bin/python3\", \"-m\", \"pip\"]\ncache_dir = {:?}\n",
+            wheels.path().join("wheels").display().to_string(),
+            cache.display().to_string()
+        ),
+    )
+    .unwrap();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (_, body) = cluster.submit_job(agent_job("Use cgcalc.", json!({}))).await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, WITHIN).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    let observations: Vec<String> = recorded(&cluster, &id)
+        .await
+        .into_iter()
+        .filter(|s| s["kind"] == "observation")
+        .map(|s| s["content"].as_str().unwrap().to_owned())
+        .collect();
+    // A package whose dependency is not allowed is refused by name, the session unchanged.
+    assert!(observations[1].contains("cgblocked"), "{}", observations[1]);
+    assert!(observations[2].starts_with("installed cgcalc"), "{}", observations[2]);
+    assert!(
+        observations[3].contains("12.0") && observations[3].contains("before"),
+        "the package imports and the file written before is there: {}",
+        observations[3]
+    );
+    cluster.cleanup().await;
+}

@@ -14,7 +14,7 @@ use crate::sessions::{open, run};
 /// Builds the test's wheels into `dir`: cgcalc (depends on cgdep), cgdep, cgnative (a shared
 /// library of compiled code, loaded with ctypes), cgwants (depends on cgblocked, which is
 /// there but not allowed).
-fn build_wheels(dir: &Path) {
+pub(crate) fn build_wheels(dir: &Path) {
     let library = dir.join("libanswer.so");
     let source = dir.join("answer.c");
     std::fs::write(&source, "int answer(void) { return 42; }\n").unwrap();

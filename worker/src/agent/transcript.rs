@@ -171,6 +171,41 @@ impl Transcript {
         AgentTotals::of(&self.steps)
     }
 
+    /// The packages the run installed (its `install_packages` calls that succeeded), in
+    /// order: what a restore of its session installs again.
+    pub fn packages(&self) -> Vec<String> {
+        let mut installed = Vec::new();
+        let calls: std::collections::HashMap<&str, &AgentCall> = self
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                AgentStep::Model { calls, .. } => Some(calls.iter()),
+                _ => None,
+            })
+            .flatten()
+            .map(|c| (c.id.as_str(), c))
+            .collect();
+        for step in &self.steps {
+            if let AgentStep::Observation {
+                call_id: Some(id),
+                error: false,
+                ..
+            } = step
+                && let Some(call) = calls.get(id.as_str())
+                && call.tool == "install_packages"
+                && let Ok(super::tools::Action::InstallPackages(a)) =
+                    super::tools::read(&call.tool, &call.arguments)
+            {
+                for name in a.names {
+                    if !installed.contains(&name) {
+                        installed.push(name);
+                    }
+                }
+            }
+        }
+        installed
+    }
+
     /// The recorded start: the system prompt, the task and the tools.
     pub fn start(&self) -> Option<(&str, &str, &[proto::agent::AgentTool])> {
         self.steps.iter().find_map(|s| match s {

@@ -34,6 +34,8 @@ pub enum Error {
 const MAX_READ_BYTES: u64 = 4 << 20;
 /// A command's deadline when the call names none (mini-swe-agent's).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most packages one call installs.
+const MAX_PACKAGES: usize = 50;
 /// Output of one command kept by the session (its observation is cut further).
 const MAX_OUTPUT_BYTES: u64 = 1 << 20;
 
@@ -277,12 +279,45 @@ impl Workspace {
                 }
                 Err(refusal) => self.refused(refusal).await?,
             }),
-            Action::InstallPackages(a) => Ok(failed(format!(
-                "install_packages is not offered in this session ({}): {}",
-                self.language,
-                a.names.join(", ")
-            ))),
+            Action::InstallPackages(a) => self.install(a).await,
             Action::Finish(_) => Ok(done("finished".into())),
+        }
+    }
+
+    /// Installs `a.names` (besides what the run installed before): the session reopens with
+    /// them, from its checkpoint.
+    async fn install(&mut self, a: &tools::InstallPackages) -> Result<Observed, Error> {
+        if !matches!(self.language, Language::Python | Language::PythonSci) {
+            return Ok(failed(format!(
+                "packages are offered in python sessions only, not {}",
+                self.language
+            )));
+        }
+        if a.names.is_empty() || a.names.len() > MAX_PACKAGES {
+            return Ok(failed(format!("name 1 to {MAX_PACKAGES} packages")));
+        }
+        let mut open = self.open.clone();
+        for name in &a.names {
+            if !open.packages.contains(name) {
+                open.packages.push(name.clone());
+            }
+        }
+        match self.sessions.reinstall(&self.id, &open).await {
+            Ok(()) => {
+                self.open = open;
+                Ok(done(format!(
+                    "installed {}; the session's names and files are as they were",
+                    a.names.join(", ")
+                )))
+            }
+            Err(refusal) => match refusal.error.code {
+                proto::session::HostErrorCode::Package => Ok(failed(refusal.to_string())),
+                // The old container is gone once the new one failed: the session with it.
+                _ if !self.sessions.holds(&self.id) => Err(Error::Lost(format!(
+                    "the agent's session could not be reopened with its packages: {refusal}"
+                ))),
+                _ => Ok(failed(refusal.to_string())),
+            },
         }
     }
 
@@ -522,9 +557,11 @@ fn shell_cell(
     // left its process group) is killed, as an execution's are: all but the kernel, which is
     // this wrapper's ancestry. A command ends when it ends, never when the last process holding
     // its output does, and nothing it starts outlives it. The scrub uses builtins only: it
-    // must work while the pids limit is exhausted.
+    // must work while the pids limit is exhausted. The session's packages (mounted at
+    // `PACKAGES_DIR`, on the kernel's path) are on every command's Python path too.
     let script = format!(
-        "dir=$(mktemp -d); printf %s '{program}' | base64 -d > \"$dir/program\"; \
+        "[ -d {packages} ] && export PYTHONPATH={packages}${{PYTHONPATH:+:$PYTHONPATH}}; \
+         dir=$(mktemp -d); printf %s '{program}' | base64 -d > \"$dir/program\"; \
          printf %s '{stdin}' | base64 -d > \"$dir/stdin\"; \
          CODEGEN_PROGRAM=\"$dir/program\" CODEGEN_STDIN=\"$dir/stdin\" timeout -k 2 {secs} bash -c \"$(printf %s '{command}' | base64 -d)\" < \"$dir/stdin\" > \"$dir/out\" 2> \"$dir/err\"; \
          code=$?; {SCRUB} \
@@ -535,6 +572,7 @@ fn shell_cell(
         command = b64(command),
         secs = timeout.as_secs().max(1),
         max = MAX_OUTPUT_BYTES,
+        packages = sandbox::PACKAGES_DIR,
     );
     let encoded = b64(&script);
     match language {
