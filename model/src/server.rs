@@ -156,6 +156,8 @@ fn log(
         "messages": messages.len(),
         "last": last,
         "tools": tools,
+        "seed": body.get("seed"),
+        "temperature": body.get("temperature"),
         "status": status.as_u16(),
     })
     .to_string();

@@ -216,6 +216,11 @@ async fn an_agent_writes_runs_reads_and_finishes_in_a_session_of_its_own() {
     for request in &requests {
         assert_eq!(request["phase"], "agent");
         assert_eq!(request["tools"], 9, "every tool offered: {request}");
+        assert_eq!(
+            request["seed"], 7,
+            "the run's seed reaches the model: {request}"
+        );
+        assert_eq!(request["temperature"], 0.0, "{request}");
     }
     // The live stream carried every step as it was recorded.
     let streamed = steps(&cluster, &id).await;
@@ -548,7 +553,9 @@ async fn install_packages_reopens_the_session_with_them_and_keeps_its_files() {
     let _model = cluster.scripted_model(&path).await;
     let _coordinator = cluster.coordinator().await;
     let _worker = cluster.worker("worker-1").await;
-    let (_, body) = cluster.submit_job(agent_job("Use cgcalc.", json!({}))).await;
+    let (_, body) = cluster
+        .submit_job(agent_job("Use cgcalc.", json!({})))
+        .await;
     let id = body["job_id"].as_str().unwrap().to_owned();
     let result = cluster.wait_job(&id, WITHIN).await;
     assert_eq!(result["status"], "succeeded", "{result:#}");
@@ -560,11 +567,113 @@ async fn install_packages_reopens_the_session_with_them_and_keeps_its_files() {
         .collect();
     // A package whose dependency is not allowed is refused by name, the session unchanged.
     assert!(observations[1].contains("cgblocked"), "{}", observations[1]);
-    assert!(observations[2].starts_with("installed cgcalc"), "{}", observations[2]);
+    assert!(
+        observations[2].starts_with("installed cgcalc"),
+        "{}",
+        observations[2]
+    );
     assert!(
         observations[3].contains("12.0") && observations[3].contains("before"),
         "the package imports and the file written before is there: {}",
         observations[3]
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn cancel_stops_a_run_before_its_next_call_and_ends_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("run_shell", json!({"command": "while [ ! -f /tmp/go ]; do sleep 0.1; done; echo released", "timeout_ms": 3_600_000}))]}),
+            json!({"tool_calls": [call("run_shell", json!({"command": "echo never"}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let log = dir.path().join("requests.jsonl");
+    let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (_, body) = cluster
+        .submit_job(agent_job("Wait.", json!({"max_tokens_total": 1_000_000})))
+        .await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    wait_step(&cluster, &id, |steps| {
+        steps.iter().any(|s| s["kind"] == "model")
+    })
+    .await;
+    let cancelled = cluster
+        .http
+        .delete(format!("{}/v1/jobs/{id}", cluster.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    let result: Value = cancelled.json().await.unwrap();
+    assert_eq!(result["status"], "cancelled", "{result:#}");
+    assert_eq!(result["agent"]["ended_by"], "cancelled", "{result:#}");
+    assert_eq!(result["agent"]["totals"]["steps"], 1, "{result:#}");
+    // Released, the call ends; the run records nothing more, asks the model nothing more,
+    // and ends its session.
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        for container in session_containers(&id) {
+            let _ = std::process::Command::new("docker")
+                .args(["exec", &container, "touch", "/tmp/go"])
+                .output();
+        }
+        if session(&cluster, &id).await["state"] == "ended" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session outlived its cancelled run"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        recorded(&cluster, &id)
+            .await
+            .iter()
+            .all(|s| s["kind"] != "observation"),
+        "nothing recorded after the cancel"
+    );
+    assert_eq!(model_log(&log).len(), 1, "no model call after the cancel");
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_token_budget_ends_a_run_before_its_next_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![json!({"tool_calls": [call("run_shell", json!({"command": "echo again"}))]})],
+    );
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    // Each step's prompt is the whole conversation: a small budget runs out in a few steps.
+    let (_, body) = cluster
+        .submit_job(agent_job(
+            "Spend.",
+            json!({"max_tokens_total": 2000, "agent": {"stuck_repeats": 100}}),
+        ))
+        .await;
+    let result = cluster
+        .wait_job(body["job_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(result["agent"]["ended_by"], "tokens", "{result:#}");
+    let totals = &result["agent"]["totals"];
+    let spent =
+        totals["prompt_tokens"].as_u64().unwrap() + totals["completion_tokens"].as_u64().unwrap();
+    assert!(spent >= 2000, "{totals}");
+    assert!(
+        result["failure"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens_total (2000)")
     );
     cluster.cleanup().await;
 }
