@@ -469,7 +469,11 @@ impl LocalSessions {
         match inner.store.checkpoint(id).await {
             Ok(store::Checkpoint::Kept(_)) => {}
             Ok(store::Checkpoint::Unavailable(why)) => {
-                return Err(refuse(StatusCode::CONFLICT, HostErrorCode::NoCheckpoint, why));
+                return Err(refuse(
+                    StatusCode::CONFLICT,
+                    HostErrorCode::NoCheckpoint,
+                    why,
+                ));
             }
             Ok(store::Checkpoint::None) => {
                 return Err(refuse(
