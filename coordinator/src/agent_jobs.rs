@@ -176,6 +176,23 @@ fn check_files(options: &crate::Options, files: &BTreeMap<String, String>) -> Re
     Ok(())
 }
 
+/// 503 `no_session_host` while no live worker takes sessions: an agent's run needs one (its
+/// session is held where its loop runs), and a job nobody can run must not wait in the queue.
+pub(crate) async fn refuse_without_session_hosts(c: &crate::Coordinator) -> Result<(), ApiError> {
+    let hosts = c
+        .sessions()?
+        .hosts()
+        .await
+        .map_err(crate::error::unavailable)?;
+    if hosts.iter().any(|h| h.sessions < h.capacity) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        proto::api::ErrorCode::NoSessionHost,
+        "an agent job runs on a session, and no live worker can take another (none announced, or all at worker.sessions.max_per_worker)",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

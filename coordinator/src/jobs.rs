@@ -256,7 +256,7 @@ fn rework(
         (status = 400, description = "Malformed body (not JSON, unknown field).", body = ErrorBody),
         (status = 413, description = "Body over `coordinator.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "A value out of range; the message names the field.", body = ErrorBody),
-        (status = 503, description = "Redis or the broker is unavailable, or no worker can generate (every live worker runs without a model); the message says which.", body = ErrorBody),
+        (status = 503, description = "Redis or the broker is unavailable, or no worker can generate (every live worker runs without a model), or (an agent job) no live worker can take a session; the message says which.", body = ErrorBody),
     )
 )]
 pub(crate) async fn submit(
@@ -370,6 +370,9 @@ pub(crate) async fn create_job(
     }
     c.refuse_without_broker()?;
     refuse_without_generators(c).await?;
+    if request.agent.is_some() {
+        crate::agent_jobs::refuse_without_session_hosts(c).await?;
+    }
     let meta = JobMeta {
         id,
         tenant,

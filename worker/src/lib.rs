@@ -820,13 +820,14 @@ impl Worker {
     ) -> Outcome {
         let job = task.job_id;
         let (Some(agent), Some(pipeline)) = (&self.agent, &self.pipeline) else {
-            // Only workers that can run it take from the tasks queue with a model; one that
-            // holds no sessions gives the task back for another.
-            tracing::warn!(%job, "this worker holds no sessions: agent task handed back");
-            if let Err(e) = delivery.hand_back().await {
-                tracing::warn!(error = %e, "cannot hand back; the broker will redeliver");
+            // A worker that holds no sessions cannot run it: back to the queue for another,
+            // counted, so that a cluster where none can ends the job (its dead letter) rather
+            // than passing it around for ever.
+            tracing::warn!(%job, "this worker holds no sessions (worker.sessions.enabled): agent task requeued");
+            if let Err(e) = delivery.requeue().await {
+                tracing::warn!(error = %e, "cannot requeue; the broker will redeliver");
             }
-            return Outcome::HandedBack;
+            return Outcome::Requeued;
         };
         tracing::info!(%job, "agent task started");
         let needs = self.needs(Queue::Tasks);

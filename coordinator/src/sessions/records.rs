@@ -13,7 +13,7 @@ use crate::error::{ApiError, unavailable};
 
 impl Coordinator {
     /// The sessions' store, or `not_kept` on a coordinator without Redis.
-    pub(super) fn sessions(&self) -> Result<&std::sync::Arc<dyn store::Sessions>, ApiError> {
+    pub(crate) fn sessions(&self) -> Result<&std::sync::Arc<dyn store::Sessions>, ApiError> {
         self.stores.sessions.as_ref().ok_or_else(|| {
             ApiError::new(
                 ErrorCode::NotKept,

@@ -677,3 +677,76 @@ async fn the_token_budget_ends_a_run_before_its_next_question() {
     );
     cluster.cleanup().await;
 }
+
+#[tokio::test]
+async fn wall_time_and_sandbox_cpu_end_a_run_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    // Steps that never end the run themselves: each burns a little CPU, differently each
+    // time (so it is never stuck).
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("run_shell", json!({"command": "python3 -c 'import time, os; t = time.process_time(); [0 for _ in iter(lambda: time.process_time() - t < 0.2, False)]; print(os.getpid())'"}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let unbounded = json!({"stuck_repeats": 100, "stuck_errors": 100, "max_steps": 500});
+    let mut cpu = unbounded.clone();
+    cpu["max_cpu_ms"] = json!(500);
+    let mut wall = unbounded.clone();
+    wall["max_seconds"] = json!(3);
+    let (_, by_cpu) = cluster
+        .submit_job(agent_job(
+            "Burn.",
+            json!({"agent": cpu, "max_tokens_total": 10_000_000}),
+        ))
+        .await;
+    let (_, by_wall) = cluster
+        .submit_job(agent_job(
+            "Burn.",
+            json!({"agent": wall, "max_tokens_total": 10_000_000}),
+        ))
+        .await;
+    let by_cpu = cluster
+        .wait_job(by_cpu["job_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(by_cpu["agent"]["ended_by"], "cpu", "{by_cpu:#}");
+    assert!(
+        by_cpu["agent"]["totals"]["sandbox_cpu_ms"]
+            .as_u64()
+            .unwrap()
+            >= 500
+    );
+    assert!(
+        by_cpu["failure"]
+            .as_str()
+            .unwrap()
+            .contains("max_cpu_ms (500)")
+    );
+    let by_wall = cluster
+        .wait_job(by_wall["job_id"].as_str().unwrap(), WITHIN)
+        .await;
+    assert_eq!(by_wall["agent"]["ended_by"], "wall_time", "{by_wall:#}");
+    assert!(by_wall["agent"]["totals"]["wall_ms"].as_u64().unwrap() >= 3000);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_agent_job_nobody_can_run_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![json!({"tool_calls": [call("finish", json!({"answer": "x"}))]})],
+    );
+    let mut cluster = Cluster::new().with_env("CODEGEN__WORKER__SESSIONS__ENABLED", "false");
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster.submit_job(agent_job("x", json!({}))).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "no_session_host", "{body}");
+    cluster.cleanup().await;
+}
