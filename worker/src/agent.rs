@@ -368,6 +368,8 @@ impl Agent {
             .await;
         let turned = match turned {
             Ok(turned) => turned,
+            // The run's time ran out during the call: the loop's budget check ends it.
+            Err(model::Error::Deadline(_)) => return Ok(None),
             Err(e) if e.is_retryable() => {
                 return Err(Error::Retry {
                     dependency: Dependency::Model,

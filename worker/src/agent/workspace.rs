@@ -32,6 +32,8 @@ pub enum Error {
 
 /// The largest file a tool reads back or `finish` returns.
 const MAX_READ_BYTES: u64 = 4 << 20;
+/// The most a finished run's files hold together (they are kept with the job's result).
+const MAX_RESULT_BYTES: usize = 8 << 20;
 /// A command's deadline when the call names none (mini-swe-agent's).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most packages one call installs.
@@ -324,14 +326,22 @@ impl Workspace {
     /// The files `finish` named.
     pub async fn collect(&self, paths: &[String]) -> Collected {
         let mut collected = Collected::default();
+        let mut total = 0;
         for path in paths {
             if let Some(why) = tools::outside(path) {
                 collected.missing.insert(path.clone(), why);
                 continue;
             }
             match self.sessions.get_file(&self.id, path, MAX_READ_BYTES).await {
+                Ok(bytes) if total + bytes.len() > MAX_RESULT_BYTES => {
+                    collected.missing.insert(
+                        path.clone(),
+                        format!("the result's files would pass {MAX_RESULT_BYTES} bytes with it"),
+                    );
+                }
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => {
+                        total += text.len();
                         collected.files.insert(path.clone(), text);
                     }
                     Err(_) => {
