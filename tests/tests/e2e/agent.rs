@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use tests::Cluster;
 
 /// Work of seconds, ten times slower on a slow machine: only a failure waits it out.
-const WITHIN: Duration = Duration::from_secs(600);
+pub(crate) const WITHIN: Duration = Duration::from_secs(600);
 
 /// A script of agent steps, answered in order whatever the job (one job per script).
-fn script(dir: &std::path::Path, steps: Vec<Value>) -> std::path::PathBuf {
+pub(crate) fn script(dir: &std::path::Path, steps: Vec<Value>) -> std::path::PathBuf {
     let answers: Vec<Value> = steps
         .into_iter()
         .map(|mut step| {
@@ -28,7 +28,7 @@ fn script(dir: &std::path::Path, steps: Vec<Value>) -> std::path::PathBuf {
     path
 }
 
-fn call(name: &str, arguments: Value) -> Value {
+pub(crate) fn call(name: &str, arguments: Value) -> Value {
     json!({"name": name, "arguments": arguments})
 }
 
@@ -76,7 +76,7 @@ async fn steps(cluster: &Cluster, id: &str) -> Vec<Value> {
 
 /// The steps job `id` has recorded so far, read where the run records them (the event stream
 /// answers only once the job has ended).
-async fn recorded(cluster: &Cluster, id: &str) -> Vec<Value> {
+pub(crate) async fn recorded(cluster: &Cluster, id: &str) -> Vec<Value> {
     use redis::AsyncCommands;
     let client = redis::Client::open(cluster.redis_url.as_str()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
@@ -345,7 +345,7 @@ async fn budgets_end_a_run_stuck_or_at_its_step_limit_and_say_so() {
 }
 
 /// Session containers of job `id`'s run.
-fn session_containers(id: &str) -> Vec<String> {
+pub(crate) fn session_containers(id: &str) -> Vec<String> {
     let out = std::process::Command::new("docker")
         .args([
             "ps",

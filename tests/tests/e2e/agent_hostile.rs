@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tests::Cluster;
 
-const WITHIN: Duration = Duration::from_secs(600);
+use crate::agent::{WITHIN, recorded, script, session_containers};
 
+/// A step that makes one call.
 fn call(name: &str, arguments: Value) -> Value {
-    json!({"phase": "agent", "tool_calls": [{"name": name, "arguments": arguments}]})
+    json!({"tool_calls": [crate::agent::call(name, arguments)]})
 }
 
 /// What the first call prints: the container's pids and memory limits, the uid, the
@@ -80,8 +81,7 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
             json!({"answer": "done", "files": ["link", "../outside", "/etc/hostname"]}),
         ),
     ];
-    let path = dir.path().join("hostile-model.json");
-    std::fs::write(&path, json!({ "answers": steps }).to_string()).unwrap();
+    let path = script(dir.path(), steps);
     let mut cluster = Cluster::new()
         .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex");
@@ -201,36 +201,10 @@ async fn hostile_calls_are_contained_and_the_files_stay_inside_and_tenants_apart
     cluster.cleanup().await;
 }
 
-fn session_containers(id: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-q",
-            "--filter",
-            &format!("label=org.codegen.session={id}"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
-}
-
 async fn observations(cluster: &Cluster, id: &str) -> Vec<Value> {
-    use redis::AsyncCommands;
-    let client = redis::Client::open(cluster.redis_url.as_str()).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let items: Vec<Vec<u8>> = connection
-        .lrange(format!("{}:job:{id}:steps", cluster.prefix), 0, -1)
+    recorded(cluster, id)
         .await
-        .unwrap();
-    items
-        .iter()
-        .map(|b| {
-            let step: proto::agent::AgentStep = proto::codec::decode(b).unwrap();
-            serde_json::to_value(step).unwrap()
-        })
+        .into_iter()
         .filter(|s| s["kind"] == "observation")
         .collect()
 }

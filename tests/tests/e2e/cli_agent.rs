@@ -3,31 +3,10 @@
 //! API. It sends a folder's files, shows each step live as the job's events arrive, sums the
 //! run up, writes the files it finished with, and exits 0 only for a run that finished.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use tests::{Cluster, codegen_cli};
 
-/// Work of seconds, ten times slower on a slow machine: only a failure waits it out.
-const WITHIN: Duration = Duration::from_secs(600);
-
-/// A script of agent steps, answered in order whatever the job; the last one repeats.
-fn script(dir: &std::path::Path, steps: Vec<Value>) -> std::path::PathBuf {
-    let answers: Vec<Value> = steps
-        .into_iter()
-        .map(|mut step| {
-            step["phase"] = json!("agent");
-            step
-        })
-        .collect();
-    let path = dir.join("agent-model.json");
-    std::fs::write(&path, json!({ "answers": answers }).to_string()).unwrap();
-    path
-}
-
-fn call(name: &str, arguments: Value) -> Value {
-    json!({"name": name, "arguments": arguments})
-}
+use crate::agent::{WITHIN, call, script};
 
 /// Where `needle` is in `text`, or a failure showing the run.
 fn at(text: &str, needle: &str, run: &tests::CliRun) -> usize {
