@@ -83,6 +83,9 @@ pub struct Agent {
     pub(crate) flow: flow::Flow,
     pub(crate) sessions: LocalSessions,
     tools: Arc<Vec<model::ToolSpec>>,
+    /// `codegen_agent_steps_total{kind}`, `codegen_agent_runs_ended_total{ended_by}`.
+    steps_recorded: prometheus::IntCounterVec,
+    runs_ended: prometheus::IntCounterVec,
 }
 
 impl std::fmt::Debug for Agent {
@@ -107,6 +110,7 @@ impl Agent {
         jobs: Arc<dyn JobStore>,
         flow: flow::Flow,
         sessions: LocalSessions,
+        metrics: &crate::Metrics,
     ) -> Self {
         Self {
             model,
@@ -114,6 +118,8 @@ impl Agent {
             flow,
             sessions,
             tools: Arc::new(tools::specs()),
+            steps_recorded: metrics.agent_steps.clone(),
+            runs_ended: metrics.agent_runs.clone(),
         }
     }
 
@@ -518,6 +524,12 @@ impl Agent {
             .map_err(Error::store)?
         {
             StepRecorded::Yes => {
+                let kind = match step {
+                    AgentStep::Start { .. } => "start",
+                    AgentStep::Model { .. } => "model",
+                    AgentStep::Observation { .. } => "observation",
+                };
+                self.steps_recorded.with_label_values(&[kind]).inc();
                 run.transcript.steps.push(step);
                 Ok(())
             }
@@ -570,6 +582,11 @@ impl Agent {
             .await
             .map_err(Error::store)?;
         tracing::info!(job = %meta.id, ended_by = ended_by.as_str(), steps = totals.steps, failure = failure.as_deref().unwrap_or("-"), now = ended, "agent run ended");
+        if ended {
+            self.runs_ended
+                .with_label_values(&[ended_by.as_str()])
+                .inc();
+        }
         if let Some(workspace) = workspace {
             workspace
                 .end(&format!("its agent's run ended ({})", ended_by.as_str()))

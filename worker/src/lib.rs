@@ -263,6 +263,7 @@ impl Worker {
                     Arc::clone(&pipeline.jobs),
                     pipeline.flow.clone(),
                     sessions,
+                    &metrics,
                 )
             }),
             _ => None,

@@ -19,6 +19,10 @@ pub struct Metrics {
     /// Functions whose cases went in a run shared with others of their job (`shared`), or ran
     /// again alone because that run broke (`broke`).
     pub shared_cases: IntCounterVec,
+    /// Agent steps this worker recorded, by kind (`start`, `model`, `observation`), and the
+    /// agent runs it ended, by what ended them.
+    pub agent_steps: IntCounterVec,
+    pub agent_runs: IntCounterVec,
     /// Jobs this worker finished (integrated), by final status.
     pub job_seconds: HistogramVec,
     pub jobs_finished: IntCounterVec,
@@ -87,6 +91,20 @@ impl Metrics {
                 ),
                 &["outcome"],
             )?,
+            agent_steps: IntCounterVec::new(
+                Opts::new(
+                    "codegen_agent_steps_total",
+                    "Agent steps this worker recorded, by kind: start, model (an answer), observation (a call's result)",
+                ),
+                &["kind"],
+            )?,
+            agent_runs: IntCounterVec::new(
+                Opts::new(
+                    "codegen_agent_runs_ended_total",
+                    "Agent runs this worker ended, by what ended them (finished, max_steps, wall_time, tokens, cpu, stuck, malformed, failed)",
+                ),
+                &["ended_by"],
+            )?,
             job_seconds: telemetry::job_seconds()?,
             jobs_finished: telemetry::jobs_finished()?,
             executions_finished: telemetry::executions_finished()?,
@@ -103,6 +121,11 @@ impl Metrics {
         registry.register(Box::new(metrics.sandbox.runs.clone()))?;
         registry.register(Box::new(metrics.sandbox.seconds.clone()))?;
         registry.register(Box::new(metrics.shared_cases.clone()))?;
+        registry.register(Box::new(metrics.agent_steps.clone()))?;
+        registry.register(Box::new(metrics.agent_runs.clone()))?;
+        for kind in ["start", "model", "observation"] {
+            metrics.agent_steps.with_label_values(&[kind]);
+        }
         for outcome in ["shared", "broke"] {
             metrics.shared_cases.with_label_values(&[outcome]);
         }

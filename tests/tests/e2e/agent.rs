@@ -135,7 +135,7 @@ async fn an_agent_writes_runs_reads_and_finishes_in_a_session_of_its_own() {
     let log = dir.path().join("requests.jsonl");
     let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
     let _coordinator = cluster.coordinator().await;
-    let _worker = cluster.worker("worker-1").await;
+    let (_worker, ops) = cluster.worker("worker-1").await;
     let (status, body) = cluster
         .submit_job(agent_job(
             "Sum the numbers in data/numbers.txt with a script.",
@@ -226,6 +226,20 @@ async fn an_agent_writes_runs_reads_and_finishes_in_a_session_of_its_own() {
     let streamed = steps(&cluster, &id).await;
     assert_eq!(streamed.len(), 1 + 6 + 7, "start, answers, observations");
     assert_eq!(streamed[0]["kind"], "start");
+    // The worker counted the steps it recorded and the run it ended.
+    let metrics = reqwest::get(format!("{ops}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "codegen_agent_steps_total{kind=\"model\"} 6",
+        "codegen_agent_steps_total{kind=\"observation\"} 7",
+        "codegen_agent_runs_ended_total{ended_by=\"finished\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing");
+    }
     // The session ended with its run.
     let session = reqwest::get(format!(
         "{}/v1/sessions/{}",
