@@ -11,7 +11,7 @@ use proto::job::{JobSubmission, Mode};
 use crate::error::ApiError;
 
 /// Most files a job gives its agent.
-const MAX_FILES: usize = 100;
+pub(crate) const MAX_FILES: usize = 100;
 /// Most model steps a run may ask for.
 pub const MAX_STEPS: u32 = 500;
 

@@ -636,15 +636,18 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     );
     let job = &mut schemas["JobSubmission"]["properties"];
     // null, like leaving it out: the language the request names, else Python.
+    // Generation jobs' languages, and (agent jobs) the session languages.
     let generation_languages: Vec<Value> = Language::ALL
         .iter()
-        .filter(|l| l.spec().generation)
+        .filter(|l| {
+            l.spec().generation || proto::api::sessions::SESSION_LANGUAGES.contains(l)
+        })
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .map(Value::from)
         .chain(std::iter::once(Value::Null))
         .collect();
     job["language"] = json!({"type": ["string", "null"], "enum": generation_languages,
-        "description": "The language of the generated code (generation jobs: Python, JavaScript, TypeScript). Absent: the language the instruction or the constraints name (\"a bash script\", \"in Go\", a `.js` file), else Python; the result's `language_reason` says which."});
+        "description": "The language of the generated code (generation jobs: Python, JavaScript, TypeScript), or of an agent job's session (python, python-sci, javascript, bash). Absent: the language the instruction or the constraints name (\"a bash script\", \"in Go\", a `.js` file), else Python; the result's `language_reason` says which."});
     limit(
         &mut job["instruction"],
         json!({"pattern": NOT_BLANK_PATTERN}),
@@ -662,6 +665,26 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         json!({"minimum": 1, "maximum": options.max_tokens_total_limit}),
     );
     limit(
+        &mut job["files"],
+        json!({"maxProperties": crate::agent_jobs::MAX_FILES,
+               "propertyNames": {"pattern": AGENT_FILE_PATTERN}}),
+    );
+    let agent = &mut schemas["AgentSettings"]["properties"];
+    for (field, min, max) in [
+        ("max_steps", 1, u64::from(crate::agent_jobs::MAX_STEPS)),
+        ("max_seconds", 1, options.agent_max_seconds),
+        ("stuck_repeats", 2, 100),
+        ("stuck_errors", 2, 100),
+        ("max_observation_chars", 200, 1_000_000),
+    ] {
+        limit(&mut agent[field], json!({"minimum": min, "maximum": max}));
+    }
+    limit(&mut agent["max_cpu_ms"], json!({"minimum": 1}));
+    limit(
+        &mut agent["temperature"],
+        json!({"minimum": 0.0, "maximum": 2.0}),
+    );
+    limit(
         &mut doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/x-ndjson"]
             ["schema"],
         json!({"minItems": 1, "maxItems": options.max_batch_jobs}),
@@ -669,6 +692,10 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     session_parameters(&mut doc);
     doc
 }
+
+/// An agent job's file path (`agent_jobs::check_files`): relative, `/`-separated components,
+/// none empty or `..`, no NUL or backslash.
+const AGENT_FILE_PATTERN: &str = r"^(?!(?:[^/]*/)*\.\.(?:/|$))[^/\\\x00]+(?:/[^/\\\x00]+)*$";
 
 /// Adds `constraints` to a generated schema; for a nullable one (`type: [.., "null"]` or a
 /// `oneOf` with `null`), to its non-null part.

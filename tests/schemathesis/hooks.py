@@ -75,8 +75,9 @@ def before_call(ctx, case, **kwargs):
                     if isinstance(line, dict):
                         line.pop("callback_url", None)
         # A job's `code`, `error` and `goals` belong to its `mode` (`debug`: code and error;
-        # `refactor`: code and goals; `generate`: none of them), which the schema does not say:
-        # valid jobs go out with the fields of their mode only.
+        # `refactor`: code and goals; `generate`: none of them), `files` and `agent` to `agent`
+        # jobs, which the schema does not say: valid jobs go out with the fields of their mode
+        # only.
         jobs = []
         if case.method.upper() == "POST" and case.path == "/v1/jobs" and isinstance(case.body, dict):
             jobs = [case.body]
@@ -86,9 +87,23 @@ def before_call(ctx, case, **kwargs):
             fit_mode(job)
 
 
+#: What an agent job's session may be in (the server's `SESSION_LANGUAGES`, by their names).
+SESSION_LANGUAGES = ("python", "python-sci", "javascript", "bash")
+
+
 def fit_mode(job):
     """`job` with the fields its `mode` takes, and those non-empty and within their limits."""
     mode = job.get("mode") or "generate"
+    if mode == "agent":
+        # The agent decides its own steps: no pipeline fields; a session language.
+        for field in ("code", "error", "goals", "candidates", "max_iterations"):
+            job.pop(field, None)
+        if job.get("language") not in SESSION_LANGUAGES:
+            job["language"] = "python"
+        return
+    # `files` and `agent` belong to agent jobs alone.
+    job.pop("files", None)
+    job.pop("agent", None)
     if mode == "generate":
         for field in ("code", "error", "goals"):
             job.pop(field, None)
