@@ -5,7 +5,7 @@
       a scripted FAKE model's script: for each run r (its instruction holds `<<rollout r>>`),
       STEPS answers alternating write_file and run_shell `true`, then `finish`, each answered
       after LATENCY_MS.
-  overhead CLUSTER_URL RUNS STEPS
+  overhead CLUSTER_URL RUNS STEPS [WORKER_LOGS_DIR]
       RUNS such runs one at a time (one more first, uncounted). From each run's recorded
       steps (the `agent_step` events of GET /v1/jobs/{id}/events once it ended): for every
       record after the start, the time since the record before it minus its own
@@ -131,12 +131,12 @@ def gaps(steps):
     return out
 
 
-def overhead(base, runs, steps):
+def overhead(base, runs, steps, logs=None):
     api = Api(base)
     cells = Api(base)
     status, session = cells.json("POST", "/v1/sessions", {"language": "bash"})
     assert status == 201, (status, session)
-    records, per_step, cell_ms, open_ms = [], [], [], []
+    records, per_step, cell_ms, jobs = [], [], [], set()
     for r in range(runs + 1):
         status, accepted = api.json("POST", "/v1/jobs", agent_job(r, steps))
         assert status == 202, (status, accepted)
@@ -154,6 +154,7 @@ def overhead(base, runs, steps):
                 cell_ms.append((time.perf_counter() - t) * 1000)
         if r == 0:
             continue  # warm-up
+        jobs.add(accepted["job_id"])
         g = gaps(recorded)
         records.extend(g)
         # A model step: its answer's record and its call's.
@@ -180,6 +181,11 @@ def overhead(base, runs, steps):
     print(f"model answer's own duration_ms (0 ms scripted, HTTP): p50 {pct(answers, 50)}, "
           f"p95 {pct(answers, 95)}; mean loop overhead per record {sum(loop) / len(loop):.2f} ms "
           f"(ms-truncated durations: about 0.5 ms over)")
+    if logs:
+        times = worker_log_times(logs, jobs)
+        opens = [t["opened"] - t["taken"] for t in times.values() if {"taken", "opened"} <= set(t)]
+        print(f"session open, one at a time (workers' logs, task taken to session opened): p50 "
+              f"{pct(opens, 50) * 1000:.0f} ms, p95 {pct(opens, 95) * 1000:.0f} ms")
     print(f"ratio (p50) of the loop's overhead per model step to: run_shell `true` "
           f"{pct(per_step, 50) / pct(by_tool['run_shell'], 50):.3f}, write_file "
           f"{pct(per_step, 50) / pct(by_tool['write_file'], 50):.2f}, HTTP cell `true` "
@@ -363,6 +369,9 @@ def real(model_url, model, cluster, n, max_steps, max_seconds, out):
             "tokens": totals.get("prompt_tokens", 0) + totals.get("completion_tokens", 0),
             "completion_tokens": totals.get("completion_tokens", 0),
             "tools": [c["tool"] for s in steps if s["kind"] == "model" for c in s["calls"]],
+            # Why each unreadable answer could not be read as a call.
+            "problems": [s.get("problem") for s in steps if s["kind"] == "model"
+                         and s.get("problem")],
             "source": source, "code": code,
             "seconds": time.monotonic() - started,
         }
@@ -388,8 +397,13 @@ def summarize(rows):
     ended = {}
     for r in rows:
         ended[r["agent"]["ended_by"]] = ended.get(r["agent"]["ended_by"], 0) + 1
+    problems = {}
+    for r in rows:
+        for p in r["agent"]["problems"]:
+            problems[p] = problems.get(p, 0) + 1
     s["agent"].update({
         "ended_by": ended,
+        "problems": problems,
         "steps": sum(r["agent"]["steps"] for r in rows),
         "malformed": sum(r["agent"]["malformed"] for r in rows),
         "code_from": {k: sum(r["agent"]["source"] == k for r in rows)
@@ -407,7 +421,7 @@ def main():
     if what == "script":
         script(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif what == "overhead":
-        overhead(args[0], int(args[1]), int(args[2]))
+        overhead(args[0], int(args[1]), int(args[2]), args[3] if len(args) > 3 else None)
     elif what == "rollouts":
         rollouts(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), args[5],
                  args[6] if len(args) > 6 else None)

@@ -639,9 +639,7 @@ pub fn openapi_document(options: &crate::Options) -> Value {
     // Generation jobs' languages, and (agent jobs) the session languages.
     let generation_languages: Vec<Value> = Language::ALL
         .iter()
-        .filter(|l| {
-            l.spec().generation || proto::api::sessions::SESSION_LANGUAGES.contains(l)
-        })
+        .filter(|l| l.spec().generation || proto::api::sessions::SESSION_LANGUAGES.contains(l))
         .flat_map(|l| std::iter::once(l.as_str()).chain(l.spec().aliases.iter().copied()))
         .map(Value::from)
         .chain(std::iter::once(Value::Null))
