@@ -674,7 +674,14 @@ async fn the_scripted_server_answers_tool_calls_and_logs_each_request() {
     assert_eq!(
         lines[0],
         json!({"phase": "agent", "function": "run-1", "messages": 2,
-               "last": "make the tests pass", "tools": 2, "status": 200})
+               "last": "make the tests pass", "tools": 2, "seed": null,
+               "temperature": lines[0]["temperature"], "status": 200})
+    );
+    // The request's sampling, as sent: the provider's temperature, no seed.
+    assert!(
+        (lines[0]["temperature"].as_f64().unwrap() - 0.2).abs() < 1e-6,
+        "{}",
+        lines[0]
     );
     assert_eq!(lines[1]["messages"], 5);
     assert_eq!(lines[1]["last"], "error: the arguments are not JSON");
