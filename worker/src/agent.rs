@@ -101,7 +101,6 @@ struct Run<'a> {
     lane: &'a model::Lane,
     stop: &'a CancellationToken,
     transcript: Transcript,
-    seat: model::Seat,
 }
 
 impl Agent {
@@ -163,7 +162,6 @@ impl Agent {
             lane,
             stop,
             transcript,
-            seat: model::Seat::default(),
         };
         let packages = run.transcript.packages();
         let mut workspace = match Workspace::ready(&self.sessions, &meta, packages).await {
@@ -360,7 +358,10 @@ impl Agent {
             .model
             .turn(
                 &call,
-                &mut run.seat,
+                // A seat of its own each time: the place under the model's limit goes back with
+                // the answer, for the calls it makes run next, and a run holding it through them
+                // would keep other runs from asking.
+                &mut model::Seat::default(),
                 model::Turn {
                     system: &system,
                     messages: &messages,
