@@ -56,6 +56,10 @@ pub struct SessionOptions {
     pub advertise_url: String,
     /// Sessions this worker holds at most.
     pub max_per_worker: u64,
+    /// Session containers this worker starts at once (opens and restores); the rest wait
+    /// their turn in order. Many containers started together each take far longer than
+    /// the same ones started a few at a time, so a burst of opens is served sooner this way.
+    pub max_opening: u32,
     /// Largest file a session call uploads or downloads, in bytes.
     pub max_file_bytes: u64,
     /// How often the worker announces itself; it counts as gone after five times this.
@@ -82,6 +86,7 @@ impl Default for SessionOptions {
             listen: ([127, 0, 0, 1], 0).into(),
             advertise_url: String::new(),
             max_per_worker: 256,
+            max_opening: 4,
             max_file_bytes: 16 << 20,
             announce_interval: Duration::from_secs(2),
             check_interval: Duration::from_secs(10),
@@ -139,6 +144,8 @@ struct Inner {
     url: String,
     packages: crate::packages::Packages,
     held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Held>>>>,
+    /// Turns to start a session container (`max_opening`; tokio's semaphore is fair).
+    opening: tokio::sync::Semaphore,
     metrics: SessionMetrics,
     /// Ends sessions, as a coordinator does (`flow`).
     ends: flow::SessionEnds,
@@ -279,6 +286,12 @@ impl SessionHosting {
                 options.checkpoint_max_bytes
             )));
         }
+        if options.max_opening == 0 {
+            return Err(crate::Error::Config(
+                "worker.sessions.max_opening is 0: no session could ever start".to_owned(),
+            ));
+        }
+        let opening = options.max_opening as usize;
         let metrics =
             SessionMetrics::register(registry).map_err(|e| crate::Error::Config(e.to_string()))?;
         let ended = flow::SessionEnds::counter();
@@ -315,6 +328,7 @@ impl SessionHosting {
                 secret,
                 url: url.clone(),
                 held: Mutex::default(),
+                opening: tokio::sync::Semaphore::new(opening),
                 metrics,
                 ends,
             }),
@@ -801,11 +815,13 @@ impl Inner {
                 return Err(refusal);
             }
         };
-        match inner
+        let turn = inner.opening.acquire().await.expect("never closed");
+        let opened = inner
             .sandbox
             .open_session(open.language, open.memory_mb, &id, packages.as_deref())
-            .await
-        {
+            .await;
+        drop(turn);
+        match opened {
             Ok(kernel) => {
                 tracing::info!(session = %id, language = %open.language, container = kernel.container(), tenant = open.tenant.as_deref().unwrap_or("-"), "session opened");
                 guard.kernel = Some(kernel);
@@ -1288,7 +1304,8 @@ impl Inner {
                 return Err(refusal);
             }
         };
-        let mut kernel = match inner
+        let turn = inner.opening.acquire().await.expect("never closed");
+        let opened = inner
             .sandbox
             .open_session(
                 request.open.language,
@@ -1296,8 +1313,9 @@ impl Inner {
                 &id,
                 packages.as_deref(),
             )
-            .await
-        {
+            .await;
+        drop(turn);
+        let mut kernel = match opened {
             Ok(kernel) => kernel,
             Err(e) => {
                 forget(inner);

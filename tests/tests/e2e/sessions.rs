@@ -351,6 +351,76 @@ async fn concurrent_calls_on_one_session_run_one_at_a_time_in_turn() {
     cluster.cleanup().await;
 }
 
+/// When the engine created and started a container (`docker inspect`).
+fn created_and_started(container: &str) -> (time::OffsetDateTime, time::OffsetDateTime) {
+    let output = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{.Created}} {{.State.StartedAt}}",
+            container,
+        ])
+        .output()
+        .expect("docker CLI");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let parse = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|e| panic!("{s}: {e}"))
+    };
+    let (created, started) = text.trim().split_once(' ').expect("two times");
+    (parse(created), parse(started))
+}
+
+#[tokio::test]
+async fn a_worker_starts_its_session_containers_max_opening_at_a_time_in_turn() {
+    let (cluster, _coordinator, _worker, _) =
+        cluster_with(&[("CODEGEN__WORKER__SESSIONS__MAX_OPENING", "1")]).await;
+    let base = cluster.url();
+    // Wait for the worker's announcement, so the four below reach it together.
+    let (status, first) = open(&cluster, &base, None, json!({"language": "python"})).await;
+    assert_eq!(status, 201, "{first}");
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let (http, base) = (cluster.http.clone(), base.clone());
+            tokio::spawn(async move {
+                let response = http
+                    .post(format!("{base}/v1/sessions"))
+                    .json(&json!({"language": "python"}))
+                    .send()
+                    .await
+                    .unwrap();
+                (
+                    response.status().as_u16(),
+                    response.json::<Value>().await.unwrap(),
+                )
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for open in opens {
+        let (status, session) = open.await.unwrap();
+        assert_eq!(
+            status, 201,
+            "every open waits its turn and opens: {session}"
+        );
+        let id = session["id"].as_str().unwrap();
+        let containers = tests::session_containers(id);
+        assert_eq!(containers.len(), 1, "{id}: {containers:?}");
+        times.push(created_and_started(&containers[0]));
+        let (_, ran) = run(&cluster, &base, None, id, "1 + 1").await;
+        assert_eq!(ran["value"], "2", "{ran}");
+    }
+    // One at a time: each container was created only after the one before it had started.
+    times.sort();
+    for pair in times.windows(2) {
+        assert!(
+            pair[1].0 > pair[0].1,
+            "a container was created while another was starting: {times:?}"
+        );
+    }
+    cluster.cleanup().await;
+}
+
 #[tokio::test]
 async fn bash_and_javascript_sessions_keep_their_state() {
     let (cluster, _coordinator, _worker, _) = cluster_with(&[]).await;
