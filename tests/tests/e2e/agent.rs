@@ -309,6 +309,94 @@ async fn malformed_calls_go_back_to_the_model_and_three_in_a_row_end_the_run() {
 }
 
 #[tokio::test]
+async fn a_model_that_misbehaves_mid_run_is_waited_out_or_told_and_no_step_is_doubled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = script(
+        dir.path(),
+        vec![
+            json!({"tool_calls": [call("write_file", json!({"path": "a.txt", "content": "x"}))]}),
+            // The server fails one request (a FAKE outage), then answers again.
+            json!({"status": 503}),
+            // Arguments that parse but fail the tool's schema.
+            json!({"tool_calls": [call("run_shell", json!({"command": 5}))]}),
+            json!({"tool_calls": [call("list_files", json!({}))]}),
+            // `finish` with a call after it: neither runs, both go back as errors.
+            json!({"tool_calls": [
+                call("finish", json!({"answer": "too early", "files": ["a.txt"]})),
+                call("list_files", json!({})),
+            ]}),
+            json!({"tool_calls": [call("finish", json!({"answer": "done", "files": ["a.txt"]}))]}),
+        ],
+    );
+    let mut cluster = Cluster::new();
+    let log = dir.path().join("requests.jsonl");
+    let _model = cluster.scripted_model_logged(&path, Some(&log)).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let (status, body) = cluster.submit_job(agent_job("Do it.", json!({}))).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let result = cluster.wait_job(&id, WITHIN).await;
+    assert_eq!(result["status"], "succeeded", "{result:#}");
+    assert_eq!(result["agent"]["ended_by"], "finished", "{result:#}");
+    assert_eq!(result["agent"]["answer"], "done", "{result:#}");
+    assert_eq!(result["agent"]["files"]["a.txt"], "x", "{result:#}");
+    // Five answers, each asked for and recorded once; the failed request asked again.
+    let requests = model_log(&log);
+    let statuses: Vec<u64> = requests
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, [200, 503, 200, 200, 200, 200], "{requests:#?}");
+    let recorded = recorded(&cluster, &id).await;
+    let answers = recorded.iter().filter(|s| s["kind"] == "model").count();
+    assert_eq!(answers, 5, "{recorded:#?}");
+    let observations: Vec<&Value> = recorded
+        .iter()
+        .filter(|s| s["kind"] == "observation")
+        .collect();
+    let said: Vec<(&str, bool)> = observations
+        .iter()
+        .map(|o| {
+            (
+                o["tool"].as_str().unwrap(),
+                o["malformed"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("write_file", false),
+            ("run_shell", true),
+            ("list_files", false),
+            ("finish", true),
+            ("list_files", true),
+            ("finish", false),
+        ],
+        "{observations:#?}"
+    );
+    assert!(
+        observations[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("do not fit its schema"),
+        "{:#}",
+        observations[1]
+    );
+    // The files listed after the schema error show the write, once.
+    assert!(
+        observations[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("a.txt"),
+        "{:#}",
+        observations[2]
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
 async fn budgets_end_a_run_stuck_or_at_its_step_limit_and_say_so() {
     let dir = tempfile::tempdir().unwrap();
     // The same command with the same output, over and over.
