@@ -354,6 +354,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<u8> {
         goals: None,
         files,
         agent: (settings != AgentSettings::default()).then_some(settings),
+        memory: None,
     };
     let api = Api::new(&args.url, args.api_key.as_deref())?;
     let started = std::time::Instant::now();

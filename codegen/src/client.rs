@@ -197,6 +197,9 @@ pub struct SubmitArgs {
     /// Implementations a function's first attempt asks for, the best by the tests kept (1-10).
     #[arg(long)]
     pub candidates: Option<u32>,
+    /// Repairs shown no lessons and leaving none (`memory: off`).
+    #[arg(long)]
+    pub no_memory: bool,
     /// Most tokens the job may spend (coordinator default when omitted); once spent, it ends
     /// `stopped_by: budget` with its best code so far.
     #[arg(long)]
@@ -612,6 +615,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<u8> {
             .map(|r| r.goals.clone()),
         files: None,
         agent: None,
+        memory: args.no_memory.then_some(proto::lesson::MemoryUse::Off),
     };
     let response = api
         .send_creating(

@@ -360,6 +360,9 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
     if let Some((reason, _)) = no_model {
         pipeline = pipeline.without_model_because(reason);
     }
+    if let Some(lessons) = stores.lessons.clone() {
+        pipeline = pipeline.with_memory(memory::Memory::new(settings.memory.clone(), lessons));
+    }
     let id = format!("{}-{}", hostname(), std::process::id());
     // Sessions: this worker's containers of their own, called by coordinators directly.
     let hosting = match (&stores.sessions, settings.worker.sessions.enabled) {

@@ -15,6 +15,7 @@ pub struct Settings {
     pub store: store::Options,
     pub sandbox: sandbox::Options,
     pub model: model::Options,
+    pub memory: memory::Options,
     pub log: telemetry::LogOptions,
     pub telemetry: telemetry::TraceOptions,
 }

@@ -142,6 +142,7 @@ pub(crate) fn validate(
         max_tokens_total: Some(max_tokens_total),
         rework,
         agent,
+        memory: submission.memory.unwrap_or_default(),
     })
 }
 

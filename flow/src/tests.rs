@@ -57,6 +57,7 @@ async fn job(specs: Vec<FunctionSpec>) -> (MemoryBroker, MemoryJobs, Flow, JobMe
             max_tokens_total: None,
             rework: None,
             agent: None,
+            memory: Default::default(),
         },
         submitted_at_ms: 0,
         replans: 0,

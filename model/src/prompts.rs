@@ -86,6 +86,9 @@ pub struct CompleteRepairContext<'a> {
     pub attempt: &'a str,
     pub error: &'a str,
     pub failures: Vec<Failure<'a>>,
+    /// Lessons from earlier repairs of the tenant's, nearest first (none: the memory is off
+    /// or has nothing near; the prompt is then as it was before lessons).
+    pub lessons: Vec<&'a proto::lesson::Lesson>,
 }
 
 /// One failing case, as the repair prompt shows it.
@@ -120,6 +123,8 @@ pub struct RepairContext<'a> {
     pub error: &'a str,
     pub failures: Vec<Failure<'a>>,
     pub history: Vec<Attempt<'a>>,
+    /// As [`CompleteRepairContext::lessons`].
+    pub lessons: Vec<&'a proto::lesson::Lesson>,
 }
 
 /// What a `debug` or `refactor` job gives every one of its prompts.
@@ -598,6 +603,7 @@ mod tests {
                 actual_output: Some(&json!(0)),
                 error: None,
             }],
+            lessons: vec![],
         })
         .unwrap();
         assert!(prompt.system.ends_with("in one ```python code block."));
@@ -698,6 +704,7 @@ mod tests {
                 error_kind: "syntax",
                 fix: "closed the bracket",
             }],
+            lessons: vec![],
         })
         .unwrap();
         assert!(
@@ -707,6 +714,60 @@ mod tests {
         );
         assert!(prompt.user.contains("`wrong_output`"));
         insta::assert_snapshot!(snapshot(&prompt));
+    }
+
+    #[test]
+    fn a_repair_shows_its_lessons_and_without_them_is_as_before() {
+        let lesson = proto::lesson::Lesson {
+            id: "a1b2c3d4e5f60718".into(),
+            language: proto::Language::Python,
+            error_kind: proto::ErrorKind::WrongOutput,
+            signature: "wrong_output: a list, 1 item short".into(),
+            case: "upto(n=3): expected [1,2,3]; got [1,2]".into(),
+            diff: "--- before\n+++ after\n-    return list(range(1, n))\n+    return list(range(1, n + 1))\n".into(),
+            analysis: "The range stopped one short of n.".into(),
+            model: "m".into(),
+            job: proto::TaskId::new(),
+            function: "upto".into(),
+            source: proto::lesson::LessonSource::Repair,
+            created_ms: 1,
+            given: true,
+        };
+        let cases = cases();
+        let inputs = cases[0].inputs.clone();
+        let zero = json!(0);
+        let context = |lessons| CompleteRepairContext {
+            language: "python",
+            code: "def f(n):\n    \"\"\"Sum of primes.\"\"\"\n",
+            attempt: "def f(n):\n    return 0\n",
+            error: "1 of 2 cases failed",
+            failures: vec![Failure {
+                name: "ten",
+                inputs: &inputs,
+                expected_output: &cases[0].expected_output,
+                expected_error: None,
+                actual_output: Some(&zero),
+                error: None,
+            }],
+            lessons,
+        };
+        let without = complete_repair(&context(vec![])).unwrap();
+        let with = complete_repair(&context(vec![&lesson])).unwrap();
+        assert!(!without.user.contains("Lessons"), "{}", without.user);
+        for part in [
+            "wrong_output: a list, 1 item short",
+            "The range stopped one short of n.",
+            "upto(n=3): expected [1,2,3]; got [1,2]",
+            "+    return list(range(1, n + 1))",
+        ] {
+            assert!(with.user.contains(part), "{part} missing:\n{}", with.user);
+        }
+        // Before the closing ask, which stays last.
+        assert!(
+            with.user
+                .trim_end()
+                .ends_with(without.user.trim_end().lines().last().unwrap())
+        );
     }
 
     /// The same templates in JavaScript's terms; Python's prompts are the snapshots above,

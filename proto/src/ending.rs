@@ -343,6 +343,7 @@ mod tests {
                 max_tokens_total: None,
                 rework: None,
                 agent: None,
+                memory: Default::default(),
             },
             submitted_at_ms: 1_000,
             replans: 0,

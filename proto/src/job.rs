@@ -67,6 +67,9 @@ pub struct JobSubmission {
     /// `agent`: the run's budgets and sampling (docs/agent.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::agent::AgentSettings>,
+    /// `off`: its repairs are shown no lessons and leave none (docs/generation.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::lesson::MemoryUse>,
 }
 
 /// What a job does with its request.
@@ -163,6 +166,9 @@ pub struct JobRequest {
     /// An `agent` job's run; `None`: a pipeline job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::agent::AgentRequest>,
+    /// Whether its repairs use the tenant's lessons and add to them.
+    #[serde(default)]
+    pub memory: crate::lesson::MemoryUse,
 }
 
 fn one() -> u32 {
@@ -454,6 +460,9 @@ pub struct Improvement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub analysis: Option<Analysis>,
+    /// The lessons the next attempt's repair was shown (ids, nearest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lessons: Vec<String>,
 }
 
 /// Tokens and calls spent.
@@ -560,6 +569,10 @@ pub struct FunctionOutcome {
     /// attempt's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<StoppedBy>,
+    /// The lesson its passing repair left (removed again if its code later fails a case the
+    /// request gave).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<String>,
 }
 
 /// What stopped a function before its attempts ran out. Ordered by precedence: a job
@@ -623,6 +636,7 @@ impl FunctionOutcome {
             contradicted: vec![],
             test_tokens: Tokens::default(),
             stopped_by: None,
+            learned: None,
         }
     }
 }
@@ -811,6 +825,7 @@ mod tests {
             max_tokens_total: None,
             rework: None,
             agent: None,
+            memory: Default::default(),
         }
     }
 

@@ -18,6 +18,7 @@ pub mod file;
 pub mod generation;
 pub mod harness;
 pub mod job;
+pub mod lesson;
 pub mod progress;
 pub mod queues;
 pub mod session;

@@ -414,6 +414,54 @@ pub fn split_due_member(member: &str) -> Option<(&str, &str)> {
     member.split_once(':')
 }
 
+// Lessons (the memory of repairs).
+
+/// The keys of one set of lessons: a tenant's (`{p}:lessons:{tenant}`) or the operators'
+/// shared set (`{p}:lessons-shared`, apart from every tenant's name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LessonKeys {
+    base: String,
+}
+
+impl LessonKeys {
+    /// A tenant's lessons.
+    pub fn tenant(prefix: &str, tenant: Option<&str>) -> Self {
+        Self {
+            base: format!("{prefix}:lessons:{}", tenant_part(tenant)),
+        }
+    }
+
+    /// The set operators share with every tenant.
+    pub fn shared(prefix: &str) -> Self {
+        Self {
+            base: format!("{prefix}:lessons-shared"),
+        }
+    }
+
+    /// `{base}`, hash: lesson id → MessagePack `Lesson`.
+    pub fn lessons(&self) -> String {
+        self.base.clone()
+    }
+
+    /// `{base}:counts`, hash: `{id}:r` → repairs shown the lesson, `{id}:h` → those that
+    /// passed, `{id}:c` → when it was made (ms; the order of eviction among equals).
+    pub fn counts(&self) -> String {
+        format!("{}:counts", self.base)
+    }
+
+    /// `{base}:version`, string: a counter bumped by every change, so a process holding the
+    /// set's index knows when to read it again.
+    pub fn version(&self) -> String {
+        format!("{}:version", self.base)
+    }
+
+    /// `{base}:uses`, list: MessagePack `LessonUse`s of the set's lessons, newest first,
+    /// bounded (those of a lesson since removed are skipped as read).
+    pub fn uses(&self) -> String {
+        format!("{}:uses", self.base)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +487,22 @@ mod tests {
             ),
             (execution_batch(p, id), format!("codegen:ebatch:{ID}")),
             (execution_done_channel(p), "codegen:exec:done".into()),
+            (
+                LessonKeys::tenant(p, Some("acme")).lessons(),
+                "codegen:lessons:acme".into(),
+            ),
+            (
+                LessonKeys::tenant(p, None).counts(),
+                "codegen:lessons:#:counts".into(),
+            ),
+            (
+                LessonKeys::shared(p).version(),
+                "codegen:lessons-shared:version".into(),
+            ),
+            (
+                LessonKeys::tenant(p, Some("acme")).uses(),
+                "codegen:lessons:acme:uses".into(),
+            ),
             (batch(p, id), format!("codegen:batch:{ID}")),
             (unfinished_jobs(p), "codegen:jobs:unfinished".into()),
             (job_events_channel(p), "codegen:job:events".into()),

@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod index;
 pub mod jobs;
 pub mod keys;
+pub mod lessons;
 pub mod limits;
 pub mod memory;
 mod memory_tenancy;
@@ -49,6 +50,7 @@ pub use jobs::{
     Completion, Finished, IntegrationView, JobStore, JobView, MemoryJobs, Saved, Spent, Started,
     StepRecorded, StoredEvent,
 };
+pub use lessons::{Added, Bounds, LessonSet, Lessons, Snapshot, Stored, Used};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
 pub use presence::{Generators, MemoryPresence, Presence};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    CacheStore, Idempotency, Index, JobStore, MemoryCache, MemoryIdempotency, MemoryIndex,
+    CacheStore, Idempotency, Index, JobStore, Lessons, MemoryCache, MemoryIdempotency, MemoryIndex,
     MemoryJobs, MemoryPresence, MemoryStore, MemoryTenants, Meters, Presence, Quotas, RedisStore,
     Sessions, Store, Tenants, Usage, Webhooks,
 };
@@ -39,6 +39,8 @@ pub struct Stores {
     pub presence: Option<Arc<dyn Presence>>,
     /// Sessions, their hosts and the hosts' secret (Redis only).
     pub sessions: Option<Arc<dyn Sessions>>,
+    /// Lessons, the memory of repairs (Redis only).
+    pub lessons: Option<Arc<dyn Lessons>>,
     /// How long results (and what refers to them: idempotency keys, quota places) are kept.
     pub result_ttl: Duration,
     /// How long usage totals are kept.
@@ -69,7 +71,8 @@ impl Stores {
             quotas: Some(shared.clone()),
             webhooks: Some(shared.clone()),
             presence: Some(shared.clone()),
-            sessions: Some(shared),
+            sessions: Some(shared.clone()),
+            lessons: Some(shared),
             result_ttl: store.options().result_ttl,
             usage_retention: store.options().usage_retention,
         }
@@ -93,6 +96,7 @@ impl Stores {
             webhooks: Some(Arc::new(jobs)),
             presence: Some(Arc::new(MemoryPresence::default())),
             sessions: None,
+            lessons: None,
             result_ttl: options.result_ttl,
             usage_retention: options.usage_retention,
         }
@@ -114,6 +118,7 @@ impl Stores {
             webhooks: None,
             presence: None,
             sessions: None,
+            lessons: None,
             result_ttl: options.result_ttl,
             usage_retention: options.usage_retention,
         }

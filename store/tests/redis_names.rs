@@ -86,6 +86,7 @@ fn meta(id: TaskId, tenant: Option<&str>) -> proto::job::JobMeta {
             max_tokens_total: None,
             rework: None,
             agent: None,
+            memory: Default::default(),
         },
         submitted_at_ms: 1_000,
         replans: 0,

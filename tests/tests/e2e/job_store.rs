@@ -622,6 +622,7 @@ fn meta(at: u64) -> proto::job::JobMeta {
             max_tokens_total: None,
             rework: None,
             agent: None,
+            memory: Default::default(),
         },
         submitted_at_ms: at,
         replans: 0,

@@ -26,6 +26,7 @@ mod job_store;
 mod jobs;
 mod jobs_reliability;
 mod languages;
+mod lesson_store;
 mod mcp;
 mod metrics;
 mod model_cluster;

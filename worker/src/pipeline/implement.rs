@@ -385,6 +385,19 @@ impl Pipeline {
         let mut stalled = 0;
         for attempt in 1..=meta.request.max_iterations {
             outcome.attempts = attempt;
+            // A repair is shown the tenant's nearest lessons; the failure it repairs (the
+            // history's last entry) names them.
+            let found = match &last {
+                Some((code, run)) => {
+                    self.recall(meta, &spec.name, &outcome.tests, code, run)
+                        .await
+                }
+                None => Vec::new(),
+            };
+            if let Some(previous) = outcome.history.last_mut() {
+                previous.lessons = found.iter().map(|f| f.lesson.id.clone()).collect();
+            }
+            let lessons: Vec<&proto::lesson::Lesson> = found.iter().map(|f| &f.lesson).collect();
             let prompt = match (&last, rework) {
                 (None, Some(rework)) => {
                     let given = outcome.rework.as_ref();
@@ -419,6 +432,7 @@ impl Pipeline {
                         attempt: &shortened(code, PLAIN_REPAIR_ATTEMPT_BYTES),
                         error: &run.error,
                         failures,
+                        lessons: lessons.clone(),
                     })
                 }
                 (Some((code, run)), _) => {
@@ -444,6 +458,7 @@ impl Pipeline {
                         error: &run.error,
                         failures,
                         history,
+                        lessons,
                     })
                 }
             }
@@ -579,8 +594,34 @@ impl Pipeline {
                 error_kind: run.error_kind,
                 validation: None,
             };
+            self.count_uses(meta, &spec.name, &found, run.passed).await;
             if run.passed {
                 outcome.passed = true;
+                if let Some((before, failed)) = &last {
+                    let analysis = outcome
+                        .history
+                        .last()
+                        .and_then(|h| h.analysis.as_ref())
+                        .map(|a| {
+                            if a.root_cause.trim().is_empty() {
+                                a.changes.clone()
+                            } else {
+                                a.root_cause.clone()
+                            }
+                        })
+                        .unwrap_or_default();
+                    outcome.learned = self
+                        .learn(
+                            meta,
+                            &spec.name,
+                            &outcome.tests,
+                            before,
+                            failed,
+                            &code,
+                            &analysis,
+                        )
+                        .await;
+                }
                 return Ok(event);
             }
             outcome.history.push(Improvement {
@@ -590,6 +631,7 @@ impl Pipeline {
                 error: run.error.clone(),
                 fix: String::new(),
                 analysis: None,
+                lessons: Vec::new(),
             });
             // A repair helped when it passed more cases than the best attempt before it, or
             // ran cases where that one could not (a syntax or import error fixed).

@@ -76,6 +76,18 @@ impl Pipeline {
                 .await
             {
                 Ok(run) => {
+                    // A lesson whose code fails a case the request gave, in the module, goes.
+                    for (name, verdict) in &run.verdicts {
+                        let Some(outcome) = outcomes.get(name) else {
+                            continue;
+                        };
+                        let given_failed = verdict.results.iter().any(|r| {
+                            !r.passed && outcome.tests.iter().any(|t| t.name == r.test && t.given)
+                        });
+                        if let (Some(id), true) = (&outcome.learned, given_failed) {
+                            self.unlearn(&meta, name, id).await;
+                        }
+                    }
                     let mut test_results = Vec::new();
                     for spec in &plan.specs {
                         match run.verdicts.get(&spec.name) {

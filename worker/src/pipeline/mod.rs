@@ -21,6 +21,7 @@ mod forms;
 pub use ctx::TaskCtx;
 mod implement;
 mod integrate;
+mod lessons;
 mod plan;
 mod quality;
 mod seat_ahead;
@@ -228,6 +229,8 @@ pub struct Pipeline {
     pub(crate) shared_runs: Arc<shared_runs::SharedRuns>,
     /// `codegen_sandbox_shared_cases_total`, once the pipeline belongs to a worker.
     pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
+    /// Lessons from repairs that worked (`None`: no memory).
+    pub(crate) memory: Option<memory::Memory>,
 }
 
 /// What a worker gives its pipeline ([`Pipeline::in_worker`]).
@@ -269,6 +272,7 @@ impl Pipeline {
             sandboxed: crate::sandboxed::Sandboxed::default(),
             shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
+            memory: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
@@ -279,6 +283,12 @@ impl Pipeline {
         self.sandboxed = worker.sandboxed;
         self.shared_cases = Some(worker.shared_cases);
         self.flow = self.flow.with_ends(worker.ends);
+        self
+    }
+
+    /// Shows repairs the tenant's lessons and keeps the lessons of repairs that worked.
+    pub fn with_memory(mut self, memory: memory::Memory) -> Self {
+        self.memory = Some(memory);
         self
     }
 
