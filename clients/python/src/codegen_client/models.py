@@ -140,6 +140,8 @@ JOB_STATUSES = ("queued", "planning", "running", "integrating", "succeeded", "fa
 JOB_FINAL_STATUSES = ("succeeded", "failed", "cancelled")
 #: What a job does (``JobSubmission.mode``; absent: ``generate``).
 JOB_MODES = ("generate", "debug", "refactor", "agent")
+#: Whether a job's repairs use the tenant's lessons (``JobSubmission.memory``).
+MEMORY_USES = ("on", "off")
 #: Why an agent run ended (``AgentOutcome.ended_by``).
 AGENT_ENDS = (
     "finished",
@@ -262,6 +264,7 @@ class JobSubmission(_Request):
     goals: list[str] | None = None
     files: dict[str, str] | None = None
     agent: AgentSettings | None = None
+    memory: str | None = None
 
 
 class SessionCreate(_Request):
@@ -472,6 +475,7 @@ class Improvement(_Answer):
     error: str
     fix: str
     analysis: Analysis | None = None
+    lessons: list[str] = Field(default_factory=list)
 
 
 class Quality(_Answer):
@@ -1244,6 +1248,7 @@ ENUM_SCHEMAS: dict[str, tuple[str, ...]] = {
     "ExpiredStatus": ("unknown",),
     "Mode": JOB_MODES,
     "AgentEnd": AGENT_ENDS,
+    "MemoryUse": MEMORY_USES,
 }
 
 #: Unions tagged by a field whose every variant has its model here: the schema, its tag and
