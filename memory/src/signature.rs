@@ -34,7 +34,9 @@ pub fn signature(kind: ErrorKind, error: &str, case: Option<FailedCase<'_>>) -> 
 
 /// What went wrong in `case`: an exception where one was raised, else the answer's shape.
 fn case_shape(case: FailedCase<'_>) -> Option<String> {
-    if let Some(error) = case.error.filter(|e| !e.trim().is_empty()) {
+    // An exception it raised; a harness's note of a wrong answer (`WrongOutput: expected …`)
+    // is the answer's shape below.
+    if let Some(error) = case.error.filter(|e| raised(e)) {
         let raised = exception(error);
         return Some(match case.expected_error {
             Some(expected) => format!("expected {expected} raised, got {raised}"),
@@ -142,6 +144,11 @@ pub fn exception(error: &str) -> String {
     strip_literals(line)
 }
 
+/// Whether `error` tells of an exception (not a harness's note of a wrong answer).
+pub fn raised(error: &str) -> bool {
+    error.lines().any(|l| names_exception(l.trim()))
+}
+
 /// `ValueError: ...`, `builtins.KeyError`, `java.lang.ArithmeticException: / by zero`,
 /// `panicked at ...`: a line that starts with an exception's (dotted) name.
 fn names_exception(line: &str) -> bool {
@@ -239,7 +246,7 @@ mod tests {
                     expected_output: &e,
                     expected_error: None,
                     actual_output: Some(&a),
-                    error: None,
+                    error: Some("WrongOutput: expected a value, got another"),
                 }),
             )
         };

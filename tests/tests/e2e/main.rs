@@ -28,6 +28,7 @@ mod jobs_reliability;
 mod languages;
 mod lesson_store;
 mod mcp;
+mod memory;
 mod metrics;
 mod model_cluster;
 mod model_limits;

@@ -29,8 +29,17 @@ fn failed_case<'a>(case: &'a TestCase, result: &'a TestResult) -> FailedCase<'a>
         expected_output: &case.expected_output,
         expected_error: case.expected_error.as_deref(),
         actual_output: Some(&result.actual_output),
-        error: result.error.as_deref(),
+        error: raised(result),
     }
+}
+
+/// What the case raised: nothing for a wrong answer (the harness's note of it is not an
+/// exception; the answer's shape is the signature).
+fn raised(result: &TestResult) -> Option<&str> {
+    result
+        .error
+        .as_deref()
+        .filter(|_| result.error_kind != Some(ErrorKind::WrongOutput))
 }
 
 fn kind(run: &CaseRun) -> ErrorKind {
@@ -175,6 +184,6 @@ fn as_case<'a>(function: &'a str, case: &'a TestCase, result: &'a TestResult) ->
         expected_output: &case.expected_output,
         expected_error: case.expected_error.as_deref(),
         actual_output: Some(&result.actual_output),
-        error: result.error.as_deref(),
+        error: raised(result),
     }
 }
