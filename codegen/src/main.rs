@@ -4,6 +4,7 @@ mod agent;
 mod client;
 mod control;
 mod exec_batch;
+mod lessons;
 mod mcp;
 mod report;
 mod session;
@@ -75,6 +76,9 @@ enum Command {
     /// What your finished work cost over a window (jobs, executions, model calls, tokens,
     /// sandbox time), as JSON.
     Usage(control::UsageArgs),
+    /// Your lessons, the memory of repairs that worked: list or search them, show one with
+    /// where it was used, delete one, export or import them as JSON Lines.
+    Lessons(lessons::LessonsArgs),
     /// Stateful sessions: open one, run cells in it (names, imports and files stay between
     /// them), move files in and out, list and end them.
     Session(session::SessionArgs),
@@ -138,6 +142,7 @@ fn main() -> std::process::ExitCode {
             Command::Cancel(args) => control::cancel(args).await,
             Command::Jobs(args) => control::list(args).await,
             Command::Usage(args) => control::usage(args).await,
+            Command::Lessons(args) => lessons::lessons(args).await,
             Command::Session(args) => session::session(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
             Command::ModelServer(args) => run_model_server(settings, args).await.map(|()| 0),
@@ -212,6 +217,7 @@ async fn run_coordinator(settings: Settings) -> anyhow::Result<()> {
             .iter()
             .map(|l| (*l, settings.sandbox.image(*l))),
     )
+    .with_memory(settings.memory.clone())
     .with_model(model::identity(&settings.model));
     let tcp = tokio::net::TcpListener::bind(settings.coordinator.listen)
         .await

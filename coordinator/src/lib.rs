@@ -30,6 +30,7 @@ mod generators;
 mod idempotency;
 mod jobs;
 mod languages;
+mod lessons;
 mod listing;
 pub mod mcp;
 mod metrics;
@@ -237,6 +238,8 @@ pub struct Coordinator {
     pub(crate) session_ends: Option<flow::SessionEnds>,
     /// Ends executions, as the workers do (`flow`).
     pub(crate) execution_ends: flow::ExecutionEnds,
+    /// The memory's settings (`[memory]`): the bounds an import keeps to.
+    pub(crate) memory: memory::Options,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -321,6 +324,7 @@ impl Coordinator {
             session_client: sessions::host_client(),
             session_ends,
             execution_ends,
+            memory: memory::Options::default(),
         })
     }
 
@@ -393,6 +397,12 @@ impl Coordinator {
                 .map_err(error::unavailable),
             None => Ok(()),
         }
+    }
+
+    /// The memory's settings (`[memory]`), as the workers have them.
+    pub fn with_memory(mut self, memory: memory::Options) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// Answers repeated requests from the solution cache (`stores.cache`). `model` identifies

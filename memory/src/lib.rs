@@ -230,6 +230,42 @@ impl Memory {
         Ok(())
     }
 
+    /// As [`Memory::used`], for lessons known by id alone (an agent's recorded step): each
+    /// counted in `tenant`'s set, or in the shared set when it is not the tenant's.
+    pub async fn used_ids(
+        &self,
+        tenant: Option<&str>,
+        ids: &[String],
+        job: TaskId,
+        function: &str,
+        passed: bool,
+    ) -> Result<(), store::Error> {
+        let options = &self.inner.options;
+        for id in ids {
+            let used = LessonUse {
+                lesson: id.clone(),
+                job,
+                function: function.to_owned(),
+                passed,
+                at_ms: proto::now_ms(),
+            };
+            for set in [
+                LessonSet::Tenant(tenant.map(str::to_owned)),
+                LessonSet::Shared,
+            ] {
+                let outcome = self
+                    .inner
+                    .store
+                    .use_lesson(&set, &used, options.uses_kept, options.retire_after)
+                    .await?;
+                if outcome != Used::Gone {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Removes lesson `id` of `tenant`'s set (its code failed a case the request gave).
     pub async fn forget(&self, tenant: Option<&str>, id: &str) -> Result<bool, store::Error> {
         let set = LessonSet::Tenant(tenant.map(str::to_owned));

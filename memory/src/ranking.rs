@@ -62,6 +62,17 @@ impl Ranking {
         self.lessons.is_empty()
     }
 
+    /// The lessons that share words with `text`, nearest first, at most `limit` (a search
+    /// of the listing).
+    pub fn search(&self, text: &str, limit: usize) -> Vec<&Stored> {
+        self.index
+            .ranked(text)
+            .into_iter()
+            .take(limit)
+            .map(|i| &self.lessons[i].0)
+            .collect()
+    }
+
     /// The `k` nearest lessons to `query`, each with whether it is shared and whether its
     /// signature matched exactly.
     pub fn nearest(&self, query: &Query<'_>, k: usize) -> Vec<(&Stored, bool, bool)> {

@@ -192,6 +192,10 @@ pub enum AgentStep {
         duration_ms: u64,
         at_ms: u64,
         worker: String,
+        /// The lessons a failing `run_tests` was shown (ids, nearest first; their text ends
+        /// `content`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        lessons: Vec<String>,
     },
 }
 
@@ -425,6 +429,7 @@ mod tests {
                 duration_ms: 6,
                 at_ms: 3,
                 worker: "w2".into(),
+                lessons: Vec::new(),
             },
         ]
     }

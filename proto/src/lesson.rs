@@ -85,3 +85,23 @@ pub struct LessonView {
     /// Its latest uses, newest first.
     pub uses: Vec<LessonUse>,
 }
+
+/// `GET /v1/lessons`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LessonList {
+    /// Newest first; with `q`, nearest first.
+    pub lessons: Vec<LessonView>,
+}
+
+/// `POST /v1/lessons/import`: what became of the lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LessonImport {
+    /// Kept.
+    pub added: u64,
+    /// The set had them already.
+    pub already: u64,
+    /// Larger alone than the set's byte bound (`memory.max_bytes`).
+    pub too_large: u64,
+    /// Lessons evicted to make room (the least useful first).
+    pub evicted: u64,
+}

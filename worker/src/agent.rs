@@ -16,6 +16,7 @@
 //! - the job's status is read before every model call and every tool call: a cancelled job
 //!   stops there.
 
+mod lessons;
 pub mod tools;
 pub mod transcript;
 pub mod workspace;
@@ -86,6 +87,8 @@ pub struct Agent {
     /// `codegen_agent_steps_total{kind}`, `codegen_agent_runs_ended_total{ended_by}`.
     steps_recorded: prometheus::IntCounterVec,
     runs_ended: prometheus::IntCounterVec,
+    /// Lessons shown to failing test runs and kept from fixes (`None`: no memory).
+    pub(crate) memory: Option<memory::Memory>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -119,6 +122,7 @@ impl Agent {
             tools: Arc::new(tools::specs()),
             steps_recorded: metrics.agent_steps.clone(),
             runs_ended: metrics.agent_runs.clone(),
+            memory: None,
         }
     }
 
@@ -223,6 +227,7 @@ impl Agent {
                         duration_ms: 0,
                         at_ms: proto::now_ms(),
                         worker: self.sessions.host().to_owned(),
+                        lessons: Vec::new(),
                     };
                     self.record(run, step).await?;
                 }
@@ -463,6 +468,21 @@ impl Agent {
                 }
             }
         };
+        // A test run's observation meets the memory: a failing one is shown lessons.
+        let mut shown = Vec::new();
+        let mut observed = observed;
+        if let (false, Ok(tools::Action::RunTests(tests))) =
+            (malformed, tools::read(&call.tool, &call.arguments))
+        {
+            let path = tests.path.as_deref().unwrap_or(".");
+            if let Some((text, ids)) = self
+                .tests_observed(run, path, observed.error, &observed.content)
+                .await
+            {
+                observed.content.push_str(&text);
+                shown = ids;
+            }
+        }
         let (content, cut) = cut(&observed.content, run.request.limits.max_observation_chars);
         let step = AgentStep::Observation {
             index: run.transcript.next_index(),
@@ -476,6 +496,7 @@ impl Agent {
             duration_ms: begun.elapsed().as_millis() as u64,
             at_ms: proto::now_ms(),
             worker: self.sessions.host().to_owned(),
+            lessons: shown,
         };
         self.record(run, step).await?;
         Ok(finish)

@@ -258,13 +258,15 @@ impl Worker {
         let name = name.unwrap_or_else(|| format!("worker-{}", std::process::id()));
         let agent = match (&pipeline, sessions) {
             (Some(pipeline), Some(sessions)) => pipeline.model.clone().map(|model| {
-                agent::Agent::new(
+                let mut agent = agent::Agent::new(
                     model,
                     Arc::clone(&pipeline.jobs),
                     pipeline.flow.clone(),
                     sessions,
                     &metrics,
-                )
+                );
+                agent.memory = pipeline.memory.clone();
+                agent
             }),
             _ => None,
         };

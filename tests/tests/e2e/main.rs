@@ -27,6 +27,7 @@ mod jobs;
 mod jobs_reliability;
 mod languages;
 mod lesson_store;
+mod lessons_api;
 mod mcp;
 mod memory;
 mod metrics;

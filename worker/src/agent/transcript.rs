@@ -325,6 +325,7 @@ mod tests {
             duration_ms: 1,
             at_ms: 0,
             worker: "w1".into(),
+            lessons: Vec::new(),
         }
     }
 

@@ -60,6 +60,11 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/languages"),
     ("GET", "/v1/cache/stats"),
     ("DELETE", "/v1/cache"),
+    ("GET", "/v1/lessons"),
+    ("GET", "/v1/lessons/{id}"),
+    ("DELETE", "/v1/lessons/{id}"),
+    ("GET", "/v1/lessons/export"),
+    ("POST", "/v1/lessons/import"),
     ("GET", "/openapi.json"),
 )
 #: Routes of the document this client leaves to others: SandboxFusion's (its own client,
@@ -506,6 +511,69 @@ def cache_stats() -> Call[m.CacheStats]:
 
 def clear_cache() -> Call[m.CacheCleared]:
     return Call("DELETE", "/v1/cache", _model(m.CacheCleared))
+
+
+def _lesson_set(tenant: str | None, shared: bool) -> dict[str, Any]:
+    """The set a lessons route names: the caller's own (neither), another tenant's
+    (``tenant``, admins only) or the operators' shared one (``shared``)."""
+    return {"tenant": tenant, "shared": "true" if shared else None}
+
+
+def list_lessons(
+    q: str | None, language: str | None, limit: int | None, tenant: str | None, shared: bool
+) -> Call[m.LessonList]:
+    return Call(
+        "GET",
+        "/v1/lessons",
+        _model(m.LessonList),
+        params={"q": q, "language": language, "limit": limit, **_lesson_set(tenant, shared)},
+    )
+
+
+def get_lesson(lesson_id: str, tenant: str | None, shared: bool) -> Call[m.LessonView]:
+    return Call(
+        "GET",
+        f"/v1/lessons/{_segment(lesson_id)}",
+        _model(m.LessonView),
+        params=_lesson_set(tenant, shared),
+    )
+
+
+def delete_lesson(lesson_id: str, tenant: str | None, shared: bool) -> Call[None]:
+    return Call(
+        "DELETE",
+        f"/v1/lessons/{_segment(lesson_id)}",
+        _nothing,
+        params=_lesson_set(tenant, shared),
+    )
+
+
+def _lessons(r: httpx.Response) -> list[m.Lesson]:
+    return [m.Lesson.model_validate(line) for line in _jsonl(r)]
+
+
+def export_lessons(tenant: str | None, shared: bool) -> Call[list[m.Lesson]]:
+    return Call(
+        "GET",
+        "/v1/lessons/export",
+        _lessons,
+        params=_lesson_set(tenant, shared),
+        headers={"Accept": "application/x-ndjson"},
+    )
+
+
+def import_lessons(
+    lessons: Iterable[m.Lesson | Mapping[str, Any]], tenant: str | None, shared: bool
+) -> Call[m.LessonImport]:
+    lines = [json.dumps(m.lesson_json(lesson), separators=(",", ":")) for lesson in lessons]
+    return Call(
+        "POST",
+        "/v1/lessons/import",
+        _model(m.LessonImport),
+        params=_lesson_set(tenant, shared),
+        content="".join(line + "\n" for line in lines).encode("utf-8"),
+        headers={"Content-Type": "application/x-ndjson"},
+    )
 
 
 def get_openapi() -> Call[dict]:

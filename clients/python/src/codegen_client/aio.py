@@ -60,6 +60,7 @@ class AsyncClient:
         self.jobs = AsyncJobs(self)
         self.batches = AsyncBatches(self)
         self.sessions = AsyncSessions(self)
+        self.lessons = AsyncLessons(self)
 
     @property
     def base_url(self) -> str:
@@ -561,6 +562,46 @@ class AsyncSessions:
 
     async def download(self, session_id: str, path: str) -> bytes:
         return await self._c._call(b.download_session_file(session_id, path))
+
+
+class AsyncLessons:
+    """``client.lessons``: the memory of repairs (see ``Lessons``)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def list(
+        self,
+        q: str | None = None,
+        *,
+        language: str | None = None,
+        limit: int | None = None,
+        tenant: str | None = None,
+        shared: bool = False,
+    ) -> m.LessonList:
+        return await self._c._call(b.list_lessons(q, language, limit, tenant, shared))
+
+    async def get(
+        self, lesson_id: str, *, tenant: str | None = None, shared: bool = False
+    ) -> m.LessonView:
+        return await self._c._call(b.get_lesson(lesson_id, tenant, shared))
+
+    async def delete(
+        self, lesson_id: str, *, tenant: str | None = None, shared: bool = False
+    ) -> None:
+        await self._c._call(b.delete_lesson(lesson_id, tenant, shared))
+
+    async def export(self, *, tenant: str | None = None, shared: bool = False) -> list[m.Lesson]:
+        return await self._c._call(b.export_lessons(tenant, shared))
+
+    async def import_(
+        self,
+        lessons: Iterable[m.Lesson | Mapping[str, Any]],
+        *,
+        tenant: str | None = None,
+        shared: bool = False,
+    ) -> m.LessonImport:
+        return await self._c._call(b.import_lessons(lessons, tenant, shared))
 
 
 class AsyncSession:

@@ -57,6 +57,7 @@ class Client:
         self.jobs = Jobs(self)
         self.batches = Batches(self)
         self.sessions = Sessions(self)
+        self.lessons = Lessons(self)
 
     @property
     def base_url(self) -> str:
@@ -648,6 +649,57 @@ class Sessions:
 
     def download(self, session_id: str, path: str) -> bytes:
         return self._c._call(b.download_session_file(session_id, path))
+
+
+class Lessons:
+    """The memory of repairs: ``client.lessons``. Each call names a set: the caller's own
+    (the default), another tenant's (``tenant``, for ``coordinator.admin_tenants``) or the
+    operators' shared one (``shared=True``; changed by admins only)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(
+        self,
+        q: str | None = None,
+        *,
+        language: str | None = None,
+        limit: int | None = None,
+        tenant: str | None = None,
+        shared: bool = False,
+    ) -> m.LessonList:
+        """``GET /v1/lessons``: newest first, or with ``q`` (words searched for in the
+        signature, case, analysis and diff) nearest first; ``limit`` 1 to 500 (default
+        100)."""
+        return self._c._call(b.list_lessons(q, language, limit, tenant, shared))
+
+    def get(
+        self, lesson_id: str, *, tenant: str | None = None, shared: bool = False
+    ) -> m.LessonView:
+        """``GET /v1/lessons/{id}``: the lesson with its latest uses (``NotFound`` when the
+        set has no such lesson)."""
+        return self._c._call(b.get_lesson(lesson_id, tenant, shared))
+
+    def delete(self, lesson_id: str, *, tenant: str | None = None, shared: bool = False) -> None:
+        """``DELETE /v1/lessons/{id}``: later repairs are no longer shown it."""
+        self._c._call(b.delete_lesson(lesson_id, tenant, shared))
+
+    def export(self, *, tenant: str | None = None, shared: bool = False) -> list[m.Lesson]:
+        """``GET /v1/lessons/export``: every lesson of the set (JSON Lines, newest first),
+        without counts: what ``import_`` takes."""
+        return self._c._call(b.export_lessons(tenant, shared))
+
+    def import_(
+        self,
+        lessons: Iterable[m.Lesson | Mapping[str, Any]],
+        *,
+        tenant: str | None = None,
+        shared: bool = False,
+    ) -> m.LessonImport:
+        """``POST /v1/lessons/import`` (one JSON line per lesson): adds them to the set within
+        its bounds, the least useful evicted. Every line is checked before any is added (an
+        ``InvalidField`` whose ``param`` names the line refuses them all)."""
+        return self._c._call(b.import_lessons(lessons, tenant, shared))
 
 
 class Session:

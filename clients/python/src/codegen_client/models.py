@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -111,6 +112,12 @@ __all__ = [
     "SessionFiles",
     "CacheStats",
     "CacheCleared",
+    # lessons
+    "Lesson",
+    "LessonUse",
+    "LessonView",
+    "LessonList",
+    "LessonImport",
     "ErrorBody",
     "SCHEMA_MODELS",
     "UNION_SCHEMAS",
@@ -121,6 +128,7 @@ __all__ = [
     "JOB_FINAL_STATUSES",
     "JOB_MODES",
     "AGENT_ENDS",
+    "LESSON_SOURCES",
 ]
 
 #: Every status of an execution's verdict (`queued` is not one: it has none yet).
@@ -154,6 +162,8 @@ AGENT_ENDS = (
     "cancelled",
     "failed",
 )
+#: What made a lesson (``Lesson.source``): a pipeline repair, or an agent's edit.
+LESSON_SOURCES = ("repair", "agent")
 
 
 class _Answer(BaseModel):
@@ -619,6 +629,7 @@ class AgentStepObservation(_AgentStepBase):
     duration_ms: int
     at_ms: int
     worker: str
+    lessons: list[str] = Field(default_factory=list)
 
 
 class AgentStepOther(_Answer):
@@ -1156,6 +1167,91 @@ class CacheCleared(_Answer):
     removed: int
 
 
+# --- lessons --------------------------------------------------------------------------------
+
+
+class Lesson(_Answer):
+    """One lesson: a failure (``signature``, ``case``) and the change that fixed it (``diff``,
+    ``analysis``); a line of ``GET /v1/lessons/export`` and of ``POST /v1/lessons/import``.
+    ``id`` is content-derived: the same fix of the same failure is one lesson."""
+
+    schema_name = "Lesson"
+    id: str
+    language: str
+    error_kind: str
+    signature: str
+    case: str
+    diff: str
+    analysis: str
+    model: str
+    job: str
+    function: str
+    source: str
+    created_ms: int
+    given: bool = False
+
+
+class LessonUse(_Answer):
+    """One use of a lesson: a repair that was shown it, and whether that repair passed."""
+
+    schema_name = "LessonUse"
+    lesson: str
+    job: str
+    function: str
+    passed: bool
+    at_ms: int
+
+
+class LessonView(Lesson):
+    """``GET /v1/lessons/{id}`` (and an item of ``GET /v1/lessons``): a lesson with where it
+    is kept (``shared``: the operators' set) and how it has done (``retrieved``: repairs
+    shown it, ``helped``: those that passed, ``uses``: its latest uses, newest first)."""
+
+    schema_name = "LessonView"
+    shared: bool
+    retrieved: int
+    helped: int
+    uses: list[LessonUse]
+
+    def as_lesson(self) -> Lesson:
+        """The lesson alone (as ``export`` writes it and ``import`` takes it)."""
+        return Lesson.model_validate(lesson_json(self))
+
+
+#: The fields ``LessonView`` adds to ``Lesson`` (left out of what ``import`` sends).
+LESSON_VIEW_FIELDS = ("shared", "retrieved", "helped", "uses")
+
+
+def lesson_json(lesson: Lesson | Mapping[str, Any]) -> dict[str, Any]:
+    """A lesson as one line of ``POST /v1/lessons/import`` takes it: a ``Lesson`` (or a
+    mapping of its fields, checked as one), without the counts of a ``LessonView``."""
+    if not isinstance(lesson, Lesson):
+        lesson = Lesson.model_validate(dict(lesson))
+    data = lesson.model_dump(mode="json", by_alias=True)
+    for name in LESSON_VIEW_FIELDS:
+        data.pop(name, None)
+    return data
+
+
+class LessonList(_Answer):
+    """``GET /v1/lessons``: newest first; with ``q``, nearest first."""
+
+    schema_name = "LessonList"
+    lessons: list[LessonView]
+
+
+class LessonImport(_Answer):
+    """``POST /v1/lessons/import``: what became of the lines (``added``; ``already`` in the
+    set; ``too_large`` alone for the set's byte bound; ``evicted``: lessons evicted to make
+    room, the least useful first)."""
+
+    schema_name = "LessonImport"
+    added: int
+    already: int
+    too_large: int
+    evicted: int
+
+
 class ErrorBody(_Answer):
     schema_name = "ErrorBody"
     error: str
@@ -1230,6 +1326,11 @@ SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     SessionFiles,
     CacheStats,
     CacheCleared,
+    Lesson,
+    LessonUse,
+    LessonView,
+    LessonList,
+    LessonImport,
     ErrorBody,
     JobEvent,
 )
@@ -1249,6 +1350,7 @@ ENUM_SCHEMAS: dict[str, tuple[str, ...]] = {
     "Mode": JOB_MODES,
     "AgentEnd": AGENT_ENDS,
     "MemoryUse": MEMORY_USES,
+    "LessonSource": LESSON_SOURCES,
 }
 
 #: Unions tagged by a field whose every variant has its model here: the schema, its tag and
