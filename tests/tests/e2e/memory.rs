@@ -154,3 +154,80 @@ async fn a_repair_that_worked_is_shown_to_a_later_repair_of_the_same_mistake_and
     assert_eq!(repairs, ["upto", "evens", "odds"], "{requests:#?}");
     cluster.cleanup().await;
 }
+
+/// An agent job's steps, the tool calls of one test-driven fix of `name` (`op` the wrong
+/// operator, fixed to `+`), and the run's `finish`.
+fn agent_fix(name: &str, op: &str) -> Vec<Value> {
+    use super::agent::call;
+    let module = format!("{name}.py");
+    let test = format!(
+        "import unittest\nfrom {name} import {name}\n\nclass T(unittest.TestCase):\n    def test_it(self):\n        self.assertEqual({name}(2, 3), 5)\n"
+    );
+    vec![
+        json!({"tool_calls": [
+            call("write_file", json!({"path": module, "content": format!("def {name}(a, b):\n    return a {op} b\n")})),
+            call("write_file", json!({"path": format!("test_{name}.py"), "content": test})),
+        ]}),
+        json!({"tool_calls": [call("run_tests", json!({"path": format!("test_{name}.py")}))]}),
+        json!({"text": "The operator was wrong: the sum needs +.",
+               "tool_calls": [call("edit_file", json!({"path": module, "old": format!("a {op} b"), "new": "a + b"}))]}),
+        json!({"tool_calls": [call("run_tests", json!({"path": format!("test_{name}.py")}))]}),
+        json!({"tool_calls": [call("finish", json!({"answer": "fixed", "files": [module]}))]}),
+    ]
+}
+
+#[tokio::test]
+async fn an_agents_fix_is_kept_and_a_later_runs_failing_tests_are_shown_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut steps = agent_fix("add", "-");
+    steps.extend(agent_fix("plus", "*"));
+    let path = super::agent::script(dir.path(), steps);
+    let mut cluster = Cluster::new();
+    let _model = cluster.scripted_model(&path).await;
+    let _coordinator = cluster.coordinator().await;
+    let _worker = cluster.worker("worker-1").await;
+    let store = cluster_store(&cluster);
+    let open = LessonSet::Tenant(None);
+    let job = |task: &str| json!({"instruction": task, "mode": "agent", "language": "python"});
+
+    // 1. Its tests fail, an edit, they pass: the edit is kept as a lesson.
+    let first = run(&cluster, job("Write add(a, b) with a test.")).await;
+    assert_eq!(first["status"], "succeeded", "{first:#}");
+    let lessons = store.lessons(&open).await.unwrap().lessons;
+    assert_eq!(lessons.len(), 1, "{lessons:#?}");
+    let lesson = &lessons[0].lesson;
+    assert_eq!(lesson.source, proto::lesson::LessonSource::Agent);
+    assert!(
+        lesson.diff.contains("-    return a - b") && lesson.diff.contains("+    return a + b"),
+        "{}",
+        lesson.diff
+    );
+    assert_eq!(lesson.analysis, "The operator was wrong: the sum needs +.");
+
+    // 2. Another run's failing tests are shown it in their observation, which names it; its
+    // passing tests count the use as one that helped.
+    let second = run(&cluster, job("Write plus(a, b) with a test.")).await;
+    assert_eq!(second["status"], "succeeded", "{second:#}");
+    let id = second["job_id"].as_str().unwrap();
+    let recorded = super::agent::recorded(&cluster, id).await;
+    let tests: Vec<&Value> = recorded
+        .iter()
+        .filter(|s| s["kind"] == "observation" && s["tool"] == "run_tests")
+        .collect();
+    assert_eq!(tests.len(), 2, "{recorded:#?}");
+    assert_eq!(tests[0]["error"], true);
+    assert_eq!(tests[0]["lessons"], json!([lesson.id]), "{:#}", tests[0]);
+    let shown = tests[0]["content"].as_str().unwrap();
+    assert!(
+        shown.contains("Lessons from earlier repairs") && shown.contains("+    return a + b"),
+        "{shown}"
+    );
+    assert_eq!(tests[1]["error"], false);
+    assert!(
+        tests[1].get("lessons").is_none(),
+        "a passing run is shown none"
+    );
+    let used = store.lesson(&open, &lesson.id).await.unwrap().unwrap();
+    assert_eq!((used.retrieved, used.helped), (1, 1));
+    cluster.cleanup().await;
+}

@@ -51,8 +51,8 @@ fn kind_of(output: &str) -> ErrorKind {
 }
 
 /// The files the run changed after step `since` (writes and edits that succeeded), each as
-/// its text before and after: an edit's old and new parts, a write's earlier content when
-/// the run wrote the file before (else nothing) and its new one.
+/// its text before and after: the whole file where the run wrote it before (an edit applied
+/// to it), else an edit's old and new parts, or nothing before a first write.
 fn edits_since(steps: &[AgentStep], since: u32) -> Vec<(String, String, String)> {
     let succeeded = |id: &str| {
         steps.iter().any(|s| {
@@ -76,7 +76,19 @@ fn edits_since(steps: &[AgentStep], since: u32) -> Vec<(String, String, String)>
                         edits.push((w.path, before.unwrap_or_default(), w.content));
                     }
                 }
-                Ok(Action::EditFile(e)) if *index > since => edits.push((e.path, e.old, e.new)),
+                Ok(Action::EditFile(e)) => {
+                    // The whole file where the run wrote it (the edit applied), else the parts.
+                    let (before, after) = match written.get(&e.path) {
+                        Some(content) => (content.clone(), content.replacen(&e.old, &e.new, 1)),
+                        None => (e.old.clone(), e.new.clone()),
+                    };
+                    if written.contains_key(&e.path) {
+                        written.insert(e.path.clone(), after.clone());
+                    }
+                    if *index > since {
+                        edits.push((e.path, before, after));
+                    }
+                }
                 _ => {}
             }
         }
