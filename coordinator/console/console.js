@@ -1,5 +1,5 @@
 // The codegen-cluster console: one page whose views are chosen by the location hash
-// (#/jobs, #/jobs/ID, #/batches, #/executions, #/playground, #/sessions, #/usage), each
+// (#/jobs, #/jobs/ID, #/batches, #/executions, #/playground, #/sessions, #/usage, #/lessons), each
 // rendered from the public API with fetch(). No framework, no build step, nothing loaded from
 // anywhere but this coordinator; every text from the API goes into the page as text
 // (textContent), never as markup. docs/console.md describes it.
@@ -657,12 +657,14 @@
               r && !r.passed ? h("div", { class: "mono", text: r.error || `got ${json(r.actual_output)}` }) : null));
         }), { class: "tests" }),
         fixes.length ? h("h4", { text: `Repairs (${fixes.length})` }) : null,
-        fixes.length ? table(["Attempt#", "Error kind", "Error", "Fix"], fixes.map((f) =>
+        fixes.length ? table(["Attempt#", "Error kind", "Error", "Fix", "Lessons shown"], fixes.map((f) =>
           h("tr", { class: "repair" },
             h("td", { class: "num", text: f.attempt }),
             h("td", { text: f.error_kind }),
             h("td", { text: f.error }),
-            h("td", { text: f.fix }))), { class: "repairs" }) : null));
+            h("td", { text: f.fix }),
+            h("td", { class: "repair-lessons" }, (f.lessons || []).map((id) =>
+              h("a", { class: "mono", href: `#/lessons/${encodeURIComponent(id)}`, text: id }))))), { class: "repairs" }) : null));
     }
     parts.push(h("h3", { text: "Functions" }), functions);
     parts.push(h("h3", { text: "Quality report" }), h("div", { class: "panel", id: "job-quality" },
@@ -1234,6 +1236,74 @@
   }
 
   // ---------------------------------------------------------------------------------------
+  // Lessons: the memory of repairs (GET /v1/lessons)
+
+  async function lessonsView(root, signal) {
+    const q = h("input", { id: "lessons-q", type: "search", placeholder: "words of a failure or a fix" });
+    const shared = h("input", { id: "lessons-shared", type: "checkbox" });
+    const search = h("button", { id: "lessons-search", type: "submit", text: "Search" });
+    const form = h("form", { class: "panel", id: "lessons-form" },
+      h("div", { class: "row" }, h("label", {}, "Search", q),
+        h("label", {}, shared, " the shared set"), search));
+    const rows = h("tbody", {});
+    const list = table(["Lesson", "Language", "Signature", "Shown#", "Helped#", "From", "Made"], [], { id: "lessons-table" });
+    list.replaceChild(rows, list.tBodies[0]);
+    const load = async () => {
+      const { data } = await api("GET", "/v1/lessons", {
+        signal, query: { q: q.value.trim(), shared: shared.checked ? "true" : undefined },
+      });
+      const suffix = shared.checked ? "?shared=true" : "";
+      rows.replaceChildren(...data.lessons.map((l) => h("tr", { "data-id": l.id },
+        h("td", {}, h("a", { class: "mono", href: `#/lessons/${encodeURIComponent(l.id)}${suffix}`, text: l.id })),
+        h("td", { text: l.language }),
+        h("td", { class: "mono", text: l.signature }),
+        h("td", { class: "num shown", text: l.retrieved }),
+        h("td", { class: "num helped", text: l.helped }),
+        h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(l.job)}`, text: `${l.source}: ${l.function}` })),
+        h("td", { text: when(l.created_ms) }))));
+      if (!data.lessons.length) rows.append(h("tr", {}, h("td", { colspan: 7, class: "muted", text: "No lessons." })));
+    };
+    form.addEventListener("submit", act(search, load));
+    root.append(h("h2", { text: "Lessons" }),
+      h("p", { class: "muted", text: "What repairs that worked changed, shown to later repairs of the same mistake; each counts how often it was shown and how often that repair passed." }),
+      form, list);
+    await load();
+  }
+
+  async function lessonView(root, signal, idAndQuery) {
+    const [id, query] = idAndQuery.split("?");
+    const shared = (query || "").includes("shared=true");
+    const path = `/v1/lessons/${encodeURIComponent(id)}`;
+    const { data: l } = await api("GET", path, { signal, query: { shared: shared ? "true" : undefined } });
+    const remove = h("button", { id: "lesson-delete", type: "button", class: "danger", text: "Delete lesson" });
+    remove.addEventListener("click", act(remove, async () => {
+      await api("DELETE", path, { signal, query: { shared: shared ? "true" : undefined } });
+      location.hash = "#/lessons";
+    }));
+    root.append(h("p", {}, h("a", { href: "#/lessons", text: "← Lessons" })),
+      h("h2", {}, "Lesson ", h("span", { class: "mono", text: l.id })),
+      h("div", { class: "stats", id: "lesson-info" },
+        stat("language", l.language),
+        stat("error kind", l.error_kind),
+        stat("shown", l.retrieved, "lesson-shown"),
+        stat("helped", l.helped, "lesson-helped"),
+        stat("from", `${l.source}: ${l.function}`),
+        stat("given cases", l.given ? "yes" : "no"),
+        stat("model", l.model)),
+      h("p", {}, h("strong", { text: "Signature: " }), h("span", { class: "mono", id: "lesson-signature", text: l.signature })),
+      h("p", {}, h("strong", { text: "Failing case: " }), h("span", { class: "mono", text: l.case })),
+      l.analysis ? h("p", {}, h("strong", { text: "Analysis: " }), l.analysis) : null,
+      h("h3", { text: "The fix" }), pre(l.diff, { class: "code", id: "lesson-diff" }),
+      h("h3", { text: "Where it was used" }),
+      table(["Job", "Function", "Passed", "When"], (l.uses || []).map((u) => h("tr", { class: "lesson-use" },
+        h("td", {}, h("a", { class: "mono", href: `#/jobs/${encodeURIComponent(u.job)}`, text: u.job })),
+        h("td", { text: u.function }),
+        h("td", {}, badge(u.passed ? "passed" : "failed")),
+        h("td", { text: when(u.at_ms) }))), { id: "lesson-uses" }),
+      l.shared ? null : h("div", { class: "row" }, remove));
+  }
+
+  // ---------------------------------------------------------------------------------------
   // The page: key form, navigation, views
 
   const ROUTES = [
@@ -1247,6 +1317,8 @@
     [/^#\/sessions\/([^/]+)$/, sessionView, "sessions"],
     [/^#\/sessions\/?$/, sessionsView, "sessions"],
     [/^#\/usage\/?$/, usageView, "usage"],
+    [/^#\/lessons\/(.+)$/, lessonView, "lessons"],
+    [/^#\/lessons\/?$/, lessonsView, "lessons"],
   ];
 
   let current = null;

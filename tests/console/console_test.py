@@ -8,7 +8,7 @@ tenants' API keys and a scripted (FAKE) model; by hand:
 
 Tenant A submits a job and a batch and watches them finish, runs programs in the playground,
 pages through its executions, runs cells in a session, sees how each of two sessions ended
-(deleted, and its kernel killed by a cell) and reads its usage; tenant B (another
+(deleted, and its kernel killed by a cell), reads its usage and its lessons; tenant B (another
 browser context, so another sessionStorage) must see none of it, and A's ids answer 404 for
 it; a bad key shows 401, a tenant over its request rate 429 with Retry-After. A screenshot of
 every page goes to --out. Exit status 0 only when every check passed; the last line is a JSON
@@ -465,6 +465,56 @@ def check_usage(browser):
     page.close()
 
 
+def check_lessons(browser):
+    """A's lesson (imported through the API) is listed, found by its words, shown with its
+    fix and deleted; B sees none of A's."""
+    import urllib.request
+
+    lesson = {
+        "id": "console-lesson-1", "language": "python", "error_kind": "runtime",
+        "signature": "runtime: IndexError: list index out of range",
+        "case": "first(xs=[]): expected null; got raised IndexError: list index out of range",
+        "diff": "--- before\n+++ after\n-    return xs[0]\n+    return xs[0] if xs else None\n",
+        "analysis": "An empty list was indexed.", "model": "scripted/m",
+        "job": "0190a5b2-0000-7000-8000-000000000000", "function": "first", "source": "repair",
+        "created_ms": 1, "given": True,
+    }
+    request = urllib.request.Request(
+        f"{ARGS.url}/v1/lessons/import", data=(json.dumps(lesson) + "\n").encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {ARGS.key_a}", "Content-Type": "application/x-ndjson"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert json.loads(response.read())["added"] == 1
+    page = new_page(STATE["context_a"], "A lessons")
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/lessons", "lessons")
+    assert "console-lesson-1" in row_ids(page, "lessons-table"), row_ids(page, "lessons-table")
+    page.fill("#lessons-q", "empty list index")
+    page.click("#lessons-search")
+    expect(page.locator('#lessons-table tbody tr[data-id="console-lesson-1"]')).to_have_count(1)
+    shot(page, "lessons")
+    page.click('#lessons-table a[href="#/lessons/console-lesson-1"]')
+    page.wait_for_selector('#view > .page[data-view="lessons"][data-ready]', state="attached")
+    expect(page.locator("#lesson-signature")).to_have_text(lesson["signature"])
+    expect(page.locator("#lesson-diff")).to_contain_text("+    return xs[0] if xs else None")
+    expect(page.locator("#lesson-shown")).to_have_text("0")
+    shot(page, "lesson")
+    # B's console lists none of A's lessons.
+    context_b = browser.new_context()
+    page_b = new_page(context_b, "B lessons")
+    set_key(page_b, ARGS.key_b)
+    open_view(page_b, "#/lessons", "lessons")
+    assert row_ids(page_b, "lessons-table") == [], row_ids(page_b, "lessons-table")
+    context_b.close()
+    # Deleted from its page: the list no longer has it.
+    page.click("#lesson-delete")
+    page.wait_for_function("() => location.hash === '#/lessons'")
+    page.wait_for_selector('#view > .page[data-view="lessons"][data-ready]', state="attached")
+    assert "console-lesson-1" not in row_ids(page, "lessons-table")
+    page.close()
+
+
 def check_tenant_b_sees_none_of_a(browser):
     job, batch, executions = need("job_a", "batch_a", "executions_a")
     session = STATE.get("session_a")
@@ -566,6 +616,7 @@ CHECKS = [
     check_session_runs_cells,
     check_session_whose_kernel_died_says_how_it_ended,
     check_usage,
+    check_lessons,
     check_tenant_b_sees_none_of_a,
     check_rate_limit_shows_429,
 ]
