@@ -40,6 +40,7 @@ pub(crate) struct ListParams {
     /// Words to search the lessons' text for (signature, case, analysis, diff), BM25-ranked.
     q: Option<String>,
     /// Only lessons of this language.
+    #[param(value_type = Option<proto::Language>)]
     language: Option<String>,
     /// At most this many (1–500, default 100).
     #[param(minimum = 1, maximum = 500)]
@@ -122,7 +123,7 @@ fn view(stored: store::Stored, shared: bool, uses: Vec<proto::lesson::LessonUse>
         (status = 200, description = "The set's lessons, with how often each was shown and helped.", body = LessonList),
         (status = 400, description = "An unknown query parameter.", body = ErrorBody),
         (status = 403, description = "`tenant` names another tenant and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
-        (status = 422, description = "A parameter out of range; the message names it.", body = ErrorBody),
+        (status = 422, description = "A parameter out of range, or `tenant` not a tenant name or beside `shared`; the message names it.", body = ErrorBody),
         (status = 429, description = "Over the tenant's request rate; `Retry-After` says when to retry.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or this coordinator keeps no lessons.", body = ErrorBody),
     )
@@ -181,6 +182,8 @@ pub(crate) async fn list(
     params(("id" = String, Path, description = "The lesson's id."), SetParams),
     responses(
         (status = 200, description = "The lesson; a shared one shows its uses to admins only (they name other tenants' jobs).", body = LessonView),
+        (status = 400, description = "An unknown query parameter.", body = ErrorBody),
+        (status = 422, description = "`tenant` is not a tenant name, or names a set beside `shared`.", body = ErrorBody),
         (status = 403, description = "`tenant` names another tenant and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
         (status = 404, description = "No such lesson in the set.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or this coordinator keeps no lessons.", body = ErrorBody),
@@ -223,6 +226,8 @@ fn no_lesson(id: &str) -> ApiError {
     params(("id" = String, Path, description = "The lesson's id."), SetParams),
     responses(
         (status = 204, description = "Deleted."),
+        (status = 400, description = "An unknown query parameter.", body = ErrorBody),
+        (status = 422, description = "`tenant` is not a tenant name, or names a set beside `shared`.", body = ErrorBody),
         (status = 403, description = "Another tenant's set, or the shared one, and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
         (status = 404, description = "No such lesson in the set.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or this coordinator keeps no lessons.", body = ErrorBody),
@@ -258,7 +263,9 @@ pub(crate) async fn delete(
     tag = "lessons",
     params(SetParams),
     responses(
-        (status = 200, description = "One `Lesson` a line, newest first.", content_type = "application/x-ndjson", body = String),
+        (status = 200, description = "One `Lesson` JSON object a line (the array's items, one per line; not a JSON array), newest first.", content_type = "application/x-ndjson", body = Vec<Lesson>),
+        (status = 400, description = "An unknown query parameter.", body = ErrorBody),
+        (status = 422, description = "`tenant` is not a tenant name, or names a set beside `shared`.", body = ErrorBody),
         (status = 403, description = "`tenant` names another tenant and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or this coordinator keeps no lessons.", body = ErrorBody),
     )
@@ -294,9 +301,14 @@ pub(crate) async fn export(
     operation_id = "import_lessons",
     tag = "lessons",
     params(SetParams),
-    request_body(content = String, content_type = "application/x-ndjson", description = "One `Lesson` a line."),
+    request_body(
+        content = Vec<Lesson>,
+        content_type = "application/x-ndjson",
+        description = "One `Lesson` JSON object a line (the array's items, one per line; not a JSON array), as `export` writes them; at most `memory.max_lessons` lines."
+    ),
     responses(
         (status = 200, description = "What became of the lines.", body = LessonImport),
+        (status = 400, description = "An unknown query parameter, or a body that is not UTF-8.", body = ErrorBody),
         (status = 403, description = "Another tenant's set, or the shared one, and the caller is not in `coordinator.admin_tenants`.", body = ErrorBody),
         (status = 422, description = "A line that is not a lesson; `param` names it (`line 3`).", body = ErrorBody),
         (status = 503, description = "Redis is unavailable, or this coordinator keeps no lessons.", body = ErrorBody),

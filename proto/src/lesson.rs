@@ -38,6 +38,7 @@ pub enum LessonSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Lesson {
     /// Content-derived: the same fix of the same failure is one lesson.
+    #[schema(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     pub id: String,
     pub language: Language,
     pub error_kind: ErrorKind,
