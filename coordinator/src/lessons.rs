@@ -93,6 +93,19 @@ fn set_of(
     }
 }
 
+/// The set a `SetParams` route names (its query read first).
+fn named_set(
+    c: &Coordinator,
+    caller: &Tenant,
+    params: Result<Query<SetParams>, QueryRejection>,
+    changing: bool,
+) -> Result<(LessonSet, bool), ApiError> {
+    let Query(params) = params.map_err(crate::error::query_rejected)?;
+    let shared = params.shared.unwrap_or(false);
+    let set = set_of(c, caller, params.tenant.as_deref(), shared, changing)?;
+    Ok((set, shared))
+}
+
 fn lessons_store(c: &Coordinator) -> Result<&dyn Lessons, ApiError> {
     c.stores.lessons.as_deref().ok_or_else(|| {
         ApiError::new(
@@ -195,9 +208,7 @@ pub(crate) async fn fetch(
     Path(id): Path<String>,
     params: Result<Query<SetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(crate::error::query_rejected)?;
-    let shared = params.shared.unwrap_or(false);
-    let set = set_of(&c, &caller, params.tenant.as_deref(), shared, false)?;
+    let (set, shared) = named_set(&c, &caller, params, false)?;
     let store = lessons_store(&c)?;
     let Some(stored) = store.lesson(&set, &id).await.map_err(unavailable)? else {
         return Err(no_lesson(&id));
@@ -239,14 +250,7 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
     params: Result<Query<SetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(crate::error::query_rejected)?;
-    let set = set_of(
-        &c,
-        &caller,
-        params.tenant.as_deref(),
-        params.shared.unwrap_or(false),
-        true,
-    )?;
+    let (set, _) = named_set(&c, &caller, params, true)?;
     let store = lessons_store(&c)?;
     if store.remove_lesson(&set, &id).await.map_err(unavailable)? {
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -275,14 +279,7 @@ pub(crate) async fn export(
     Extension(caller): Extension<Tenant>,
     params: Result<Query<SetParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(crate::error::query_rejected)?;
-    let set = set_of(
-        &c,
-        &caller,
-        params.tenant.as_deref(),
-        params.shared.unwrap_or(false),
-        false,
-    )?;
+    let (set, _) = named_set(&c, &caller, params, false)?;
     let store = lessons_store(&c)?;
     let snapshot = store.lessons(&set).await.map_err(unavailable)?;
     let mut body = String::new();
@@ -320,14 +317,7 @@ pub(crate) async fn import(
     params: Result<Query<SetParams>, QueryRejection>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let Query(params) = params.map_err(crate::error::query_rejected)?;
-    let set = set_of(
-        &c,
-        &caller,
-        params.tenant.as_deref(),
-        params.shared.unwrap_or(false),
-        true,
-    )?;
+    let (set, _) = named_set(&c, &caller, params, true)?;
     let store = lessons_store(&c)?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::new(ErrorCode::MalformedBody, "the body is not UTF-8"))?;

@@ -204,28 +204,14 @@ impl Memory {
         function: &str,
         passed: bool,
     ) -> Result<(), store::Error> {
-        let options = &self.inner.options;
         for found in found {
             let set = if found.shared {
                 LessonSet::Shared
             } else {
                 LessonSet::Tenant(tenant.map(str::to_owned))
             };
-            let used = LessonUse {
-                lesson: found.lesson.id.clone(),
-                job,
-                function: function.to_owned(),
-                passed,
-                at_ms: proto::now_ms(),
-            };
-            let outcome = self
-                .inner
-                .store
-                .use_lesson(&set, &used, options.uses_kept, options.retire_after)
+            self.count(&[set], &found.lesson.id, job, function, passed)
                 .await?;
-            if outcome == Used::Retired {
-                tracing::info!(lesson = %found.lesson.id, retire_after = options.retire_after, "lesson retired: it never helped");
-            }
         }
         Ok(())
     }
@@ -240,27 +226,44 @@ impl Memory {
         function: &str,
         passed: bool,
     ) -> Result<(), store::Error> {
-        let options = &self.inner.options;
+        let sets = [
+            LessonSet::Tenant(tenant.map(str::to_owned)),
+            LessonSet::Shared,
+        ];
         for id in ids {
-            let used = LessonUse {
-                lesson: id.clone(),
-                job,
-                function: function.to_owned(),
-                passed,
-                at_ms: proto::now_ms(),
-            };
-            for set in [
-                LessonSet::Tenant(tenant.map(str::to_owned)),
-                LessonSet::Shared,
-            ] {
-                let outcome = self
-                    .inner
-                    .store
-                    .use_lesson(&set, &used, options.uses_kept, options.retire_after)
-                    .await?;
-                if outcome != Used::Gone {
-                    break;
-                }
+            self.count(&sets, id, job, function, passed).await?;
+        }
+        Ok(())
+    }
+
+    /// Counts one use of lesson `id` in the first of `sets` that has it.
+    async fn count(
+        &self,
+        sets: &[LessonSet],
+        id: &str,
+        job: TaskId,
+        function: &str,
+        passed: bool,
+    ) -> Result<(), store::Error> {
+        let options = &self.inner.options;
+        let used = LessonUse {
+            lesson: id.to_owned(),
+            job,
+            function: function.to_owned(),
+            passed,
+            at_ms: proto::now_ms(),
+        };
+        for set in sets {
+            let outcome = self
+                .inner
+                .store
+                .use_lesson(set, &used, options.uses_kept, options.retire_after)
+                .await?;
+            if outcome == Used::Retired {
+                tracing::info!(lesson = %id, retire_after = options.retire_after, "lesson retired: it never helped");
+            }
+            if outcome != Used::Gone {
+                break;
             }
         }
         Ok(())

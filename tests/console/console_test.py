@@ -484,7 +484,7 @@ def check_lessons(browser):
         method="POST",
         headers={"Authorization": f"Bearer {ARGS.key_a}", "Content-Type": "application/x-ndjson"},
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
+    with urllib.request.urlopen(request, timeout=STEP_MS / 1000) as response:
         assert json.loads(response.read())["added"] == 1
     page = new_page(STATE["context_a"], "A lessons")
     set_key(page, ARGS.key_a)

@@ -426,6 +426,13 @@ impl Agent {
     ) -> Result<Option<tools::Finish>, Error> {
         let begun = Instant::now();
         let action = tools::read(&call.tool, &call.arguments);
+        // A test run's path, for the memory below.
+        let tests_path = match &action {
+            Ok(tools::Action::RunTests(tests)) => {
+                Some(tests.path.clone().unwrap_or_else(|| ".".into()))
+            }
+            _ => None,
+        };
         // A finish must be its answer's last call: calls after it would never run.
         let after_finish = self.calls_after_finish(run, call);
         let (observed, malformed, finish) = match action {
@@ -471,17 +478,13 @@ impl Agent {
         // A test run's observation meets the memory: a failing one is shown lessons.
         let mut shown = Vec::new();
         let mut observed = observed;
-        if let (false, Ok(tools::Action::RunTests(tests))) =
-            (malformed, tools::read(&call.tool, &call.arguments))
-        {
-            let path = tests.path.as_deref().unwrap_or(".");
-            if let Some((text, ids)) = self
+        if let (false, Some(path)) = (malformed, &tests_path)
+            && let Some((text, ids)) = self
                 .tests_observed(run, path, observed.error, &observed.content)
                 .await
-            {
-                observed.content.push_str(&text);
-                shown = ids;
-            }
+        {
+            observed.content.push_str(&text);
+            shown = ids;
         }
         let (content, cut) = cut(&observed.content, run.request.limits.max_observation_chars);
         let step = AgentStep::Observation {
