@@ -97,7 +97,7 @@ pub(crate) fn agent_request(
             settings.max_cpu_ms,
             defaults.max_cpu_ms,
             1,
-            u64::MAX / 2,
+            i64::MAX as u64,
         )?,
         stuck_repeats: ranged(
             "stuck_repeats",
@@ -128,6 +128,14 @@ pub(crate) fn agent_request(
         return Err(ApiError::invalid(
             "agent.temperature",
             "must be between 0 and 2",
+        ));
+    }
+    // The document's integers are int64s: a larger seed would be kept and forwarded as a
+    // number the model's API may not read.
+    if settings.seed.is_some_and(|seed| seed > i64::MAX as u64) {
+        return Err(ApiError::invalid(
+            "agent.seed",
+            "must be between 0 and 9223372036854775807",
         ));
     }
     let files = submission.files.clone().unwrap_or_default();
@@ -223,6 +231,12 @@ mod tests {
             Language::Python,
         );
         assert_eq!(e.field(), Some("agent.max_steps"));
+        let e = refused(
+            serde_json::json!({"instruction": "x", "mode": "agent", "files": {"src/a.py": "1"},
+                "agent": {"seed": 9_223_372_036_854_775_808u64}}),
+            Language::Python,
+        );
+        assert_eq!(e.field(), Some("agent.seed"));
         let e = refused(
             serde_json::json!({"instruction": "x", "mode": "agent", "files": {"../x": ""}}),
             Language::Python,

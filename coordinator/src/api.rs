@@ -685,10 +685,11 @@ pub fn openapi_document(options: &crate::Options) -> Value {
         ("stuck_repeats", 2, 100),
         ("stuck_errors", 2, 100),
         ("max_observation_chars", 200, 1_000_000),
+        ("max_cpu_ms", 1, i64::MAX as u64),
+        ("seed", 0, i64::MAX as u64),
     ] {
         limit(&mut agent[field], json!({"minimum": min, "maximum": max}));
     }
-    limit(&mut agent["max_cpu_ms"], json!({"minimum": 1}));
     limit(
         &mut agent["temperature"],
         json!({"minimum": 0.0, "maximum": 2.0}),

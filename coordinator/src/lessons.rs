@@ -340,6 +340,14 @@ pub(crate) async fn import(
                 "its id is not 1 to 64 letters, digits, '-' or '_'",
             ));
         }
+        // The document declares created_ms an int64, as every time in it; a larger one would
+        // be kept and then answered as a number no client of that schema can read.
+        if lesson.created_ms > i64::MAX as u64 {
+            return Err(ApiError::invalid(
+                &field,
+                "its created_ms is past the largest int64",
+            ));
+        }
         lessons.push(lesson);
     }
     let bounds = c.memory.bounds();

@@ -102,6 +102,19 @@ async fn a_tenant_reads_and_changes_only_its_own_lessons_and_the_shared_set_is_t
     )
     .await;
     assert_eq!(status, 422, "{answer}");
+    // A time past int64 (the document's type for every time) is refused, not kept.
+    let mut late = zero.clone();
+    late["created_ms"] = json!(9_223_372_036_854_775_808u64);
+    let (status, answer) = call(
+        &cluster,
+        Method::POST,
+        "/v1/lessons/import",
+        "key-acme",
+        Some(jsonl(&[late])),
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("created_ms"), "{answer}");
 
     let (status, answer) = call(
         &cluster,
