@@ -17,6 +17,7 @@
 //! - every call passes the provider's concurrency and rate limits and the task's deadline;
 //! - an answer reaches the caller only after it validated against its schema.
 
+pub mod adaptive;
 pub mod anthropic;
 mod call;
 mod client;

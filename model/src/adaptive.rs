@@ -1,0 +1,473 @@
+//! The concurrency limit found from the server's answers: how many calls the model server
+//! takes at once before they queue in it.
+//!
+//! Vegas's estimate, as Netflix's concurrency-limits and TCP Vegas use it. A sample is one
+//! answered call's seconds per completion token (calls differ in length; the pace per token
+//! does not, until the server queues them). The baseline is the fastest pace seen. A server
+//! kept full keeps its queue, so no later sample would show the pace without it: every
+//! [`PROBE_EVERY`] without a new fastest answer, the limit is one until an answer sent alone
+//! comes back, and that answer's pace is the baseline (Envoy's adaptive concurrency measures
+//! its minimum round trip the same way). By Little's law a server running `slots` calls at
+//! once, with `n` in flight, answers at `n / slots` times the baseline pace on average; so the
+//! calls waiting in it are `n * (1 - baseline / pace)`, with `pace` smoothed over the answers
+//! (an average of paces, as Little's law needs, not of ratios). While fewer than
+//! [`GROW_BELOW`] wait and the limit is full, it grows by `1 / limit` an answer (one call a
+//! round of calls); past [`CUT_ABOVE`] it drops to the calls the server runs, at most once a
+//! round trip (only calls sent since the limit in force last changed decide the next change:
+//! calls sent at the old limit come back slow too, and are one signal); a call that timed out
+//! halves it. It settles at the server's slots, now and then one above (the growth
+//! that looks for more). A server that reports its slots (llama.cpp's `/props`) caps the limit
+//! at them.
+//!
+//! The state is plain data: the shared scope keeps it in the store and each process changes
+//! it by compare-and-set; the local scope keeps it in memory. The rules live here alone.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The limit before anything is measured, when the server reports no slots (and the ceiling
+/// is higher): a few calls, so that a one-slot server queues at most a few answers while the
+/// first samples come in.
+pub const INITIAL: u32 = 4;
+/// The limit grows while fewer calls than this wait in the server...
+pub const GROW_BELOW: f64 = 0.25;
+/// ...and drops when more than this many wait (one more than the slots is one waiting).
+pub const CUT_ABOVE: f64 = 0.75;
+/// The weight of a new answer in the smoothed pace.
+pub const SMOOTHING: f64 = 0.1;
+/// The cut for a call that timed out.
+pub const TIMEOUT_BACKOFF: f64 = 0.5;
+/// The slowest pace (for deadlines) is of this window and the one before.
+pub const WINDOW: Duration = Duration::from_secs(120);
+/// A baseline not matched for this long is measured again, one call alone.
+pub const PROBE_EVERY: Duration = Duration::from_secs(300);
+/// Answers shorter than this say little about the pace per token (the prompt's reading and the
+/// exchange dominate): they count as answers, not as samples.
+pub const MIN_SAMPLE_TOKENS: u64 = 8;
+/// A call's deadline: this many times the answer's budget at the slowest recent pace...
+pub const DEADLINE_FACTOR: f64 = 4.0;
+/// ...and never less than this.
+pub const MIN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why the limit is what it is (the last change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Nothing measured yet.
+    Initial,
+    /// The server reported its slots.
+    Capacity,
+    /// Answers kept their pace with the limit full.
+    Grew,
+    /// Answers slowed down: calls wait in the server.
+    Latency,
+    /// A call timed out.
+    Timeout,
+    /// The baseline is measured again, one call alone (or was, and the limit is back).
+    Probe,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Initial => "initial",
+            Reason::Capacity => "capacity",
+            Reason::Grew => "grew",
+            Reason::Latency => "latency",
+            Reason::Timeout => "timeout",
+            Reason::Probe => "probe",
+        }
+    }
+}
+
+/// How a call ended, as the limit sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// An answer with this many completion tokens.
+    Answered { completion_tokens: u64 },
+    /// No answer within the call's deadline.
+    TimedOut,
+}
+
+/// One call's evidence.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// When it ended (ms since the epoch).
+    pub at_ms: u64,
+    pub elapsed: Duration,
+    /// Calls in flight when it ended, itself included (the whole scope's).
+    pub in_flight: u32,
+    pub outcome: Outcome,
+}
+
+/// A change of the limit in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub from: u32,
+    pub to: u32,
+    pub reason: Reason,
+}
+
+/// The limit and what it was found from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Fractional: growth adds `1 / limit` per sample.
+    pub limit: f64,
+    /// The operator's ceiling (`model.max_concurrency`).
+    pub ceiling: u32,
+    /// The server's own report of its slots, if it makes one.
+    pub capacity: Option<u32>,
+    /// The fastest pace (seconds per completion token), and when an answer last matched it.
+    pub baseline: Option<f64>,
+    pub baseline_ms: u64,
+    /// Since when the baseline is measured again (the limit is one meanwhile).
+    pub probe_ms: Option<u64>,
+    /// The slowest pace of this window and of the one before.
+    pub slowest: Option<f64>,
+    pub slowest_before: Option<f64>,
+    pub window_ms: u64,
+    /// The pace smoothed over the answers; the baseline again after a cut (what the new
+    /// limit should give if the estimate is right).
+    pub pace: Option<f64>,
+    /// The last answer of any kind (the server is answering).
+    pub answered_ms: u64,
+    /// Why the limit in force last changed, and when: only calls sent since then decide the
+    /// next change.
+    pub reason: Reason,
+    pub changed_ms: u64,
+}
+
+impl State {
+    /// Nothing measured: [`INITIAL`] (or the server's slots) under `ceiling`.
+    pub fn new(ceiling: u32, capacity: Option<u32>, now_ms: u64) -> Self {
+        let ceiling = ceiling.max(1);
+        let (limit, reason) = match capacity {
+            Some(slots) => (slots.clamp(1, ceiling), Reason::Capacity),
+            None => (INITIAL.min(ceiling), Reason::Initial),
+        };
+        Self {
+            limit: f64::from(limit),
+            ceiling,
+            capacity,
+            baseline: None,
+            baseline_ms: now_ms,
+            probe_ms: None,
+            slowest: None,
+            slowest_before: None,
+            window_ms: now_ms,
+            pace: None,
+            answered_ms: 0,
+            reason,
+            changed_ms: now_ms,
+        }
+    }
+
+    /// The calls that may be in flight now.
+    pub fn in_force(&self) -> u32 {
+        if self.probe_ms.is_some() {
+            return 1;
+        }
+        let cap = self.capacity.unwrap_or(u32::MAX).min(self.ceiling).max(1);
+        // `limit` stays within [1, ceiling], so the cast cannot overflow.
+        (self.limit.floor() as u32).clamp(1, cap)
+    }
+
+    /// The fastest pace (seconds per completion token).
+    pub fn baseline(&self) -> Option<f64> {
+        self.baseline
+    }
+
+    /// The slowest recent pace, queueing included.
+    pub fn slowest_pace(&self) -> Option<f64> {
+        match (self.slowest, self.slowest_before) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A call's deadline for an answer of at most `tokens`: [`DEADLINE_FACTOR`] times that
+    /// answer at the slowest recent pace, at least [`MIN_DEADLINE`], at most `ceiling`; the
+    /// `ceiling` itself until a pace is known.
+    pub fn deadline(&self, tokens: u32, ceiling: Duration) -> Duration {
+        match self.slowest_pace() {
+            Some(pace) => {
+                let secs = DEADLINE_FACTOR * pace * f64::from(tokens.max(1));
+                Duration::try_from_secs_f64(secs)
+                    .unwrap_or(ceiling)
+                    .max(MIN_DEADLINE)
+                    .min(ceiling)
+            }
+            None => ceiling,
+        }
+    }
+
+    /// Takes the operator's ceiling and the server's report as they are now.
+    pub fn configure(
+        &mut self,
+        ceiling: u32,
+        capacity: Option<u32>,
+        now_ms: u64,
+    ) -> Option<Change> {
+        let from = self.in_force();
+        self.ceiling = ceiling.max(1);
+        let reported = capacity.is_some() && capacity != self.capacity;
+        self.capacity = capacity;
+        if reported && let Some(slots) = capacity {
+            // A server that says how many it runs at once is taken at its word.
+            self.limit = f64::from(slots.clamp(1, self.ceiling));
+        }
+        self.limit = self.limit.clamp(1.0, f64::from(self.ceiling));
+        let to = self.in_force();
+        (to != from).then(|| self.changed(from, to, Reason::Capacity, now_ms))
+    }
+
+    /// Learns from one call; the change of the limit in force, if any.
+    pub fn observe(&mut self, sample: Sample) -> Option<Change> {
+        let from = self.in_force();
+        self.roll(sample.at_ms);
+        let reason = match sample.outcome {
+            Outcome::TimedOut => {
+                self.cut(self.limit * TIMEOUT_BACKOFF, sample);
+                Reason::Timeout
+            }
+            Outcome::Answered { completion_tokens } => {
+                self.answered_ms = self.answered_ms.max(sample.at_ms);
+                if completion_tokens < MIN_SAMPLE_TOKENS {
+                    return None;
+                }
+                let pace = sample.elapsed.as_secs_f64() / completion_tokens as f64;
+                self.slowest = Some(self.slowest.map_or(pace, |s| s.max(pace)));
+                if let Some(probe) = self.probe_ms {
+                    let sent = sample.at_ms.saturating_sub(millis(sample.elapsed));
+                    if sample.in_flight > 1 || sent < probe {
+                        // Not alone, or sent before the probe: it may have waited.
+                        return None;
+                    }
+                    self.probe_ms = None;
+                    self.baseline = Some(pace);
+                    self.baseline_ms = sample.at_ms;
+                    self.pace = None;
+                    let to = self.in_force();
+                    return (to != from)
+                        .then(|| self.changed(from, to, Reason::Probe, sample.at_ms));
+                }
+                if self.baseline.is_none_or(|b| pace <= b) {
+                    self.baseline = Some(pace);
+                    self.baseline_ms = sample.at_ms;
+                } else if sample.at_ms.saturating_sub(self.baseline_ms) >= millis(PROBE_EVERY) {
+                    self.probe_ms = Some(sample.at_ms);
+                    return Some(self.changed(from, 1, Reason::Probe, sample.at_ms))
+                        .filter(|c| c.from != c.to);
+                }
+                let baseline = self.baseline().unwrap_or(pace);
+                let smoothed = self.pace.map_or(pace, |p| p + SMOOTHING * (pace - p));
+                self.pace = Some(smoothed);
+                let ratio = (baseline / smoothed).min(1.0);
+                let waiting = f64::from(sample.in_flight) * (1.0 - ratio);
+                if waiting > CUT_ABOVE {
+                    // What the server runs at once.
+                    let runs = f64::from(sample.in_flight) * ratio;
+                    if self.cut(runs, sample) {
+                        self.pace = Some(baseline);
+                    }
+                    Reason::Latency
+                } else if waiting < GROW_BELOW && sample.in_flight >= from && self.current(sample) {
+                    // Only a full limit says whether more would keep the pace.
+                    let ceiling = f64::from(self.ceiling.min(self.capacity.unwrap_or(u32::MAX)));
+                    self.limit = (self.limit + 1.0 / self.limit).min(ceiling.max(1.0));
+                    Reason::Grew
+                } else {
+                    return None;
+                }
+            }
+        };
+        let to = self.in_force();
+        (to != from).then(|| self.changed(from, to, reason, sample.at_ms))
+    }
+
+    /// Whether an answer came within `within` before `now_ms`: a server that answers is slow,
+    /// not down.
+    pub fn answering(&self, now_ms: u64, within: Duration) -> bool {
+        self.answered_ms > 0 && now_ms.saturating_sub(self.answered_ms) <= millis(within)
+    }
+
+    /// Lowers the limit to `to`, unless the call was sent before the limit in force last
+    /// changed; whether it did.
+    fn cut(&mut self, to: f64, sample: Sample) -> bool {
+        if !self.current(sample) {
+            return false;
+        }
+        self.limit = to.clamp(1.0, self.limit);
+        true
+    }
+
+    /// Whether the call was sent at the limit in force now: one sent before it changed says
+    /// nothing of it (calls sent before a cut come back slow too, and are one signal).
+    fn current(&self, sample: Sample) -> bool {
+        sample.at_ms.saturating_sub(millis(sample.elapsed)) >= self.changed_ms
+    }
+
+    fn roll(&mut self, now_ms: u64) {
+        let window = millis(WINDOW);
+        if now_ms.saturating_sub(self.window_ms) >= window {
+            // A window with no sample leaves nothing of itself either.
+            let stale = now_ms.saturating_sub(self.window_ms) >= 2 * window;
+            self.slowest_before = if stale { None } else { self.slowest };
+            self.slowest = None;
+            self.window_ms = now_ms;
+        }
+    }
+
+    fn changed(&mut self, from: u32, to: u32, reason: Reason, now_ms: u64) -> Change {
+        self.reason = reason;
+        self.changed_ms = now_ms;
+        Change { from, to, reason }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server of `slots` that answers each call in `service` ms, first come first served,
+    /// driven by `clients` callers that each call again as soon as answered, under the limit.
+    /// Returns the limit in force after `calls` answers.
+    fn simulate(slots: usize, clients: usize, calls: usize, ceiling: u32) -> (State, Vec<u32>) {
+        let service = 200u64;
+        let mut state = State::new(ceiling, None, 0);
+        let mut now = 1_000u64;
+        // The server: when each slot is free next.
+        let mut free_at = vec![now; slots];
+        // Calls in flight: (sent, ends).
+        let mut flight: Vec<(u64, u64)> = Vec::new();
+        let mut waiting = clients;
+        let mut seen = Vec::new();
+        for _ in 0..calls {
+            // Send what the limit allows.
+            while waiting > 0 && (flight.len() as u32) < state.in_force() {
+                let slot = (0..slots).min_by_key(|&s| free_at[s]).unwrap();
+                let start = free_at[slot].max(now);
+                free_at[slot] = start + service;
+                flight.push((now, start + service));
+                waiting -= 1;
+            }
+            flight.sort_by_key(|&(_, end)| end);
+            let (sent, end) = flight.remove(0);
+            now = end;
+            state.observe(Sample {
+                at_ms: now,
+                elapsed: Duration::from_millis(end - sent),
+                in_flight: flight.len() as u32 + 1,
+                outcome: Outcome::Answered {
+                    completion_tokens: 100,
+                },
+            });
+            seen.push(state.in_force());
+            waiting += 1;
+        }
+        (state, seen)
+    }
+
+    #[test]
+    fn the_limit_settles_at_the_servers_slots() {
+        for slots in [1usize, 3, 8] {
+            let (_, seen) = simulate(slots, 64, 2_000, 64);
+            let late = &seen[1_000..];
+            let (lo, hi) = (late.iter().min().unwrap(), late.iter().max().unwrap());
+            assert!(
+                *lo as usize + 1 >= slots && *hi as usize <= slots + 1,
+                "{slots} slots: the limit ranged {lo}..={hi} after settling"
+            );
+        }
+    }
+
+    #[test]
+    fn the_limit_stays_under_the_ceiling_and_grows_only_when_full() {
+        let (state, seen) = simulate(16, 64, 1_000, 6);
+        assert_eq!(*seen.iter().max().unwrap(), 6, "{seen:?}");
+        assert_eq!(state.in_force(), 6);
+        // Two callers never fill a limit of four: it does not grow past what they use.
+        let (state, _) = simulate(16, 2, 500, 64);
+        assert_eq!(state.in_force(), INITIAL);
+    }
+
+    #[test]
+    fn a_timeout_halves_and_a_cut_counts_once_a_round_trip() {
+        let mut state = State::new(64, Some(20), 0);
+        assert_eq!((state.in_force(), state.reason), (20, Reason::Capacity));
+        let timed_out = |at_ms| Sample {
+            at_ms,
+            elapsed: Duration::from_secs(10),
+            in_flight: 20,
+            outcome: Outcome::TimedOut,
+        };
+        let change = state.observe(timed_out(100_000)).unwrap();
+        assert_eq!(
+            (change.from, change.to, change.reason),
+            (20, 10, Reason::Timeout)
+        );
+        // Within the round trip of the cut: the same signal.
+        assert_eq!(state.observe(timed_out(105_000)), None);
+        assert_eq!(state.observe(timed_out(111_000)).unwrap().to, 5);
+    }
+
+    #[test]
+    fn the_deadline_follows_the_slowest_pace_within_bounds() {
+        let mut state = State::new(8, None, 0);
+        let ceiling = Duration::from_secs(600);
+        assert_eq!(state.deadline(1024, ceiling), ceiling, "nothing measured");
+        state.observe(Sample {
+            at_ms: 10,
+            elapsed: Duration::from_secs(5),
+            in_flight: 1,
+            outcome: Outcome::Answered {
+                completion_tokens: 100,
+            },
+        });
+        // 50 ms a token, 1024 tokens, four times: 204.8 s.
+        assert_eq!(
+            state.deadline(1024, ceiling),
+            Duration::from_millis(204_800)
+        );
+        assert_eq!(state.deadline(10, ceiling), MIN_DEADLINE);
+        assert_eq!(state.deadline(100_000, ceiling), ceiling);
+        assert!(state.answering(20, Duration::from_secs(1)));
+        assert!(!state.answering(5_000, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn short_answers_do_not_count_and_a_stale_baseline_is_measured_alone() {
+        let mut state = State::new(8, None, 0);
+        let answer = |at_ms, ms, in_flight, completion_tokens| Sample {
+            at_ms,
+            elapsed: Duration::from_millis(ms),
+            in_flight,
+            outcome: Outcome::Answered { completion_tokens },
+        };
+        state.observe(answer(1, 100, 1, 2));
+        assert_eq!(state.baseline(), None, "two tokens are not a pace");
+        state.observe(answer(1_000, 1_000, 1, 100));
+        assert_eq!(state.baseline(), Some(0.01));
+        // The server became slower for everyone; the old pace holds until a probe.
+        let probe = millis(PROBE_EVERY);
+        state.observe(answer(4_000, 3_000, 4, 100));
+        assert_eq!(state.baseline(), Some(0.01));
+        let change = state.observe(answer(1_000 + probe, 3_000, 4, 100)).unwrap();
+        assert_eq!((change.to, change.reason), (1, Reason::Probe));
+        // An answer sent before the probe, or not alone, is not the probe's.
+        assert_eq!(state.observe(answer(2_000 + probe, 3_000, 1, 100)), None);
+        assert_eq!(state.observe(answer(9_000 + probe, 3_000, 2, 100)), None);
+        assert_eq!(state.in_force(), 1);
+        let change = state
+            .observe(answer(10_000 + probe, 3_000, 1, 100))
+            .unwrap();
+        assert_eq!(change.reason, Reason::Probe);
+        assert_eq!(state.baseline(), Some(0.03));
+        assert!(state.in_force() > 1);
+    }
+}
