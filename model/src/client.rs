@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::adaptive::{Change, Outcome};
 use crate::limits::{self, Limits, SharedLimits};
 
 use crate::schema::{cached_spec_for, extract_json, validate};
@@ -116,6 +117,8 @@ pub struct Model {
     /// Tools go in the prompt ([`crate::ToolCalling::Prompted`], or since the server refused
     /// them), shared by every clone.
     prompted_tools: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether this process asked the server for its slots yet (once, before its first call).
+    slots_asked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Model {
@@ -160,16 +163,27 @@ impl Model {
             prompted_tools: Arc::new(std::sync::atomic::AtomicBool::new(
                 options.tool_calling == crate::ToolCalling::Prompted,
             )),
+            slots_asked: Arc::default(),
             options: Arc::new(options),
             metrics,
         }
+        .limit_shown()
+    }
+
+    /// The limit in force on `/metrics` from the start, not only after its first change.
+    fn limit_shown(self) -> Self {
+        self.metrics
+            .concurrency_limit
+            .with_label_values(&[self.provider.name(), self.provider.model()])
+            .set(i64::from(self.limits.in_force()));
+        self
     }
 
     /// Holds `max_concurrency`, `requests_per_second` and `tokens_per_minute` for every
     /// process that shares `store` (the cluster), not for this one alone.
     pub fn with_shared_limits(mut self, store: Arc<dyn SharedLimits>) -> Self {
         self.limits = Limits::shared(limits_config(&self.options), store);
-        self
+        self.limit_shown()
     }
 
     /// What identifies the provider's limits: the same server and key share them. The key is
@@ -186,8 +200,45 @@ impl Model {
     }
 
     /// Whether the provider answers now (`Err` names the endpoint and the failure).
+    /// A server that answered a call (anyone's in the cluster) within a call's deadline is
+    /// answering, if slowly: its probe unanswered while it works through its queue (a
+    /// one-slot server may not answer anything else meanwhile) does not make it down.
     pub async fn probe(&self) -> Result<(), String> {
-        self.provider.probe().await
+        match self.provider.probe().await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let within = self
+                    .limits
+                    .deadline(self.options.max_tokens, self.options.timeout);
+                if self.limits.answering(within).await {
+                    tracing::info!(probe = %e, ?within, "the model's probe failed, but it answered a call within a call's deadline: slow, not down");
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// The concurrency limit in force, and the adaptive limit's state when it is found
+    /// (`None`: fixed at `model.max_concurrency`).
+    pub fn concurrency(&self) -> (u32, Option<crate::adaptive::State>) {
+        (self.limits.in_force(), self.limits.adaptive())
+    }
+
+    /// Asks the server once for the calls it runs at once (llama.cpp's `/props`): the limit is
+    /// capped at them.
+    async fn ask_slots(&self) {
+        if self.slots_asked.swap(true, Ordering::SeqCst) || !self.options.adaptive_concurrency {
+            return;
+        }
+        let slots = self.provider.slots().await;
+        if let Some(slots) = slots {
+            tracing::info!(slots, "the model server reports the calls it runs at once");
+        }
+        if let Some(change) = self.limits.capacity(slots).await {
+            self.limit_changed(change);
+        }
     }
 
     /// `provider/model`, for results and logs.
@@ -606,6 +657,7 @@ impl Model {
         calls: &AtomicU32,
     ) -> (Result<ChatResponse, CallError>, Option<limits::Permit>) {
         let estimate = estimate_tokens(request);
+        self.ask_slots().await;
         loop {
             let permit = match held.take() {
                 Some(permit) => permit,
@@ -660,12 +712,47 @@ impl Model {
             phase = labels[2],
             function = request.function.as_deref().unwrap_or("-"),
         );
+        // The call's own deadline follows the server's measured pace (`model::adaptive`): a
+        // slow server gets the time its answers take, a stalled call is not waited for the
+        // whole `timeout`.
+        let budget = request.max_tokens.unwrap_or(self.options.max_tokens);
+        let deadline = self.limits.deadline(budget, self.options.timeout);
         let started = Instant::now();
         let outcome = {
             use tracing::Instrument;
-            self.provider.chat(request).instrument(span.clone()).await
+            let chat = self.provider.chat(request).instrument(span.clone());
+            match tokio::time::timeout(deadline, chat).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(CallError::Retryable {
+                    message: format!(
+                        "timed out: no answer within {deadline:?} (four times a {budget}-token answer at the server's slowest recent pace, at most model.timeout)"
+                    ),
+                    retry_after: None,
+                }),
+            }
         };
         let elapsed = started.elapsed();
+        let timed_out = matches!(&outcome, Err(CallError::Retryable { .. })) && elapsed >= deadline;
+        let seen = match &outcome {
+            Ok(response) => Some(Outcome::Answered {
+                completion_tokens: response.usage.completion_tokens,
+            }),
+            _ if timed_out => Some(Outcome::TimedOut),
+            // The server answered, if not with an answer: it is up.
+            Err(
+                CallError::ServerError { .. }
+                | CallError::Rejected { .. }
+                | CallError::Throttled { .. },
+            ) => Some(Outcome::Answered {
+                completion_tokens: 0,
+            }),
+            Err(_) => None,
+        };
+        if let Some(seen) = seen
+            && let Some(change) = self.limits.observe(elapsed, seen).await
+        {
+            self.limit_changed(change);
+        }
         call.add_exchange(elapsed);
         call.add_spent(outcome.as_ref().ok().map(|r| &r.usage));
         match &outcome {
@@ -748,6 +835,25 @@ impl Model {
         Ok((room < u64::from(max_tokens)).then(|| u32::try_from(room).unwrap_or(max_tokens)))
     }
 
+    /// The limit in force changed: said once, where an operator looks.
+    fn limit_changed(&self, change: Change) {
+        let labels = [self.provider.name(), self.provider.model()];
+        self.metrics
+            .concurrency_limit
+            .with_label_values(&labels)
+            .set(i64::from(change.to));
+        self.metrics
+            .limit_changes
+            .with_label_values(&[labels[0], labels[1], change.reason.as_str()])
+            .inc();
+        tracing::info!(
+            from = change.from,
+            to = change.to,
+            reason = change.reason.as_str(),
+            "model concurrency limit changed"
+        );
+    }
+
     fn count(&self, phase: Phase, outcome: &str) {
         self.metrics
             .calls
@@ -790,6 +896,7 @@ fn limits_config(options: &Options) -> limits::Config {
         requests_per_second: options.requests_per_second,
         tokens_per_minute: options.tokens_per_minute,
         reserve: options.tenant_reserve,
+        adaptive: options.adaptive_concurrency,
     }
 }
 

@@ -15,6 +15,9 @@ pub(crate) struct Connection {
     pub endpoint: String,
     /// What [`probe`] asks: the API's model list, cheap and served by every compatible server.
     pub probe_url: String,
+    /// Where a server may report how many calls it runs at once: llama.cpp's `/props`, at the
+    /// server's root (the base URL without its `/v1`).
+    pub props_url: String,
     pub api_key: Option<String>,
 }
 
@@ -51,6 +54,7 @@ pub(crate) fn connection(
         http,
         endpoint: format!("{base}{path}"),
         probe_url: format!("{base}{probe_path}"),
+        props_url: format!("{}/props", base.trim_end_matches("/v1")),
         api_key,
     })
 }
@@ -68,6 +72,21 @@ pub(crate) async fn probe(call: reqwest::RequestBuilder, url: &str) -> Result<()
         Ok(_) => Ok(()),
         Err(e) => Err(format!("{url}: {}", transport(e))),
     }
+}
+
+/// The calls the server runs at once, if it says: llama.cpp's server answers `/props` with
+/// `total_slots`. Anything else (another server, an error, no answer within the probe's
+/// timeout) is no report.
+pub(crate) async fn slots(call: reqwest::RequestBuilder) -> Option<u32> {
+    let response = call.timeout(PROBE_TIMEOUT).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let props: serde_json::Value = response.json().await.ok()?;
+    props["total_slots"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n > 0)
 }
 
 /// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` in seconds.

@@ -372,6 +372,11 @@ pub trait Provider: Send + Sync + 'static {
     async fn probe(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// How many calls the server runs at once, if it reports it (llama.cpp's slots).
+    async fn slots(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// What identifies the answers a configuration gives, for cache keys: provider, model and
@@ -455,7 +460,9 @@ pub struct Options {
     /// How an agent's tools are offered: the API's own tool calling, or described in the
     /// prompt with one fenced action per answer (a server without tool calling).
     pub tool_calling: ToolCalling,
-    /// Per HTTP call.
+    /// The longest one HTTP call may take. With `adaptive_concurrency` this is the deadline
+    /// only until the server's pace is measured; then a call's deadline is four times its
+    /// answer's budget at the slowest recent pace, at least 30 s and at most this.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
     /// Transport attempts per answer (first try included).
@@ -470,8 +477,13 @@ pub struct Options {
     /// Answers asked for per request when the previous one did not validate (first included).
     pub max_answer_attempts: u32,
     /// Calls in flight at once: for the whole cluster when the workers share their limits in
-    /// Redis (they do), else per process.
+    /// Redis (they do), else per process. With `adaptive_concurrency`, the ceiling of the
+    /// limit found.
     pub max_concurrency: usize,
+    /// Finds the limit from the server's answers (`model::adaptive`: it grows while the pace
+    /// per token holds and drops when calls wait in the server, capped by the slots the server
+    /// reports), under `max_concurrency`. Off: `max_concurrency` is the limit.
+    pub adaptive_concurrency: bool,
     /// Of `max_concurrency` (shared limits), the calls kept for tenants with fewer than this
     /// many in flight while more than one tenant calls, so that a tenant's single job does
     /// not wait for another tenant's batch to free a call; capped at a quarter of
@@ -502,12 +514,13 @@ impl Default for Options {
             context_window: 0,
             structured_output: StructuredOutput::Native,
             tool_calling: ToolCalling::Native,
-            timeout: Duration::from_secs(120),
+            timeout: Duration::from_secs(600),
             max_attempts: 5,
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
             max_concurrency: 64,
+            adaptive_concurrency: true,
             tenant_reserve: 4,
             requests_per_second: 0,
             tokens_per_minute: 0,

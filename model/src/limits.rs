@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::adaptive::{Change, Outcome, Sample, State};
 use crate::turnstile::{Lane, Turnstile};
 use tokio::time::Instant;
 
@@ -112,6 +112,19 @@ pub trait SharedLimits: Send + Sync + 'static {
     /// The provider pushed back: every process pauses for `retry_after` and the limits shrink.
     async fn throttled(&self, retry_after: Option<Duration>) -> Result<(), String>;
 
+    /// The adaptive limit's state as last written ([`crate::adaptive`]), its version (0:
+    /// never written) and the calls in flight (leases held): one round trip. A store that
+    /// keeps none answers an error, and each process finds its own limit.
+    async fn adaptive(&self) -> Result<(Option<State>, u64, u32), String> {
+        Err("this store keeps no adaptive limit".to_owned())
+    }
+
+    /// Writes the adaptive limit's `state` if its version is still `version`; `false`:
+    /// another process wrote first (read again).
+    async fn set_adaptive(&self, _state: &State, _version: u64) -> Result<bool, String> {
+        Err("this store keeps no adaptive limit".to_owned())
+    }
+
     /// Notified when a lease is released anywhere, if the shared state says so: a call that
     /// found the semaphore full waits for it (or [`FREED_SAFETY_NAP`]) instead of asking
     /// again every `MAX_NAP` (20 ms).
@@ -138,6 +151,88 @@ pub struct Config {
     /// Shared limits: of `max_concurrency`, the calls kept for tenants with fewer than this
     /// many in flight while several tenants call (at most a quarter; 0: none).
     pub reserve: u32,
+    /// The concurrency limit is found ([`crate::adaptive`]) under `max_concurrency`.
+    pub adaptive: bool,
+}
+
+/// How often a process reads the shared adaptive limit at most, when its own calls did not
+/// read it meanwhile.
+const ADAPTIVE_READ: Duration = Duration::from_secs(1);
+/// How many times an observation is tried when other processes keep writing first.
+const ADAPTIVE_TRIES: usize = 5;
+/// The shared adaptive limit is dropped (and found again) after this long unused.
+pub const ADAPTIVE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// This process's copy of the adaptive limit (the shared scope's as last read).
+struct Adapt {
+    on: bool,
+    ceiling: u32,
+    copy: std::sync::Mutex<(State, Instant)>,
+}
+
+impl Adapt {
+    fn new(config: &Config) -> Self {
+        let ceiling = config.max_concurrency.max(1);
+        Self {
+            on: config.adaptive,
+            ceiling,
+            copy: std::sync::Mutex::new((State::new(ceiling, None, now_ms()), Instant::now())),
+        }
+    }
+
+    fn state(&self) -> State {
+        self.copy.lock().expect("poisoned").0.clone()
+    }
+
+    fn in_force(&self) -> u32 {
+        if self.on {
+            self.copy.lock().expect("poisoned").0.in_force()
+        } else {
+            self.ceiling
+        }
+    }
+
+    fn keep(&self, state: State) {
+        *self.copy.lock().expect("poisoned") = (state, Instant::now());
+    }
+
+    fn stale(&self) -> bool {
+        self.on && self.copy.lock().expect("poisoned").1.elapsed() >= ADAPTIVE_READ
+    }
+
+    /// A state read from the store: the store's, with this process's ceiling.
+    fn adopt(&self, stored: Option<State>) -> State {
+        let mut state = stored.unwrap_or_else(|| State::new(self.ceiling, None, now_ms()));
+        if state.ceiling != self.ceiling {
+            let capacity = state.capacity;
+            state.configure(self.ceiling, capacity, now_ms());
+        }
+        state
+    }
+}
+
+/// Milliseconds since the epoch (the adaptive limit's clock).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The local scope's concurrency: calls held, under a limit that may change.
+#[derive(Default)]
+struct Slots {
+    held: std::sync::Mutex<u32>,
+    freed: tokio::sync::Notify,
+}
+
+/// One call's place in [`Slots`], given back when dropped.
+struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *self.0.held.lock().expect("poisoned") -= 1;
+        self.0.freed.notify_waiters();
+    }
 }
 
 /// The limits a [`crate::Model`] passes its calls through; cheap to clone.
@@ -152,9 +247,10 @@ enum Scope {
 }
 
 struct Local {
-    /// Who waits for the semaphore next: by tenant and weight ([`crate::turnstile`]).
+    /// Who waits for a slot next: by tenant and weight ([`crate::turnstile`]).
     turn: Turnstile,
-    concurrency: Arc<Semaphore>,
+    slots: Arc<Slots>,
+    adapt: Adapt,
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<(DefaultDirectRateLimiter, NonZeroU32)>,
     paused_until: std::sync::Mutex<Option<Instant>>,
@@ -168,12 +264,13 @@ struct Shared {
     turn: Turnstile,
     /// The leases this process holds, renewed every [`LEASE_RENEWAL`].
     held: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    adapt: Adapt,
 }
 
 /// The concurrency limit's permission for one call at a time ([`Limits::hold`]); a caller
 /// may keep it for its next call. Dropped, a shared lease is released in the background.
 pub struct Permit {
-    _local: Option<OwnedSemaphorePermit>,
+    _local: Option<Slot>,
     lease: Option<Lease>,
 }
 
@@ -232,7 +329,8 @@ impl Limits {
         Self {
             scope: Arc::new(Scope::Local(Local {
                 turn: Turnstile::default(),
-                concurrency: Arc::new(Semaphore::new(config.max_concurrency.max(1) as usize)),
+                slots: Arc::default(),
+                adapt: Adapt::new(&config),
                 requests,
                 tokens,
                 paused_until: std::sync::Mutex::new(None),
@@ -249,6 +347,7 @@ impl Limits {
             config,
             turn: Turnstile::default(),
             held: held.clone(),
+            adapt: Adapt::new(&config),
         }));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let alive = Arc::downgrade(&scope);
@@ -318,6 +417,103 @@ impl Limits {
         }
     }
 
+    /// The concurrency limit in force (found, or `max_concurrency`), as this process last
+    /// knew it.
+    pub fn in_force(&self) -> u32 {
+        self.adapt().in_force()
+    }
+
+    /// The adaptive limit as this process last knew it (`None`: the limit is fixed).
+    pub fn adaptive(&self) -> Option<State> {
+        let adapt = self.adapt();
+        adapt.on.then(|| adapt.state())
+    }
+
+    /// A call's deadline for an answer of at most `tokens` ([`State::deadline`]); `ceiling`
+    /// when the limit is fixed.
+    pub fn deadline(&self, tokens: u32, ceiling: Duration) -> Duration {
+        let adapt = self.adapt();
+        if adapt.on {
+            adapt.state().deadline(tokens, ceiling)
+        } else {
+            ceiling
+        }
+    }
+
+    /// Learns from a call that ended after `elapsed` ([`State::observe`]); the change of the
+    /// limit in force, if any.
+    pub async fn observe(&self, elapsed: Duration, outcome: Outcome) -> Option<Change> {
+        let adapt = self.adapt();
+        if !adapt.on {
+            return None;
+        }
+        let sample = |in_flight: u32| Sample {
+            at_ms: now_ms(),
+            elapsed,
+            in_flight: in_flight.max(1),
+            outcome,
+        };
+        match &*self.scope {
+            Scope::Local(local) => {
+                let in_flight = *local.slots.held.lock().expect("poisoned");
+                let change = adapt
+                    .copy
+                    .lock()
+                    .expect("poisoned")
+                    .0
+                    .observe(sample(in_flight));
+                if change.is_some_and(|c| c.to > c.from) {
+                    local.slots.freed.notify_waiters();
+                }
+                change
+            }
+            Scope::Shared(shared) => shared.observe(sample).await,
+        }
+    }
+
+    /// The server reported the calls it runs at once (or no longer does): the limit is
+    /// capped at them.
+    pub async fn capacity(&self, slots: Option<u32>) -> Option<Change> {
+        let adapt = self.adapt();
+        if !adapt.on {
+            return None;
+        }
+        match &*self.scope {
+            Scope::Local(_) => {
+                let mut copy = adapt.copy.lock().expect("poisoned");
+                let ceiling = copy.0.ceiling;
+                copy.0.configure(ceiling, slots, now_ms())
+            }
+            Scope::Shared(shared) => {
+                shared
+                    .update(|state| {
+                        let ceiling = state.ceiling;
+                        state.configure(ceiling, slots, now_ms())
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// Whether the server answered a call (anyone's) within `within`: a server that answers
+    /// is slow, not down.
+    pub async fn answering(&self, within: Duration) -> bool {
+        let adapt = self.adapt();
+        if let Scope::Shared(shared) = &*self.scope
+            && adapt.on
+        {
+            shared.read().await;
+        }
+        adapt.state().answering(now_ms(), within)
+    }
+
+    fn adapt(&self) -> &Adapt {
+        match &*self.scope {
+            Scope::Local(local) => &local.adapt,
+            Scope::Shared(shared) => &shared.adapt,
+        }
+    }
+
     /// The provider answered 429 (or 529): everyone sharing these limits slows down.
     pub async fn throttled(&self, retry_after: Option<Duration>) {
         match &*self.scope {
@@ -343,13 +539,23 @@ fn clamp(n: u64, max: NonZeroU32) -> u32 {
 impl Local {
     async fn hold(&self, lane: &Lane) -> Permit {
         self.paused().await;
-        let permit = {
-            let _turn = self.turn.enter(lane).await;
-            self.concurrency.clone().acquire_owned().await.ok()
-        };
-        Permit {
-            _local: permit,
-            lease: None,
+        let _turn = self.turn.enter(lane).await;
+        loop {
+            // Registered before looking, so a slot freed (or a limit grown) meanwhile counts.
+            let freed = self.slots.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut held = self.slots.held.lock().expect("poisoned");
+                if *held < self.adapt.in_force() {
+                    *held += 1;
+                    return Permit {
+                        _local: Some(Slot(self.slots.clone())),
+                        lease: None,
+                    };
+                }
+            }
+            freed.await;
         }
     }
 
@@ -400,10 +606,13 @@ impl Shared {
                 held: self.held.clone(),
             }),
         };
-        let limit = self.config.max_concurrency.max(1);
         let reserve = self.config.reserve;
         let freed = self.store.freed();
         loop {
+            if self.adapt.stale() {
+                self.read().await;
+            }
+            let limit = self.adapt.in_force();
             // Registered before asking, so a release between the answer and the wait counts.
             let notified = freed.as_ref().map(|freed| {
                 let mut notified = Box::pin(Arc::clone(freed).notified_owned());
@@ -441,6 +650,62 @@ impl Shared {
         }
         self.held.lock().expect("poisoned").insert(id);
         permit
+    }
+
+    /// Reads the shared adaptive limit into this process's copy (a store that keeps none
+    /// leaves the copy this process's own).
+    async fn read(&self) {
+        match self.store.adaptive().await {
+            Ok((stored, _, _)) => self.adapt.keep(self.adapt.adopt(stored)),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the shared adaptive limit; keeping this process's");
+                self.adapt.keep(self.adapt.state());
+            }
+        }
+    }
+
+    async fn observe(&self, sample: impl Fn(u32) -> Sample) -> Option<Change> {
+        self.update_with(|state, in_flight| state.observe(sample(in_flight)))
+            .await
+    }
+
+    async fn update(&self, change: impl Fn(&mut State) -> Option<Change>) -> Option<Change> {
+        self.update_with(|state, _| change(state)).await
+    }
+
+    /// Changes the shared adaptive limit by compare-and-set: read, change, write if nobody
+    /// wrote since, else again. Without the store, this process's copy alone.
+    async fn update_with(
+        &self,
+        change: impl Fn(&mut State, u32) -> Option<Change>,
+    ) -> Option<Change> {
+        for _ in 0..ADAPTIVE_TRIES {
+            let (stored, version, in_flight) = match self.store.adaptive().await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the shared adaptive limit; changing this process's");
+                    let mut copy = self.adapt.copy.lock().expect("poisoned");
+                    let held = u32::try_from(self.held.lock().expect("poisoned").len())
+                        .unwrap_or(u32::MAX);
+                    return change(&mut copy.0, held);
+                }
+            };
+            let mut state = self.adapt.adopt(stored);
+            let changed = change(&mut state, in_flight);
+            match self.store.set_adaptive(&state, version).await {
+                Ok(true) => {
+                    self.adapt.keep(state);
+                    return changed;
+                }
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write the shared adaptive limit");
+                    return None;
+                }
+            }
+        }
+        tracing::debug!("the shared adaptive limit kept changing under this observation; dropped");
+        None
     }
 
     async fn meter(&self, lane: &Lane, tokens: u64) {
@@ -543,6 +808,7 @@ mod tests {
             requests_per_second: 0,
             tokens_per_minute: 0,
             reserve: 0,
+            adaptive: false,
         }
     }
 

@@ -1,4 +1,4 @@
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// Model-call metrics, labelled by provider, model and phase.
 #[derive(Debug, Clone)]
@@ -8,6 +8,11 @@ pub struct Metrics {
     /// Tokens by kind: `prompt`, `completion`.
     pub tokens: IntCounterVec,
     pub call_seconds: HistogramVec,
+    /// The concurrency limit in force (`model::adaptive`), as this process last changed it.
+    pub concurrency_limit: IntGaugeVec,
+    /// Changes of the limit in force, by reason (`grew`, `latency`, `timeout`, `capacity`,
+    /// `probe`).
+    pub limit_changes: IntCounterVec,
 }
 
 impl Metrics {
@@ -16,6 +21,8 @@ impl Metrics {
         registry.register(Box::new(metrics.calls.clone()))?;
         registry.register(Box::new(metrics.tokens.clone()))?;
         registry.register(Box::new(metrics.call_seconds.clone()))?;
+        registry.register(Box::new(metrics.concurrency_limit.clone()))?;
+        registry.register(Box::new(metrics.limit_changes.clone()))?;
         Ok(metrics)
     }
 
@@ -36,6 +43,20 @@ impl Metrics {
                         0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
                     ]),
                 &["provider", "model", "phase"],
+            )?,
+            concurrency_limit: IntGaugeVec::new(
+                Opts::new(
+                    "codegen_model_concurrency_limit",
+                    "Model calls allowed in flight at once: found from the server's answers, or model.max_concurrency",
+                ),
+                &["provider", "model"],
+            )?,
+            limit_changes: IntCounterVec::new(
+                Opts::new(
+                    "codegen_model_concurrency_limit_changes_total",
+                    "Changes of the model's concurrency limit, by reason",
+                ),
+                &["provider", "model", "reason"],
             )?,
         })
     }

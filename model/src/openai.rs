@@ -22,6 +22,7 @@ pub struct OpenAi {
     http: reqwest::Client,
     endpoint: String,
     probe_url: String,
+    props_url: String,
     api_key: Option<String>,
     model: String,
     temperature: f32,
@@ -62,6 +63,7 @@ impl OpenAi {
             http: connection.http,
             endpoint: connection.endpoint,
             probe_url: connection.probe_url,
+            props_url: connection.props_url,
             api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
@@ -314,6 +316,14 @@ impl Provider for OpenAi {
             call = call.bearer_auth(key);
         }
         crate::http::probe(call, &self.probe_url).await
+    }
+
+    async fn slots(&self) -> Option<u32> {
+        let mut call = self.http.get(&self.props_url);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        crate::http::slots(call).await
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {

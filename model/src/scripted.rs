@@ -455,12 +455,16 @@ mod tests {
 
 /// A FAKE provider for tests of the limits: every call takes `delay` and answers a fixed
 /// implementation; it counts the calls and the most in flight at once, and above
-/// `throttle_above` calls at once it answers 429 (with `Retry-After: retry_after`).
+/// `throttle_above` calls at once it answers 429 (with `Retry-After: retry_after`). With
+/// [`Self::with_slots`] it runs that many calls at once, as a model server's slots, and the
+/// others wait their turn in it, first come first served; each answer is then 100 completion
+/// tokens.
 #[derive(Debug)]
 pub struct Counting {
     delay: Duration,
     throttle_above: usize,
     retry_after: Duration,
+    slots: Option<tokio::sync::Semaphore>,
     now: std::sync::atomic::AtomicUsize,
     peak: std::sync::atomic::AtomicUsize,
     calls: std::sync::atomic::AtomicUsize,
@@ -473,10 +477,19 @@ impl Counting {
             delay,
             throttle_above,
             retry_after,
+            slots: None,
             now: Default::default(),
             peak: Default::default(),
             calls: Default::default(),
             throttled: Default::default(),
+        }
+    }
+
+    /// A server of `slots` calls at once, each `delay` once it has its slot; never 429.
+    pub fn with_slots(delay: Duration, slots: usize) -> Self {
+        Self {
+            slots: Some(tokio::sync::Semaphore::new(slots)),
+            ..Self::new(delay, usize::MAX, Duration::ZERO)
         }
     }
 
@@ -523,12 +536,21 @@ impl Provider for Counting {
                 retry_after: Some(self.retry_after),
             });
         }
+        // Tokio's semaphore is fair: the calls waiting for a slot start in their order.
+        let slot = match &self.slots {
+            Some(slots) => Some(slots.acquire().await.expect("never closed")),
+            None => None,
+        };
         tokio::time::sleep(self.delay).await;
+        drop(slot);
         self.now.fetch_sub(1, SeqCst);
         Ok(ChatResponse {
             text: r#"{"code": "x = 1", "analysis": null}"#.into(),
             json: None,
-            usage: Usage::default(),
+            usage: Usage {
+                completion_tokens: if self.slots.is_some() { 100 } else { 0 },
+                ..Usage::default()
+            },
             truncated: false,
             others: Vec::new(),
             tool_calls: Vec::new(),

@@ -54,9 +54,11 @@ async fn concurrency_limit_caps_calls_in_flight() {
     assert_eq!(provider.calls(), 6);
     assert_eq!(provider.peak(), 2);
 
+    // A fixed limit (the adaptive one starts lower and grows from the server's answers).
     let unlimited = slow(Duration::from_millis(50));
     let options = Options {
         max_concurrency: 64,
+        adaptive_concurrency: false,
         ..Options::default()
     };
     let model = Model::new(unlimited.clone(), options, Metrics::unregistered().unwrap());

@@ -30,6 +30,9 @@ fn options(base_url: String) -> Options {
         max_attempts: 3,
         min_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
+        // These read every request the server got: the adaptive limit's one question for
+        // the server's slots (`/props`) is tested where the limit is.
+        adaptive_concurrency: false,
         ..Options::default()
     }
 }

@@ -265,6 +265,12 @@ impl LimitKeys {
         self.part("askers")
     }
 
+    /// `{p}:limits:{scope}:adaptive`, hash: `state` (the adaptive limit's state, MessagePack
+    /// of the model's `adaptive::State`), `version` (raised by every write).
+    pub fn adaptive(&self) -> String {
+        self.part("adaptive")
+    }
+
     /// `{p}:limits:{scope}:slow`, hash: `factor`, `at` (ms), `until` (ms), `cut` (ms).
     pub fn slow(&self) -> String {
         self.part("slow")

@@ -78,6 +78,10 @@ static RENEW: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/limits_renew.lua")));
 static RELEASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/limits_release.lua")));
+static ADAPTIVE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/limits_adaptive.lua")));
+static ADAPT: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/limits_adapt.lua")));
 static LEASES: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/limits_leases.lua")));
 
@@ -216,6 +220,39 @@ impl RedisLimits {
             .invoke_async::<i64>(&mut self.store.connection())
             .await
             .map(drop)
+            .map_err(crate::redis::backend)
+    }
+
+    /// The adaptive limit's state as last written (opaque bytes), its version (0: never
+    /// written) and the leases held now (expired ones dropped): one round trip.
+    pub async fn adaptive(&self) -> Result<(Option<Vec<u8>>, u64, u32), Error> {
+        // KEYS: adaptive, leases. Answers {state or nil, version, leases held}.
+        ADAPTIVE
+            .key(self.keys.adaptive())
+            .key(self.keys.leases())
+            .invoke_async::<(Option<Vec<u8>>, u64, u32)>(&mut self.store.connection())
+            .await
+            .map_err(crate::redis::backend)
+    }
+
+    /// Writes the adaptive limit's state if its version is still `version` (nobody wrote
+    /// since the read); `false`: read again. Kept for `ttl` after the last write (a limit
+    /// not used for that long is found again).
+    pub async fn set_adaptive(
+        &self,
+        state: &[u8],
+        version: u64,
+        ttl: Duration,
+    ) -> Result<bool, Error> {
+        // KEYS: adaptive. ARGV: version read, state, ttl ms. Answers 1 when written.
+        ADAPT
+            .key(self.keys.adaptive())
+            .arg(version)
+            .arg(state)
+            .arg(millis(ttl))
+            .invoke_async::<i64>(&mut self.store.connection())
+            .await
+            .map(|written| written == 1)
             .map_err(crate::redis::backend)
     }
 

@@ -1,10 +1,12 @@
 //! The model's limits held for the whole cluster: `model::SharedLimits` on Redis
 //! (`store::RedisLimits`), so `model.max_concurrency`, `requests_per_second` and
-//! `tokens_per_minute` bound every worker together, and a 429 slows all of them down.
+//! `tokens_per_minute` bound every worker together, a 429 slows all of them down, and the
+//! adaptive limit found from the server's answers is one for the cluster.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use model::adaptive::State;
 use model::limits::{self, Admit, Meter, SharedLimits};
 use store::RedisLimits;
 use store::limits::{Decision, LeaseDecision, SlowDown};
@@ -69,6 +71,21 @@ impl SharedLimits for RedisModelLimits {
             .lease(id, tenant, limit, reserve, ttl)
             .await
             .map(admit_lease)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn adaptive(&self) -> Result<(Option<State>, u64, u32), String> {
+        let (bytes, version, in_flight) = self.redis.adaptive().await.map_err(|e| e.to_string())?;
+        // A state this build cannot read (written by another version) is found again.
+        let state = bytes.and_then(|b| rmp_serde::from_slice(&b).ok());
+        Ok((state, version, in_flight))
+    }
+
+    async fn set_adaptive(&self, state: &State, version: u64) -> Result<bool, String> {
+        let bytes = rmp_serde::to_vec_named(state).map_err(|e| e.to_string())?;
+        self.redis
+            .set_adaptive(&bytes, version, limits::ADAPTIVE_TTL)
+            .await
             .map_err(|e| e.to_string())
     }
 

@@ -413,6 +413,8 @@ fn client(
     let options = Options {
         max_concurrency,
         max_attempts: 1,
+        // The fixed limit's mechanics (the adaptive one's have their own test).
+        adaptive_concurrency: false,
         ..Options::default()
     };
     let provider: Arc<dyn Provider> = server.clone();
@@ -700,4 +702,68 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cancel.cancel();
+}
+
+/// A server that runs 8 calls at once and queues the rest, two workers' clients with the
+/// defaults (a ceiling of 64) and 64 callers: the cluster's limit is found at the server's
+/// slots, one above now and then, from the answers' pace alone (this server reports nothing).
+#[tokio::test]
+async fn the_adaptive_limit_settles_at_a_servers_slots() {
+    // Answers long enough that a call waiting for a slot shows in its pace on a slow machine.
+    let server = Arc::new(Counting::with_slots(Duration::from_millis(300), 8));
+    let stores = cluster(2);
+    let clients: Vec<(Model, Arc<RedisModelLimits>)> = stores
+        .into_iter()
+        .map(|store| {
+            let options = Options {
+                max_attempts: 1,
+                ..Options::default()
+            };
+            let provider: Arc<dyn Provider> = server.clone();
+            let model = Model::new(provider, options, Metrics::unregistered().unwrap());
+            let limits = Arc::new(RedisModelLimits::new(store, &model.limits_scope()));
+            (model.with_shared_limits(limits.clone()), limits)
+        })
+        .collect();
+    let prompt = Prompt {
+        system: "s".into(),
+        user: "u".into(),
+    };
+    // Only bounds a failure.
+    let deadline = Instant::now() + Duration::from_secs(900);
+    // Each caller calls again as soon as answered; the limits are sampled after every call.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let callers = (0..64).map(|i| {
+        let (model, prompt, seen) = (clients[i % 2].0.clone(), prompt.clone(), seen.clone());
+        async move {
+            for call in 0..12 {
+                let function = format!("f{i}-{call}");
+                model
+                    .generate::<Implementation>(
+                        Phase::Implement,
+                        Some(&function),
+                        &prompt,
+                        deadline,
+                    )
+                    .await
+                    .unwrap();
+                seen.lock().unwrap().push(model.concurrency().0);
+            }
+        }
+    });
+    futures::future::join_all(callers).await;
+    assert_eq!(server.calls(), 64 * 12);
+    let seen = seen.lock().unwrap().clone();
+    // The last half of the calls, after the limit grew from its start (4).
+    let late = &seen[seen.len() / 2..];
+    let within = late.iter().filter(|l| (7..=9).contains(*l)).count();
+    assert!(
+        within * 10 >= late.len() * 9,
+        "the limit in force was within 8 ± 1 for {within} of the last {} calls: {late:?}",
+        late.len()
+    );
+    let (_, state) = clients[0].0.concurrency();
+    let state = state.unwrap();
+    assert!((7..=9).contains(&state.in_force()), "{state:?}");
+    assert!(server.peak() >= 8, "the server's slots were never all used");
 }
