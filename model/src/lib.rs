@@ -482,7 +482,9 @@ pub struct Options {
     pub max_concurrency: usize,
     /// Finds the limit from the server's answers (`model::adaptive`: it grows while the pace
     /// per token holds and drops when calls wait in the server, capped by the slots the server
-    /// reports), under `max_concurrency`. Off: `max_concurrency` is the limit.
+    /// reports), under `max_concurrency`. Off (the default until a server whose answers' time
+    /// does not follow their length, e.g. a fixed-latency FAKE, no longer misleads it):
+    /// `max_concurrency` is the limit.
     pub adaptive_concurrency: bool,
     /// Of `max_concurrency` (shared limits), the calls kept for tenants with fewer than this
     /// many in flight while more than one tenant calls, so that a tenant's single job does
@@ -520,7 +522,7 @@ impl Default for Options {
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
             max_concurrency: 64,
-            adaptive_concurrency: true,
+            adaptive_concurrency: false,
             tenant_reserve: 4,
             requests_per_second: 0,
             tokens_per_minute: 0,

@@ -705,7 +705,7 @@ async fn a_kept_seat_reads_a_pause_its_worker_could_not_hear() {
 }
 
 /// A server that runs 8 calls at once and queues the rest, two workers' clients with the
-/// defaults (a ceiling of 64) and 64 callers: the cluster's limit is found at the server's
+/// adaptive limit (under the default ceiling of 64) and 64 callers: the cluster's limit is found at the server's
 /// slots, one above now and then, from the answers' pace alone (this server reports nothing).
 #[tokio::test]
 async fn the_adaptive_limit_settles_at_a_servers_slots() {
@@ -717,6 +717,7 @@ async fn the_adaptive_limit_settles_at_a_servers_slots() {
         .map(|store| {
             let options = Options {
                 max_attempts: 1,
+                adaptive_concurrency: true,
                 ..Options::default()
             };
             let provider: Arc<dyn Provider> = server.clone();
