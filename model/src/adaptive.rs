@@ -1,23 +1,26 @@
 //! The concurrency limit found from the server's answers: how many calls the model server
 //! takes at once before they queue in it.
 //!
-//! Vegas's estimate, as Netflix's concurrency-limits and TCP Vegas use it. A sample is one
-//! answered call's seconds per completion token (calls differ in length; the pace per token
-//! does not, until the server queues them). The baseline is the fastest pace seen. A server
-//! kept full keeps its queue, so no later sample would show the pace without it: every
-//! [`PROBE_EVERY`] without a new fastest answer, the limit is one until an answer sent alone
-//! comes back, and that answer's pace is the baseline (Envoy's adaptive concurrency measures
-//! its minimum round trip the same way). By Little's law a server running `slots` calls at
-//! once, with `n` in flight, answers at `n / slots` times the baseline pace on average; so the
-//! calls waiting in it are `n * (1 - baseline / pace)`, with `pace` smoothed over the answers
-//! (an average of paces, as Little's law needs, not of ratios). While fewer than
-//! [`GROW_BELOW`] wait and the limit is full, it grows by `1 / limit` an answer (one call a
-//! round of calls); past [`CUT_ABOVE`] it drops to the calls the server runs, at most once a
-//! round trip (only calls sent since the limit in force last changed decide the next change:
-//! calls sent at the old limit come back slow too, and are one signal); a call that timed out
-//! halves it. It settles at the server's slots, now and then one above (the growth
-//! that looks for more). A server that reports its slots (llama.cpp's `/props`) caps the limit
-//! at them.
+//! Vegas's estimate, as Netflix's concurrency-limits and TCP Vegas use it, with a model of an
+//! answer's time in place of one round-trip time: calls differ in length. An answer that waits
+//! for nothing takes `a + b * tokens` (the server reads the prompt, then writes each token);
+//! the line goes through the fastest answer and the one fastest per token, so that a server
+//! whose answers take the same time whatever their length (`b` = 0) and one whose time is all
+//! in the tokens (`a` = 0) are both read right. By Little's law a server running `slots` calls
+//! at once, with `n` in flight, answers in `n / slots` times that on average; so the calls
+//! waiting in it are `n * (1 - expected / actual)`, each smoothed over the answers (averages of
+//! times, as Little's law needs, not of ratios). While fewer than [`GROW_BELOW`] wait and the
+//! limit is full, it grows by `1 / limit` an answer (one call a round of calls); past
+//! [`CUT_ABOVE`] it drops to the calls the server runs; only calls sent since the limit in
+//! force last changed decide its next change (calls sent at the old limit come back slow too,
+//! and are one signal); a call that timed out halves it. It settles at the server's slots, now
+//! and then one above (the growth that looks for more). A server that reports its slots
+//! (llama.cpp's `/props`) caps the limit at them.
+//!
+//! A server kept full keeps its queue, so no later answer would show the line without it:
+//! after [`PROBE_EVERY`] without an answer on or under the line, the limit is one until an
+//! answer sent alone comes back, and the line starts from it again (Envoy's adaptive
+//! concurrency measures its minimum round trip the same way).
 //!
 //! The state is plain data: the shared scope keeps it in the store and each process changes
 //! it by compare-and-set; the local scope keeps it in memory. The rules live here alone.
@@ -42,9 +45,6 @@ pub const TIMEOUT_BACKOFF: f64 = 0.5;
 pub const WINDOW: Duration = Duration::from_secs(120);
 /// A baseline not matched for this long is measured again, one call alone.
 pub const PROBE_EVERY: Duration = Duration::from_secs(300);
-/// Answers shorter than this say little about the pace per token (the prompt's reading and the
-/// exchange dominate): they count as answers, not as samples.
-pub const MIN_SAMPLE_TOKENS: u64 = 8;
 /// A call's deadline: this many times the answer's budget at the slowest recent pace...
 pub const DEADLINE_FACTOR: f64 = 4.0;
 /// ...and never less than this.
@@ -118,8 +118,11 @@ pub struct State {
     pub ceiling: u32,
     /// The server's own report of its slots, if it makes one.
     pub capacity: Option<u32>,
-    /// The fastest pace (seconds per completion token), and when an answer last matched it.
-    pub baseline: Option<f64>,
+    /// The answer that took least time, and the one that took least per completion token
+    /// (tokens, seconds): the line through them is how long an answer takes that waits for
+    /// nothing ([`Self::expected`]); when an answer last became one of them.
+    pub fastest: Option<(u64, f64)>,
+    pub leanest: Option<(u64, f64)>,
     pub baseline_ms: u64,
     /// Since when the baseline is measured again (the limit is one meanwhile).
     pub probe_ms: Option<u64>,
@@ -127,9 +130,10 @@ pub struct State {
     pub slowest: Option<f64>,
     pub slowest_before: Option<f64>,
     pub window_ms: u64,
-    /// The pace smoothed over the answers; the baseline again after a cut (what the new
-    /// limit should give if the estimate is right).
-    pub pace: Option<f64>,
+    /// The answers' expected and actual seconds, smoothed (an average of each, as Little's
+    /// law needs, not of their ratios); after a cut, the expected for both (what the new limit
+    /// should give if the estimate is right).
+    pub smoothed: Option<(f64, f64)>,
     /// The last answer of any kind (the server is answering).
     pub answered_ms: u64,
     /// Why the limit in force last changed, and when: only calls sent since then decide the
@@ -150,13 +154,14 @@ impl State {
             limit: f64::from(limit),
             ceiling,
             capacity,
-            baseline: None,
+            fastest: None,
+            leanest: None,
             baseline_ms: now_ms,
             probe_ms: None,
             slowest: None,
             slowest_before: None,
             window_ms: now_ms,
-            pace: None,
+            smoothed: None,
             answered_ms: 0,
             reason,
             changed_ms: now_ms,
@@ -173,9 +178,21 @@ impl State {
         (self.limit.floor() as u32).clamp(1, cap)
     }
 
-    /// The fastest pace (seconds per completion token).
-    pub fn baseline(&self) -> Option<f64> {
-        self.baseline
+    /// How long an answer of `tokens` takes when it waits for nothing: the line through the
+    /// fastest answer and the one fastest per token (their reading of the prompt and their
+    /// writing, `a + b * tokens`), or through the origin while they are one.
+    pub fn expected(&self, tokens: u64) -> Option<f64> {
+        let tokens = tokens as f64;
+        match (self.fastest, self.leanest) {
+            (Some((ts, es)), Some((tl, el))) if tl > ts => {
+                let per_token = ((el - es) / (tl - ts) as f64).max(0.0);
+                let overhead = (es - per_token * ts as f64).max(0.0);
+                Some(overhead + per_token * tokens)
+            }
+            (_, Some((tl, el))) => Some(el / tl as f64 * tokens),
+            (Some((_, es)), None) => Some(es),
+            (None, None) => None,
+        }
     }
 
     /// The slowest recent pace, queueing included.
@@ -233,10 +250,12 @@ impl State {
             }
             Outcome::Answered { completion_tokens } => {
                 self.answered_ms = self.answered_ms.max(sample.at_ms);
-                if completion_tokens < MIN_SAMPLE_TOKENS {
+                if completion_tokens == 0 {
                     return None;
                 }
-                let pace = sample.elapsed.as_secs_f64() / completion_tokens as f64;
+                let elapsed = sample.elapsed.as_secs_f64();
+                let point = (completion_tokens, elapsed);
+                let pace = elapsed / completion_tokens as f64;
                 self.slowest = Some(self.slowest.map_or(pace, |s| s.max(pace)));
                 if let Some(probe) = self.probe_ms {
                     let sent = sample.at_ms.saturating_sub(millis(sample.elapsed));
@@ -244,32 +263,52 @@ impl State {
                         // Not alone, or sent before the probe: it may have waited.
                         return None;
                     }
+                    // The one answer known to have waited for nothing: the line starts from it
+                    // again (through the origin until an answer of another length is faster).
                     self.probe_ms = None;
-                    self.baseline = Some(pace);
+                    self.fastest = Some(point);
+                    self.leanest = Some(point);
                     self.baseline_ms = sample.at_ms;
-                    self.pace = None;
+                    self.smoothed = None;
                     let to = self.in_force();
                     return (to != from)
                         .then(|| self.changed(from, to, Reason::Probe, sample.at_ms));
                 }
-                if self.baseline.is_none_or(|b| pace <= b) {
-                    self.baseline = Some(pace);
+                let mut matched = false;
+                if self.fastest.is_none_or(|(_, e)| elapsed <= e) {
+                    self.fastest = Some(point);
+                    matched = true;
+                }
+                if self.leanest.is_none_or(|(t, e)| pace <= e / t as f64) {
+                    self.leanest = Some(point);
+                    matched = true;
+                }
+                if matched {
                     self.baseline_ms = sample.at_ms;
                 } else if sample.at_ms.saturating_sub(self.baseline_ms) >= millis(PROBE_EVERY) {
                     self.probe_ms = Some(sample.at_ms);
                     return Some(self.changed(from, 1, Reason::Probe, sample.at_ms))
                         .filter(|c| c.from != c.to);
                 }
-                let baseline = self.baseline().unwrap_or(pace);
-                let smoothed = self.pace.map_or(pace, |p| p + SMOOTHING * (pace - p));
-                self.pace = Some(smoothed);
-                let ratio = (baseline / smoothed).min(1.0);
+                // A point on or under the line waited for nothing.
+                let expected = self
+                    .expected(completion_tokens)
+                    .unwrap_or(elapsed)
+                    .min(elapsed);
+                let (x, e) = self.smoothed.map_or((expected, elapsed), |(x, e)| {
+                    (
+                        x + SMOOTHING * (expected - x),
+                        e + SMOOTHING * (elapsed - e),
+                    )
+                });
+                self.smoothed = Some((x, e));
+                let ratio = if e > 0.0 { (x / e).min(1.0) } else { 1.0 };
                 let waiting = f64::from(sample.in_flight) * (1.0 - ratio);
                 if waiting > CUT_ABOVE {
                     // What the server runs at once.
                     let runs = f64::from(sample.in_flight) * ratio;
                     if self.cut(runs, sample) {
-                        self.pace = Some(baseline);
+                        self.smoothed = Some((x, x));
                     }
                     Reason::Latency
                 } else if waiting < GROW_BELOW && sample.in_flight >= from && self.current(sample) {
@@ -334,37 +373,60 @@ fn millis(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
-    /// A server of `slots` that answers each call in `service` ms, first come first served,
-    /// driven by `clients` callers that each call again as soon as answered, under the limit.
-    /// Returns the limit in force after `calls` answers.
-    fn simulate(slots: usize, clients: usize, calls: usize, ceiling: u32) -> (State, Vec<u32>) {
-        let service = 200u64;
+    /// How long a server takes for an answer of so many tokens (ms), waiting aside.
+    type Service = fn(u64) -> u64;
+
+    /// 200 ms whatever the length (a fixed-latency FAKE).
+    fn fixed(_: u64) -> u64 {
+        200
+    }
+
+    /// Reading the prompt, then 2 ms a token (a real server).
+    fn reading_then_writing(tokens: u64) -> u64 {
+        60 + 2 * tokens
+    }
+
+    /// A server of `slots` that answers each call in `service(tokens)` ms, first come first
+    /// served, driven by `clients` callers that each call again as soon as answered, under the
+    /// limit; the answers' lengths cycle through `lengths`. Returns the state and the limit in
+    /// force after each answer.
+    fn simulate(
+        slots: usize,
+        clients: usize,
+        calls: usize,
+        ceiling: u32,
+        service: Service,
+        lengths: &[u64],
+    ) -> (State, Vec<u32>) {
         let mut state = State::new(ceiling, None, 0);
         let mut now = 1_000u64;
         // The server: when each slot is free next.
         let mut free_at = vec![now; slots];
-        // Calls in flight: (sent, ends).
-        let mut flight: Vec<(u64, u64)> = Vec::new();
+        // Calls in flight: (sent, ends, tokens).
+        let mut flight: Vec<(u64, u64, u64)> = Vec::new();
         let mut waiting = clients;
         let mut seen = Vec::new();
+        let mut sent_count = 0usize;
         for _ in 0..calls {
             // Send what the limit allows.
             while waiting > 0 && (flight.len() as u32) < state.in_force() {
+                let tokens = lengths[sent_count % lengths.len()];
+                sent_count += 1;
                 let slot = (0..slots).min_by_key(|&s| free_at[s]).unwrap();
                 let start = free_at[slot].max(now);
-                free_at[slot] = start + service;
-                flight.push((now, start + service));
+                free_at[slot] = start + service(tokens);
+                flight.push((now, start + service(tokens), tokens));
                 waiting -= 1;
             }
-            flight.sort_by_key(|&(_, end)| end);
-            let (sent, end) = flight.remove(0);
+            flight.sort_by_key(|&(_, end, _)| end);
+            let (sent, end, tokens) = flight.remove(0);
             now = end;
             state.observe(Sample {
                 at_ms: now,
                 elapsed: Duration::from_millis(end - sent),
                 in_flight: flight.len() as u32 + 1,
                 outcome: Outcome::Answered {
-                    completion_tokens: 100,
+                    completion_tokens: tokens,
                 },
             });
             seen.push(state.in_force());
@@ -375,24 +437,38 @@ mod tests {
 
     #[test]
     fn the_limit_settles_at_the_servers_slots() {
-        for slots in [1usize, 3, 8] {
-            let (_, seen) = simulate(slots, 64, 2_000, 64);
-            let late = &seen[1_000..];
-            let (lo, hi) = (late.iter().min().unwrap(), late.iter().max().unwrap());
-            assert!(
-                *lo as usize + 1 >= slots && *hi as usize <= slots + 1,
-                "{slots} slots: the limit ranged {lo}..={hi} after settling"
-            );
+        // One length; then lengths from 5 to 400 tokens on a server whose time does not follow
+        // them, and on one whose time does.
+        let cases: [(Service, &[u64]); 3] = [
+            (fixed, &[100]),
+            (fixed, &[5, 400, 40, 120, 12, 250, 70]),
+            (reading_then_writing, &[5, 400, 40, 120, 12, 250, 70]),
+        ];
+        for (service, lengths) in cases {
+            for slots in [1usize, 3, 8] {
+                let (_, seen) = simulate(slots, 64, 3_000, 64, service, lengths);
+                let late = &seen[1_500..];
+                let within = late
+                    .iter()
+                    .filter(|l| (**l as usize + 1 >= slots) && **l as usize <= slots + 1)
+                    .count();
+                assert!(
+                    within * 10 >= late.len() * 9,
+                    "{slots} slots, lengths {lengths:?}: within one of them for {within} of {}: {:?}",
+                    late.len(),
+                    &late[..40]
+                );
+            }
         }
     }
 
     #[test]
     fn the_limit_stays_under_the_ceiling_and_grows_only_when_full() {
-        let (state, seen) = simulate(16, 64, 1_000, 6);
+        let (state, seen) = simulate(16, 64, 1_000, 6, fixed, &[100]);
         assert_eq!(*seen.iter().max().unwrap(), 6, "{seen:?}");
         assert_eq!(state.in_force(), 6);
         // Two callers never fill a limit of four: it does not grow past what they use.
-        let (state, _) = simulate(16, 2, 500, 64);
+        let (state, _) = simulate(16, 2, 500, 64, fixed, &[100]);
         assert_eq!(state.in_force(), INITIAL);
     }
 
@@ -441,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn short_answers_do_not_count_and_a_stale_baseline_is_measured_alone() {
+    fn the_line_reads_both_kinds_of_server_and_a_stale_one_is_measured_alone() {
         let mut state = State::new(8, None, 0);
         let answer = |at_ms, ms, in_flight, completion_tokens| Sample {
             at_ms,
@@ -449,25 +525,38 @@ mod tests {
             in_flight,
             outcome: Outcome::Answered { completion_tokens },
         };
-        state.observe(answer(1, 100, 1, 2));
-        assert_eq!(state.baseline(), None, "two tokens are not a pace");
-        state.observe(answer(1_000, 1_000, 1, 100));
-        assert_eq!(state.baseline(), Some(0.01));
-        // The server became slower for everyone; the old pace holds until a probe.
+        let close = |got: Option<f64>, want: f64| {
+            assert!(
+                got.is_some_and(|g| (g - want).abs() < 1e-9),
+                "{got:?} for {want}"
+            )
+        };
+        // 100 ms to read the prompt, 10 ms a token.
+        state.observe(answer(1_000, 1_100, 1, 100));
+        close(state.expected(50), 0.55); // one answer: through the origin
+        state.observe(answer(2_000, 200, 1, 10));
+        close(state.expected(50), 0.6);
+        close(state.expected(0), 0.1);
+        // The server became slower for everyone; the old line holds until a probe.
         let probe = millis(PROBE_EVERY);
-        state.observe(answer(4_000, 3_000, 4, 100));
-        assert_eq!(state.baseline(), Some(0.01));
-        let change = state.observe(answer(1_000 + probe, 3_000, 4, 100)).unwrap();
+        state.observe(answer(4_000, 3_300, 4, 100));
+        close(state.expected(100), 1.1);
+        let change = state.observe(answer(2_000 + probe, 3_300, 4, 100)).unwrap();
         assert_eq!((change.to, change.reason), (1, Reason::Probe));
         // An answer sent before the probe, or not alone, is not the probe's.
-        assert_eq!(state.observe(answer(2_000 + probe, 3_000, 1, 100)), None);
-        assert_eq!(state.observe(answer(9_000 + probe, 3_000, 2, 100)), None);
+        assert_eq!(state.observe(answer(3_000 + probe, 3_300, 1, 100)), None);
+        assert_eq!(state.observe(answer(9_000 + probe, 3_300, 2, 100)), None);
         assert_eq!(state.in_force(), 1);
         let change = state
-            .observe(answer(10_000 + probe, 3_000, 1, 100))
+            .observe(answer(10_000 + probe, 3_300, 1, 100))
             .unwrap();
         assert_eq!(change.reason, Reason::Probe);
-        assert_eq!(state.baseline(), Some(0.03));
+        close(state.expected(100), 3.3);
         assert!(state.in_force() > 1);
+        // An answer of no tokens says the server answers, and nothing of its pace.
+        let before = state.clone();
+        assert_eq!(state.observe(answer(11_000 + probe, 5, 1, 0)), None);
+        assert_eq!(state.expected(100), before.expected(100));
+        assert!(state.answering(11_000 + probe, Duration::ZERO));
     }
 }

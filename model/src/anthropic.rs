@@ -172,7 +172,7 @@ impl Provider for Anthropic {
         &self.endpoint
     }
 
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), crate::ProbeFailure> {
         let mut call = self
             .http
             .get(&self.probe_url)

@@ -202,19 +202,22 @@ impl Model {
     /// Whether the provider answers now (`Err` names the endpoint and the failure).
     /// A server that answered a call (anyone's in the cluster) within a call's deadline is
     /// answering, if slowly: its probe unanswered while it works through its queue (a
-    /// one-slot server may not answer anything else meanwhile) does not make it down.
+    /// one-slot server may not answer anything else meanwhile) does not make it down. One
+    /// that refuses the probe is down.
     pub async fn probe(&self) -> Result<(), String> {
         match self.provider.probe().await {
             Ok(()) => Ok(()),
+            // Refused, unknown, or a 5xx: down, whatever it answered before.
+            Err(e) if !e.unanswered => Err(e.message),
             Err(e) => {
                 let within = self
                     .limits
                     .deadline(self.options.max_tokens, self.options.timeout);
                 if self.limits.answering(within).await {
-                    tracing::info!(probe = %e, ?within, "the model's probe failed, but it answered a call within a call's deadline: slow, not down");
+                    tracing::info!(probe = %e, ?within, "the model's probe went unanswered, but it answered a call within a call's deadline: slow, not down");
                     Ok(())
                 } else {
-                    Err(e)
+                    Err(e.message)
                 }
             }
         }

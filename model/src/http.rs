@@ -64,13 +64,20 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether the server answers at all: any HTTP answer below 500 (even 401 or 404) means it is
 /// up; a refused connection, a timeout or a 5xx means it is not.
-pub(crate) async fn probe(call: reqwest::RequestBuilder, url: &str) -> Result<(), String> {
+pub(crate) async fn probe(
+    call: reqwest::RequestBuilder,
+    url: &str,
+) -> Result<(), crate::ProbeFailure> {
     match call.timeout(PROBE_TIMEOUT).send().await {
-        Ok(response) if response.status().is_server_error() => {
-            Err(format!("{url} answers HTTP {}", response.status().as_u16()))
-        }
+        Ok(response) if response.status().is_server_error() => Err(crate::ProbeFailure {
+            message: format!("{url} answers HTTP {}", response.status().as_u16()),
+            unanswered: false,
+        }),
         Ok(_) => Ok(()),
-        Err(e) => Err(format!("{url}: {}", transport(e))),
+        Err(e) => Err(crate::ProbeFailure {
+            unanswered: e.is_timeout(),
+            message: format!("{url}: {}", transport(e)),
+        }),
     }
 }
 

@@ -355,6 +355,22 @@ impl Error {
     }
 }
 
+/// Why a provider's reachability probe failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeFailure {
+    /// The endpoint and what happened, for a user.
+    pub message: String,
+    /// No answer within the probe's timeout (a server busy with its queue looks like this, as
+    /// does one cut off), as against a refusal, an unknown host or a 5xx.
+    pub unanswered: bool,
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// One model API.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
@@ -369,7 +385,7 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether the provider can be reached now (`Err` says why not), without spending
     /// tokens. Providers that need no network are always reachable.
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), ProbeFailure> {
         Ok(())
     }
 
@@ -482,9 +498,7 @@ pub struct Options {
     pub max_concurrency: usize,
     /// Finds the limit from the server's answers (`model::adaptive`: it grows while the pace
     /// per token holds and drops when calls wait in the server, capped by the slots the server
-    /// reports), under `max_concurrency`. Off (the default until a server whose answers' time
-    /// does not follow their length, e.g. a fixed-latency FAKE, no longer misleads it):
-    /// `max_concurrency` is the limit.
+    /// reports), under `max_concurrency`. Off: `max_concurrency` is the limit.
     pub adaptive_concurrency: bool,
     /// Of `max_concurrency` (shared limits), the calls kept for tenants with fewer than this
     /// many in flight while more than one tenant calls, so that a tenant's single job does
@@ -522,7 +536,7 @@ impl Default for Options {
             max_backoff: Duration::from_secs(30),
             max_answer_attempts: 3,
             max_concurrency: 64,
-            adaptive_concurrency: false,
+            adaptive_concurrency: true,
             tenant_reserve: 4,
             requests_per_second: 0,
             tokens_per_minute: 0,

@@ -310,7 +310,7 @@ impl Provider for OpenAi {
         &self.endpoint
     }
 
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), crate::ProbeFailure> {
         let mut call = self.http.get(&self.probe_url);
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);

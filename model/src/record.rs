@@ -98,7 +98,7 @@ impl Provider for Recorder {
         self.inner.endpoint()
     }
 
-    async fn probe(&self) -> Result<(), String> {
+    async fn probe(&self) -> Result<(), crate::ProbeFailure> {
         self.inner.probe().await
     }
 
