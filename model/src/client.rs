@@ -751,10 +751,15 @@ impl Model {
             }),
             Err(_) => None,
         };
-        if let Some(seen) = seen
-            && let Some(change) = self.limits.observe(elapsed, seen).await
-        {
-            self.limit_changed(change);
+        if let Some(seen) = seen {
+            if let Some(change) = self.limits.observe(elapsed, seen).await {
+                self.limit_changed(change);
+            }
+            // Another worker's change is read with each observation: shown here too.
+            self.metrics
+                .concurrency_limit
+                .with_label_values(&[self.provider.name(), self.provider.model()])
+                .set(i64::from(self.limits.in_force()));
         }
         call.add_exchange(elapsed);
         call.add_spent(outcome.as_ref().ok().map(|r| &r.usage));
@@ -841,10 +846,6 @@ impl Model {
     /// The limit in force changed: said once, where an operator looks.
     fn limit_changed(&self, change: Change) {
         let labels = [self.provider.name(), self.provider.model()];
-        self.metrics
-            .concurrency_limit
-            .with_label_values(&labels)
-            .set(i64::from(change.to));
         self.metrics
             .limit_changes
             .with_label_values(&[labels[0], labels[1], change.reason.as_str()])
