@@ -60,7 +60,7 @@ def main():
             result = json.loads(get(f"{cluster}/v1/jobs/{job}"))
             if result["status"] in ("succeeded", "failed", "cancelled"):
                 ended[job] = (time.monotonic() - started, result["status"],
-                              (result.get("failure") or {}).get("message", "")[:160])
+                              str(result.get("failure") or "")[:200])
         time.sleep(1)
     wall = max((e[0] for e in ended.values()), default=time.monotonic() - started)
     with open(server_log, "rb") as log:
