@@ -417,10 +417,27 @@ fn client(
         adaptive_concurrency: false,
         ..Options::default()
     };
+    client_with(server, store, options)
+}
+
+/// A client of `server` with `options`, its limits shared through `store`; also those limits.
+fn client_with(
+    server: &Arc<Counting>,
+    store: RedisStore,
+    options: Options,
+) -> (Model, Arc<RedisModelLimits>) {
     let provider: Arc<dyn Provider> = server.clone();
     let model = Model::new(provider, options, Metrics::unregistered().unwrap());
     let limits = Arc::new(RedisModelLimits::new(store, &model.limits_scope()));
     (model.with_shared_limits(limits.clone()), limits)
+}
+
+/// One implementation of `function`, which must succeed.
+async fn implement(model: &Model, function: &str, prompt: &Prompt, deadline: Instant) {
+    model
+        .generate::<Implementation>(Phase::Implement, Some(function), prompt, deadline)
+        .await
+        .unwrap();
 }
 
 /// `n` clients of one cluster (`n` workers' worth).
@@ -444,18 +461,7 @@ async fn four_clients(server: &Arc<Counting>, max_concurrency: usize, calls_each
     let calls = clients.iter().flat_map(|model| {
         (0..calls_each).map(|i| {
             let (model, prompt) = (model.clone(), prompt.clone());
-            async move {
-                let function = format!("f{i}");
-                model
-                    .generate::<Implementation>(
-                        Phase::Implement,
-                        Some(&function),
-                        &prompt,
-                        deadline,
-                    )
-                    .await
-                    .unwrap();
-            }
+            async move { implement(&model, &format!("f{i}"), &prompt, deadline).await }
         })
     });
     futures::future::join_all(calls).await;
@@ -712,19 +718,14 @@ async fn the_adaptive_limit_settles_at_a_servers_slots() {
     // Answers long enough that a call waiting for a slot shows in its pace on a slow machine.
     let server = Arc::new(Counting::with_slots(Duration::from_millis(300), 8));
     let stores = cluster(2);
+    let adaptive = Options {
+        max_attempts: 1,
+        adaptive_concurrency: true,
+        ..Options::default()
+    };
     let clients: Vec<(Model, Arc<RedisModelLimits>)> = stores
         .into_iter()
-        .map(|store| {
-            let options = Options {
-                max_attempts: 1,
-                adaptive_concurrency: true,
-                ..Options::default()
-            };
-            let provider: Arc<dyn Provider> = server.clone();
-            let model = Model::new(provider, options, Metrics::unregistered().unwrap());
-            let limits = Arc::new(RedisModelLimits::new(store, &model.limits_scope()));
-            (model.with_shared_limits(limits.clone()), limits)
-        })
+        .map(|store| client_with(&server, store, adaptive.clone()))
         .collect();
     let prompt = Prompt {
         system: "s".into(),
@@ -738,16 +739,7 @@ async fn the_adaptive_limit_settles_at_a_servers_slots() {
         let (model, prompt, seen) = (clients[i % 2].0.clone(), prompt.clone(), seen.clone());
         async move {
             for call in 0..12 {
-                let function = format!("f{i}-{call}");
-                model
-                    .generate::<Implementation>(
-                        Phase::Implement,
-                        Some(&function),
-                        &prompt,
-                        deadline,
-                    )
-                    .await
-                    .unwrap();
+                implement(&model, &format!("f{i}-{call}"), &prompt, deadline).await;
                 seen.lock().unwrap().push(model.concurrency().0);
             }
         }
