@@ -3,7 +3,11 @@
 the cluster pointed at it with nothing but its address and model: do all five end, and how
 long after the server's own answer times, one after another?
 
-    one_slot.py CLUSTER_URL SERVER_LOG LOG_OFFSET N OUT.json [DEADLINE_S]
+    one_slot.py CLUSTER_URL SERVER_LOG LOG_OFFSET N OUT.json [DEADLINE_S] [SHAPE]
+
+SHAPE `stub` (default): the problem's prompt, whose stub plans the job (no planning call);
+`plan`: its docstring's words alone, without code, so the model plans the job (one long
+structured answer first, as a platform's free-form requests are).
 
 SERVER_LOG is llama.cpp's server log (`scripts/cluster model-server --real` writes it); the
 server's own time for an answer is its `llama_perf_context_print: total time` line, counted
@@ -44,12 +48,19 @@ def metrics(url):
 def main():
     cluster, server_log, offset, n, out = sys.argv[1:6]
     deadline_s = float(sys.argv[6]) if len(sys.argv) > 6 else 3600
+    shape = sys.argv[7] if len(sys.argv) > 7 else "stub"
     problems = list(read_problems().values())[: int(n)]
     started = time.monotonic()
     ids = []
     for problem in problems:
-        instruction = (f"Implement the Python function `{problem['entry_point']}` (keep its "
-                       f"name and signature) as its docstring describes:\n\n{problem['prompt']}")
+        if shape == "plan":
+            words = re.search(r'"""(.*?)(>>>|""")', problem["prompt"], re.S)
+            instruction = (f"Write a Python function `{problem['entry_point']}`: "
+                           + " ".join((words.group(1) if words else problem["prompt"]).split()))
+        else:
+            instruction = (f"Implement the Python function `{problem['entry_point']}` (keep "
+                           f"its name and signature) as its docstring describes:\n\n"
+                           f"{problem['prompt']}")
         ids.append(post(f"{cluster}/v1/jobs", {"instruction": instruction,
                                                 "language": "python"})["job_id"])
     ended = {}
@@ -70,7 +81,7 @@ def main():
     served = sum(answers) / 1000
     series = metrics("http://127.0.0.1:9101/metrics")
     summary = {
-        "jobs": len(ids), "ended": len(ended),
+        "shape": shape, "jobs": len(ids), "ended": len(ended),
         "statuses": sorted(e[1] for e in ended.values()),
         "wall_s": round(wall, 1), "server_answers": len(answers),
         "server_answer_s": round(served, 1),

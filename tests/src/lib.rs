@@ -742,6 +742,13 @@ impl Cluster {
         ));
         self.extra_env
             .push(("CODEGEN__MODEL__API_KEY".into(), "not-a-real-key".into()));
+        // A script's latencies are per answer (a plan at once, code after 300 ms), not a
+        // server's pace: the adaptive limit would read them as calls queued and hold the calls
+        // the tests mean to overlap. Its own tests give it a server that has a pace.
+        self.extra_env.push((
+            "CODEGEN__MODEL__ADAPTIVE_CONCURRENCY".into(),
+            "false".into(),
+        ));
         Process {
             name: "model-server".into(),
             child,
