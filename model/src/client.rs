@@ -172,11 +172,16 @@ impl Model {
 
     /// The limit in force on `/metrics` from the start, not only after its first change.
     fn limit_shown(self) -> Self {
+        self.show_limit();
+        self
+    }
+
+    /// The limit in force as this process knows it, on `/metrics`.
+    fn show_limit(&self) {
         self.metrics
             .concurrency_limit
             .with_label_values(&[self.provider.name(), self.provider.model()])
             .set(i64::from(self.limits.in_force()));
-        self
     }
 
     /// Holds `max_concurrency`, `requests_per_second` and `tokens_per_minute` for every
@@ -756,10 +761,7 @@ impl Model {
                 self.limit_changed(change);
             }
             // Another worker's change is read with each observation: shown here too.
-            self.metrics
-                .concurrency_limit
-                .with_label_values(&[self.provider.name(), self.provider.model()])
-                .set(i64::from(self.limits.in_force()));
+            self.show_limit();
         }
         call.add_exchange(elapsed);
         call.add_spent(outcome.as_ref().ok().map(|r| &r.usage));
