@@ -30,8 +30,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Acker, Broker, DEATH_REASON_HEADER, Delivery, Error, Options, Outgoing, Queue, RETURNS_HEADER,
-    Settle,
+    Acker, Broker, DEATH_REASON_HEADER, Delivery, Error, Options, Outgoing, Queue, QueueDepth,
+    RETURNS_HEADER, Settle,
 };
 
 /// Handle to the broker; cheap to clone.
@@ -763,6 +763,55 @@ impl Broker for AmqpBroker {
         });
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|d| (d, rx)) })
             .boxed()
+    }
+
+    async fn depths(&self, tenants: &[String]) -> Result<Vec<QueueDepth>, Error> {
+        let Some(live) = self.inner.live.borrow().clone() else {
+            return Err(Error::Unavailable(self.health().err().unwrap_or_default()));
+        };
+        let t = &self.inner.topology;
+        let mut names = vec![
+            t.tasks.clone(),
+            t.executions.clone(),
+            t.dead_letters.clone(),
+        ];
+        for tenant in tenants {
+            names.push(Topology::lane(&t.tasks, Some(tenant)));
+            names.push(Topology::lane(&t.executions, Some(tenant)));
+        }
+        let protocol = |e: lapin::Error| Error::Protocol(e.to_string());
+        let mut channel = live.connection.create_channel().await.map_err(protocol)?;
+        let mut depths = Vec::new();
+        for name in names {
+            // A passive declare answers the counts without creating anything; for a lane
+            // that does not exist the broker closes the channel, so the next one opens
+            // another.
+            let passive = QueueDeclareOptions {
+                passive: true,
+                durable: true,
+                ..Default::default()
+            };
+            match channel
+                .queue_declare(
+                    ShortString::from(name.clone()),
+                    passive,
+                    FieldTable::default(),
+                )
+                .await
+            {
+                Ok(queue) => depths.push(QueueDepth {
+                    name,
+                    ready: queue.message_count(),
+                    consumers: queue.consumer_count(),
+                }),
+                Err(_) if !channel.status().connected() => {
+                    channel = live.connection.create_channel().await.map_err(protocol)?;
+                }
+                Err(e) => return Err(protocol(e)),
+            }
+        }
+        let _ = channel.close(200, ShortString::from("counted")).await;
+        Ok(depths)
     }
 
     fn health(&self) -> Result<(), String> {

@@ -311,4 +311,17 @@ pub trait Broker: Send + Sync + 'static {
 
     /// `Ok` when connected; otherwise why not, for `/readyz`.
     fn health(&self) -> Result<(), String>;
+
+    /// What waits in the work queues and who consumes them: the tasks, executions and
+    /// dead-letter queues, and the lanes of `tenants` that exist.
+    async fn depths(&self, tenants: &[String]) -> Result<Vec<QueueDepth>, Error>;
+}
+
+/// One queue's messages ready for a consumer (not those delivered and unsettled) and its
+/// consumers, as the broker counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub name: String,
+    pub ready: u32,
+    pub consumers: u32,
 }

@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Acker, Broker, Delivery, Error, Outgoing, Queue, Settle};
+use crate::{Acker, Broker, Delivery, Error, Outgoing, Queue, QueueDepth, Settle};
 
 #[derive(Debug, Clone)]
 struct Message {
@@ -211,6 +211,36 @@ impl Broker for MemoryBroker {
             }
         })
         .boxed()
+    }
+
+    /// The queues by their `Queue` names and lanes (`tasks.tenant.acme`); consumers are
+    /// not counted.
+    async fn depths(&self, tenants: &[String]) -> Result<Vec<QueueDepth>, Error> {
+        let state = self.state.lock().expect("poisoned");
+        if let Some(reason) = &state.down {
+            return Err(Error::Unavailable(reason.clone()));
+        }
+        let mut depths = Vec::new();
+        for (queue, name) in [
+            (Queue::Tasks, "tasks"),
+            (Queue::Executions, "executions"),
+            (Queue::DeadLetters, "tasks.dead"),
+        ] {
+            let lanes = std::iter::once(None).chain(tenants.iter().map(Some));
+            for lane in lanes {
+                let key = (queue, lane.cloned());
+                if lane.is_some() && !state.queues.contains_key(&key) {
+                    continue;
+                }
+                let ready = state.queues.get(&key).map_or(0, VecDeque::len);
+                depths.push(QueueDepth {
+                    name: proto::queues::Topology::lane(name, lane.map(String::as_str)),
+                    ready: u32::try_from(ready).unwrap_or(u32::MAX),
+                    consumers: 0,
+                });
+            }
+        }
+        Ok(depths)
     }
 
     fn health(&self) -> Result<(), String> {

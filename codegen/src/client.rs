@@ -707,7 +707,7 @@ pub(crate) async fn follow(
             match &bar {
                 Some(bar) => {
                     match &progress {
-                        proto::Progress::Planned { functions } => {
+                        proto::Progress::Planned { functions, .. } => {
                             bar.set_length(functions.len() as u64);
                             bar.set_position(0);
                         }

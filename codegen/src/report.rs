@@ -455,7 +455,7 @@ pub fn progress_line(elapsed: Duration, event: &Progress) -> String {
     let text = match event {
         Progress::Queued { .. } => "queued".to_owned(),
         Progress::Planning => "planning: asking the model for the functions".to_owned(),
-        Progress::Planned { functions } => {
+        Progress::Planned { functions, .. } => {
             format!(
                 "planned {} functions: {}",
                 functions.len(),
@@ -464,7 +464,14 @@ pub fn progress_line(elapsed: Duration, event: &Progress) -> String {
         }
         Progress::Replanning { problem } => format!("plan rejected, asking again: {problem}"),
         Progress::AgentStep { step } => agent_step_line(step),
-        Progress::FunctionStarted { function } => format!("{function}: started"),
+        Progress::FunctionStarted {
+            function,
+            worker: None,
+        } => format!("{function}: started"),
+        Progress::FunctionStarted {
+            function,
+            worker: Some(worker),
+        } => format!("{function}: started on {worker}"),
         Progress::FunctionCached { function } => {
             format!("{function}: reused a verified function from the cache")
         }

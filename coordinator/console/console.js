@@ -1,7 +1,8 @@
 // The codegen-cluster console: one page whose views are chosen by the location hash
-// (#/jobs, #/jobs/ID, #/batches, #/executions, #/playground, #/sessions, #/usage, #/lessons), each
-// rendered from the public API with fetch(). No framework, no build step, nothing loaded from
-// anywhere but this coordinator; every text from the API goes into the page as text
+// (#/jobs, #/jobs/ID, #/batches, #/executions, #/playground, #/sessions, #/usage, #/lessons,
+// #/cluster), each rendered from the public API with fetch(), its pictures by charts.js. No
+// framework, no build step, nothing loaded from anywhere but this coordinator; every text
+// from the API goes into the page as text
 // (textContent), never as markup. docs/console.md describes it.
 "use strict";
 
@@ -9,6 +10,7 @@
   const KEY_STORAGE = "codegen-console.api-key";
   const JOB_FINAL = ["succeeded", "failed", "cancelled"];
   const PAGE_SIZE = 20;
+  const Charts = window.CodegenCharts;
 
   // ---------------------------------------------------------------------------------------
   // DOM helpers
@@ -453,7 +455,7 @@
 
   /** The per-function progress of a job, from its events (or its progress view). */
   function progressModel() {
-    return { status: "queued", order: [], functions: new Map() };
+    return { status: "queued", order: [], functions: new Map(), dependencies: {} };
   }
 
   function applyEvent(model, event) {
@@ -472,6 +474,7 @@
       case "planned":
         model.status = "running";
         for (const name of d.functions || []) fn(name);
+        model.dependencies = d.dependencies || {};
         break;
       case "function_started": fn(d.function).state = "running"; break;
       case "function_cached": Object.assign(fn(d.function), { state: "cached", passed: true }); break;
@@ -497,7 +500,7 @@
     switch (event.event) {
       case "planned": return `planned: ${(d.functions || []).join(", ")}`;
       case "replanning": return `replanning: ${d.problem}`;
-      case "function_started": return `${d.function}: started`;
+      case "function_started": return `${d.function}: started${d.worker ? ` on ${d.worker}` : ""}`;
       case "function_cached": return `${d.function}: from the cache`;
       case "attempt":
         return `${d.function}: attempt ${d.attempt} ${d.passed ? "passed" : `failed${d.error_kind ? ` (${d.error_kind})` : ""}`}`;
@@ -537,6 +540,14 @@
     const progressSection = h("section", { id: "job-progress-section" },
       h("h3", { text: "Progress" }), progress);
     const transcript = agentTranscript();
+    // The pictures: the functions as a graph, their attempts on a timeline by worker.
+    const graphBox = h("div", { class: "picture", id: "job-graph-box" });
+    const timelineBox = h("div", { class: "picture", id: "job-timeline-box" });
+    const pictures = h("section", { id: "job-pictures", hidden: true },
+      h("h3", { text: "Functions and their dependencies" }), graphBox,
+      h("h3", { text: "Timeline" }),
+      h("p", { class: "muted", text: "One bar per attempt, in the lane of the worker that ran it: bars one above another ran at the same time." }),
+      timelineBox);
     const events = h("ol", { class: "events", id: "job-events" });
     const result = h("div", { id: "job-result" });
     const setStatus = (status) => {
@@ -551,7 +562,7 @@
     root.append(
       h("p", {}, h("a", { href: "#/jobs", text: "← Jobs" })),
       h("h2", {}, "Job ", h("span", { class: "mono", text: id }), " ", statusBox, " ", cancel),
-      progressSection, transcript.section,
+      progressSection, pictures, transcript.section,
       h("h4", {}, "Events ", streamState), events,
       result);
     cancel.addEventListener("click", act(cancel, async () => {
@@ -577,12 +588,33 @@
 
     const fresh = progressModel();
     let finished = false;
+    // Each event's time is its stream id's (`<ms>-<seq>`), shown from the job's first event.
+    const timed = [];
+    let startMs = null;
+    const sinceStart = () => (startMs === null ? 0 : Date.now() - startMs);
+    const drawPictures = () => {
+      if (!fresh.order.length) return;
+      pictures.hidden = false;
+      fill(graphBox, Charts.graph(fresh.order, fresh.dependencies,
+        (name) => fresh.functions.get(name)));
+      fill(timelineBox, Charts.timeline(Charts.attempts(timed,
+        finished ? Math.max(0, ...timed.map((e) => e.at)) : sinceStart())));
+    };
+    // While it runs, what is under way grows on the timeline.
+    const ticking = setInterval(() => { if (!finished && !signal.aborted) drawPictures(); }, 1000);
+    signal.addEventListener("abort", () => clearInterval(ticking), { once: true });
     await readEvents(`${path}/events`, {
       signal,
       onState: (state) => { streamState.textContent = `(${state})`; },
       onEvent: (event) => {
-        events.append(h("li", { "data-event": event.event, "data-id": event.id || "" },
-          h("span", { class: "muted", text: `${event.id || ""} ` }), describeEvent(event)));
+        const ms = Number.parseInt(String(event.id || "").split("-")[0], 10);
+        const known = Number.isFinite(ms);
+        if (known && startMs === null) startMs = ms;
+        const at = known ? ms - startMs : sinceStart();
+        timed.push({ at, event: event.event, data: event.data || {} });
+        events.append(h("li", { "data-event": event.event, "data-id": event.id || "", "data-at-ms": at },
+          h("span", { class: "muted mono", title: known ? when(ms) : null, text: `+${(at / 1000).toFixed(3)} s ` }),
+          describeEvent(event)));
         events.scrollTop = events.scrollHeight;
         applyEvent(fresh, event);
         if (event.event === "agent_step") {
@@ -591,9 +623,12 @@
         } else renderProgress(fresh, progress);
         if (event.event !== "finished") setStatus(fresh.status);
         else finished = true;
+        if (event.event !== "agent_step") drawPictures();
       },
     });
+    clearInterval(ticking);
     if (signal.aborted) return;
+    drawPictures();
     // The result, once the stream said the job ended.
     const { data: done } = await api("GET", path, { signal });
     setStatus(done.status);
@@ -1204,17 +1239,26 @@
     const from = h("input", { id: "usage-from", type: "datetime-local" });
     const to = h("input", { id: "usage-to", type: "datetime-local" });
     const tenant = h("input", { id: "usage-tenant", type: "text", placeholder: "yours (admins: any)", pattern: "[A-Za-z0-9_-]{1,64}" });
+    const per = h("select", { id: "usage-per" },
+      h("option", { value: "auto", text: "auto" }),
+      h("option", { value: "hour", text: "hour" }),
+      h("option", { value: "day", text: "day" }));
     const show = h("button", { id: "usage-show", type: "submit", text: "Show" });
     const out = h("div", { id: "usage-result" });
     const form = h("form", { class: "panel", id: "usage-form" },
       h("div", { class: "row" },
         h("label", {}, "From (UTC; default a day ago)", from),
         h("label", {}, "To (UTC; default now)", to),
+        h("label", {}, "Per", per),
         h("label", {}, "Tenant", tenant), show));
     const iso = (input) => (input.value ? new Date(`${input.value}Z`).toISOString() : undefined);
     const load = async () => {
+      // Per hour up to three days, per day beyond: a chart of at most ~72 hours' bars.
+      const span = (to.value ? Date.parse(`${to.value}Z`) : Date.now()) -
+        (from.value ? Date.parse(`${from.value}Z`) : Date.now() - 86_400_000);
+      const unit = per.value !== "auto" ? per.value : span > 3 * 86_400_000 ? "day" : "hour";
       const { data } = await api("GET", "/v1/usage", {
-        signal, query: { from: iso(from), to: iso(to), tenant: tenant.value.trim() },
+        signal, query: { from: iso(from), to: iso(to), tenant: tenant.value.trim(), per: unit },
       });
       fill(out,
         h("p", {}, "Tenant ", h("strong", { id: "usage-tenant-name", text: data.tenant || "(the open API)" }),
@@ -1226,13 +1270,168 @@
           stat("prompt tokens", data.prompt_tokens, "usage-prompt-tokens"),
           stat("completion tokens", data.completion_tokens, "usage-completion-tokens"),
           stat("sandbox time", `${data.sandbox_ms} ms`, "usage-sandbox-ms"),
-          stat("sandbox CPU", `${data.sandbox_cpu_ms} ms`, "usage-sandbox-cpu-ms")));
+          stat("sandbox CPU", `${data.sandbox_cpu_ms} ms`, "usage-sandbox-cpu-ms")),
+        usageCharts(data, unit));
     };
     form.addEventListener("submit", act(show, load));
     root.append(h("h2", { text: "Usage" }),
       h("p", { class: "muted", text: "What this tenant's finished jobs and executions cost (GET /v1/usage)." }),
       form, out);
     await load();
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The cluster at a glance (GET /v1/cluster; admin tenants only)
+
+  const CLUSTER_POLL_MS = 2000;
+
+  const sum = (values) => values.reduce((a, b) => a + b, 0);
+
+  /** Rates per second of each worker's counters between two answers (`null` before the
+   * second): tasks completed and failed (requeued or failed), model calls and their errors,
+   * sandbox runs. A worker that restarted counts from its new start. */
+  function clusterRates(before, now) {
+    if (!before) return null;
+    const seconds = Math.max(0.001, (now.at_ms - before.at_ms) / 1000);
+    const totals = (view) => {
+      const t = { completed: 0, failed: 0, calls: 0, callErrors: 0, runs: 0 };
+      for (const w of view.workers) {
+        const s = w.status;
+        if (!s) continue;
+        t.completed += s.tasks.completed || 0;
+        t.failed += (s.tasks.failed || 0) + (s.tasks.requeued || 0);
+        t.runs += sum(Object.values(s.sandbox_runs || {}));
+        if (s.model) {
+          const calls = s.model.calls || {};
+          t.calls += sum(Object.values(calls));
+          t.callErrors += sum(Object.entries(calls).filter(([k]) => k !== "ok").map(([, v]) => v));
+        }
+      }
+      return t;
+    };
+    const [a, b] = [totals(before), totals(now)];
+    const rate = (k) => Math.max(0, b[k] - a[k]) / seconds;
+    return { seconds, completed: rate("completed"), failed: rate("failed"), calls: rate("calls"), callErrors: rate("callErrors"), runs: rate("runs") };
+  }
+
+  function renderCluster(view, rates, into) {
+    const live = view.workers.filter((w) => w.status);
+    const inFlight = sum(live.map((w) => w.status.in_flight));
+    const sessions = sum(live.map((w) => w.status.sessions));
+    const models = new Map();
+    for (const w of live) {
+      const m = w.status.model;
+      if (!m) continue;
+      const key = `${m.provider}/${m.model}`;
+      const seen = models.get(key) || { provider: m.provider, model: m.model, limit: 0, in_flight: 0, workers: 0 };
+      seen.limit = Math.max(seen.limit, m.limit);
+      seen.in_flight += m.in_flight;
+      seen.workers += 1;
+      models.set(key, seen);
+    }
+    const perSecond = (v) => (rates ? v.toFixed(v >= 10 ? 0 : 2) : "–");
+    const maxReady = Math.max(1, ...view.queues.map((q) => q.ready));
+    fill(into,
+      h("p", { class: "muted" }, `As of ${when(view.at_ms)}; refreshed every ${CLUSTER_POLL_MS / 1000} s`,
+        rates ? `, rates over the last ${rates.seconds.toFixed(1)} s.` : "; rates from the next refresh."),
+      h("div", { class: "stats" },
+        stat("workers", `${view.workers.length} (${view.workers.filter((w) => w.generates).length} with a model)`, "cluster-workers"),
+        stat("in flight", inFlight, "cluster-in-flight"),
+        stat("sessions held", sessions, "cluster-sessions"),
+        stat("tasks done /s", perSecond(rates ? rates.completed : 0), "cluster-rate-completed"),
+        stat("tasks failed or requeued /s", perSecond(rates ? rates.failed : 0), "cluster-rate-failed"),
+        stat("model calls /s (errors)", rates ? `${perSecond(rates.calls)} (${perSecond(rates.callErrors)})` : "–", "cluster-rate-calls"),
+        stat("sandbox runs /s", perSecond(rates ? rates.runs : 0), "cluster-rate-runs")),
+      h("h3", { text: "Model" }),
+      models.size ? table(["Provider", "Model", "In flight#", "Limit#", "", "Workers#"],
+        [...models.values()].map((m) => h("tr", { "data-model": m.model },
+          h("td", { text: m.provider }), h("td", { class: "mono", text: m.model }),
+          h("td", { class: "num model-in-flight", text: m.in_flight }),
+          h("td", { class: "num model-limit", text: m.limit }),
+          h("td", {}, Charts.meter([{ value: m.in_flight, class: m.in_flight >= m.limit ? "busy" : "ok", label: "in flight" }], m.limit, "calls in flight against the limit")),
+          h("td", { class: "num", text: m.workers }))), { id: "cluster-models" })
+        : h("p", { class: "muted", text: "No worker has a model." }),
+      h("h3", { text: "Queues" }),
+      view.queues_error ? h("p", { class: "error-inline", id: "cluster-queues-error", text: view.queues_error }) : null,
+      table(["Queue", "Ready#", "", "Consumers#"], view.queues.map((q) => h("tr", { "data-queue": q.name },
+        h("td", { class: "mono", text: q.name }),
+        h("td", { class: "num queue-ready", text: q.ready }),
+        h("td", {}, Charts.meter([{ value: q.ready, class: "waiting", label: "ready" }], maxReady, "messages ready")),
+        h("td", { class: "num queue-consumers", text: q.consumers }))), { id: "cluster-queues" }),
+      h("h3", { text: "Workers" }),
+      table(["Worker", "Model", "Up since", "In flight#", "Sessions#", "Model calls#", "Tasks done#"],
+        view.workers.map((w) => {
+          const s = w.status;
+          return h("tr", { "data-worker": w.name },
+            h("td", { class: "mono", text: w.name }),
+            h("td", {}, w.generates ? badge("ok") : h("span", { class: "muted", text: s && s.unable ? s.unable : "none" })),
+            h("td", { text: s ? when(s.started_ms) : "–" }),
+            h("td", { class: "num worker-in-flight", text: s ? s.in_flight : "–" }),
+            h("td", { class: "num worker-sessions", text: s ? s.sessions : "–" }),
+            h("td", { class: "num", text: s && s.model ? `${s.model.in_flight} / ${s.model.limit}` : "–" }),
+            h("td", { class: "num", text: s ? s.tasks.completed || 0 : "–" }));
+        }), { id: "cluster-worker-list" }),
+      h("h3", { text: "Sandbox pools" }),
+      h("p", { class: "muted", text: "Each worker's warm containers per language: idle, busy, and runs waiting for one." }),
+      table(["Worker", "Language", "Size#", "Idle#", "Busy#", "Waiting#", ""],
+        live.flatMap((w) => w.status.pools.map((p) => {
+          const busy = Math.max(0, p.live - p.idle);
+          return h("tr", { "data-worker": w.name, "data-language": p.language },
+            h("td", { class: "mono", text: w.name }), h("td", { text: p.language }),
+            h("td", { class: "num pool-size", text: p.size }), h("td", { class: "num pool-idle", text: p.idle }),
+            h("td", { class: "num pool-busy", text: busy }), h("td", { class: "num pool-waiting", text: p.waiting }),
+            h("td", {}, Charts.meter([
+              { value: p.idle, class: "ok", label: "idle" },
+              { value: busy, class: "busy", label: "busy" },
+              { value: p.waiting, class: "waiting", label: "waiting" },
+            ], Math.max(p.size, p.live + p.waiting, 1), "idle, busy and waiting")));
+        })), { id: "cluster-pools" }));
+  }
+
+  async function clusterView(root, signal) {
+    const out = h("div", { id: "cluster-live" });
+    root.append(h("h2", { text: "Cluster" }),
+      h("p", { class: "muted", text: "The live workers, the queues, the sandbox pools and the model's calls against its limit (GET /v1/cluster, for admin tenants)." }),
+      out);
+    let before = null;
+    const refresh = async () => {
+      const { data } = await api("GET", "/v1/cluster", { signal });
+      renderCluster(data, clusterRates(before, data), out);
+      out.setAttribute("data-refreshes", String(Number(out.getAttribute("data-refreshes") || 0) + 1));
+      before = data;
+    };
+    await refresh();
+    // Ready once first drawn; it then refreshes until the page is left.
+    (async () => {
+      while (!signal.aborted) {
+        try {
+          await sleep(CLUSTER_POLL_MS, signal);
+          await refresh();
+        } catch (e) {
+          if (signal.aborted) return;
+          showError(e);
+          return;
+        }
+      }
+    })();
+  }
+
+  /** The window's series as four charts, one bar a period (periods without work drawn at 0). */
+  function usageCharts(data, unit) {
+    const period = unit === "day" ? 86_400_000 : 3_600_000;
+    const byStart = new Map((data.series || []).map((p) => [p.from_ms, p]));
+    const starts = [];
+    for (let t = data.from_ms - (data.from_ms % period); t < data.to_ms; t += period) starts.push(t);
+    const series = (value) => starts.map((t) => ({ from_ms: t, value: byStart.has(t) ? value(byStart.get(t)) : 0 }));
+    const count = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1));
+    const compact = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(1)}M` : v >= 1e4 ? `${Math.round(v / 1e3)}k` : count(v));
+    const time = (v) => Charts.seconds(v);
+    return h("section", { id: "usage-charts", "data-per": unit, "data-periods": starts.length },
+      h("h3", { text: `Per ${unit}` }),
+      h("div", { class: "picture" }, Charts.overTime("jobs", series((p) => p.jobs), period, count, "usage-chart-jobs")),
+      h("div", { class: "picture" }, Charts.overTime("executions", series((p) => p.executions), period, count, "usage-chart-executions")),
+      h("div", { class: "picture" }, Charts.overTime("tokens (prompt + completion)", series((p) => p.prompt_tokens + p.completion_tokens), period, compact, "usage-chart-tokens")),
+      h("div", { class: "picture" }, Charts.overTime("sandbox time", series((p) => p.sandbox_ms), period, time, "usage-chart-sandbox")));
   }
 
   // ---------------------------------------------------------------------------------------
@@ -1319,6 +1518,7 @@
     [/^#\/usage\/?$/, usageView, "usage"],
     [/^#\/lessons\/(.+)$/, lessonView, "lessons"],
     [/^#\/lessons\/?$/, lessonsView, "lessons"],
+    [/^#\/cluster\/?$/, clusterView, "cluster"],
   ];
 
   let current = null;

@@ -108,6 +108,7 @@ fn endpoints() -> Vec<(&'static str, &'static str, MethodRouter<Coordinator>)> {
         ("DELETE", "/v1/lessons/{id}", delete(crate::lessons::delete)),
         ("GET", "/v1/languages", get(crate::languages::languages)),
         ("GET", "/v1/cache/stats", get(crate::cache::cache_stats)),
+        ("GET", "/v1/cluster", get(crate::cluster::cluster)),
         ("DELETE", "/v1/cache", delete(crate::cache::cache_clear)),
         ("POST", "/run_code", post(crate::fusion::run_code)),
         (
@@ -343,6 +344,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         crate::languages::languages,
         crate::cache::cache_stats,
         crate::cache::cache_clear,
+        crate::cluster::cluster,
         crate::fusion::run_code,
         crate::fusion::run_code_keyed,
         crate::fusion::run_jupyter,
@@ -364,6 +366,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         (name = "usage", description = "What a tenant's finished work cost."),
         (name = "lessons", description = "The memory of repairs: lessons from repairs that worked, shown to later repairs."),
         (name = "cache", description = "The solution and function-level caches."),
+        (name = "cluster", description = "The cluster at a glance: live workers, queues, pools, the model's calls against its limit; for admin tenants."),
         (name = "operations", description = "Health, readiness, metrics and this document; never need a key."),
     )
 )]

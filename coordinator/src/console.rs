@@ -41,6 +41,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../console/console.js"),
     },
     Asset {
+        name: "charts.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../console/charts.js"),
+    },
+    Asset {
         name: "console.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../console/console.css"),

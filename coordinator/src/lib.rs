@@ -18,6 +18,7 @@ mod batches;
 mod body;
 mod cache;
 mod cancel;
+mod cluster;
 mod console;
 mod dead_letters;
 mod docs;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Query, State};
 use axum::response::{IntoResponse, Response};
-use proto::api::{ErrorBody, Usage};
+use proto::api::{ErrorBody, Usage, UsagePer};
 use serde::Deserialize;
 
 use crate::auth::Tenant;
@@ -27,13 +27,16 @@ pub(crate) struct UsageParams {
     /// End of the window (RFC 3339; default: now), exclusive.
     #[param(format = DateTime)]
     to: Option<String>,
+    /// Also answer the totals per `hour` or per `day` (UTC), as `series`.
+    per: Option<UsagePer>,
     /// Another tenant's usage: only for `coordinator.admin_tenants`.
     #[param(pattern = r"^[A-Za-z0-9_-]{1,64}$")]
     tenant: Option<String>,
 }
 
 /// What the caller's jobs and executions that ended in a window cost: jobs, executions, model
-/// calls, prompt and completion tokens, sandbox wall and CPU milliseconds.
+/// calls, prompt and completion tokens, sandbox wall and CPU milliseconds; with `per`, also
+/// per hour or day.
 ///
 /// Each job and execution is counted once, when it ends, with the figures its result reports
 /// (`metrics` of a job, `duration_ms` and `cpu_ms` of a verdict), so the totals are the sum of
@@ -101,15 +104,20 @@ pub(crate) async fn usage(
     let from_ms = from_ms.max(kept);
     let from_ms = from_ms - from_ms % store::usage::BUCKET_MS;
     let to_ms = to_ms.min(now + 1).max(from_ms);
-    let totals = store
-        .usage(tenant.as_deref(), from_ms, to_ms)
+    let hours = store
+        .hourly(tenant.as_deref(), from_ms, to_ms)
         .await
         .map_err(unavailable)?;
+    let mut totals = proto::api::UsageTotals::default();
+    for (_, hour) in &hours {
+        totals.add_all(hour);
+    }
     Ok(axum::Json(Usage {
         tenant,
         from_ms,
         to_ms,
         totals,
+        series: params.per.map(|per| per.group(&hours)),
     })
     .into_response())
 }

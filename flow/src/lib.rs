@@ -138,6 +138,12 @@ impl Flow {
     pub async fn start(&self, meta: &JobMeta, plan: &Plan) -> Result<Option<JobStatus>, Error> {
         let planned = Progress::Planned {
             functions: plan.specs.iter().map(|s| s.name.clone()).collect(),
+            dependencies: plan
+                .specs
+                .iter()
+                .filter(|s| !s.dependencies.is_empty())
+                .map(|s| (s.name.clone(), s.dependencies.clone()))
+                .collect(),
         };
         let event = plan.refused.is_none().then_some(&planned);
         let started = self.jobs.start_job(meta, plan, event).await?;

@@ -726,6 +726,11 @@ impl Model {
         let budget = request.max_tokens.unwrap_or(self.options.max_tokens);
         let deadline = self.limits.deadline(budget, self.options.timeout);
         let started = Instant::now();
+        let in_flight = crate::metrics::InFlight::new(
+            self.metrics
+                .in_flight
+                .with_label_values(&[labels[0], labels[1]]),
+        );
         let outcome = {
             use tracing::Instrument;
             let chat = self.provider.chat(request).instrument(span.clone());
@@ -739,6 +744,7 @@ impl Model {
                 }),
             }
         };
+        drop(in_flight);
         let elapsed = started.elapsed();
         let timed_out = matches!(&outcome, Err(CallError::Retryable { .. })) && elapsed >= deadline;
         let seen = match &outcome {

@@ -13,6 +13,24 @@ pub struct Metrics {
     /// Changes of the limit in force, by reason (`grew`, `latency`, `timeout`, `capacity`,
     /// `probe`).
     pub limit_changes: IntCounterVec,
+    /// Calls this process has at the server now.
+    pub in_flight: IntGaugeVec,
+}
+
+/// One call counted in flight until dropped (answered, failed, timed out or cancelled).
+pub(crate) struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    pub(crate) fn new(gauge: prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
@@ -23,6 +41,7 @@ impl Metrics {
         registry.register(Box::new(metrics.call_seconds.clone()))?;
         registry.register(Box::new(metrics.concurrency_limit.clone()))?;
         registry.register(Box::new(metrics.limit_changes.clone()))?;
+        registry.register(Box::new(metrics.in_flight.clone()))?;
         Ok(metrics)
     }
 
@@ -57,6 +76,13 @@ impl Metrics {
                     "Changes of the model's concurrency limit, by reason",
                 ),
                 &["provider", "model", "reason"],
+            )?,
+            in_flight: IntGaugeVec::new(
+                Opts::new(
+                    "codegen_model_calls_in_flight",
+                    "Model calls this process has at the server now",
+                ),
+                &["provider", "model"],
             )?,
         })
     }

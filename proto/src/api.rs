@@ -1,6 +1,7 @@
 //! Bodies of the HTTP API, shared by the coordinator (server) and the CLI (client).
 
 mod batches;
+mod cluster;
 mod errors;
 mod jobs;
 mod languages;
@@ -13,6 +14,7 @@ pub use batches::{
     BatchAccepted, BatchJob, BatchJobStatus, BatchResult, BatchResults, BatchStatus, BatchView,
     ExpiredJob, ExpiredStatus,
 };
+pub use cluster::{ClusterView, ModelStatus, PoolStatus, QueueView, WorkerStatus, WorkerView};
 pub use errors::{ErrorBody, ErrorCode};
 pub use jobs::{FunctionProgress, JobAccepted, JobProgress, JobView};
 pub use languages::{LanguageInfo, Languages};
@@ -20,7 +22,7 @@ pub use lists::{
     BatchList, BatchSummary, ExecutionList, ExecutionState, ExecutionSummary, JobList, JobSummary,
 };
 use serde::{Deserialize, Serialize};
-pub use usage::{Usage, UsageTotals};
+pub use usage::{Usage, UsagePer, UsagePeriod, UsageTotals};
 use utoipa::ToSchema;
 pub use webhooks::{Webhook, WebhookAttempt, WebhookState};
 

@@ -2,6 +2,8 @@
 //! the workers append to the job's stream in Redis, what the CLI prints. One type for all of
 //! them, so a renamed field is a compile error rather than a `?` in someone's terminal.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -18,13 +20,25 @@ pub enum Progress {
     /// A worker asks the model for the functions.
     Planning,
     /// The plan was accepted: its functions, every one after its dependencies.
-    Planned { functions: Vec<String> },
+    Planned {
+        functions: Vec<String>,
+        /// Each function's dependencies (functions without any are left out): the edges of
+        /// the job's graph.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        dependencies: BTreeMap<String, Vec<String>>,
+    },
     /// The plan was rejected (a cycle, a missing dependency, …); the model is asked again.
     Replanning { problem: String },
     /// A verified function was reused from the function-level cache.
     FunctionCached { function: String },
     /// A function's implementation began.
-    FunctionStarted { function: String },
+    FunctionStarted {
+        function: String,
+        /// The worker that runs it (its `worker.name`): what the console lays its timeline by.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        worker: Option<String>,
+    },
     /// One implementation attempt ran its tests.
     Attempt {
         function: String,
@@ -39,6 +53,10 @@ pub enum Progress {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(nullable = false)]
         validation: Option<Validation>,
+        /// The worker that ran it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(nullable = false)]
+        worker: Option<String>,
     },
     /// A function is final: its tests pass, or no attempt is left.
     FunctionDone {
@@ -106,7 +124,8 @@ mod tests {
             },
             Progress::Planning,
             Progress::Planned {
-                functions: vec!["a".into()],
+                functions: vec!["a".into(), "b".into()],
+                dependencies: BTreeMap::from([("b".into(), vec!["a".into()])]),
             },
             Progress::Replanning {
                 problem: "p".into(),
@@ -116,6 +135,7 @@ mod tests {
             },
             Progress::FunctionStarted {
                 function: "a".into(),
+                worker: Some("w1".into()),
             },
             Progress::Attempt {
                 function: "a".into(),
@@ -123,6 +143,7 @@ mod tests {
                 passed: false,
                 error_kind: Some(ErrorKind::WrongOutput),
                 validation: None,
+                worker: None,
             },
             Progress::FunctionDone {
                 function: "a".into(),
@@ -152,6 +173,7 @@ mod tests {
             passed: false,
             error_kind: Some(ErrorKind::Runtime),
             validation: None,
+            worker: None,
         };
         assert_eq!(
             serde_json::to_value(&attempt).unwrap(),

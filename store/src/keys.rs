@@ -311,6 +311,12 @@ pub fn workers_unable_reason(prefix: &str) -> String {
     format!("{prefix}:workers:unable:reason")
 }
 
+/// `{p}:workers:status:{id}`, string: what worker `id` last said about itself (JSON of
+/// `proto::api::WorkerStatus`), kept as long as its announcement.
+pub fn worker_status(prefix: &str, id: &str) -> String {
+    format!("{prefix}:workers:status:{id}")
+}
+
 // Sessions.
 
 /// `{p}:session:{id}`, hash: the session's record (`proto::session::SessionRecord`, a field

@@ -53,7 +53,7 @@ pub use jobs::{
 pub use lessons::{Added, Bounds, LessonSet, Lessons, Snapshot, Stored, Used};
 pub use limits::{Decision, Meters, RedisLimits};
 pub use memory::MemoryStore;
-pub use presence::{Generators, MemoryPresence, Presence};
+pub use presence::{Generators, LiveWorker, MemoryPresence, Presence};
 pub use quotas::Quotas;
 pub use sessions::{Checkpoint, Created, Kept, KeptCheckpoint, NewCheckpoint, Sessions};
 pub use stores::Stores;

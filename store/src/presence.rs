@@ -40,21 +40,45 @@ impl Generators {
     }
 }
 
+/// A live worker as its last announcement described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveWorker {
+    pub id: String,
+    /// It has a model.
+    pub able: bool,
+    /// What it said about itself (JSON of `proto::api::WorkerStatus`), when it did.
+    pub status: Option<String>,
+}
+
 #[async_trait]
 pub trait Presence: Send + Sync + 'static {
-    /// Worker `id` is alive for `ttl`; `unable` says why it cannot generate (`None`: it can).
-    async fn announce(&self, id: &str, unable: Option<&str>, ttl: Duration) -> Result<(), Error>;
+    /// Worker `id` is alive for `ttl`; `unable` says why it cannot generate (`None`: it can);
+    /// `status` is what it holds (JSON of `proto::api::WorkerStatus`), kept as long.
+    async fn announce(
+        &self,
+        id: &str,
+        unable: Option<&str>,
+        status: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), Error>;
 
     /// Worker `id` is stopping.
     async fn withdraw(&self, id: &str) -> Result<(), Error>;
 
     async fn generators(&self) -> Result<Generators, Error>;
+
+    /// The live workers, able ones first, then by id.
+    async fn workers(&self) -> Result<Vec<LiveWorker>, Error>;
 }
 
 /// KEYS: able workers, unable workers, the reason. ARGV: worker id, ttl ms, why it cannot
 /// generate ("": it can).
 static ANNOUNCE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/presence_announce.lua")));
+
+/// KEYS: able workers, unable workers. Drops the expired, lists the rest.
+static WORKERS: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("lua/presence_workers.lua")));
 
 /// KEYS: able workers, unable workers, the reason. Drops the expired, counts the rest.
 static GENERATORS: LazyLock<redis::Script> =
@@ -74,15 +98,23 @@ impl RedisStore {
 
 #[async_trait]
 impl Presence for RedisStore {
-    async fn announce(&self, id: &str, unable: Option<&str>, ttl: Duration) -> Result<(), Error> {
+    async fn announce(
+        &self,
+        id: &str,
+        unable: Option<&str>,
+        status: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), Error> {
         let [able_key, unable_key, reason_key] = self.presence_keys();
         ANNOUNCE
             .key(able_key)
             .key(unable_key)
             .key(reason_key)
+            .key(keys::worker_status(self.prefix(), id))
             .arg(id)
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1))
             .arg(unable.unwrap_or_default())
+            .arg(status.unwrap_or_default())
             .invoke_async::<i64>(&mut self.connection())
             .await
             .map(drop)
@@ -94,6 +126,7 @@ impl Presence for RedisStore {
         redis::pipe()
             .zrem(able_key, id)
             .zrem(unable_key, id)
+            .del(keys::worker_status(self.prefix(), id))
             .query_async::<()>(&mut self.connection())
             .await
             .map_err(crate::redis::backend)
@@ -114,6 +147,39 @@ impl Presence for RedisStore {
             reason,
         })
     }
+
+    async fn workers(&self) -> Result<Vec<LiveWorker>, Error> {
+        let [able_key, unable_key, _] = self.presence_keys();
+        let (able, unable) = WORKERS
+            .key(able_key)
+            .key(unable_key)
+            .invoke_async::<(Vec<String>, Vec<String>)>(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        let ids: Vec<(String, bool)> = able
+            .into_iter()
+            .map(|id| (id, true))
+            .chain(unable.into_iter().map(|id| (id, false)))
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (id, _) in &ids {
+            pipe.get(keys::worker_status(self.prefix(), id));
+        }
+        let statuses: Vec<Option<String>> = pipe
+            .query_async(&mut self.connection())
+            .await
+            .map_err(crate::redis::backend)?;
+        let mut live: Vec<LiveWorker> = ids
+            .into_iter()
+            .zip(statuses)
+            .map(|((id, able), status)| LiveWorker { id, able, status })
+            .collect();
+        live.sort_by(|a, b| b.able.cmp(&a.able).then_with(|| a.id.cmp(&b.id)));
+        Ok(live)
+    }
 }
 
 /// In-process presence for unit tests.
@@ -122,15 +188,25 @@ pub struct MemoryPresence {
     workers: Arc<Mutex<HashMap<String, Announced>>>,
 }
 
-/// Until when a worker is alive, and why it cannot generate.
-type Announced = (Instant, Option<String>);
+/// Until when a worker is alive, why it cannot generate, and what it said about itself.
+type Announced = (Instant, Option<String>, Option<String>);
 
 #[async_trait]
 impl Presence for MemoryPresence {
-    async fn announce(&self, id: &str, unable: Option<&str>, ttl: Duration) -> Result<(), Error> {
+    async fn announce(
+        &self,
+        id: &str,
+        unable: Option<&str>,
+        status: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(), Error> {
         self.workers.lock().expect("poisoned").insert(
             id.to_owned(),
-            (Instant::now() + ttl, unable.map(str::to_owned)),
+            (
+                Instant::now() + ttl,
+                unable.map(str::to_owned),
+                status.map(str::to_owned),
+            ),
         );
         Ok(())
     }
@@ -144,8 +220,8 @@ impl Presence for MemoryPresence {
         let now = Instant::now();
         let mut generators = Generators::default();
         let mut workers = self.workers.lock().expect("poisoned");
-        workers.retain(|_, (expires, _)| *expires > now);
-        for (_, unable) in workers.values() {
+        workers.retain(|_, (expires, _, _)| *expires > now);
+        for (_, unable, _) in workers.values() {
             match unable {
                 None => generators.able += 1,
                 Some(reason) => {
@@ -155,5 +231,21 @@ impl Presence for MemoryPresence {
             }
         }
         Ok(generators)
+    }
+
+    async fn workers(&self) -> Result<Vec<LiveWorker>, Error> {
+        let now = Instant::now();
+        let mut workers = self.workers.lock().expect("poisoned");
+        workers.retain(|_, (expires, _, _)| *expires > now);
+        let mut live: Vec<LiveWorker> = workers
+            .iter()
+            .map(|(id, (_, unable, status))| LiveWorker {
+                id: id.clone(),
+                able: unable.is_none(),
+                status: status.clone(),
+            })
+            .collect();
+        live.sort_by(|a, b| b.able.cmp(&a.able).then_with(|| a.id.cmp(&b.id)));
+        Ok(live)
     }
 }

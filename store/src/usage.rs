@@ -44,13 +44,28 @@ pub(crate) fn charging(script: &str) -> redis::Script {
 
 #[async_trait]
 pub trait Usage: Send + Sync + 'static {
+    /// `tenant`'s totals per hour over the hours that overlap `[from_ms, to_ms)`, each with
+    /// its start, in order; hours that charged nothing are left out.
+    async fn hourly(
+        &self,
+        tenant: Option<&str>,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> Result<Vec<(u64, UsageTotals)>, Error>;
+
     /// `tenant`'s totals over the hours that overlap `[from_ms, to_ms)`.
     async fn usage(
         &self,
         tenant: Option<&str>,
         from_ms: u64,
         to_ms: u64,
-    ) -> Result<UsageTotals, Error>;
+    ) -> Result<UsageTotals, Error> {
+        let mut totals = UsageTotals::default();
+        for (_, hour) in self.hourly(tenant, from_ms, to_ms).await? {
+            totals.add_all(&hour);
+        }
+        Ok(totals)
+    }
 }
 
 /// The hours overlapping `[from_ms, to_ms)`, each as its start.
@@ -61,31 +76,36 @@ pub fn hours(from_ms: u64, to_ms: u64) -> impl Iterator<Item = u64> {
 
 #[async_trait]
 impl Usage for crate::RedisStore {
-    async fn usage(
+    async fn hourly(
         &self,
         tenant: Option<&str>,
         from_ms: u64,
         to_ms: u64,
-    ) -> Result<UsageTotals, Error> {
-        let keys: Vec<String> = hours(from_ms, to_ms)
-            .map(|hour| crate::keys::usage(self.prefix(), tenant, hour))
-            .collect();
-        let mut totals = UsageTotals::default();
+    ) -> Result<Vec<(u64, UsageTotals)>, Error> {
+        let starts: Vec<u64> = hours(from_ms, to_ms).collect();
+        let mut series = Vec::new();
         // Pipelined in chunks: a year is 8766 hashes.
-        for chunk in keys.chunks(500) {
+        for chunk in starts.chunks(500) {
             let mut pipe = redis::pipe();
-            for key in chunk {
-                pipe.hgetall(key);
+            for hour in chunk {
+                pipe.hgetall(crate::keys::usage(self.prefix(), tenant, *hour));
             }
             let hashes: Vec<Vec<(String, u64)>> = pipe
                 .query_async(&mut self.connection())
                 .await
                 .map_err(crate::redis::backend)?;
-            for (name, value) in hashes.into_iter().flatten() {
-                totals.add(&name, value);
+            for (hour, fields) in chunk.iter().zip(hashes) {
+                if fields.is_empty() {
+                    continue;
+                }
+                let mut totals = UsageTotals::default();
+                for (name, value) in fields {
+                    totals.add(&name, value);
+                }
+                series.push((*hour, totals));
             }
         }
-        Ok(totals)
+        Ok(series)
     }
 }
 

@@ -447,11 +447,11 @@ async fn the_rest_of_the_state_is_under_its_names() {
     assert_eq!(tenants["acme"], 3);
 
     store
-        .announce("w1", None, Duration::from_secs(60))
+        .announce("w1", None, Some("{}"), Duration::from_secs(60))
         .await
         .unwrap();
     store
-        .announce("w2", Some("no model"), Duration::from_secs(60))
+        .announce("w2", Some("no model"), None, Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(
@@ -465,6 +465,12 @@ async fn the_rest_of_the_state_is_under_its_names() {
             .await
             .unwrap(),
         "no model"
+    );
+    assert_eq!(
+        raw.get::<_, String>(format!("{p}:workers:status:w1"))
+            .await
+            .unwrap(),
+        "{}"
     );
     let generators = store.generators().await.unwrap();
     assert_eq!((generators.able, generators.unable), (1, 1));

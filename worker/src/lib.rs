@@ -29,6 +29,7 @@ pub mod sandbox_turns;
 mod sandboxed;
 pub mod sessions;
 pub mod static_check;
+mod status;
 pub mod stubs;
 
 use std::sync::Arc;
@@ -135,6 +136,10 @@ pub struct Worker {
     weights: std::sync::RwLock<std::collections::HashMap<String, u32>>,
     /// Agent jobs' loops, when this worker has a model and holds sessions.
     agent: Option<agent::Agent>,
+    /// Its metrics, which its announcements summarize (`status`).
+    registry: prometheus::Registry,
+    /// When it was built, ms since the epoch.
+    started_ms: u64,
 }
 
 /// What a worker is built from besides its options, all given at once ([`Worker::build`]).
@@ -244,8 +249,10 @@ impl Worker {
             Some(metrics.sandbox.clone()),
             options.sandbox_retries,
         );
+        let name = name.unwrap_or_else(|| format!("worker-{}", std::process::id()));
         let pipeline = pipeline.map(|pipeline| {
             pipeline.in_worker(pipeline::InWorker {
+                name: name.clone(),
                 sandboxed: sandboxed.clone(),
                 shared_cases: metrics.shared_cases.clone(),
                 ends: flow::Ends {
@@ -255,7 +262,6 @@ impl Worker {
                 },
             })
         });
-        let name = name.unwrap_or_else(|| format!("worker-{}", std::process::id()));
         let agent = match (&pipeline, sessions) {
             (Some(pipeline), Some(sessions)) => pipeline.model.clone().map(|model| {
                 let mut agent = agent::Agent::new(
@@ -284,6 +290,8 @@ impl Worker {
             tenants: stores.tenants.clone(),
             weights: Default::default(),
             agent,
+            registry: registry.clone(),
+            started_ms: proto::now_ms(),
         })
     }
 
@@ -408,7 +416,17 @@ impl Worker {
         };
         let unable = self.can_generate().err();
         loop {
-            if let Err(e) = presence.announce(id, unable.as_deref(), PRESENCE_TTL).await {
+            let status = status::of(
+                &self.registry.gather(),
+                self.started_ms,
+                proto::now_ms(),
+                unable.clone(),
+            );
+            let status = serde_json::to_string(&status).ok();
+            if let Err(e) = presence
+                .announce(id, unable.as_deref(), status.as_deref(), PRESENCE_TTL)
+                .await
+            {
                 tracing::debug!(error = %e, "cannot announce this worker");
             }
             tokio::select! {

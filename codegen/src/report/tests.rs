@@ -121,7 +121,8 @@ fn progress_lines_name_the_step() {
         progress_line(
             at,
             &Progress::Planned {
-                functions: vec!["a".into(), "b".into()]
+                functions: vec!["a".into(), "b".into()],
+                dependencies: [("b".to_owned(), vec!["a".to_owned()])].into(),
             }
         ),
         "[   1.5s] planned 2 functions: a, b"
@@ -135,9 +136,20 @@ fn progress_lines_name_the_step() {
                 passed: false,
                 error_kind: Some(ErrorKind::Runtime),
                 validation: None,
+                worker: Some("w1".into()),
             }
         ),
         "[   1.5s] a: attempt 1 ✗ runtime"
+    );
+    assert_eq!(
+        progress_line(
+            at,
+            &Progress::FunctionStarted {
+                function: "a".into(),
+                worker: Some("w1".into()),
+            }
+        ),
+        "[   1.5s] a: started on w1"
     );
     assert_eq!(
         progress_line(

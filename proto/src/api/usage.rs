@@ -18,6 +18,53 @@ pub struct Usage {
     pub to_ms: u64,
     #[serde(flatten)]
     pub totals: UsageTotals,
+    /// The totals per hour or per day (`per`), oldest first; periods that charged nothing
+    /// are left out. Only when `per` was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub series: Option<Vec<UsagePeriod>>,
+}
+
+/// One hour's or one day's (UTC) totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsagePeriod {
+    /// The period's start, ms since the epoch.
+    pub from_ms: u64,
+    #[serde(flatten)]
+    pub totals: UsageTotals,
+}
+
+/// How `GET /v1/usage` divides its window (`per`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UsagePer {
+    Hour,
+    Day,
+}
+
+impl UsagePer {
+    pub fn millis(self) -> u64 {
+        match self {
+            UsagePer::Hour => 3_600_000,
+            UsagePer::Day => 86_400_000,
+        }
+    }
+
+    /// `hours` (each hour's start and totals, in order) added up per period.
+    pub fn group(self, hours: &[(u64, UsageTotals)]) -> Vec<UsagePeriod> {
+        let mut periods: Vec<UsagePeriod> = Vec::new();
+        for (start, totals) in hours {
+            let from_ms = start - start % self.millis();
+            match periods.last_mut() {
+                Some(last) if last.from_ms == from_ms => last.totals.add_all(totals),
+                _ => periods.push(UsagePeriod {
+                    from_ms,
+                    totals: *totals,
+                }),
+            }
+        }
+        periods
+    }
 }
 
 /// What work cost, added up.
@@ -63,6 +110,13 @@ impl UsageTotals {
             _ => return,
         };
         *field = field.saturating_add(value);
+    }
+
+    /// Adds every field of `other`.
+    pub fn add_all(&mut self, other: &Self) {
+        for (name, value) in other.fields() {
+            self.add(name, value);
+        }
     }
 
     /// What one ended job cost, as its result reports it.
@@ -115,5 +169,31 @@ mod tests {
         for (name, value) in one.fields() {
             assert_eq!(json[name], 2 * value, "{name}");
         }
+    }
+
+    #[test]
+    fn hours_add_up_per_utc_day_and_keep_their_order() {
+        let hour = UsagePer::Hour.millis();
+        let day = UsagePer::Day.millis();
+        let jobs = |n| UsageTotals {
+            jobs: n,
+            ..Default::default()
+        };
+        let hours = [
+            (day - hour, jobs(1)),
+            (day, jobs(2)),
+            (day + 5 * hour, jobs(3)),
+            (3 * day, jobs(4)),
+        ];
+        let per_day: Vec<(u64, u64)> = UsagePer::Day
+            .group(&hours)
+            .iter()
+            .map(|p| (p.from_ms, p.totals.jobs))
+            .collect();
+        assert_eq!(per_day, vec![(0, 1), (day, 5), (3 * day, 4)]);
+        assert_eq!(UsagePer::Hour.group(&hours).len(), 4);
+        let json = serde_json::to_value(UsagePer::Hour.group(&hours)[1]).unwrap();
+        assert_eq!(json["from_ms"], day);
+        assert_eq!(json["jobs"], 2);
     }
 }

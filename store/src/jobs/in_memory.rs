@@ -413,13 +413,19 @@ impl JobStore for MemoryJobs {
 
 #[async_trait]
 impl crate::usage::Usage for MemoryJobs {
-    async fn usage(
+    async fn hourly(
         &self,
         tenant: Option<&str>,
         from_ms: u64,
         to_ms: u64,
-    ) -> Result<proto::api::UsageTotals, Error> {
-        Ok(self.usage_of(tenant, from_ms, to_ms))
+    ) -> Result<Vec<(u64, proto::api::UsageTotals)>, Error> {
+        let s = self.state();
+        Ok(crate::usage::hours(from_ms, to_ms)
+            .filter_map(|hour| {
+                let charged = s.usage.get(&(tenant.map(str::to_owned), hour))?;
+                Some((hour, *charged))
+            })
+            .collect())
     }
 }
 

@@ -175,6 +175,7 @@ async fn writes_carry_their_events_and_answer_the_status<S: JobStore + Clone>(st
     let plan = fan_in();
     let planned = Progress::Planned {
         functions: vec!["a".into()],
+        dependencies: Default::default(),
     };
     let started = store.start_job(&m, &plan, Some(&planned)).await.unwrap();
     assert_eq!(started.status, Some(JobStatus::Running));
@@ -201,6 +202,7 @@ async fn writes_carry_their_events_and_answer_the_status<S: JobStore + Clone>(st
         passed: false,
         error_kind: None,
         validation: None,
+        worker: Some("w1".into()),
     };
     let saved = store
         .save_function(job, &outcome, Some(&attempt))
@@ -432,6 +434,7 @@ async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) 
                 job,
                 &Progress::FunctionStarted {
                     function: format!("f{i}"),
+                    worker: None,
                 },
             )
             .await
@@ -443,7 +446,7 @@ async fn events_are_read_in_order_after_a_cursor<S: JobStore + Clone>(store: S) 
     let names: Vec<_> = rest
         .iter()
         .map(|e| match &e.event {
-            Progress::FunctionStarted { function } => function.as_str(),
+            Progress::FunctionStarted { function, .. } => function.as_str(),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -504,24 +504,55 @@ async fn presence_tells_whether_any_worker_can_generate() {
         "no worker: accepted"
     );
     store
-        .announce("w1", Some("model not configured"), ttl)
+        .announce("w1", Some("model not configured"), None, ttl)
         .await
         .unwrap();
     let refusal = store.generators().await.unwrap().refusal().unwrap();
     assert!(refusal.contains("model not configured"), "{refusal}");
     store
-        .announce("w2", None, Duration::from_secs(60))
+        .announce(
+            "w2",
+            None,
+            Some(r#"{"in_flight":3}"#),
+            Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert_eq!(store.generators().await.unwrap().refusal(), None);
+    // The live workers, able first, each with what it last said.
+    let live = store.workers().await.unwrap();
+    let seen: Vec<_> = live
+        .iter()
+        .map(|w| (w.id.as_str(), w.able, w.status.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("w2", true, Some(r#"{"in_flight":3}"#)),
+            ("w1", false, None)
+        ]
+    );
     store.withdraw("w2").await.unwrap();
     assert!(store.generators().await.unwrap().refusal().is_some());
-    // A worker that stops announcing drops out.
+    let gone = store.workers().await.unwrap();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    // A worker that stops announcing drops out, and so does what it said.
+    store.announce("w3", None, Some("{}"), ttl).await.unwrap();
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(
         store.generators().await.unwrap(),
         store::Generators::default()
     );
+    assert_eq!(store.workers().await.unwrap(), []);
+    // Back without saying anything: what it said before expired with it.
+    store
+        .announce("w3", None, None, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let back = store.workers().await.unwrap();
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert_eq!(back[0].status, None, "{back:?}");
+    store.withdraw("w3").await.unwrap();
 }
 
 /// A seat keeps its place under the cluster limit from one call to the next (another

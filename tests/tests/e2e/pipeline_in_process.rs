@@ -53,7 +53,7 @@ fn position(events: &[Progress], event: impl Fn(&Progress) -> bool) -> Option<us
 fn started(events: &[Progress], name: &str) -> Option<usize> {
     position(
         events,
-        |e| matches!(e, Progress::FunctionStarted { function } if function == name),
+        |e| matches!(e, Progress::FunctionStarted { function, .. } if function == name),
     )
 }
 

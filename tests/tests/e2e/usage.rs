@@ -191,6 +191,47 @@ async fn usage_adds_up_to_the_results_of_each_tenant() {
         );
     }
 
+    // Per hour and per day: periods that add up to the same totals, oldest first, each on
+    // its period's boundary.
+    for (per, length) in [("hour", 3_600_000u64), ("day", 86_400_000)] {
+        let (status, divided) = call(
+            &cluster,
+            Method::GET,
+            &format!("/v1/usage?per={per}"),
+            "key-acme",
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{divided}");
+        let series = divided["series"].as_array().expect("a series");
+        assert!(!series.is_empty(), "{divided}");
+        let starts: Vec<u64> = series
+            .iter()
+            .map(|p| p["from_ms"].as_u64().unwrap())
+            .collect();
+        assert!(starts.windows(2).all(|w| w[0] < w[1]), "{per}: {starts:?}");
+        assert!(starts.iter().all(|s| s % length == 0), "{per}: {starts:?}");
+        for (name, value) in expected.as_object().unwrap() {
+            let summed: u64 = series.iter().map(|p| p[name].as_u64().unwrap()).sum();
+            assert_eq!(summed, value.as_u64().unwrap(), "{per} {name}: {divided}");
+        }
+    }
+    assert!(
+        usage.get("series").is_none(),
+        "no series unless asked: {usage}"
+    );
+    let (status, body) = call(
+        &cluster,
+        Method::GET,
+        "/v1/usage?per=week",
+        "key-acme",
+        None,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "invalid_query", "{body}");
+    assert!(body.to_string().contains("per"), "{body}");
+
     // Another tenant's work is apart; only an admin reads another tenant's usage.
     let (_, globex) = call(&cluster, Method::GET, "/v1/usage", "key-globex", None).await;
     assert_eq!(globex["executions"], 2, "{globex}");

@@ -277,6 +277,7 @@ impl Pipeline {
             job,
             Progress::FunctionStarted {
                 function: spec.name.clone(),
+                worker: self.worker.clone(),
             },
         );
         // The request's own examples are the tests when it gave some, and with one candidate
@@ -565,6 +566,7 @@ impl Pipeline {
                                 passed: true,
                                 error_kind: None,
                                 validation: Some(Validation::StaticAnalysisOnly),
+                                worker: self.worker.clone(),
                             });
                         }
                         Err(problem) => CaseRun {
@@ -593,6 +595,7 @@ impl Pipeline {
                 passed: run.passed,
                 error_kind: run.error_kind,
                 validation: None,
+                worker: self.worker.clone(),
             };
             self.count_uses(meta, &spec.name, &found, run.passed).await;
             if run.passed {

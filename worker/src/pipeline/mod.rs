@@ -231,6 +231,8 @@ pub struct Pipeline {
     pub(crate) shared_cases: Option<prometheus::IntCounterVec>,
     /// Lessons from repairs that worked (`None`: no memory).
     pub(crate) memory: Option<memory::Memory>,
+    /// The worker's name, on the events of the work it runs (`None` until it belongs to one).
+    pub(crate) worker: Option<String>,
 }
 
 /// What a worker gives its pipeline ([`Pipeline::in_worker`]).
@@ -239,6 +241,8 @@ pub(crate) struct InWorker {
     /// `codegen_sandbox_shared_cases_total`.
     pub shared_cases: prometheus::IntCounterVec,
     pub ends: flow::Ends,
+    /// Its name (`parts.name`).
+    pub name: String,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -273,6 +277,7 @@ impl Pipeline {
             shared_runs: Arc::new(shared_runs::SharedRuns::new(run_timeout_ms)),
             shared_cases: None,
             memory: None,
+            worker: None,
             no_model: "no model is configured for this worker ([model] settings)".into(),
         }
     }
@@ -283,6 +288,7 @@ impl Pipeline {
         self.sandboxed = worker.sandboxed;
         self.shared_cases = Some(worker.shared_cases);
         self.flow = self.flow.with_ends(worker.ends);
+        self.worker = Some(worker.name);
         self
     }
 
