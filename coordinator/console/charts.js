@@ -19,10 +19,11 @@
     return el;
   }
 
-  /** A drawing `width` × `height` user units wide that scales to its container's width. */
+  /** A drawing `width` × `height` user units, that many pixels wide at most: console.css
+   * shrinks it to a narrower container (or lets it scroll on a phone). */
   function canvas(width, height, props = {}) {
     return s("svg", {
-      viewBox: `0 0 ${width} ${height}`, width: "100%", preserveAspectRatio: "xMinYMin meet",
+      viewBox: `0 0 ${width} ${height}`, width, preserveAspectRatio: "xMinYMin meet",
       role: "img", ...props,
     });
   }
@@ -212,17 +213,19 @@
   // Bars over time, and meters
 
   /** A bar chart of `points` (`{from_ms, value}`, one per period of `periodMs`, gaps filled
-   * with zero) titled `title`, the values shown by `format`. */
-  function overTime(title, points, periodMs, format, id) {
+   * with zero) titled `title`, the values shown by `format`; `counts`: whole numbers only on
+   * the axis. */
+  function overTime(title, points, periodMs, format, id, counts = false) {
     const W = 900, H = 170, LEFT = 64, BOTTOM = 24, TOP = 22, PAD = 8;
     const max = Math.max(0, ...points.map((p) => p.value));
-    const top = max > 0 ? niceStep(max, 4) * Math.ceil(max / niceStep(max, 4)) : 1;
+    const step = Math.max(counts ? 1 : 0, niceStep(max || 1, 4));
+    const top = step * Math.max(1, Math.ceil(max / step));
     const span = W - LEFT - PAD;
     const slot = span / Math.max(points.length, 1);
     const y = (v) => TOP + (1 - v / top) * (H - TOP - BOTTOM);
     const svg = canvas(W, H, { class: "chart", id, "aria-label": title });
     svg.append(s("text", { class: "chart-title", x: LEFT, y: 14, text: title }));
-    for (let v = 0; v <= top + 1e-9; v += top / 4) {
+    for (let v = 0; v <= top + 1e-9; v += step) {
       svg.append(s("line", { class: "tick", x1: LEFT, x2: W - PAD, y1: y(v), y2: y(v) }),
         s("text", { class: "axis", x: LEFT - 6, y: y(v) + 4, "text-anchor": "end", text: format(v) }));
     }

@@ -1428,8 +1428,8 @@
     const time = (v) => Charts.seconds(v);
     return h("section", { id: "usage-charts", "data-per": unit, "data-periods": starts.length },
       h("h3", { text: `Per ${unit}` }),
-      h("div", { class: "picture" }, Charts.overTime("jobs", series((p) => p.jobs), period, count, "usage-chart-jobs")),
-      h("div", { class: "picture" }, Charts.overTime("executions", series((p) => p.executions), period, count, "usage-chart-executions")),
+      h("div", { class: "picture" }, Charts.overTime("jobs", series((p) => p.jobs), period, count, "usage-chart-jobs", true)),
+      h("div", { class: "picture" }, Charts.overTime("executions", series((p) => p.executions), period, count, "usage-chart-executions", true)),
       h("div", { class: "picture" }, Charts.overTime("tokens (prompt + completion)", series((p) => p.prompt_tokens + p.completion_tokens), period, compact, "usage-chart-tokens")),
       h("div", { class: "picture" }, Charts.overTime("sandbox time", series((p) => p.sandbox_ms), period, time, "usage-chart-sandbox")));
   }

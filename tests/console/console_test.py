@@ -43,6 +43,8 @@ def parse_args():
     parser.add_argument("--key-b", required=True, help="tenant B's API key")
     parser.add_argument("--tenant-b", default="globex", help="tenant B's name")
     parser.add_argument("--key-slow", required=True, help="a key whose tenant may make 1 request/s")
+    parser.add_argument("--key-ops", required=True, help="an admin tenant's key (the cluster page)")
+    parser.add_argument("--worker", required=True, help="the worker's name (worker.name)")
     parser.add_argument("--out", required=True, help="folder for the screenshots")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     parser.add_argument("--only", action="append", help="run only these checks (repeatable)")
@@ -222,8 +224,11 @@ def check_job_submitted_and_watched(browser):
     page.wait_for_selector('#job-events li[data-event="planned"]')
     page.wait_for_selector("#job-functions tr[data-function='sieve']")
     seen_running = status.get_attribute("data-status")
+    # The graph is drawn from the plan, before any function ran.
+    page.wait_for_selector("#job-graph g.node[data-function='sum_primes']", state="attached")
     shot(page, "job-running")
     expect(status).to_have_attribute("data-status", "succeeded", timeout=JOB_WAIT_MS)
+    check_job_pictures(page)
     events = page.locator("#job-events li").evaluate_all("items => items.map(i => i.dataset.event)")
     for expected in ["queued", "planned", "function_started", "attempt", "function_done", "finished"]:
         assert expected in events, f"{expected} not among the events shown: {events}"
@@ -244,6 +249,50 @@ def check_job_submitted_and_watched(browser):
     STATE["job_events_shown"] = len(events)
     RESULTS.append({"note": f"job {job_id} first shown {first}, then {seen_running}"})
     page.close()
+
+
+def check_job_pictures(page):
+    """The ended job's graph (each function passed, the edge sieve → sum_primes), its timeline
+    (the plan's bar, one bar per attempt, each in the worker's lane) and its events' times."""
+    graph = page.locator("#job-graph")
+    for name in ["sieve", "sum_primes"]:
+        expect(graph.locator(f"g.node[data-function='{name}']")).to_have_attribute("data-state", "passed")
+    expect(graph.locator("path.edge[data-from='sieve'][data-to='sum_primes']")).to_have_count(1)
+    expect(graph.locator("path.edge")).to_have_count(1)
+    timeline = page.locator("#job-timeline")
+    expect(timeline.locator("g.bar[data-function='plan']")).to_have_count(1)
+    expect(timeline.locator("g.bar[data-function='sieve']")).to_have_count(1)
+    # sum_primes was repaired once: two attempts, the first failed.
+    repaired = timeline.locator("g.bar[data-function='sum_primes']")
+    expect(repaired).to_have_count(2)
+    outcomes = repaired.evaluate_all("bars => bars.map(b => [b.dataset.attempt, b.dataset.outcome])")
+    assert outcomes == [["1", "failed"], ["2", "passed"]], outcomes
+    expect(timeline.locator("g.bar[data-outcome='running']")).to_have_count(0)
+    workers = timeline.locator("g.bar:not([data-function='plan'])").evaluate_all(
+        "bars => [...new Set(bars.map(b => b.dataset.worker))]"
+    )
+    assert workers == [ARGS.worker], f"the attempts' lanes: {workers}"
+    # Bars start where the work did: the plan before the functions, sieve before sum_primes
+    # (its dependency), a repair after its first attempt.
+    boxes = {
+        (b["function"], b["attempt"]): b
+        for b in timeline.locator("g.bar").evaluate_all(
+            "bars => bars.map(b => { const r = b.querySelector('rect');"
+            " return {function: b.dataset.function, attempt: b.dataset.attempt,"
+            " x: +r.getAttribute('x'), w: +r.getAttribute('width')}; })"
+        )
+    }
+    plan, sieve = boxes[("plan", "1")], boxes[("sieve", "1")]
+    first, repair = boxes[("sum_primes", "1")], boxes[("sum_primes", "2")]
+    assert plan["x"] + plan["w"] <= sieve["x"] + 0.01, boxes
+    assert sieve["x"] + sieve["w"] <= first["x"] + 0.01, boxes
+    assert abs(first["x"] + first["w"] - repair["x"]) < 0.01, boxes
+    # Events: times from the job's first event, in order, not stream ids.
+    times = page.locator("#job-events li").evaluate_all("items => items.map(i => +i.dataset.atMs)")
+    assert times[0] == 0 and times == sorted(times), times
+    first_text = page.locator("#job-events li").first.inner_text()
+    assert first_text.startswith("+0.000 s"), first_text
+    assert not re.search(r"\d{13}-\d+", page.inner_text("#job-events")), "a raw stream id is shown"
 
 
 def check_job_stream_resumes_with_last_event_id(browser):
@@ -455,7 +504,26 @@ def check_usage(browser):
     assert jobs >= expected_jobs, f"usage shows {jobs} jobs, expected {expected_jobs}"
     assert executions >= expected_executions, f"{executions} executions, expected {expected_executions}"
     assert int(page.locator("#usage-model-calls").inner_text()) > 0
+    # The charts: a bar per hour of the day's window (periods without work at zero), adding up
+    # to the totals; per day, the same totals in one or two bars.
+    charts = page.locator("#usage-charts")
+    expect(charts).to_have_attribute("data-per", "hour")
+    periods = int(charts.get_attribute("data-periods"))
+    assert 24 <= periods <= 25, periods
+    for chart, total in [("jobs", jobs), ("executions", executions)]:
+        columns = page.locator(f"#usage-chart-{chart} g.column")
+        expect(columns).to_have_count(periods)
+        values = columns.evaluate_all("cs => cs.map(c => +c.dataset.value)")
+        assert sum(values) == total, f"{chart}: {values} against {total}"
+        assert sum(1 for v in values if v > 0) >= 1, values
     shot(page, "usage")
+    page.select_option("#usage-per", "day")
+    page.click("#usage-show")
+    day = page.locator("#usage-charts")
+    expect(day).to_have_attribute("data-per", "day")
+    values = day.locator("#usage-chart-jobs g.column").evaluate_all("cs => cs.map(c => +c.dataset.value)")
+    assert 1 <= len(values) <= 2 and sum(values) == jobs, values
+    page.select_option("#usage-per", "auto")
     # Another tenant's usage is for admin tenants only.
     page.fill("#usage-tenant", ARGS.tenant_b)
     page.click("#usage-show")
@@ -463,6 +531,84 @@ def check_usage(browser):
     assert "admin" in text, text
     shot(page, "error-403")
     page.close()
+
+
+def check_cluster_page(browser):
+    """A tenant's key gets 403 on the cluster page; an admin's sees the worker with its pools
+    and model, the queues with their consumers, and rates from the second refresh on."""
+    page = new_page(STATE["context_a"], "A cluster")
+    page.goto(console_url("#/cluster"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/cluster", "cluster", ready=False)
+    text = expect_error(page, 403, "forbidden")
+    assert "admin" in text, text
+    page.close()
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = new_page(context, "ops cluster")
+    page.goto(console_url("#/cluster"))
+    set_key(page, ARGS.key_ops)
+    open_view(page, "#/cluster", "cluster")
+    worker = page.locator(f"#cluster-worker-list tr[data-worker='{ARGS.worker}']")
+    expect(worker).to_have_count(1)
+    tasks = page.locator("#cluster-queues tr[data-queue$='.tasks']")
+    expect(tasks).to_have_count(1)
+    assert int(tasks.locator(".queue-consumers").inner_text()) >= 1
+    lanes = page.locator("#cluster-queues tr[data-queue*='.tasks.tenant.acme']")
+    expect(lanes).to_have_count(1)
+    assert int(lanes.locator(".queue-consumers").inner_text()) >= 1
+    pool = page.locator(f"#cluster-pools tr[data-worker='{ARGS.worker}'][data-language='python']")
+    expect(pool).to_have_count(1)
+    assert int(pool.locator(".pool-size").inner_text()) >= 1
+    model = page.locator("#cluster-models tbody tr")
+    expect(model).to_have_count(1)
+    assert int(model.locator(".model-limit").inner_text()) >= 1
+    # Rates need two answers: the page refreshes by itself.
+    page.wait_for_selector("#cluster-live[data-refreshes='2']", state="attached")
+    expect(page.locator("#cluster-rate-completed")).not_to_have_text("–")
+    shot(page, "cluster")
+    STATE["context_ops"] = context
+    page.close()
+
+
+# A phone's screen (an iPhone 12's CSS pixels).
+PHONE = {"width": 390, "height": 844}
+
+
+def check_every_page_fits_a_phone(browser):
+    """Every page at a phone's width: drawn, nothing wider than the screen, a screenshot."""
+    job, batch, executions = need("job_a", "batch_a", "executions_a")
+    session = STATE.get("session_a")
+    pages = [
+        ("jobs", "#/jobs", "jobs", ARGS.key_a),
+        ("job", f"#/jobs/{job}", "jobs", ARGS.key_a),
+        ("batches", "#/batches", "batches", ARGS.key_a),
+        ("batch", f"#/batches/{batch}", "batches", ARGS.key_a),
+        ("executions", "#/executions", "executions", ARGS.key_a),
+        ("execution", f"#/executions/{executions[0]}", "executions", ARGS.key_a),
+        ("playground", "#/playground", "playground", ARGS.key_a),
+        ("sessions", "#/sessions", "sessions", ARGS.key_a),
+        ("usage", "#/usage", "usage", ARGS.key_a),
+        ("lessons", "#/lessons", "lessons", ARGS.key_a),
+        ("cluster", "#/cluster", "cluster", ARGS.key_ops),
+    ] + ([("session", f"#/sessions/{session}", "sessions", ARGS.key_a)] if session else [])
+    wide = []
+    for key in [ARGS.key_a, ARGS.key_ops]:
+        context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+        page = new_page(context, "phone")
+        page.goto(console_url("#/usage"))
+        set_key(page, key)
+        for name, hash_, view, for_key in pages:
+            if for_key != key:
+                continue
+            open_view(page, hash_, view)
+            if view == "jobs" and hash_ != "#/jobs":
+                page.wait_for_selector("#job-timeline", state="attached")
+            width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            if width[0] > width[1] + 1:
+                wide.append(f"{name}: {width[0]} px wide on a {width[1]} px screen")
+            shot(page, f"phone-{name}")
+        context.close()
+    assert not wide, "; ".join(wide)
 
 
 def check_lessons(browser):
@@ -616,8 +762,10 @@ CHECKS = [
     check_session_runs_cells,
     check_session_whose_kernel_died_says_how_it_ended,
     check_usage,
+    check_cluster_page,
     check_lessons,
     check_tenant_b_sees_none_of_a,
+    check_every_page_fits_a_phone,
     check_rate_limit_shows_429,
 ]
 

@@ -2,8 +2,10 @@
 //! Content-Security-Policy, and driven in a real headless browser (Debian's `chromium`, by
 //! Playwright from PyPI: tests/console/) against a coordinator and a worker with three
 //! tenants' keys and a scripted (FAKE) model: a job and a batch submitted and watched to their
-//! end in the page, programs run in the playground, a session's cells, the usage, and one
-//! tenant's console showing none of another's work. Screenshots of every page go to
+//! end in the page (its graph and its timeline by worker), programs run in the playground, a
+//! session's cells, the usage and its charts, the cluster page for an admin tenant's key only,
+//! every page at a phone's width, and one tenant's console showing none of another's work.
+//! Screenshots of every page (at 1280 px and at a phone's width) go to
 //! `.cluster/logs/console/`. An agent job's page, opened while its run is held at a step,
 //! shows its transcript as it grows (every text from the run as text), then its outcome;
 //! its screenshots go to `.cluster/logs/console/agent/`.
@@ -118,12 +120,17 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         .with_env("CODEGEN__COORDINATOR__API_KEYS__ACME", "key-acme")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__GLOBEX", "key-globex")
         .with_env("CODEGEN__COORDINATOR__API_KEYS__SLOW", "key-slow")
+        .with_env("CODEGEN__COORDINATOR__API_KEYS__OPS", "key-ops")
+        .with_env("CODEGEN__COORDINATOR__ADMIN_TENANTS", "ops")
         .with_env(
             "CODEGEN__COORDINATOR__TENANTS__SLOW__REQUESTS_PER_SECOND",
             "1",
         );
     let coordinator = cluster.coordinator().await;
     let (worker, _) = cluster.worker("worker").await;
+    // The name it announces itself by (codegen's `worker`: host name and process id).
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let worker_name = format!("{}-{}", hostname.trim(), worker.pid());
 
     let out = tests::root().join(".cluster/logs/console");
     std::fs::create_dir_all(&out).unwrap();
@@ -137,6 +144,7 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         .args(["--url", &cluster.url()])
         .args(["--key-a", "key-acme", "--key-b", "key-globex"])
         .args(["--tenant-b", "globex", "--key-slow", "key-slow"])
+        .args(["--key-ops", "key-ops", "--worker", &worker_name])
         .arg("--out")
         .arg(&out)
         .arg("--chromium")
@@ -169,7 +177,7 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         coordinator.log_text(),
         worker.log_text()
     );
-    assert!(summary["passed"].as_u64().unwrap_or(0) >= 13, "{summary}");
+    assert!(summary["passed"].as_u64().unwrap_or(0) >= 15, "{summary}");
     for page in [
         "docs",
         "jobs",
@@ -183,6 +191,11 @@ async fn a_browser_drives_the_console_and_each_tenant_sees_only_its_own_work() {
         "session",
         "session-ended",
         "usage",
+        "cluster",
+        "phone-jobs",
+        "phone-job",
+        "phone-usage",
+        "phone-cluster",
         "error-401",
         "error-429",
         "tenant-b-jobs",
