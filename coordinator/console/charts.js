@@ -172,35 +172,57 @@
     return bars;
   }
 
+  /** Each bar's row within its lane: the first row free when it starts, so bars that
+   * overlap in time (work one worker ran at once) sit one above another. */
+  function rows(bars) {
+    const ends = new Map(); // lane → each row's last end
+    const row = new Map();
+    for (const bar of [...bars].sort((a, b) => a.from - b.from || a.to - b.to)) {
+      const lane = ends.get(bar.lane) || [];
+      let r = lane.findIndex((end) => end <= bar.from);
+      if (r < 0) r = lane.length;
+      lane[r] = bar.to;
+      ends.set(bar.lane, lane);
+      row.set(bar, r);
+    }
+    return row;
+  }
+
   /** The timeline of `bars` (from [`attempts`]): lanes top to bottom in order of first use,
-   * time left to right from the job's start. */
+   * a row in a lane for each attempt that ran beside another there, time left to right from
+   * the job's start. */
   function timeline(bars) {
     const LABEL = 150, W = 900, LANE = 30, TOP = 8, AXIS = 26, PAD = 8;
     const lanes = [];
     for (const bar of bars) if (!lanes.includes(bar.lane)) lanes.push(bar.lane);
+    const row = rows(bars);
+    const heightOf = (lane) => LANE * (1 + Math.max(0, ...bars.filter((b) => b.lane === lane).map((b) => row.get(b))));
+    const tops = [];
+    let next = TOP;
+    for (const lane of lanes) { tops.push(next); next += heightOf(lane); }
     const end = Math.max(1, ...bars.map((b) => b.to));
     const x = (ms) => LABEL + (ms / end) * (W - LABEL - PAD);
-    const height = TOP + Math.max(lanes.length, 1) * LANE + AXIS;
+    const height = Math.max(next, TOP + LANE) + AXIS;
     const svg = canvas(W, height, { class: "timeline", id: "job-timeline", "aria-label": "each attempt by the worker that ran it" });
     const step = niceStep(end, 6);
     for (let t = 0; t <= end + 1e-9; t += step) {
       svg.append(s("line", { class: "tick", x1: x(t), x2: x(t), y1: TOP, y2: height - AXIS + 4 }),
-        s("text", { class: "axis", x: x(t), y: height - 8, "text-anchor": "middle", text: seconds(t) }));
+        s("text", { class: "axis", x: x(t), y: height - 8, "text-anchor": x(t) > W - 40 ? "end" : "middle", text: seconds(t) }));
     }
     lanes.forEach((lane, i) => {
-      const y = TOP + i * LANE;
+      const y = tops[i];
       svg.append(s("g", { class: "lane", "data-lane": lane },
-        s("rect", { class: i % 2 ? "lane-bg odd" : "lane-bg", x: 0, y, width: W, height: LANE }),
+        s("rect", { class: i % 2 ? "lane-bg odd" : "lane-bg", x: 0, y, width: W, height: heightOf(lane) }),
         s("text", { class: "lane-name", x: 6, y: y + LANE / 2 + 5, text: cut(lane, 20) })));
     });
     for (const bar of bars) {
-      const y = TOP + lanes.indexOf(bar.lane) * LANE + 5;
+      const y = tops[lanes.indexOf(bar.lane)] + row.get(bar) * LANE + 5;
       const x0 = x(bar.from);
       const width = Math.max(2, x(bar.to) - x0);
       const label = bar.function === "plan" ? "plan" : `${bar.function} #${bar.attempt}`;
       svg.append(s("g", {
         class: `bar ${bar.outcome}`, "data-function": bar.function, "data-attempt": bar.attempt,
-        "data-worker": bar.lane, "data-outcome": bar.outcome,
+        "data-worker": bar.lane, "data-outcome": bar.outcome, "data-row": row.get(bar),
       },
       s("title", { text: `${label}: ${bar.outcome}, ${seconds(bar.to - bar.from)} from +${seconds(bar.from)} on ${bar.lane}` }),
       s("rect", { x: x0, y, width, height: LANE - 10, rx: 3 }),
@@ -264,5 +286,5 @@
     return svg;
   }
 
-  window.CodegenCharts = { layers, graph, attempts, timeline, overTime, meter, seconds };
+  window.CodegenCharts = { layers, graph, attempts, rows, timeline, overTime, meter, seconds };
 })();

@@ -295,6 +295,78 @@ def check_job_pictures(page):
     assert not re.search(r"\d{13}-\d+", page.inner_text("#job-events")), "a raw stream id is shown"
 
 
+# A four-function job as two workers ran it (in ms from its start): a and c at once on w1,
+# b on w2 (failed once, repaired), then d, which calls the three, on w2.
+PARALLEL_EVENTS = [
+    (0, "queued", {}),
+    (5, "planning", {}),
+    (100, "planned", {"functions": ["a", "b", "c", "d"], "dependencies": {"d": ["a", "b", "c"]}}),
+    (110, "function_started", {"function": "a", "worker": "w1"}),
+    (120, "function_started", {"function": "b", "worker": "w2"}),
+    (130, "function_started", {"function": "c", "worker": "w1"}),
+    (400, "attempt", {"function": "a", "attempt": 1, "passed": True, "worker": "w1"}),
+    (400, "function_done", {"function": "a", "passed": True, "attempts": 1}),
+    (500, "attempt", {"function": "b", "attempt": 1, "passed": False, "worker": "w2"}),
+    (650, "attempt", {"function": "c", "attempt": 1, "passed": True, "worker": "w1"}),
+    (650, "function_done", {"function": "c", "passed": True, "attempts": 1}),
+    (700, "attempt", {"function": "b", "attempt": 2, "passed": True, "worker": "w2"}),
+    (700, "function_done", {"function": "b", "passed": True, "attempts": 2}),
+    (710, "function_started", {"function": "d", "worker": "w2"}),
+]
+
+
+def check_pictures_of_parallel_work(browser):
+    """The console's own drawing code, in the browser, on a job two workers ran in parallel:
+    work one worker ran at once in two rows of its lane, each worker a lane, what still runs
+    drawn to now, the dependant after its three dependencies."""
+    page = new_page(STATE["context_a"], "pictures")
+    page.goto(console_url("#/jobs"))
+    set_key(page, ARGS.key_a)
+    open_view(page, "#/jobs", "jobs")
+    drawn = page.evaluate(
+        """events => {
+            const C = window.CodegenCharts;
+            const timed = events.map(([at, event, data]) => ({ at, event, data }));
+            const deps = timed[2].data.dependencies;
+            const graph = C.graph(["a", "b", "c", "d"], deps, () => ({ state: "done", passed: true, attempts: 1 }));
+            const timeline = C.timeline(C.attempts(timed, 1000));
+            const view = document.querySelector("#view > .page");
+            view.append(graph, timeline);
+            const bars = [...timeline.querySelectorAll("g.bar")].map((b) => {
+                const r = b.querySelector("rect");
+                return { key: `${b.dataset.function}#${b.dataset.attempt}`, worker: b.dataset.worker,
+                         row: +b.dataset.row, outcome: b.dataset.outcome,
+                         x: +r.getAttribute("x"), y: +r.getAttribute("y"), w: +r.getAttribute("width") };
+            });
+            const nodes = Object.fromEntries([...graph.querySelectorAll("g.node")].map((n) =>
+                [n.dataset.function, +n.querySelector("rect").getAttribute("x")]));
+            const edges = [...graph.querySelectorAll("path.edge")].map((e) => `${e.dataset.from}>${e.dataset.to}`);
+            return { bars, nodes, edges };
+        }""",
+        PARALLEL_EVENTS,
+    )
+    bars = {b["key"]: b for b in drawn["bars"]}
+    assert set(bars) == {"plan#1", "a#1", "b#1", "b#2", "c#1", "d#1"}, bars
+    assert (bars["a#1"]["worker"], bars["c#1"]["worker"]) == ("w1", "w1"), bars
+    # a and c ran at once on w1: two rows, c below a, overlapping in time.
+    assert (bars["a#1"]["row"], bars["c#1"]["row"]) == (0, 1), bars
+    assert bars["c#1"]["y"] > bars["a#1"]["y"], bars
+    assert bars["c#1"]["x"] < bars["a#1"]["x"] + bars["a#1"]["w"], bars
+    # b and its repair, then d, one after another in w2's one row, below w1's two.
+    for key in ["b#1", "b#2", "d#1"]:
+        assert (bars[key]["worker"], bars[key]["row"]) == ("w2", 0), bars
+        assert bars[key]["y"] > bars["c#1"]["y"], bars
+    assert bars["b#1"]["outcome"] == "failed" and bars["b#2"]["outcome"] == "passed", bars
+    assert bars["d#1"]["outcome"] == "running", bars
+    assert bars["d#1"]["x"] >= bars["b#2"]["x"] + bars["b#2"]["w"] - 0.01, bars
+    # The graph: d in the column after its three dependencies, an edge from each.
+    assert sorted(drawn["edges"]) == ["a>d", "b>d", "c>d"], drawn["edges"]
+    nodes = drawn["nodes"]
+    assert nodes["a"] == nodes["b"] == nodes["c"] < nodes["d"], nodes
+    shot(page, "pictures-parallel", check=False)
+    page.close()
+
+
 def check_job_stream_resumes_with_last_event_id(browser):
     (job_id,) = need("job_a")
     context = STATE["context_a"]
@@ -755,6 +827,7 @@ CHECKS = [
     check_bad_key_shows_401,
     check_playground_runs_programs,
     check_job_submitted_and_watched,
+    check_pictures_of_parallel_work,
     check_job_stream_resumes_with_last_event_id,
     check_jobs_list,
     check_executions_list_and_pages,
