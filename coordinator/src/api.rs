@@ -354,7 +354,7 @@ async fn openapi_json(Extension(Document(document)): Extension<Document>) -> Res
         ops::readyz,
         ops::metrics,
     ),
-    components(schemas(proto::Progress)),
+    components(schemas(proto::Progress, proto::api::UsagePer)),
     modifiers(&Security),
     security((), ("bearer" = []), ("api_key" = [])),
     tags(

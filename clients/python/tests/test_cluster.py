@@ -8,6 +8,7 @@ carries a nonce, so no test is answered from another run's solution cache.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 
@@ -552,3 +553,34 @@ def test_languages_usage_and_caches(client: Client):
     except cc.CachingDisabled:
         return
     assert stats.model and stats.solutions >= 0 and stats.functions >= 0
+
+
+def test_usage_per_hour_answers_a_series(client: Client):
+    client.executions.run("bash", "true")
+    usage = client.usage(per="hour")
+    assert usage.series, "the execution just run charged this hour"
+    assert all(usage.from_ms <= p.from_ms < usage.to_ms for p in usage.series)
+    assert [p.from_ms for p in usage.series] == sorted(p.from_ms for p in usage.series)
+    assert sum(p.executions for p in usage.series) == usage.executions
+    assert client.usage().series is None
+
+
+def test_the_cluster_is_for_admins(client: Client):
+    """An open API (no keys) makes every caller an admin; with keys, only
+    ``coordinator.admin_tenants``' may read it."""
+    client.executions.run("bash", "true")  # a worker is live
+    try:
+        view = client.cluster()
+    except cc.Forbidden:
+        assert os.environ.get("CODEGEN_API_KEY"), "an open API answers the cluster to anyone"
+        return
+    except cc.NotKept as e:
+        pytest.skip(f"this coordinator keeps no presence: {e.message}")
+    assert isinstance(view, models.ClusterView) and view.at_ms > 0
+    assert view.workers, "a ready coordinator has live workers"
+    for worker in view.workers:
+        assert worker.name
+        if worker.status is not None:
+            assert worker.status.started_ms <= worker.status.at_ms
+            assert all(pool.idle <= pool.live for pool in worker.status.pools)
+    assert view.queues or view.queues_error

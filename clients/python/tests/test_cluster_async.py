@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 
@@ -131,6 +132,21 @@ async def test_async_errors_are_typed(aclient: AsyncClient):
     usage = await aclient.usage()
     assert usage.to_ms > usage.from_ms
     assert "python" in (await aclient.languages()).names()
+
+
+async def test_the_async_cluster_and_usage_per_day(aclient: AsyncClient):
+    await aclient.executions.run("bash", "true")  # charged to this day; a worker is live
+    usage = await aclient.usage(per="day")
+    assert usage.series is not None
+    assert sum(p.jobs for p in usage.series) == usage.jobs
+    try:
+        view = await aclient.cluster()
+    except cc.Forbidden:
+        assert os.environ.get("CODEGEN_API_KEY"), "an open API answers the cluster to anyone"
+        return
+    except cc.NotKept as e:
+        pytest.skip(f"this coordinator keeps no presence: {e.message}")
+    assert isinstance(view, models.ClusterView) and view.workers
 
 
 async def _take(iterator, n):

@@ -57,6 +57,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/sessions/{id}/files/{path}"),
     ("PUT", "/v1/sessions/{id}/files/{path}"),
     ("GET", "/v1/usage"),
+    ("GET", "/v1/cluster"),
     ("GET", "/v1/languages"),
     ("GET", "/v1/cache/stats"),
     ("DELETE", "/v1/cache"),
@@ -492,13 +493,17 @@ def upload_session_file(session_id: str, path: str, data: bytes | str) -> Call[N
     )
 
 
-def get_usage(from_, to, tenant) -> Call[m.Usage]:
+def get_usage(from_, to, tenant, per=None) -> Call[m.Usage]:
     return Call(
         "GET",
         "/v1/usage",
         _model(m.Usage),
-        params={"from": _time(from_), "to": _time(to), "tenant": tenant},
+        params={"from": _time(from_), "to": _time(to), "per": per, "tenant": tenant},
     )
+
+
+def get_cluster() -> Call[m.ClusterView]:
+    return Call("GET", "/v1/cluster", _model(m.ClusterView))
 
 
 def get_languages() -> Call[m.Languages]:

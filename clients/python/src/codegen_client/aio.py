@@ -107,8 +107,12 @@ class AsyncClient:
         to: str | _dt.datetime | None = None,
         *,
         tenant: str | None = None,
+        per: str | None = None,
     ) -> m.Usage:
-        return await self._call(b.get_usage(from_, to, tenant))
+        """``GET /v1/usage``: what the tenant's work that ended in ``[from_, to)`` cost
+        (default: the last day); ``per`` (``"hour"`` or ``"day"``, UTC) also answers the
+        totals per period as ``series``."""
+        return await self._call(b.get_usage(from_, to, tenant, per))
 
     async def languages(self) -> m.Languages:
         return await self._call(b.get_languages())
@@ -116,6 +120,10 @@ class AsyncClient:
     async def cache_stats(self) -> m.CacheStats:
         """``GET /v1/cache/stats``: entries and hit/miss counters of the caches."""
         return await self._call(b.cache_stats())
+
+    async def cluster(self) -> m.ClusterView:
+        """``GET /v1/cluster`` (admin tenants): the live workers and the broker's queues."""
+        return await self._call(b.get_cluster())
 
     async def clear_cache(self) -> m.CacheCleared:
         """``DELETE /v1/cache``: empties the solution and function caches (admin tenants)."""

@@ -108,10 +108,12 @@ class Client:
         to: str | _dt.datetime | None = None,
         *,
         tenant: str | None = None,
+        per: str | None = None,
     ) -> m.Usage:
         """``GET /v1/usage``: what the tenant's work that ended in ``[from_, to)`` cost
-        (default: the last day)."""
-        return self._call(b.get_usage(from_, to, tenant))
+        (default: the last day); ``per`` (``"hour"`` or ``"day"``, UTC) also answers the
+        totals per period as ``series``."""
+        return self._call(b.get_usage(from_, to, tenant, per))
 
     def languages(self) -> m.Languages:
         """``GET /v1/languages``."""
@@ -120,6 +122,12 @@ class Client:
     def cache_stats(self) -> m.CacheStats:
         """``GET /v1/cache/stats``: entries and hit/miss counters of the caches."""
         return self._call(b.cache_stats())
+
+    def cluster(self) -> m.ClusterView:
+        """``GET /v1/cluster`` (admin tenants): the live workers (what each announces: in
+        flight, sessions, pools, its model's calls against the limit, counters) and the
+        broker's queues."""
+        return self._call(b.get_cluster())
 
     def clear_cache(self) -> m.CacheCleared:
         """``DELETE /v1/cache``: empties the solution and function caches (admin tenants)."""

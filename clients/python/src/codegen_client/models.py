@@ -97,6 +97,7 @@ __all__ = [
     "ExecutionList",
     # usage, languages
     "Usage",
+    "UsagePeriod",
     "LanguageInfo",
     "Languages",
     # sessions
@@ -112,6 +113,13 @@ __all__ = [
     "SessionFiles",
     "CacheStats",
     "CacheCleared",
+    # the cluster
+    "ClusterView",
+    "WorkerView",
+    "WorkerStatus",
+    "PoolStatus",
+    "ModelStatus",
+    "QueueView",
     # lessons
     "Lesson",
     "LessonUse",
@@ -129,6 +137,7 @@ __all__ = [
     "JOB_MODES",
     "AGENT_ENDS",
     "LESSON_SOURCES",
+    "USAGE_PERIODS",
 ]
 
 #: Every status of an execution's verdict (`queued` is not one: it has none yet).
@@ -164,6 +173,8 @@ AGENT_ENDS = (
 )
 #: What made a lesson (``Lesson.source``): a pipeline repair, or an agent's edit.
 LESSON_SOURCES = ("repair", "agent")
+#: How ``GET /v1/usage`` divides its window into ``Usage.series`` (its ``per``).
+USAGE_PERIODS = ("hour", "day")
 
 
 class _Answer(BaseModel):
@@ -752,9 +763,13 @@ class ProgressPlanning(_ProgressBase):
 
 
 class ProgressPlanned(_ProgressBase):
+    """The plan: its functions, each after its dependencies (``dependencies``: each
+    function's, those without any left out; the edges of the job's graph)."""
+
     schema_variant = "planned"
     event: Literal["planned"]
     functions: list[str]
+    dependencies: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ProgressReplanning(_ProgressBase):
@@ -770,9 +785,12 @@ class ProgressFunctionCached(_ProgressBase):
 
 
 class ProgressFunctionStarted(_ProgressBase):
+    """A function's work began (``worker``: the worker that runs it)."""
+
     schema_variant = "function_started"
     event: Literal["function_started"]
     function: str
+    worker: str | None = None
 
 
 class ProgressAttempt(_ProgressBase):
@@ -783,6 +801,7 @@ class ProgressAttempt(_ProgressBase):
     passed: bool
     error_kind: str | None = None
     validation: str | None = None
+    worker: str | None = None  # the worker that ran it
 
 
 class ProgressFunctionDone(_ProgressBase):
@@ -1003,8 +1022,24 @@ class ExecutionList(_Answer):
 # --- usage, languages -----------------------------------------------------------------------
 
 
+class UsagePeriod(_Answer):
+    """One hour's or one day's (UTC) totals of ``Usage.series``, from ``from_ms``."""
+
+    schema_name = "UsagePeriod"
+    from_ms: int
+    jobs: int
+    executions: int
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    sandbox_ms: int
+    sandbox_cpu_ms: int
+
+
 class Usage(_Answer):
-    """``GET /v1/usage``: what the tenant's work that ended in ``[from_ms, to_ms)`` cost."""
+    """``GET /v1/usage``: what the tenant's work that ended in ``[from_ms, to_ms)`` cost;
+    with ``per`` (``hour`` or ``day``), also ``series``: the totals per period, oldest first
+    (periods that charged nothing left out)."""
 
     schema_name = "Usage"
     tenant: str | None = None
@@ -1017,6 +1052,7 @@ class Usage(_Answer):
     completion_tokens: int
     sandbox_ms: int
     sandbox_cpu_ms: int
+    series: list[UsagePeriod] | None = None
 
 
 class LanguageInfo(_Answer):
@@ -1167,6 +1203,79 @@ class CacheCleared(_Answer):
     removed: int
 
 
+# --- the cluster ----------------------------------------------------------------------------
+
+
+class PoolStatus(_Answer):
+    """One language's pool of warm containers on a worker (``size``: the warm ones it keeps,
+    ``live``: those existing, idle, busy or starting; ``waiting``: runs waiting for one)."""
+
+    schema_name = "PoolStatus"
+    language: str
+    size: int
+    idle: int
+    live: int
+    waiting: int
+
+
+class ModelStatus(_Answer):
+    """A worker's model: the calls allowed in flight across the cluster (``limit``), this
+    worker's in flight now, and its calls since it started by outcome (``ok``, ...)."""
+
+    schema_name = "ModelStatus"
+    provider: str
+    model: str
+    limit: int
+    in_flight: int
+    calls: dict[str, int] = Field(default_factory=dict)
+
+
+class WorkerStatus(_Answer):
+    """What a worker last announced from its own metrics (``unable``: why it cannot generate
+    code; ``tasks`` and ``sandbox_runs``: counts since it started, by outcome and verdict)."""
+
+    schema_name = "WorkerStatus"
+    started_ms: int
+    at_ms: int
+    unable: str | None = None
+    in_flight: int
+    sessions: int
+    pools: list[PoolStatus] = Field(default_factory=list)
+    model: ModelStatus | None = None
+    tasks: dict[str, int] = Field(default_factory=dict)
+    sandbox_runs: dict[str, int] = Field(default_factory=dict)
+
+
+class WorkerView(_Answer):
+    """A live worker (``generates``: it has a model; ``status``: absent from a worker that
+    announces none, e.g. an older one)."""
+
+    schema_name = "WorkerView"
+    name: str
+    generates: bool
+    status: WorkerStatus | None = None
+
+
+class QueueView(_Answer):
+    """One queue of the broker (``ready``: messages waiting for a consumer)."""
+
+    schema_name = "QueueView"
+    name: str
+    ready: int
+    consumers: int
+
+
+class ClusterView(_Answer):
+    """``GET /v1/cluster`` (admin tenants): the live workers and the broker's queues
+    (``queues`` empty with ``queues_error`` set when the broker could not be asked)."""
+
+    schema_name = "ClusterView"
+    at_ms: int
+    workers: list[WorkerView]
+    queues: list[QueueView]
+    queues_error: str | None = None
+
+
 # --- lessons --------------------------------------------------------------------------------
 
 
@@ -1311,6 +1420,7 @@ SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     BatchList,
     ExecutionSummary,
     ExecutionList,
+    UsagePeriod,
     Usage,
     LanguageInfo,
     Languages,
@@ -1326,6 +1436,12 @@ SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     SessionFiles,
     CacheStats,
     CacheCleared,
+    PoolStatus,
+    ModelStatus,
+    WorkerStatus,
+    WorkerView,
+    QueueView,
+    ClusterView,
     Lesson,
     LessonUse,
     LessonView,
@@ -1351,6 +1467,7 @@ ENUM_SCHEMAS: dict[str, tuple[str, ...]] = {
     "AgentEnd": AGENT_ENDS,
     "MemoryUse": MEMORY_USES,
     "LessonSource": LESSON_SOURCES,
+    "UsagePer": USAGE_PERIODS,
 }
 
 #: Unions tagged by a field whose every variant has its model here: the schema, its tag and
