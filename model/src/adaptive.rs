@@ -66,6 +66,8 @@ pub enum Reason {
     Timeout,
     /// The baseline is measured again, one call alone (or was, and the limit is back).
     Probe,
+    /// The server reported requests waiting in its own queue (vLLM's `/metrics`).
+    Queued,
 }
 
 impl Reason {
@@ -77,6 +79,7 @@ impl Reason {
             Reason::Latency => "latency",
             Reason::Timeout => "timeout",
             Reason::Probe => "probe",
+            Reason::Queued => "queued",
         }
     }
 }
@@ -140,7 +143,22 @@ pub struct State {
     /// next change.
     pub reason: Reason,
     pub changed_ms: u64,
+    /// When the server last reported requests waiting in its queue: the limit does not grow
+    /// for [`QUEUE_HOLD`] after.
+    #[serde(default)]
+    pub waiting_ms: u64,
 }
+
+/// What a server reports of its own queue (vLLM's `num_requests_running` and
+/// `num_requests_waiting`, every client's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerQueue {
+    pub running: u32,
+    pub waiting: u32,
+}
+
+/// How long a server's report of waiting requests holds the limit from growing.
+pub const QUEUE_HOLD: Duration = Duration::from_secs(10);
 
 impl State {
     /// Nothing measured: [`INITIAL`] (or the server's slots) under `ceiling`.
@@ -165,6 +183,7 @@ impl State {
             answered_ms: 0,
             reason,
             changed_ms: now_ms,
+            waiting_ms: 0,
         }
     }
 
@@ -311,7 +330,11 @@ impl State {
                         self.smoothed = Some((x, x));
                     }
                     Reason::Latency
-                } else if waiting < GROW_BELOW && sample.in_flight >= from && self.current(sample) {
+                } else if waiting < GROW_BELOW
+                    && sample.in_flight >= from
+                    && self.current(sample)
+                    && sample.at_ms.saturating_sub(self.waiting_ms) >= millis(QUEUE_HOLD)
+                {
                     // Only a full limit says whether more would keep the pace.
                     let ceiling = f64::from(self.ceiling.min(self.capacity.unwrap_or(u32::MAX)));
                     self.limit = (self.limit + 1.0 / self.limit).min(ceiling.max(1.0));
@@ -323,6 +346,21 @@ impl State {
         };
         let to = self.in_force();
         (to != from).then(|| self.changed(from, to, reason, sample.at_ms))
+    }
+
+    /// The server's report of its queue: with requests waiting, it runs `running` at once and
+    /// queues the rest, so the limit drops to what it runs (and holds from growing a while).
+    /// Every client's requests are in the report: a server shared with others leaves this
+    /// cluster fewer.
+    pub fn queued(&mut self, queue: ServerQueue, now_ms: u64) -> Option<Change> {
+        if queue.waiting == 0 || self.probe_ms.is_some() {
+            return None;
+        }
+        self.waiting_ms = self.waiting_ms.max(now_ms);
+        let from = self.in_force();
+        self.limit = self.limit.min(f64::from(queue.running.max(1)));
+        let to = self.in_force();
+        (to != from).then(|| self.changed(from, to, Reason::Queued, now_ms))
     }
 
     /// Whether an answer came within `within` before `now_ms`: a server that answers is slow,
@@ -470,6 +508,56 @@ mod tests {
         // Two callers never fill a limit of four: it does not grow past what they use.
         let (state, _) = simulate(16, 2, 500, 64, fixed, &[100]);
         assert_eq!(state.in_force(), INITIAL);
+    }
+
+    #[test]
+    fn a_server_reporting_waiting_requests_cuts_the_limit_to_what_it_runs_and_holds_it() {
+        let mut state = State::new(64, None, 0);
+        state.limit = 12.0;
+        let quiet = ServerQueue {
+            running: 3,
+            waiting: 0,
+        };
+        assert_eq!(state.queued(quiet, 1_000), None, "nothing waits: no change");
+        let busy = ServerQueue {
+            running: 5,
+            waiting: 7,
+        };
+        let change = state.queued(busy, 2_000).unwrap();
+        assert_eq!(
+            (change.from, change.to, change.reason),
+            (12, 5, Reason::Queued)
+        );
+        assert_eq!(state.queued(busy, 3_000), None, "already there");
+        // While the report is recent, answers that keep their pace do not grow it back.
+        let answer = |at_ms| Sample {
+            at_ms,
+            elapsed: Duration::from_millis(200),
+            in_flight: 5,
+            outcome: Outcome::Answered {
+                completion_tokens: 100,
+            },
+        };
+        for i in 0..20 {
+            state.observe(answer(4_000 + i));
+        }
+        assert_eq!(state.in_force(), 5);
+        // Once it is old, they do.
+        let later = 4_000 + millis(QUEUE_HOLD);
+        for i in 0..20 {
+            state.observe(answer(later + i));
+        }
+        assert!(state.in_force() > 5, "{}", state.in_force());
+        // A report of nothing running is not a limit of zero.
+        let mut empty = State::new(64, None, 0);
+        empty.queued(
+            ServerQueue {
+                running: 0,
+                waiting: 3,
+            },
+            1,
+        );
+        assert_eq!(empty.in_force(), 1);
     }
 
     #[test]

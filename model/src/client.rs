@@ -119,7 +119,20 @@ pub struct Model {
     prompted_tools: Arc<std::sync::atomic::AtomicBool>,
     /// Whether this process asked the server for its slots yet (once, before its first call).
     slots_asked: Arc<std::sync::atomic::AtomicBool>,
+    /// When this process last asked the server for its queue, and whether it has one to
+    /// report (a server that reports none is not asked again).
+    queue_asked: Arc<std::sync::Mutex<QueueAsked>>,
 }
+
+/// [`Model::queue_asked`].
+#[derive(Debug, Default)]
+struct QueueAsked {
+    last: Option<Instant>,
+    none: bool,
+}
+
+/// How often a process asks a server that reports its queue (vLLM's `/metrics`) for it.
+const QUEUE_EVERY: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -164,6 +177,7 @@ impl Model {
                 options.tool_calling == crate::ToolCalling::Prompted,
             )),
             slots_asked: Arc::default(),
+            queue_asked: Arc::default(),
             options: Arc::new(options),
             metrics,
         }
@@ -247,6 +261,33 @@ impl Model {
         if let Some(change) = self.limits.capacity(slots).await {
             self.limit_changed(change);
         }
+    }
+
+    /// Asks the server for its queue, at most every [`QUEUE_EVERY`], in the background: a
+    /// server that reports requests waiting holds the limit at what it runs. The first
+    /// answer without a report ends the asking.
+    fn ask_queue(&self) {
+        if !self.options.adaptive_concurrency {
+            return;
+        }
+        {
+            let mut asked = self.queue_asked.lock().expect("poisoned");
+            if asked.none || asked.last.is_some_and(|at| at.elapsed() < QUEUE_EVERY) {
+                return;
+            }
+            asked.last = Some(Instant::now());
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Some(queue) = this.provider.queue().await else {
+                this.queue_asked.lock().expect("poisoned").none = true;
+                return;
+            };
+            if let Some(change) = this.limits.queued(queue).await {
+                this.limit_changed(change);
+            }
+            this.show_limit();
+        });
     }
 
     /// `provider/model`, for results and logs.
@@ -768,6 +809,7 @@ impl Model {
             }
             // Another worker's change is read with each observation: shown here too.
             self.show_limit();
+            self.ask_queue();
         }
         call.add_exchange(elapsed);
         call.add_spent(outcome.as_ref().ok().map(|r| &r.usage));

@@ -18,6 +18,8 @@ pub(crate) struct Connection {
     /// Where a server may report how many calls it runs at once: llama.cpp's `/props`, at the
     /// server's root (the base URL without its `/v1`).
     pub props_url: String,
+    /// Where a server may report its queue: vLLM's Prometheus `/metrics`, at its root.
+    pub metrics_url: String,
     pub api_key: Option<String>,
 }
 
@@ -55,6 +57,7 @@ pub(crate) fn connection(
         endpoint: format!("{base}{path}"),
         probe_url: format!("{base}{probe_path}"),
         props_url: format!("{}/props", base.trim_end_matches("/v1")),
+        metrics_url: format!("{}/metrics", base.trim_end_matches("/v1")),
         api_key,
     })
 }
@@ -94,6 +97,79 @@ pub(crate) async fn slots(call: reqwest::RequestBuilder) -> Option<u32> {
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .filter(|n| *n > 0)
+}
+
+/// What the server runs and queues now, if it says: vLLM's `/metrics` has
+/// `vllm:num_requests_running` and `vllm:num_requests_waiting` (one series per model it
+/// serves, added up), llama.cpp's server (started with `--metrics`)
+/// `llamacpp:requests_processing` and `llamacpp:requests_deferred`. Anything else is no
+/// report.
+pub(crate) async fn queue(call: reqwest::RequestBuilder) -> Option<crate::adaptive::ServerQueue> {
+    let response = call.timeout(PROBE_TIMEOUT).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let text = response.text().await.ok()?;
+    server_queue(&text)
+}
+
+/// [`queue`]'s reading of a Prometheus text exposition.
+pub(crate) fn server_queue(text: &str) -> Option<crate::adaptive::ServerQueue> {
+    [
+        ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+        ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+    ]
+    .into_iter()
+    .find_map(|(running, waiting)| {
+        Some(crate::adaptive::ServerQueue {
+            running: gauge_total(text, running)?,
+            waiting: gauge_total(text, waiting)?,
+        })
+    })
+}
+
+/// The sum of every series of metric `name` in a Prometheus text exposition (`None`: none).
+///
+/// Read here rather than by a crate: the Rust parsers of this format either refuse the `:`
+/// that vLLM's and llama.cpp's names carry (prometheus-parse) or bring second copies of
+/// winnow and strum (prom_text_format_parser), and a sample line is only
+/// `name[{labels}] value [timestamp]`, labels quoted with backslash escapes.
+fn gauge_total(text: &str, name: &str) -> Option<u32> {
+    let mut found = false;
+    let mut sum = 0.0f64;
+    for line in text.lines() {
+        let Some(rest) = line.trim_start().strip_prefix(name) else {
+            continue;
+        };
+        let rest = match rest.chars().next() {
+            Some('{') => skip_labels(rest)?,
+            Some(c) if c.is_whitespace() => rest,
+            // Another metric whose name begins with this one.
+            _ => continue,
+        };
+        let value: f64 = rest.split_whitespace().next()?.parse().ok()?;
+        found = true;
+        if value.is_finite() && value > 0.0 {
+            sum += value;
+        }
+    }
+    found.then(|| u32::try_from(sum.round() as u64).unwrap_or(u32::MAX))
+}
+
+/// What follows the label set at the start of `s` (`{...}`), quotes and escapes honoured.
+fn skip_labels(s: &str) -> Option<&str> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => return Some(&s[i + 1..]),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` in seconds.
@@ -191,6 +267,55 @@ mod tests {
     use reqwest::header::HeaderValue;
 
     use super::*;
+
+    #[test]
+    fn a_servers_metrics_say_what_it_runs_and_queues() {
+        let vllm = r#"# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="meta-llama/Llama-3.1-8B-Instruct"} 4.0
+vllm:num_requests_running{model_name="other"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="meta-llama/Llama-3.1-8B-Instruct"} 3.0
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.93
+"#;
+        assert_eq!(
+            server_queue(vllm),
+            Some(crate::adaptive::ServerQueue {
+                running: 5,
+                waiting: 3
+            })
+        );
+        let llama = "# HELP llamacpp:requests_processing Number of requests processing.\n\
+                     # TYPE llamacpp:requests_processing gauge\n\
+                     llamacpp:requests_processing 1\n\
+                     # TYPE llamacpp:requests_deferred gauge\n\
+                     llamacpp:requests_deferred 4\n";
+        assert_eq!(
+            server_queue(llama),
+            Some(crate::adaptive::ServerQueue {
+                running: 1,
+                waiting: 4
+            })
+        );
+        // Label values may hold braces, quotes and spaces; a longer name is another metric.
+        let tricky = "vllm:num_requests_running{model_name=\"a} \\\"b\\\" c\"} 2\n\
+                      vllm:num_requests_running_total 99\n\
+                      vllm:num_requests_waiting 1e0 1700000000000\n";
+        assert_eq!(
+            server_queue(tricky),
+            Some(crate::adaptive::ServerQueue {
+                running: 2,
+                waiting: 1
+            })
+        );
+        // Another server's metrics (or none of these series): no report.
+        let other = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n";
+        assert_eq!(server_queue(other), None);
+        assert_eq!(server_queue("not metrics at all {"), None);
+    }
 
     #[test]
     fn status_classes() {

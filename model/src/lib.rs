@@ -393,6 +393,11 @@ pub trait Provider: Send + Sync + 'static {
     async fn slots(&self) -> Option<u32> {
         None
     }
+
+    /// What the server runs and queues now, if it reports it (vLLM's `/metrics`).
+    async fn queue(&self) -> Option<adaptive::ServerQueue> {
+        None
+    }
 }
 
 /// What identifies the answers a configuration gives, for cache keys: provider, model and

@@ -495,6 +495,22 @@ impl Limits {
         }
     }
 
+    /// The server reported its queue: with requests waiting, the limit drops to what it runs
+    /// (`adaptive::State::queued`).
+    pub async fn queued(&self, queue: crate::adaptive::ServerQueue) -> Option<Change> {
+        let adapt = self.adapt();
+        if !adapt.on || queue.waiting == 0 {
+            return None;
+        }
+        match &*self.scope {
+            Scope::Local(_) => {
+                let mut copy = adapt.copy.lock().expect("poisoned");
+                copy.0.queued(queue, now_ms())
+            }
+            Scope::Shared(shared) => shared.update(|state| state.queued(queue, now_ms())).await,
+        }
+    }
+
     /// Whether the server answered a call (anyone's) within `within`: a server that answers
     /// is slow, not down.
     pub async fn answering(&self, within: Duration) -> bool {

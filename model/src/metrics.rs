@@ -11,7 +11,7 @@ pub struct Metrics {
     /// The concurrency limit in force (`model::adaptive`), as this process last changed it.
     pub concurrency_limit: IntGaugeVec,
     /// Changes of the limit in force, by reason (`grew`, `latency`, `timeout`, `capacity`,
-    /// `probe`).
+    /// `probe`, `queued`).
     pub limit_changes: IntCounterVec,
     /// Calls this process has at the server now.
     pub in_flight: IntGaugeVec,

@@ -23,6 +23,7 @@ pub struct OpenAi {
     endpoint: String,
     probe_url: String,
     props_url: String,
+    metrics_url: String,
     api_key: Option<String>,
     model: String,
     temperature: f32,
@@ -64,6 +65,7 @@ impl OpenAi {
             endpoint: connection.endpoint,
             probe_url: connection.probe_url,
             props_url: connection.props_url,
+            metrics_url: connection.metrics_url,
             api_key: connection.api_key,
             model: options.model.clone(),
             temperature: options.temperature,
@@ -324,6 +326,14 @@ impl Provider for OpenAi {
             call = call.bearer_auth(key);
         }
         crate::http::slots(call).await
+    }
+
+    async fn queue(&self) -> Option<crate::adaptive::ServerQueue> {
+        let mut call = self.http.get(&self.metrics_url);
+        if let Some(key) = &self.api_key {
+            call = call.bearer_auth(key);
+        }
+        crate::http::queue(call).await
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {

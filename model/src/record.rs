@@ -102,6 +102,14 @@ impl Provider for Recorder {
         self.inner.probe().await
     }
 
+    async fn slots(&self) -> Option<u32> {
+        self.inner.slots().await
+    }
+
+    async fn queue(&self) -> Option<crate::adaptive::ServerQueue> {
+        self.inner.queue().await
+    }
+
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, CallError> {
         let response = self.inner.chat(request).await?;
         let key = key(request);
