@@ -784,8 +784,8 @@ impl Broker for AmqpBroker {
         let mut depths = Vec::new();
         for name in names {
             // A passive declare answers the counts without creating anything; for a lane
-            // that does not exist the broker closes the channel, so the next one opens
-            // another.
+            // that does not exist (404) the broker closes the channel, so the next one opens
+            // another. Any other refusal is the answer's failure, not an absent queue.
             let passive = QueueDeclareOptions {
                 passive: true,
                 durable: true,
@@ -804,7 +804,8 @@ impl Broker for AmqpBroker {
                     ready: queue.message_count(),
                     consumers: queue.consumer_count(),
                 }),
-                Err(_) if !channel.status().connected() => {
+                Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 404) =>
+                {
                     channel = live.connection.create_channel().await.map_err(protocol)?;
                 }
                 Err(e) => return Err(protocol(e)),

@@ -313,7 +313,8 @@ pub trait Broker: Send + Sync + 'static {
     fn health(&self) -> Result<(), String>;
 
     /// What waits in the work queues and who consumes them: the tasks, executions and
-    /// dead-letter queues, and the lanes of `tenants` that exist.
+    /// dead-letter queues, and the tasks' and executions' lanes of `tenants` that exist (a
+    /// lane is made when first used).
     async fn depths(&self, tenants: &[String]) -> Result<Vec<QueueDepth>, Error>;
 }
 

@@ -226,7 +226,10 @@ impl Broker for MemoryBroker {
             (Queue::Executions, "executions"),
             (Queue::DeadLetters, "tasks.dead"),
         ] {
-            let lanes = std::iter::once(None).chain(tenants.iter().map(Some));
+            // Dead letters have no lanes.
+            let lanes = std::iter::once(None)
+                .chain(tenants.iter().map(Some))
+                .filter(|lane| lane.is_none() || queue != Queue::DeadLetters);
             for lane in lanes {
                 let key = (queue, lane.cloned());
                 if lane.is_some() && !state.queues.contains_key(&key) {

@@ -50,6 +50,13 @@
   // -----------------------------------------------------------------------------------------
   // A job's functions as a dependency graph
 
+  /** `name`'s dependencies in `dependencies` (an object from JSON): its own entry only, so a
+   * function named `constructor` or `__proto__` is a name like any other. */
+  function depsOf(dependencies, name) {
+    const deps = Object.hasOwn(dependencies, name) ? dependencies[name] : null;
+    return Array.isArray(deps) ? deps : [];
+  }
+
   /** Each function's column: 0 without dependencies, else one past its deepest dependency's. */
   function layers(names, dependencies) {
     const layer = new Map();
@@ -57,7 +64,7 @@
       if (layer.has(name)) return layer.get(name);
       if (path.has(name)) return 0; // a cycle: the planner refuses those; draw, do not hang
       path.add(name);
-      const deps = (dependencies[name] || []).filter((d) => names.includes(d));
+      const deps = depsOf(dependencies, name).filter((d) => names.includes(d));
       const depth = deps.length ? 1 + Math.max(...deps.map((d) => visit(d, path))) : 0;
       path.delete(name);
       layer.set(name, depth);
@@ -92,7 +99,7 @@
     }, s("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrowhead" }))));
     for (const name of names) {
       const to = place.get(name);
-      for (const dep of dependencies[name] || []) {
+      for (const dep of depsOf(dependencies, name)) {
         const from = place.get(dep);
         if (!from) continue;
         const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2;
@@ -223,6 +230,7 @@
       svg.append(s("g", {
         class: `bar ${bar.outcome}`, "data-function": bar.function, "data-attempt": bar.attempt,
         "data-worker": bar.lane, "data-outcome": bar.outcome, "data-row": row.get(bar),
+        "data-from-ms": bar.from, "data-to-ms": bar.to,
       },
       s("title", { text: `${label}: ${bar.outcome}, ${seconds(bar.to - bar.from)} from +${seconds(bar.from)} on ${bar.lane}` }),
       s("rect", { x: x0, y, width, height: LANE - 10, rx: 3 }),

@@ -591,7 +591,11 @@
     // Each event's time is its stream id's (`<ms>-<seq>`), shown from the job's first event.
     const timed = [];
     let startMs = null;
-    const sinceStart = () => (startMs === null ? 0 : Date.now() - startMs);
+    // Now, on the job's clock: the last event's time and what this page has seen pass since
+    // it arrived (the browser's clock may differ from the cluster's).
+    let lastAt = 0;
+    let lastSeen = performance.now();
+    const sinceStart = () => lastAt + (performance.now() - lastSeen);
     const drawPictures = () => {
       if (!fresh.order.length) return;
       pictures.hidden = false;
@@ -611,6 +615,8 @@
         const known = Number.isFinite(ms);
         if (known && startMs === null) startMs = ms;
         const at = known ? ms - startMs : sinceStart();
+        lastAt = Math.max(lastAt, at);
+        lastSeen = performance.now();
         timed.push({ at, event: event.event, data: event.data || {} });
         events.append(h("li", { "data-event": event.event, "data-id": event.id || "", "data-at-ms": at },
           h("span", { class: "muted mono", title: known ? when(ms) : null, text: `+${(at / 1000).toFixed(3)} s ` }),
@@ -1287,31 +1293,49 @@
 
   const sum = (values) => values.reduce((a, b) => a + b, 0);
 
-  /** Rates per second of each worker's counters between two answers (`null` before the
-   * second): tasks completed and failed (requeued or failed), model calls and their errors,
-   * sandbox runs. A worker that restarted counts from its new start. */
-  function clusterRates(before, now) {
-    if (!before) return null;
-    const seconds = Math.max(0.001, (now.at_ms - before.at_ms) / 1000);
-    const totals = (view) => {
-      const t = { completed: 0, failed: 0, calls: 0, callErrors: 0, runs: 0 };
-      for (const w of view.workers) {
-        const s = w.status;
-        if (!s) continue;
-        t.completed += s.tasks.completed || 0;
-        t.failed += (s.tasks.failed || 0) + (s.tasks.requeued || 0);
-        t.runs += sum(Object.values(s.sandbox_runs || {}));
-        if (s.model) {
-          const calls = s.model.calls || {};
-          t.calls += sum(Object.values(calls));
-          t.callErrors += sum(Object.entries(calls).filter(([k]) => k !== "ok").map(([, v]) => v));
-        }
-      }
-      return t;
+  /** One worker's counters, as the rates read them. */
+  function counters(status) {
+    const calls = (status.model && status.model.calls) || {};
+    const count = (map, key) => (Object.hasOwn(map, key) ? map[key] : 0);
+    return {
+      completed: count(status.tasks, "completed"),
+      failed: count(status.tasks, "failed") + count(status.tasks, "requeued"),
+      runs: sum(Object.values(status.sandbox_runs || {})),
+      calls: sum(Object.values(calls)),
+      callErrors: sum(Object.entries(calls).filter(([k]) => k !== "ok").map(([, v]) => v)),
     };
-    const [a, b] = [totals(before), totals(now)];
-    const rate = (k) => Math.max(0, b[k] - a[k]) / seconds;
-    return { seconds, completed: rate("completed"), failed: rate("failed"), calls: rate("calls"), callErrors: rate("callErrors"), runs: rate("runs") };
+  }
+
+  /** Rates per second from each live worker's last two announcements (`history`: worker
+   * and start → [the one before, the last], kept across refreshes: a worker announces every
+   * few seconds, the page refreshes more often): tasks completed and failed (requeued or
+   * failed), model calls and their errors, sandbox runs. A worker that joined, restarted
+   * (its counters from zero again) or said nothing new yet counts once it has a pair; one
+   * that left is forgotten. `null` while no worker has a pair. */
+  function clusterRates(history, view) {
+    const live = new Set();
+    for (const w of view.workers) {
+      if (!w.status) continue;
+      const key = `${w.name}@${w.status.started_ms}`;
+      live.add(key);
+      const pair = history.get(key);
+      if (!pair) history.set(key, [null, w.status]);
+      else if (pair[1].at_ms < w.status.at_ms) history.set(key, [pair[1], w.status]);
+    }
+    for (const key of [...history.keys()]) if (!live.has(key)) history.delete(key);
+    const rates = { seconds: 0, completed: 0, failed: 0, calls: 0, callErrors: 0, runs: 0 };
+    let pairs = 0;
+    for (const [then, last] of history.values()) {
+      if (!then) continue;
+      const seconds = (last.at_ms - then.at_ms) / 1000;
+      const [a, b] = [counters(then), counters(last)];
+      for (const key of ["completed", "failed", "calls", "callErrors", "runs"]) {
+        rates[key] += Math.max(0, b[key] - a[key]) / seconds;
+      }
+      rates.seconds = Math.max(rates.seconds, seconds);
+      pairs += 1;
+    }
+    return pairs ? rates : null;
   }
 
   function renderCluster(view, rates, into) {
@@ -1333,7 +1357,7 @@
     const maxReady = Math.max(1, ...view.queues.map((q) => q.ready));
     fill(into,
       h("p", { class: "muted" }, `As of ${when(view.at_ms)}; refreshed every ${CLUSTER_POLL_MS / 1000} s`,
-        rates ? `, rates over the last ${rates.seconds.toFixed(1)} s.` : "; rates from the next refresh."),
+        rates ? `, rates over each worker's last ${rates.seconds.toFixed(1)} s.` : "; rates once each worker has announced itself twice (every few seconds)."),
       h("div", { class: "stats" },
         stat("workers", `${view.workers.length} (${view.workers.filter((w) => w.generates).length} with a model)`, "cluster-workers"),
         stat("in flight", inFlight, "cluster-in-flight"),
@@ -1393,12 +1417,13 @@
     root.append(h("h2", { text: "Cluster" }),
       h("p", { class: "muted", text: "The live workers, the queues, the sandbox pools and the model's calls against its limit (GET /v1/cluster, for admin tenants)." }),
       out);
-    let before = null;
+    const history = new Map();
     const refresh = async () => {
       const { data } = await api("GET", "/v1/cluster", { signal });
-      renderCluster(data, clusterRates(before, data), out);
+      const rates = clusterRates(history, data);
+      renderCluster(data, rates, out);
       out.setAttribute("data-refreshes", String(Number(out.getAttribute("data-refreshes") || 0) + 1));
-      before = data;
+      out.toggleAttribute("data-rates", Boolean(rates));
     };
     await refresh();
     // Ready once first drawn; it then refreshes until the page is left.

@@ -13,6 +13,9 @@ use crate::auth::Tenant;
 use crate::error::{ApiError, unavailable};
 use crate::{Coordinator, now_ms};
 
+/// How long the broker's counts may take (a passive declare per queue and lane).
+const DEPTHS_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The cluster as it is now: its live workers and its queues.
 ///
 /// For `coordinator.admin_tenants` only (every tenant's work passes through these queues and
@@ -53,23 +56,30 @@ pub(crate) async fn cluster(
         .map_err(unavailable)?
         .into_iter()
         .map(|w| WorkerView {
-            status: w
-                .status
-                .and_then(|s| serde_json::from_str::<WorkerStatus>(&s).ok()),
+            status: w.status.and_then(|s| {
+                serde_json::from_str::<WorkerStatus>(&s)
+                    .inspect_err(|e| tracing::debug!(worker = %w.id, error = %e, "a worker's status does not read"))
+                    .ok()
+            }),
             name: w.id,
             generates: w.able,
         })
         .collect();
     // Every tenant's lanes: those this coordinator knows and those others registered.
     let mut tenants: BTreeSet<String> = c.options.weights().into_keys().collect();
-    if let Some(register) = &c.stores.tenants
-        && let Ok(registered) = register.tenants().await
-    {
-        tenants.extend(registered.into_keys());
+    let mut problems = Vec::new();
+    if let Some(register) = &c.stores.tenants {
+        match register.tenants().await {
+            Ok(registered) => tenants.extend(registered.into_keys()),
+            Err(e) => problems.push(format!(
+                "the tenants' register: {e} (their lanes are left out)"
+            )),
+        }
     }
     let tenants: Vec<String> = tenants.into_iter().collect();
-    let (queues, queues_error) = match c.broker.depths(&tenants).await {
-        Ok(depths) => (
+    let asked = tokio::time::timeout(DEPTHS_WITHIN, c.broker.depths(&tenants)).await;
+    let (queues, queues_error) = match asked {
+        Ok(Ok(depths)) => (
             depths
                 .into_iter()
                 .map(|d| QueueView {
@@ -80,7 +90,23 @@ pub(crate) async fn cluster(
                 .collect(),
             None,
         ),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
+        Err(_) => (
+            Vec::new(),
+            Some(format!(
+                "the broker did not answer within {DEPTHS_WITHIN:?}"
+            )),
+        ),
+    };
+    let queues_error = match (queues_error, problems.is_empty()) {
+        (error, true) => error,
+        (error, false) => Some(
+            error
+                .into_iter()
+                .chain(problems)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
     };
     Ok(Json(ClusterView {
         at_ms: now_ms(),

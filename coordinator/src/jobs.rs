@@ -551,6 +551,17 @@ pub(crate) async fn view(c: &Coordinator, id: TaskId) -> Result<Option<JobView>,
     })))
 }
 
+/// What a tenant reads for a worker's name in its job's events: the same within the job (so
+/// its timeline's lanes are the workers'), unlinkable across jobs, and no host or pod name.
+fn worker_alias(job: TaskId, name: &str) -> String {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(job.to_string());
+    hash.update([0]);
+    hash.update(name);
+    format!("worker-{}", &hex::encode(hash.finalize())[..6])
+}
+
 /// The `Last-Event-ID` header: an event id as this API writes them (a Redis stream id,
 /// `<ms>-<seq>`), or 400 naming the header.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -627,6 +638,7 @@ pub(crate) async fn events(
     let id = parse_id(&id)?;
     let after = last_event_id(&headers)?;
     visible(&c, &tenant, id).await?;
+    let admin = c.options.is_admin(&tenant);
     if c.stores
         .jobs
         .status(id)
@@ -650,10 +662,14 @@ pub(crate) async fn events(
         loop {
             if let Some(event) = cursor.pending.pop_front() {
                 cursor.after = Some(event.id.clone());
+                let shown = match admin {
+                    true => event.event,
+                    false => event.event.map_worker(|name| worker_alias(id, name)),
+                };
                 let sse = SseEvent::default()
                     .id(event.id)
-                    .event(event.event.name())
-                    .data(event.event.to_json());
+                    .event(shown.name())
+                    .data(shown.to_json());
                 return Some((Ok(sse), (c, cursor)));
             }
             if cursor.finished {
@@ -691,4 +707,27 @@ pub(crate) async fn events(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_alias_is_the_same_within_a_job_and_tells_nothing_of_its_host() {
+        let (job, other) = (TaskId::new(), TaskId::new());
+        let a = worker_alias(job, "node-7-4242");
+        assert_eq!(a, worker_alias(job, "node-7-4242"));
+        assert_ne!(
+            a,
+            worker_alias(job, "node-8-4242"),
+            "two workers, two lanes"
+        );
+        assert_ne!(
+            a,
+            worker_alias(other, "node-7-4242"),
+            "unlinkable across jobs"
+        );
+        assert!(a.starts_with("worker-") && !a.contains("node"), "{a}");
+    }
 }

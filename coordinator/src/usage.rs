@@ -108,15 +108,11 @@ pub(crate) async fn usage(
         .hourly(tenant.as_deref(), from_ms, to_ms)
         .await
         .map_err(unavailable)?;
-    let mut totals = proto::api::UsageTotals::default();
-    for (_, hour) in &hours {
-        totals.add_all(hour);
-    }
     Ok(axum::Json(Usage {
         tenant,
         from_ms,
         to_ms,
-        totals,
+        totals: proto::api::UsageTotals::sum_of(&hours),
         series: params.per.map(|per| per.group(&hours)),
     })
     .into_response())

@@ -157,6 +157,17 @@ pub struct ServerQueue {
     pub waiting: u32,
 }
 
+/// What a server said when asked for its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueReport {
+    Queue(ServerQueue),
+    /// It answered, with no queue in it (another server's metrics, or none at all): not
+    /// asked again.
+    None,
+    /// No answer (a timeout, a refused connection, a 5xx): asked again at the next turn.
+    Unanswered,
+}
+
 /// How long a server's report of waiting requests holds the limit from growing.
 pub const QUEUE_HOLD: Duration = Duration::from_secs(10);
 

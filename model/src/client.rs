@@ -129,6 +129,8 @@ pub struct Model {
 struct QueueAsked {
     last: Option<Instant>,
     none: bool,
+    /// A question is out: no other is asked meanwhile.
+    asking: bool,
 }
 
 /// How often a process asks a server that reports its queue (vLLM's `/metrics`) for it.
@@ -265,23 +267,32 @@ impl Model {
 
     /// Asks the server for its queue, at most every [`QUEUE_EVERY`], in the background: a
     /// server that reports requests waiting holds the limit at what it runs. The first
-    /// answer without a report ends the asking.
+    /// answer without a report ends the asking (no answer does not).
     fn ask_queue(&self) {
         if !self.options.adaptive_concurrency {
             return;
         }
         {
             let mut asked = self.queue_asked.lock().expect("poisoned");
-            if asked.none || asked.last.is_some_and(|at| at.elapsed() < QUEUE_EVERY) {
+            if asked.none || asked.asking || asked.last.is_some_and(|at| at.elapsed() < QUEUE_EVERY)
+            {
                 return;
             }
             asked.last = Some(Instant::now());
+            asked.asking = true;
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let Some(queue) = this.provider.queue().await else {
-                this.queue_asked.lock().expect("poisoned").none = true;
-                return;
+            let report = this.provider.queue().await;
+            this.queue_asked.lock().expect("poisoned").asking = false;
+            let queue = match report {
+                crate::adaptive::QueueReport::Queue(queue) => queue,
+                crate::adaptive::QueueReport::None => {
+                    this.queue_asked.lock().expect("poisoned").none = true;
+                    return;
+                }
+                // Asked again at the next turn: a loaded server answers slowly.
+                crate::adaptive::QueueReport::Unanswered => return,
             };
             if let Some(change) = this.limits.queued(queue).await {
                 this.limit_changed(change);

@@ -104,13 +104,22 @@ pub(crate) async fn slots(call: reqwest::RequestBuilder) -> Option<u32> {
 /// serves, added up), llama.cpp's server (started with `--metrics`)
 /// `llamacpp:requests_processing` and `llamacpp:requests_deferred`. Anything else is no
 /// report.
-pub(crate) async fn queue(call: reqwest::RequestBuilder) -> Option<crate::adaptive::ServerQueue> {
-    let response = call.timeout(PROBE_TIMEOUT).send().await.ok()?;
-    if !response.status().is_success() {
-        return None;
+pub(crate) async fn queue(call: reqwest::RequestBuilder) -> crate::adaptive::QueueReport {
+    use crate::adaptive::QueueReport;
+    let Ok(response) = call.timeout(PROBE_TIMEOUT).send().await else {
+        return QueueReport::Unanswered;
+    };
+    let status = response.status();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        return QueueReport::Unanswered;
     }
-    let text = response.text().await.ok()?;
-    server_queue(&text)
+    if !status.is_success() {
+        return QueueReport::None;
+    }
+    match response.text().await {
+        Ok(text) => server_queue(&text).map_or(QueueReport::None, QueueReport::Queue),
+        Err(_) => QueueReport::Unanswered,
+    }
 }
 
 /// [`queue`]'s reading of a Prometheus text exposition.

@@ -395,8 +395,8 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// What the server runs and queues now, if it reports it (vLLM's `/metrics`).
-    async fn queue(&self) -> Option<adaptive::ServerQueue> {
-        None
+    async fn queue(&self) -> adaptive::QueueReport {
+        adaptive::QueueReport::None
     }
 }
 

@@ -328,7 +328,7 @@ impl Provider for OpenAi {
         crate::http::slots(call).await
     }
 
-    async fn queue(&self) -> Option<crate::adaptive::ServerQueue> {
+    async fn queue(&self) -> crate::adaptive::QueueReport {
         let mut call = self.http.get(&self.metrics_url);
         if let Some(key) = &self.api_key {
             call = call.bearer_auth(key);

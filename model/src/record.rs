@@ -106,7 +106,7 @@ impl Provider for Recorder {
         self.inner.slots().await
     }
 
-    async fn queue(&self) -> Option<crate::adaptive::ServerQueue> {
+    async fn queue(&self) -> crate::adaptive::QueueReport {
         self.inner.queue().await
     }
 

@@ -34,7 +34,9 @@ pub enum Progress {
     /// A function's implementation began.
     FunctionStarted {
         function: String,
-        /// The worker that runs it (its `worker.name`): what the console lays its timeline by.
+        /// The worker that runs it: what the console lays its timeline by. A tenant's key
+        /// reads an alias of it, the same within the job (`worker-3fa2c1`); an admin's the
+        /// worker's own name (its host name and process id).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(nullable = false)]
         worker: Option<String>,
@@ -53,7 +55,7 @@ pub enum Progress {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(nullable = false)]
         validation: Option<Validation>,
-        /// The worker that ran it.
+        /// The worker that ran it, as for `function_started`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(nullable = false)]
         worker: Option<String>,
@@ -105,6 +107,17 @@ impl Progress {
             Progress::AgentStep { .. } => "agent_step",
             Progress::Finished { .. } => "finished",
         }
+    }
+
+    /// The event with the worker it names (if any) replaced by `f(worker)`.
+    pub fn map_worker(mut self, f: impl FnOnce(&str) -> String) -> Self {
+        if let Progress::FunctionStarted { worker, .. } | Progress::Attempt { worker, .. } =
+            &mut self
+            && let Some(name) = worker.as_mut()
+        {
+            *name = f(name);
+        }
+        self
     }
 
     pub fn to_json(&self) -> String {
@@ -163,6 +176,26 @@ mod tests {
             assert_eq!(json["event"], event.name(), "{json}");
             assert_eq!(serde_json::from_value::<Progress>(json).unwrap(), event);
         }
+    }
+
+    #[test]
+    fn only_the_worker_is_renamed() {
+        let started = Progress::FunctionStarted {
+            function: "a".into(),
+            worker: Some("host-1".into()),
+        };
+        assert_eq!(
+            started.map_worker(|w| format!("alias of {w}")),
+            Progress::FunctionStarted {
+                function: "a".into(),
+                worker: Some("alias of host-1".into()),
+            }
+        );
+        let planned = Progress::Planned {
+            functions: vec!["a".into()],
+            dependencies: BTreeMap::new(),
+        };
+        assert_eq!(planned.clone().map_worker(|_| "x".into()), planned);
     }
 
     #[test]

@@ -76,13 +76,25 @@ pub trait Presence: Send + Sync + 'static {
 static ANNOUNCE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("lua/presence_announce.lua")));
 
+/// Lua that defines `sweep(able, unable)`, the one way expired announcements go: put before
+/// the scripts that read who is alive.
+const SWEEP: &str = include_str!("lua/presence_sweep.lua");
+
 /// KEYS: able workers, unable workers. Drops the expired, lists the rest.
-static WORKERS: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("lua/presence_workers.lua")));
+static WORKERS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        "{SWEEP}{}",
+        include_str!("lua/presence_workers.lua")
+    ))
+});
 
 /// KEYS: able workers, unable workers, the reason. Drops the expired, counts the rest.
-static GENERATORS: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("lua/presence_generators.lua")));
+static GENERATORS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&format!(
+        "{SWEEP}{}",
+        include_str!("lua/presence_generators.lua")
+    ))
+});
 
 impl RedisStore {
     /// The able workers, the unable ones, and the reason, in the scripts' order.

@@ -60,11 +60,9 @@ pub trait Usage: Send + Sync + 'static {
         from_ms: u64,
         to_ms: u64,
     ) -> Result<UsageTotals, Error> {
-        let mut totals = UsageTotals::default();
-        for (_, hour) in self.hourly(tenant, from_ms, to_ms).await? {
-            totals.add_all(&hour);
-        }
-        Ok(totals)
+        Ok(UsageTotals::sum_of(
+            &self.hourly(tenant, from_ms, to_ms).await?,
+        ))
     }
 }
 

@@ -9,7 +9,9 @@ use utoipa::ToSchema;
 
 /// What a worker says about itself every few seconds, from its own metrics: the contract
 /// between a worker (which writes it with its presence) and a coordinator (which reads it).
+/// Every field has a default, so a worker of another version still reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
 pub struct WorkerStatus {
     /// When it started, ms since the epoch.
     pub started_ms: u64,
@@ -24,17 +26,14 @@ pub struct WorkerStatus {
     /// Sessions it holds (each a container of its own).
     pub sessions: u64,
     /// Its warm containers, per language.
-    #[serde(default)]
     pub pools: Vec<PoolStatus>,
     /// Its model (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub model: Option<ModelStatus>,
     /// Tasks settled since it started, by outcome (`completed`, `requeued`, `failed`, …).
-    #[serde(default)]
     pub tasks: BTreeMap<String, u64>,
-    /// Sandbox runs since it started, by verdict (`success`, `timeout`, …).
-    #[serde(default)]
+    /// Sandbox runs since it started, by verdict (`passed`, `failed`, `timeout`, …).
     pub sandbox_runs: BTreeMap<String, u64>,
 }
 
@@ -68,7 +67,7 @@ pub struct ModelStatus {
 /// A live worker on the cluster page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerView {
-    /// Its `worker.name`.
+    /// The name it announces itself by (its host name and process id).
     pub name: String,
     /// It has a model.
     pub generates: bool,
@@ -93,9 +92,10 @@ pub struct ClusterView {
     /// When the coordinator answered, ms since the epoch.
     pub at_ms: u64,
     pub workers: Vec<WorkerView>,
-    /// The work queues and their tenants' lanes; empty with `queues_error` set when the
-    /// broker could not be asked.
+    /// The work queues and the tenants' lanes that exist.
     pub queues: Vec<QueueView>,
+    /// Why queues are missing: the broker could not be asked (then none are listed), or the
+    /// tenants' register could not be read (then their lanes are not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub queues_error: Option<String>,

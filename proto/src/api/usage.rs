@@ -112,6 +112,15 @@ impl UsageTotals {
         *field = field.saturating_add(value);
     }
 
+    /// The sum of `hours` (each an hour's start and totals).
+    pub fn sum_of(hours: &[(u64, UsageTotals)]) -> Self {
+        let mut totals = Self::default();
+        for (_, hour) in hours {
+            totals.add_all(hour);
+        }
+        totals
+    }
+
     /// Adds every field of `other`.
     pub fn add_all(&mut self, other: &Self) {
         for (name, value) in other.fields() {

@@ -152,3 +152,67 @@ async fn a_silent_node_is_reported_and_a_publish_does_not_wait_for_it() {
     );
     cancel.cancel();
 }
+
+/// What `GET /v1/cluster` shows of the broker: each queue's messages ready and consumers, the
+/// lanes that exist, and a tenant's lane that does not yet (the broker answers 404 and closes
+/// the channel) left out without failing the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queues_depths_count_ready_messages_and_consumers_and_skip_absent_lanes() {
+    let prefix = format!("depths-{}", uuid::Uuid::new_v4().simple());
+    let options = Options {
+        url: tests::amqp_url(),
+        prefix: prefix.clone(),
+        ..Options::default()
+    };
+    let cancel = CancellationToken::new();
+    let (broker, supervisor) = AmqpBroker::build(options);
+    tokio::spawn(supervisor.run(cancel.clone()));
+    wait_healthy(&broker, Duration::from_secs(120)).await;
+    for id in ["a", "b", "c"] {
+        let mut m = message(id);
+        m.lane = Some("acme".into());
+        broker.publish(m).await.unwrap();
+    }
+    broker.publish(message("plain")).await.unwrap();
+    // One consumer on the executions queue, holding nothing.
+    let _executions = broker.consume(Queue::Executions, 1, cancel.clone());
+    let tenants = ["absent".to_owned(), "acme".to_owned()];
+    let depth = |depths: &[broker::QueueDepth], name: &str| {
+        depths
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| (d.ready, d.consumers))
+    };
+    // The consumer registers in the background: asked until it shows (a slow machine
+    // takes longer; the deadline only bounds a failure).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let depths = loop {
+        let depths = broker.depths(&tenants).await.unwrap();
+        if depth(&depths, &format!("{prefix}.executions")) == Some((0, 1)) {
+            break depths;
+        }
+        assert!(Instant::now() < deadline, "{depths:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(depth(&depths, &format!("{prefix}.tasks")), Some((1, 0)));
+    assert_eq!(
+        depth(&depths, &format!("{prefix}.tasks.tenant.acme")),
+        Some((3, 0))
+    );
+    assert_eq!(
+        depth(&depths, &format!("{prefix}.tasks.dead")),
+        Some((0, 0))
+    );
+    assert_eq!(
+        depth(&depths, &format!("{prefix}.tasks.tenant.absent")),
+        None
+    );
+    assert_eq!(
+        depth(&depths, &format!("{prefix}.executions.tenant.acme")),
+        None
+    );
+    assert_eq!(depths.len(), 4, "{depths:?}");
+    // Asked again on the same connection: the closed channels cost nothing.
+    assert_eq!(broker.depths(&tenants).await.unwrap().len(), 4);
+    cancel.cancel();
+}
