@@ -137,6 +137,10 @@ pub struct State {
     /// law needs, not of their ratios); after a cut, the expected for both (what the new limit
     /// should give if the estimate is right).
     pub smoothed: Option<(f64, f64)>,
+    /// Answers in `smoothed` so far: the first few weigh as in a plain average (a server of
+    /// slow answers gives few, and the first of them must count).
+    #[serde(default)]
+    pub smoothed_n: u32,
     /// The last answer of any kind (the server is answering).
     pub answered_ms: u64,
     /// Why the limit in force last changed, and when: only calls sent since then decide the
@@ -191,6 +195,7 @@ impl State {
             slowest_before: None,
             window_ms: now_ms,
             smoothed: None,
+            smoothed_n: 0,
             answered_ms: 0,
             reason,
             changed_ms: now_ms,
@@ -233,20 +238,24 @@ impl State {
         }
     }
 
-    /// A call's deadline for an answer of at most `tokens`: [`DEADLINE_FACTOR`] times that
-    /// answer at the slowest recent pace, at least [`MIN_DEADLINE`], at most `ceiling`; the
-    /// `ceiling` itself until a pace is known.
+    /// A call's deadline for an answer of at most `tokens`: [`DEADLINE_FACTOR`] times the
+    /// longer of that answer at the slowest recent pace and that answer alone once for each
+    /// call the limit lets in (a call may wait behind all of them in a server that runs one
+    /// at a time: the first answers of a round do not show the wait of the last), at least
+    /// [`MIN_DEADLINE`], at most `ceiling`; the `ceiling` itself until a pace is known.
     pub fn deadline(&self, tokens: u32, ceiling: Duration) -> Duration {
-        match self.slowest_pace() {
-            Some(pace) => {
-                let secs = DEADLINE_FACTOR * pace * f64::from(tokens.max(1));
-                Duration::try_from_secs_f64(secs)
-                    .unwrap_or(ceiling)
-                    .max(MIN_DEADLINE)
-                    .min(ceiling)
-            }
-            None => ceiling,
-        }
+        let Some(pace) = self.slowest_pace() else {
+            return ceiling;
+        };
+        let tokens = tokens.max(1);
+        let paced = pace * f64::from(tokens);
+        let queued = self
+            .expected(u64::from(tokens))
+            .map_or(0.0, |alone| alone * f64::from(self.in_force()));
+        Duration::try_from_secs_f64(DEADLINE_FACTOR * paced.max(queued))
+            .unwrap_or(ceiling)
+            .max(MIN_DEADLINE)
+            .min(ceiling)
     }
 
     /// Takes the operator's ceiling and the server's report as they are now.
@@ -300,6 +309,7 @@ impl State {
                     self.leanest = Some(point);
                     self.baseline_ms = sample.at_ms;
                     self.smoothed = None;
+                    self.smoothed_n = 0;
                     let to = self.in_force();
                     return (to != from)
                         .then(|| self.changed(from, to, Reason::Probe, sample.at_ms));
@@ -325,13 +335,17 @@ impl State {
                     .expected(completion_tokens)
                     .unwrap_or(elapsed)
                     .min(elapsed);
+                let n = match self.smoothed {
+                    Some(_) => self.smoothed_n.saturating_add(1).max(2),
+                    None => 1,
+                };
+                // A running average until it would weigh an answer less than SMOOTHING.
+                let weight = SMOOTHING.max(1.0 / f64::from(n));
                 let (x, e) = self.smoothed.map_or((expected, elapsed), |(x, e)| {
-                    (
-                        x + SMOOTHING * (expected - x),
-                        e + SMOOTHING * (elapsed - e),
-                    )
+                    (x + weight * (expected - x), e + weight * (elapsed - e))
                 });
                 self.smoothed = Some((x, e));
+                self.smoothed_n = n;
                 let ratio = if e > 0.0 { (x / e).min(1.0) } else { 1.0 };
                 let waiting = f64::from(sample.in_flight) * (1.0 - ratio);
                 if waiting > CUT_ABOVE {
@@ -339,6 +353,7 @@ impl State {
                     let runs = f64::from(sample.in_flight) * ratio;
                     if self.cut(runs, sample) {
                         self.smoothed = Some((x, x));
+                        self.smoothed_n = 1;
                     }
                     Reason::Latency
                 } else if waiting < GROW_BELOW
@@ -512,6 +527,14 @@ mod tests {
     }
 
     #[test]
+    fn a_one_slot_server_of_slow_answers_is_read_from_its_second_answer() {
+        // Eight callers at the initial four: the second answer waited a whole first one, and
+        // a server this slow gives few answers to average.
+        let (_, seen) = simulate(1, 8, 2, 64, fixed, &[100]);
+        assert!(seen[1] < INITIAL, "{seen:?}");
+    }
+
+    #[test]
     fn the_limit_stays_under_the_ceiling_and_grows_only_when_full() {
         let (state, seen) = simulate(16, 64, 1_000, 6, fixed, &[100]);
         assert_eq!(*seen.iter().max().unwrap(), 6, "{seen:?}");
@@ -604,7 +627,16 @@ mod tests {
                 completion_tokens: 100,
             },
         });
-        // 50 ms a token, 1024 tokens, four times: 204.8 s.
+        // 50 ms a token, 1024 tokens, four times, once for each of the four calls the limit
+        // lets in (each may wait behind the others): 819.2 s, over the ceiling.
+        assert_eq!(state.in_force(), INITIAL);
+        assert_eq!(state.deadline(1024, ceiling), ceiling);
+        assert_eq!(
+            state.deadline(1024, Duration::from_secs(3600)),
+            Duration::from_millis(819_200)
+        );
+        // At a limit of one, four times the answer: 204.8 s.
+        state.limit = 1.0;
         assert_eq!(
             state.deadline(1024, ceiling),
             Duration::from_millis(204_800)

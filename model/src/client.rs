@@ -1,7 +1,7 @@
 //! [`Model`]: typed, validated, retried, rate-limited and accounted generations.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -122,6 +122,41 @@ pub struct Model {
     /// When this process last asked the server for its queue, and whether it has one to
     /// report (a server that reports none is not asked again).
     queue_asked: Arc<std::sync::Mutex<QueueAsked>>,
+    /// This process's calls at the server now, each with when it was sent.
+    calls_out: Arc<CallsOut>,
+}
+
+/// [`Model::calls_out`].
+#[derive(Debug, Default)]
+struct CallsOut {
+    next: AtomicU64,
+    sent: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
+}
+
+impl CallsOut {
+    /// A call sent now, counted out until the guard drops.
+    fn send(self: &Arc<Self>) -> CallOut {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.sent
+            .lock()
+            .expect("poisoned")
+            .insert(id, Instant::now());
+        CallOut(Arc::clone(self), id)
+    }
+
+    /// Whether a call sent within `within` is still out (its deadline not passed).
+    fn any_within(&self, within: Duration) -> bool {
+        let sent = self.sent.lock().expect("poisoned");
+        sent.values().any(|at| at.elapsed() < within)
+    }
+}
+
+struct CallOut(Arc<CallsOut>, u64);
+
+impl Drop for CallOut {
+    fn drop(&mut self) {
+        self.0.sent.lock().expect("poisoned").remove(&self.1);
+    }
 }
 
 /// [`Model::queue_asked`].
@@ -180,6 +215,7 @@ impl Model {
             )),
             slots_asked: Arc::default(),
             queue_asked: Arc::default(),
+            calls_out: Arc::default(),
             options: Arc::new(options),
             metrics,
         }
@@ -221,10 +257,10 @@ impl Model {
     }
 
     /// Whether the provider answers now (`Err` names the endpoint and the failure).
-    /// A server that answered a call (anyone's in the cluster) within a call's deadline is
-    /// answering, if slowly: its probe unanswered while it works through its queue (a
-    /// one-slot server may not answer anything else meanwhile) does not make it down. One
-    /// that refuses the probe is down.
+    /// A server that answered a call (anyone's in the cluster) within a call's deadline, or
+    /// holds one of this process's calls sent within it, is answering, if slowly: its probe
+    /// unanswered while it works through its queue (a one-slot server may not answer
+    /// anything else meanwhile) does not make it down. One that refuses the probe is down.
     pub async fn probe(&self) -> Result<(), String> {
         match self.provider.probe().await {
             Ok(()) => Ok(()),
@@ -234,8 +270,8 @@ impl Model {
                 let within = self
                     .limits
                     .deadline(self.options.max_tokens, self.options.timeout);
-                if self.limits.answering(within).await {
-                    tracing::info!(probe = %e, ?within, "the model's probe went unanswered, but it answered a call within a call's deadline: slow, not down");
+                if self.limits.answering(within).await || self.calls_out.any_within(within) {
+                    tracing::info!(probe = %e, ?within, "the model's probe went unanswered, but it answered a call or holds one within a call's deadline: slow, not down");
                     Ok(())
                 } else {
                     Err(e.message)
@@ -778,10 +814,13 @@ impl Model {
         let budget = request.max_tokens.unwrap_or(self.options.max_tokens);
         let deadline = self.limits.deadline(budget, self.options.timeout);
         let started = Instant::now();
-        let in_flight = crate::metrics::InFlight::new(
-            self.metrics
-                .in_flight
-                .with_label_values(&[labels[0], labels[1]]),
+        let in_flight = (
+            crate::metrics::InFlight::new(
+                self.metrics
+                    .in_flight
+                    .with_label_values(&[labels[0], labels[1]]),
+            ),
+            self.calls_out.send(),
         );
         let outcome = {
             use tracing::Instrument;
