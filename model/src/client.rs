@@ -422,8 +422,38 @@ impl Model {
         let mut last_problem = String::new();
         for answer in 1..=max_answers {
             request.max_tokens = self.answer_budget(&request)?;
-            let (response, made) = self.call(call, seat, &request, deadline).await;
+            let (mut response, made) = self.call(call, seat, &request, deadline).await;
             calls += made;
+            // A server that refuses the prompt with the answer's budget for its context window
+            // says its window and the prompt's tokens: asked again at once with what is left.
+            if let Err(Error::Rejected { message, .. }) = &response
+                && let Some((window, prompt_tokens)) = context_refusal(message)
+            {
+                let max_tokens = request.max_tokens.unwrap_or(self.options.max_tokens);
+                let room = u64::from(window).saturating_sub(prompt_tokens + CONTEXT_MARGIN);
+                let min_answer = MIN_ANSWER_TOKENS.min(max_tokens);
+                if room < u64::from(min_answer) {
+                    return Err(Error::ContextWindow {
+                        phase: phase.as_str(),
+                        prompt_tokens,
+                        window,
+                        min_answer,
+                    });
+                }
+                if room < u64::from(max_tokens) {
+                    tracing::info!(
+                        phase = phase.as_str(),
+                        window,
+                        prompt_tokens,
+                        max_tokens = room,
+                        "the server's context window leaves less than the answer's budget: asking again with what it leaves"
+                    );
+                    request.max_tokens = Some(u32::try_from(room).unwrap_or(max_tokens));
+                    let (again, made) = self.call(call, seat, &request, deadline).await;
+                    calls += made;
+                    response = again;
+                }
+            }
             let response = response?;
             usage += response.usage;
             match parse::<T>(request.schema.as_ref(), &response) {
@@ -450,15 +480,25 @@ impl Model {
                     };
                     self.count(phase, "invalid_answer");
                     tracing::warn!(phase = phase.as_str(), answer, %problem, "model answer invalid");
-                    request
-                        .messages
-                        .push(Message::assistant(response.text.clone()));
+                    // A cut-off answer is quoted by its start only: all of it would fill the
+                    // next prompt with the budget it overran.
+                    let quoted = if response.truncated {
+                        let head: String =
+                            response.text.chars().take(CUT_OFF_QUOTE_CHARS).collect();
+                        format!("{head}\n[… cut off]")
+                    } else {
+                        response.text.clone()
+                    };
+                    request.messages.push(Message::assistant(quoted));
+                    let shorter = if response.truncated { ", shorter," } else { "" };
                     let again = match &request.schema {
                         Some(schema) => format!(
-                            "Answer again with only a JSON object that follows the `{}` schema.",
+                            "Answer again{shorter} with only a JSON object that follows the `{}` schema.",
                             schema.name
                         ),
-                        None => "Answer again with the code in one fenced code block.".to_owned(),
+                        None => {
+                            format!("Answer again{shorter} with the code in one fenced code block.")
+                        }
                     };
                     request.messages.push(Message::user(format!(
                         "That answer is not valid: {problem}\n{again}"
@@ -1041,6 +1081,38 @@ pub struct Turned {
 
 /// The smallest answer worth asking for: a function and its analysis need more.
 const MIN_ANSWER_TOKENS: u32 = 256;
+
+/// Characters of a cut-off answer quoted when it is asked again (about 700 tokens).
+const CUT_OFF_QUOTE_CHARS: usize = 2_000;
+
+/// Tokens kept free when a server's own count of the prompt sets the answer's budget (a chat
+/// template's closing tokens).
+const CONTEXT_MARGIN: u64 = 16;
+
+/// A server's refusal of a prompt too long for its context window with the answer's budget,
+/// as OpenAI, vLLM and llama-cpp-python word it: "This model's maximum context length is 8192
+/// tokens. However, you requested 12378 tokens (8282 in the messages, 4096 in the
+/// completion)." The window and the prompt's tokens.
+fn context_refusal(message: &str) -> Option<(u32, u64)> {
+    let number_after = |text: &str, marker: &str| -> Option<u64> {
+        let at = text.find(marker)? + marker.len();
+        let digits: String = text[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    let window = number_after(message, "maximum context length is")?;
+    let open = message.find("(")?;
+    let prompt = message[open + 1..]
+        .split_whitespace()
+        .next()?
+        .parse::<u64>()
+        .ok()
+        .filter(|_| message[open..].contains("in the messages"))?;
+    Some((u32::try_from(window).ok()?, prompt))
+}
 
 /// The prompt's tokens, about four characters each, for admission before the provider counts.
 fn estimate_tokens(request: &ChatRequest) -> u64 {

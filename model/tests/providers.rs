@@ -741,3 +741,94 @@ async fn an_optional_answer_that_does_not_validate_is_not_asked_again() {
         "{failed:?}"
     );
 }
+
+/// The refusal llama-cpp-python, vLLM and OpenAI answer for a prompt that leaves too little of
+/// the context window for the answer's budget.
+fn context_refusal(prompt_tokens: u64, max_tokens: u32) -> ResponseTemplate {
+    ResponseTemplate::new(400).set_body_json(json!({"error": {
+        "message": format!("This model's maximum context length is 8192 tokens. However, you requested {} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.", prompt_tokens + u64::from(max_tokens)),
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}))
+}
+
+#[tokio::test]
+async fn a_refusal_for_the_context_window_is_asked_again_with_what_the_window_leaves() {
+    let server = MockServer::start().await;
+    let settings = Options {
+        max_tokens: 4096,
+        ..options(&server)
+    };
+    // The budget asked first does not fit with a 5,000-token prompt; what is left does.
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"max_tokens": 4096})))
+        .respond_with(context_refusal(5_000, 4096))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"max_tokens": 8192 - 5_000 - 16})))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .mount(&server)
+        .await;
+    let generated = implement(&openai(&settings)).await.unwrap();
+    assert_eq!(generated.calls, 2);
+
+    // A prompt that leaves no room for an answer fails as too long, at once.
+    let full = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(context_refusal(8_100, 4096))
+        .mount(&full)
+        .await;
+    let error = implement(&openai(&Options {
+        max_tokens: 4096,
+        ..options(&full)
+    }))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::ContextWindow {
+                window: 8192,
+                prompt_tokens: 8_100,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(full.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_cut_off_answer_is_quoted_by_its_start_and_asked_again_shorter() {
+    let server = MockServer::start().await;
+    let rambling = format!("{{\"functions\": [{}", "{\"name\": \"f\"}, ".repeat(2_000));
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": rambling},
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4096, "total_tokens": 4107}
+        })))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(chat_ok(IMPLEMENTATION))
+        .mount(&server)
+        .await;
+    implement(&openai(&options(&server))).await.unwrap();
+    let second = server.received_requests().await.unwrap().pop().unwrap();
+    let body: Value = serde_json::from_slice(&second.body).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let quoted = messages[messages.len() - 2]["content"].as_str().unwrap();
+    assert!(
+        quoted.len() < 2_100 && quoted.ends_with("[… cut off]"),
+        "{} chars",
+        quoted.len()
+    );
+    assert!(rambling.starts_with(quoted.trim_end_matches("\n[… cut off]")));
+    let again = messages.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        again.contains("cut off") && again.contains("Answer again, shorter,"),
+        "{again}"
+    );
+}
