@@ -307,10 +307,16 @@ async fn run_worker(settings: Settings) -> anyhow::Result<()> {
                 async move { health }
             });
         if let Some(model) = model.clone() {
-            builder = builder.probe(worker::gate::Dependency::Model, move || {
-                let model = model.clone();
-                async move { model.probe().await }
-            });
+            // The model's probe tells a slow server from a down one after its own HTTP
+            // probe: bounded by what that takes, not by the gate's 5 s.
+            builder = builder.probe_within(
+                worker::gate::Dependency::Model,
+                model::PROBE_WITHIN,
+                move || {
+                    let model = model.clone();
+                    async move { model.probe().await }
+                },
+            );
         }
         builder.build(worker::gate::Intervals {
             probe: settings.worker.probe_interval,

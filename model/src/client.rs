@@ -168,6 +168,10 @@ struct QueueAsked {
     asking: bool,
 }
 
+/// The longest [`Model::probe`] takes: the provider's probe, bounded by its 5 s, then a read
+/// of the cluster's limit state.
+pub const PROBE_WITHIN: Duration = Duration::from_secs(15);
+
 /// How often a process asks a server that reports its queue (vLLM's `/metrics`) for it.
 const QUEUE_EVERY: Duration = Duration::from_secs(2);
 
@@ -261,8 +265,21 @@ impl Model {
     /// holds one of this process's calls sent within it, is answering, if slowly: its probe
     /// unanswered while it works through its queue (a one-slot server may not answer
     /// anything else meanwhile) does not make it down. One that refuses the probe is down.
+    /// Answers within [`PROBE_WITHIN`]: whoever bounds it (the worker's gate) must allow
+    /// that much, or an unanswered probe is cut before it is told from a slow server.
     pub async fn probe(&self) -> Result<(), String> {
-        match self.provider.probe().await {
+        let asked = tokio::time::timeout(crate::http::PROBE_TIMEOUT, self.provider.probe()).await;
+        let probed = asked.unwrap_or_else(|_| {
+            Err(crate::ProbeFailure {
+                message: format!(
+                    "{}: no answer within {:?}",
+                    self.provider.endpoint(),
+                    crate::http::PROBE_TIMEOUT
+                ),
+                unanswered: true,
+            })
+        });
+        match probed {
             Ok(()) => Ok(()),
             // Refused, unknown, or a 5xx: down, whatever it answered before.
             Err(e) if !e.unanswered => Err(e.message),

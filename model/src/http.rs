@@ -63,7 +63,7 @@ pub(crate) fn connection(
 }
 
 /// How long a reachability probe waits for an answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether the server answers at all: any HTTP answer below 500 (even 401 or 404) means it is
 /// up; a refused connection, a timeout or a 5xx means it is not.

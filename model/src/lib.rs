@@ -39,7 +39,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use call::Call;
-pub use client::{Completion, Generated, Model, Seat, Turn, Turned};
+pub use client::{Completion, Generated, Model, PROBE_WITHIN, Seat, Turn, Turned};
 pub use limits::{Limits, SharedLimits};
 pub use metrics::Metrics;
 pub use prompts::{PROMPT_VERSION, Prompt};

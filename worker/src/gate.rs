@@ -189,7 +189,23 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl GateBuilder {
     /// Adds the check for `dependency`, bounded by [`PROBE_TIMEOUT`].
-    pub fn probe<F, Fut>(mut self, dependency: Dependency, check: F) -> Self
+    pub fn probe<F, Fut>(self, dependency: Dependency, check: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.probe_within(dependency, PROBE_TIMEOUT, check)
+    }
+
+    /// Adds the check for `dependency`, bounded by `within`: for a check that decides more
+    /// than whether something answers (the model's: an unanswered probe of a server that is
+    /// answering calls is slow, not down) and says how long that takes.
+    pub fn probe_within<F, Fut>(
+        mut self,
+        dependency: Dependency,
+        within: Duration,
+        check: F,
+    ) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
@@ -199,9 +215,9 @@ impl GateBuilder {
             Arc::new(move || {
                 let answer = check();
                 Box::pin(async move {
-                    tokio::time::timeout(PROBE_TIMEOUT, answer)
+                    tokio::time::timeout(within, answer)
                         .await
-                        .unwrap_or_else(|_| Err(format!("no answer within {PROBE_TIMEOUT:?}")))
+                        .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
                 })
             }),
         );
@@ -494,6 +510,20 @@ mod tests {
         assert!(gate.confirm_down(Dependency::Docker, "run timed out").await);
         let down = gate.down(Dependency::Docker).unwrap();
         assert!(down.reason.contains("no answer within"), "{}", down.reason);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_given_longer_than_the_default_is_waited_for() {
+        // The model's probe answers after its own 5 s HTTP probe went unanswered (a slow
+        // server, not a down one): its verdict is what counts, not the gate's 5 s.
+        let (gate, _service) = GateBuilder::default()
+            .probe_within(Dependency::Model, model::PROBE_WITHIN, || async {
+                tokio::time::sleep(PROBE_TIMEOUT + Duration::from_secs(1)).await;
+                Ok(())
+            })
+            .build(Intervals::default());
+        assert!(!gate.confirm_down(Dependency::Model, "deadline passed").await);
+        assert!(gate.down(Dependency::Model).is_none());
     }
 
     #[tokio::test]
