@@ -522,7 +522,11 @@ mod tests {
                 Ok(())
             })
             .build(Intervals::default());
-        assert!(!gate.confirm_down(Dependency::Model, "deadline passed").await);
+        assert!(
+            !gate
+                .confirm_down(Dependency::Model, "deadline passed")
+                .await
+        );
         assert!(gate.down(Dependency::Model).is_none());
     }
 
