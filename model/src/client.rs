@@ -765,14 +765,13 @@ impl Model {
             .notify(|e: &CallError, wait: Duration| {
                 tracing::warn!(phase = request.phase.as_str(), error = %e, retry_in = ?wait, "model call failed; retrying");
             });
+        let asked = Instant::now();
         let outcome = tokio::time::timeout_at(deadline, retried).await;
         seat.0 = permit.into_inner().expect("poisoned");
         let tried = attempts.load(Ordering::SeqCst);
         let made = calls.load(Ordering::SeqCst);
         let result = match outcome {
-            Err(_) => Err(Error::Deadline(
-                deadline.saturating_duration_since(Instant::now()),
-            )),
+            Err(_) => Err(Error::Deadline(asked.elapsed())),
             Ok(Ok(response)) => Ok(response),
             Ok(Err(
                 CallError::Retryable { message, .. } | CallError::Throttled { message, .. },

@@ -336,7 +336,11 @@ pub enum Error {
         attempts: u32,
         reason: String,
     },
-    #[error("model deadline passed after {0:?}")]
+    /// The step's time for model calls ran out (its task's deadline) while this call waited
+    /// `.0` for its turn and its answer: a busy model, not a down one, when it answers.
+    #[error(
+        "no model answer before the step's deadline (waited {0:.1?} for this call's turn and answer)"
+    )]
     Deadline(Duration),
     #[error("{0}")]
     ReplayMiss(String),
