@@ -1235,11 +1235,11 @@ class WorkerStatus(_Answer):
     code; ``tasks`` and ``sandbox_runs``: counts since it started, by outcome and verdict)."""
 
     schema_name = "WorkerStatus"
-    started_ms: int
-    at_ms: int
+    started_ms: int = 0
+    at_ms: int = 0
     unable: str | None = None
-    in_flight: int
-    sessions: int
+    in_flight: int = 0
+    sessions: int = 0
     pools: list[PoolStatus] = Field(default_factory=list)
     model: ModelStatus | None = None
     tasks: dict[str, int] = Field(default_factory=dict)
