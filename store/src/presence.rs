@@ -50,6 +50,14 @@ pub struct LiveWorker {
     pub status: Option<String>,
 }
 
+impl LiveWorker {
+    /// `live` in the order [`Presence::workers`] answers: able ones first, then by id.
+    fn in_order(mut live: Vec<LiveWorker>) -> Vec<LiveWorker> {
+        live.sort_by(|a, b| b.able.cmp(&a.able).then_with(|| a.id.cmp(&b.id)));
+        live
+    }
+}
+
 #[async_trait]
 pub trait Presence: Send + Sync + 'static {
     /// Worker `id` is alive for `ttl`; `unable` says why it cannot generate (`None`: it can);
@@ -184,13 +192,12 @@ impl Presence for RedisStore {
             .query_async(&mut self.connection())
             .await
             .map_err(crate::redis::backend)?;
-        let mut live: Vec<LiveWorker> = ids
+        let live: Vec<LiveWorker> = ids
             .into_iter()
             .zip(statuses)
             .map(|((id, able), status)| LiveWorker { id, able, status })
             .collect();
-        live.sort_by(|a, b| b.able.cmp(&a.able).then_with(|| a.id.cmp(&b.id)));
-        Ok(live)
+        Ok(LiveWorker::in_order(live))
     }
 }
 
@@ -249,7 +256,7 @@ impl Presence for MemoryPresence {
         let now = Instant::now();
         let mut workers = self.workers.lock().expect("poisoned");
         workers.retain(|_, (expires, _, _)| *expires > now);
-        let mut live: Vec<LiveWorker> = workers
+        let live: Vec<LiveWorker> = workers
             .iter()
             .map(|(id, (_, unable, status))| LiveWorker {
                 id: id.clone(),
@@ -257,7 +264,6 @@ impl Presence for MemoryPresence {
                 status: status.clone(),
             })
             .collect();
-        live.sort_by(|a, b| b.able.cmp(&a.able).then_with(|| a.id.cmp(&b.id)));
-        Ok(live)
+        Ok(LiveWorker::in_order(live))
     }
 }
