@@ -168,8 +168,8 @@ struct QueueAsked {
     asking: bool,
 }
 
-/// The longest [`Model::probe`] takes: the provider's probe, bounded by its 5 s, then a read
-/// of the cluster's limit state.
+/// The longest [`Model::probe`] takes: the provider's probe, bounded by its 5 s (7 s at the
+/// backstop), then a read of the cluster's limit state.
 pub const PROBE_WITHIN: Duration = Duration::from_secs(15);
 
 /// How often a process asks a server that reports its queue (vLLM's `/metrics`) for it.
@@ -268,13 +268,15 @@ impl Model {
     /// Answers within [`PROBE_WITHIN`]: whoever bounds it (the worker's gate) must allow
     /// that much, or an unanswered probe is cut before it is told from a slow server.
     pub async fn probe(&self) -> Result<(), String> {
-        let asked = tokio::time::timeout(crate::http::PROBE_TIMEOUT, self.provider.probe()).await;
+        // A backstop behind the provider's own 5 s HTTP timeout (which answers first, naming
+        // its request), for a provider that sets none.
+        let backstop = crate::http::PROBE_TIMEOUT + Duration::from_secs(2);
+        let asked = tokio::time::timeout(backstop, self.provider.probe()).await;
         let probed = asked.unwrap_or_else(|_| {
             Err(crate::ProbeFailure {
                 message: format!(
-                    "{}: no answer within {:?}",
-                    self.provider.endpoint(),
-                    crate::http::PROBE_TIMEOUT
+                    "{}: no answer within {backstop:?}",
+                    self.provider.endpoint()
                 ),
                 unanswered: true,
             })
